@@ -1,0 +1,1 @@
+"""globelog's composition root: the command line, configuration and process lifecycle."""

@@ -1,0 +1,340 @@
+"""`globelog cluster ...`: bring the local cluster up and down, report it, inject faults."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cli.cluster import plan, processes, wan
+from cli.cluster.probes import log_tail, wait_until, zookeeper_mode
+from cli.cluster.processes import ProcessRecord, RunState
+from cli.tools import Tools
+from core.errors import ClusterError, GlobelogError
+from core.routes import encode_published, publish_topology
+from core.topology import Topology
+from global_meta import MetaStore
+
+ZK_READY_TIMEOUT_S = 60.0
+BOOKIE_READY_TIMEOUT_S = 120.0
+TOXIPROXY_READY_TIMEOUT_S = 20.0
+INIT_TIMEOUT_S = 90.0
+TOPOLOGY_ZNODE = "/globelog/topology"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One local cluster: its topology, data dir and WAN profile."""
+
+    topology: Topology
+    topology_path: Path
+    data_dir: Path
+    profile: str
+
+
+@dataclass(slots=True)
+class UpReport:
+    phases_s: dict[str, float] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+    already_running: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return self.phases_s.get("total", 0.0)
+
+
+def _records(cluster: Cluster) -> dict[str, ProcessRecord]:
+    return processes.load_state(cluster.data_dir)
+
+
+def _save(cluster: Cluster, records: dict[str, ProcessRecord]) -> None:
+    processes.save_state(
+        cluster.data_dir,
+        records,
+        {"topology": str(cluster.topology_path), "profile": cluster.profile},
+    )
+
+
+def _start_missing(cluster: Cluster, specs: list[plan.ProcessSpec], report: UpReport) -> None:
+    records = _records(cluster)
+    for spec in specs:
+        record = records.get(spec.name)
+        if record is not None and processes.run_state(record) is not RunState.DEAD:
+            report.already_running.append(spec.name)
+            continue
+        records[spec.name] = processes.start(spec)
+        report.started.append(spec.name)
+    _save(cluster, records)
+
+
+async def _wait_zookeeper(cluster: Cluster) -> None:
+    nodes = cluster.topology.zookeeper
+    records = _records(cluster)
+
+    async def serving() -> bool:
+        modes = await asyncio.gather(*(zookeeper_mode(n.client) for n in nodes))
+        return all(modes)
+
+    await wait_until(
+        "ZooKeeper ensemble",
+        serving,
+        ZK_READY_TIMEOUT_S,
+        lambda: "".join(log_tail(records[n.name].log) for n in nodes[:1]),
+    )
+
+
+async def _init_metadata(cluster: Cluster, tools: Tools, store: MetaStore) -> bool:
+    """Runs BookKeeper's own `initnewcluster` once; False when /ledgers already exists."""
+    if await store.exists(f"{plan.LEDGERS_ROOT}/INSTANCEID") is not None:
+        return False
+    conf = cluster.data_dir / "bookies" / "shell.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(plan.shell_conf(cluster.topology))
+    log = cluster.data_dir / "logs" / "initnewcluster.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *plan.init_metadata_argv(cluster.topology, cluster.data_dir, tools),
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            code = await asyncio.wait_for(proc.wait(), INIT_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise ClusterError(f"initnewcluster: no exit after {INIT_TIMEOUT_S} s") from None
+    if code != 0:
+        raise ClusterError(f"initnewcluster exited {code}:{log_tail(str(log))}")
+    return True
+
+
+async def registered_bookies(store: MetaStore) -> tuple[set[str], set[str]]:
+    """(writable, read-only) bookie ids registered under /ledgers/available."""
+    available = f"{plan.LEDGERS_ROOT}/available"
+    names = set(await store.children(available))
+    read_only = set(await store.children(f"{available}/readonly")) if "readonly" in names else set()
+    return names - {"readonly"}, read_only
+
+
+async def _wait_bookies(cluster: Cluster, store: MetaStore, names: set[str] | None = None) -> None:
+    """Waits until the bookies (all, or those named) are registered writable."""
+    chosen = [b for b in cluster.topology.bookies if names is None or b.name in names]
+    wanted = {b.bookie_id for b in chosen}
+    records = _records(cluster)
+
+    async def registered() -> bool:
+        writable, _ = await registered_bookies(store)
+        return wanted <= writable
+
+    def missing() -> str:
+        lines = [
+            f"\n  {b.name} ({b.bookie_id}):{log_tail(records[b.name].log, 8)}"
+            for b in chosen
+            if b.name in records
+        ]
+        return "".join(lines)
+
+    await wait_until("bookie registration", registered, BOOKIE_READY_TIMEOUT_S, missing)
+
+
+async def _wait_toxiproxy(cluster: Cluster) -> None:
+    async def answering() -> bool:
+        try:
+            async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
+                return bool(await api.version())
+        except Exception:  # noqa: BLE001 - any failure means "not yet"
+            return False
+
+    await wait_until("toxiproxy", answering, TOXIPROXY_READY_TIMEOUT_S)
+
+
+async def publish(cluster: Cluster, store: MetaStore) -> None:
+    """Writes bookie locations and per-region dial addresses for every client to read."""
+    data = encode_published(publish_topology(cluster.topology))
+    stat = await store.exists(TOPOLOGY_ZNODE)
+    if stat is None:
+        await store.create(TOPOLOGY_ZNODE, data, make_parents=True)
+    else:
+        await store.set(TOPOLOGY_ZNODE, data, version=stat.version)
+
+
+async def up(cluster: Cluster, tools: Tools) -> UpReport:
+    """Starts whatever is not running and waits until all of it is ready (idempotent)."""
+    report = UpReport()
+    started = time.monotonic()
+    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+    first = [s for s in specs if s.kind in ("zookeeper", "toxiproxy")]
+    _start_missing(cluster, first, report)
+    await _wait_zookeeper(cluster)
+    report.phases_s["zookeeper"] = time.monotonic() - started
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        mark = time.monotonic()
+        await _init_metadata(cluster, tools, store)
+        report.phases_s["metadata_init"] = time.monotonic() - mark
+        mark = time.monotonic()
+        _start_missing(cluster, [s for s in specs if s.kind == "bookie"], report)
+        await _wait_toxiproxy(cluster)
+        await wan.configure_wan(cluster.topology, cluster.profile)
+        report.phases_s["wan"] = time.monotonic() - mark
+        await publish(cluster, store)
+        await _wait_bookies(cluster, store)
+        report.phases_s["bookies"] = time.monotonic() - mark
+    report.phases_s["total"] = time.monotonic() - started
+    return report
+
+
+def down(cluster: Cluster, purge: bool = False) -> list[str]:
+    """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
+    records = _records(cluster)
+    order = sorted(records.values(), key=lambda r: {"bookie": 0, "toxiproxy": 1}.get(r.kind, 2))
+    stopped = []
+    for record in order:
+        if processes.run_state(record) is not RunState.DEAD:
+            processes.stop(record)
+            stopped.append(record.name)
+    if purge:
+        shutil.rmtree(cluster.data_dir, ignore_errors=True)
+    else:
+        _save(cluster, {})
+    return stopped
+
+
+async def status(cluster: Cluster) -> dict[str, Any]:
+    """Every process's state and health, and every WAN route, as a JSON-able dict."""
+    records = _records(cluster)
+    result: dict[str, Any] = {
+        "topology": cluster.topology.name,
+        "data_dir": str(cluster.data_dir),
+        "profile": cluster.profile,
+        "processes": {},
+        "wan": {},
+    }
+    registered: tuple[set[str], set[str]] | None = None
+    try:
+        store = await MetaStore.connect(cluster.topology.zk_connect, connect_timeout_s=3.0)
+        async with store:
+            registered = await registered_bookies(store)
+    except GlobelogError:
+        registered = None
+    for name, record in records.items():
+        entry: dict[str, Any] = {
+            "kind": record.kind,
+            "region": record.region,
+            "pid": record.pid,
+            "state": processes.run_state(record).value,
+            "log": record.log,
+        }
+        entry["healthy"], entry["detail"] = await _health(
+            cluster, record, entry["state"], registered
+        )
+        result["processes"][name] = entry
+    if "toxiproxy" in records and result["processes"]["toxiproxy"]["healthy"]:
+        result["wan"] = await wan.wan_status(cluster.topology)
+    result["healthy"] = bool(records) and all(p["healthy"] for p in result["processes"].values())
+    return result
+
+
+async def _health(
+    cluster: Cluster,
+    record: ProcessRecord,
+    state: str,
+    registered: tuple[set[str], set[str]] | None,
+) -> tuple[bool, str]:
+    if state != RunState.RUNNING.value:
+        return False, state
+    if record.kind == "zookeeper":
+        node = next(n for n in cluster.topology.zookeeper if n.name == record.name)
+        mode = await zookeeper_mode(node.client)
+        return mode is not None, f"mode {mode}" if mode else "not serving"
+    if record.kind == "bookie":
+        bookie_id = cluster.topology.bookie(record.name).bookie_id
+        if registered is None:
+            return False, "metadata unreachable"
+        if bookie_id in registered[0]:
+            return True, "registered writable"
+        return False, "registered read-only" if bookie_id in registered[1] else "not registered"
+    try:
+        async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
+            return True, f"version {await api.version()}"
+    except Exception as err:  # noqa: BLE001
+        return False, f"API not answering: {err!r}"
+
+
+FAULT_SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
+FAULT_RESULT = {"kill": RunState.DEAD, "pause": RunState.PAUSED, "resume": RunState.RUNNING}
+FAULT_SETTLE_TIMEOUT_S = 10.0
+
+
+async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
+    """kill | pause | resume | restart one process by its topology name."""
+    records = _records(cluster)
+    if name not in records:
+        raise ClusterError(f"cluster {action}: no process {name!r}; known: {sorted(records)}")
+    record = records[name]
+    if action in FAULT_SIGNALS:
+        if not processes.signal_process(record, FAULT_SIGNALS[action]):
+            raise ClusterError(f"cluster {action} {name}: pid {record.pid} is not running")
+        wanted = FAULT_RESULT[action]
+
+        async def settled() -> bool:
+            return processes.run_state(record) is wanted
+
+        # Signals are delivered asynchronously: return once the fault has taken effect.
+        await wait_until(f"{action} {name}", settled, FAULT_SETTLE_TIMEOUT_S)
+        return f"{action} {name} (pid {record.pid})"
+    assert action == "restart", action
+    if record.kind == "bookie":
+        return await _restart_bookie(cluster, tools, record)
+    processes.stop(record)
+    spec = next(
+        s for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools) if s.name == name
+    )
+    records[name] = processes.start(spec)
+    _save(cluster, records)
+    if record.kind == "toxiproxy":
+        await _wait_toxiproxy(cluster)
+        await wan.configure_wan(cluster.topology, cluster.profile)
+    else:
+        await _wait_zookeeper(cluster)
+    return f"restart {name} (pid {record.pid} -> {records[name].pid})"
+
+
+async def _restart_bookie(cluster: Cluster, tools: Tools, record: ProcessRecord) -> str:
+    """Restarts a bookie and waits for a registration by its new ZooKeeper session.
+
+    A killed bookie's registration outlives it until its session times out, so "registered"
+    alone would be satisfied by the dead process's node.
+    """
+    bookie_id = cluster.topology.bookie(record.name).bookie_id
+    znode = f"{plan.LEDGERS_ROOT}/available/{bookie_id}"
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        before = await store.exists(znode)
+        processes.stop(record)
+        spec = next(
+            s
+            for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+            if s.name == record.name
+        )
+        records = _records(cluster)
+        records[record.name] = processes.start(spec)
+        _save(cluster, records)
+
+        async def registered_anew() -> bool:
+            stat = await store.exists(znode)
+            return stat is not None and (
+                before is None or stat.ephemeral_owner != before.ephemeral_owner
+            )
+
+        await wait_until(
+            f"bookie {record.name} registration",
+            registered_anew,
+            BOOKIE_READY_TIMEOUT_S,
+            lambda: log_tail(records[record.name].log),
+        )
+    return f"restart {record.name} (pid {record.pid} -> {records[record.name].pid})"

@@ -1,0 +1,153 @@
+"""Pure planning of the local cluster's processes: their config files and command lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cli.tools import Tools
+from core.topology import Bookie, Topology, ZkNode
+
+ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
+BOOKIE_HEAP = "-Xmx512m"
+BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
+LEDGERS_ROOT = "/ledgers"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """One process of the cluster: what to write before starting it and how to start it."""
+
+    name: str
+    kind: str  # "zookeeper" | "bookie" | "toxiproxy"
+    argv: tuple[str, ...]
+    log: Path
+    files: dict[Path, str] = field(default_factory=dict, hash=False)
+    region: str | None = None
+
+
+def zk_dir(data_dir: Path, node: ZkNode) -> Path:
+    return data_dir / "zookeeper" / node.name
+
+
+def bookie_dir(data_dir: Path, bookie: Bookie) -> Path:
+    return data_dir / "bookies" / bookie.name
+
+
+def metadata_service_uri(topology: Topology) -> str:
+    hosts = ";".join(node.client.address for node in topology.zookeeper)
+    return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
+
+
+def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tools) -> ProcessSpec:
+    home = zk_dir(data_dir, node)
+    lines = [
+        f"tickTime={ZK_TICK_MS}",
+        "initLimit=50",
+        "syncLimit=25",
+        f"dataDir={home / 'data'}",
+        f"clientPort={node.client.port}",
+        f"clientPortAddress={node.client.host}",
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=*",
+        "maxSessionTimeout=60000",
+    ]
+    if len(topology.zookeeper) > 1:
+        lines += [
+            f"server.{peer.server_id}={peer.client.host}:{peer.peer_port}:{peer.election_port}"
+            for peer in topology.zookeeper
+        ]
+    files = {
+        home / "zoo.cfg": "\n".join(lines) + "\n",
+        home / "data" / "myid": f"{node.server_id}\n",
+    }
+    argv = (
+        tools.java,
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-cp",
+        tools.zookeeper_classpath,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        str(home / "zoo.cfg"),
+    )
+    return ProcessSpec(
+        node.name, "zookeeper", argv, data_dir / "logs" / f"{node.name}.log", files, node.region
+    )
+
+
+def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path) -> str:
+    home = bookie_dir(data_dir, bookie)
+    lines = [
+        f"bookiePort={bookie.endpoint.port}",
+        f"advertisedAddress={bookie.endpoint.host}",
+        "listeningInterface=lo",  # bind loopback only
+        "allowLoopback=true",
+        "useHostNameAsBookieID=false",
+        f"journalDirectories={home / 'journal'}",
+        f"ledgerDirectories={home / 'ledgers'}",
+        f"metadataServiceUri={metadata_service_uri(topology)}",
+        "httpServerEnabled=false",
+        "zkTimeout=10000",
+        # fsync the journal before every ack (BookKeeper's default, stated for benchmarks)
+        "journalSyncData=true",
+        "journalMaxGroupWaitMSec=1",
+        # the machine's disk is shared by every bookie; do not go read-only at 95 %
+        "diskUsageThreshold=0.99",
+        "diskUsageWarnThreshold=0.98",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools) -> ProcessSpec:
+    conf = bookie_dir(data_dir, bookie) / "bk.conf"
+    argv = (
+        tools.java,
+        BOOKIE_HEAP,
+        BOOKIE_DIRECT_MEMORY,
+        "-cp",
+        tools.bookkeeper_classpath,
+        "org.apache.bookkeeper.server.Main",
+        "--conf",
+        str(conf),
+    )
+    return ProcessSpec(
+        bookie.name,
+        "bookie",
+        argv,
+        data_dir / "logs" / f"{bookie.name}.log",
+        {conf: bookie_conf(topology, bookie, data_dir)},
+        bookie.region,
+    )
+
+
+def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessSpec:
+    api = topology.wan.toxiproxy
+    argv = (tools.toxiproxy, "-host", api.host, "-port", str(api.port), "-seed", "7")
+    return ProcessSpec("toxiproxy", "toxiproxy", argv, data_dir / "logs" / "toxiproxy.log")
+
+
+def init_metadata_argv(topology: Topology, data_dir: Path, tools: Tools) -> tuple[str, ...]:
+    """BookKeeper's own shell initialises /ledgers (instance id, layout, available)."""
+    conf = data_dir / "bookies" / "shell.conf"
+    return (
+        tools.java,
+        "-Xmx256m",
+        "-cp",
+        tools.bookkeeper_classpath,
+        "org.apache.bookkeeper.bookie.BookieShell",
+        "-conf",
+        str(conf),
+        "initnewcluster",
+    )
+
+
+def shell_conf(topology: Topology) -> str:
+    return f"metadataServiceUri={metadata_service_uri(topology)}\nzkTimeout=10000\n"
+
+
+def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[ProcessSpec]:
+    """Every process of the cluster, in start order: ZooKeeper, WAN emulator, bookies."""
+    specs = [zookeeper_spec(topology, node, data_dir, tools) for node in topology.zookeeper]
+    specs.append(toxiproxy_spec(topology, data_dir, tools))
+    specs += [bookie_spec(topology, b, data_dir, tools) for b in topology.bookies]
+    return specs

@@ -1,0 +1,67 @@
+"""Readiness and health probes: ZooKeeper serving, bookies registered, toxiproxy answering."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from core.errors import ClusterError
+from core.topology import Endpoint
+
+PROBE_TIMEOUT_S = 2.0
+POLL_INTERVAL_S = 0.1
+
+
+async def zookeeper_mode(endpoint: Endpoint) -> str | None:
+    """The server's mode (leader, follower, standalone) from `srvr`, or None if not serving.
+
+    A listening port is not enough: ZooKeeper accepts before it serves requests.
+    """
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(endpoint.host, endpoint.port), PROBE_TIMEOUT_S
+        )
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(b"srvr")
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(4096), PROBE_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        return None
+    finally:
+        writer.close()
+    for line in reply.decode(errors="replace").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+async def wait_until(
+    what: str,
+    check: Callable[[], Awaitable[bool]],
+    timeout_s: float,
+    on_timeout: Callable[[], str] = lambda: "",
+) -> float:
+    """Polls `check` until it holds; returns the seconds waited or raises ClusterError."""
+    started = time.monotonic()
+    while True:
+        if await check():
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            detail = on_timeout()
+            raise ClusterError(f"{what}: not ready after {timeout_s:.0f} s{detail}")
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+def log_tail(path: str, lines: int = 15) -> str:
+    """The last lines of a process log, to put into a startup failure message."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, 2)
+            file.seek(max(0, file.tell() - 8192))
+            tail = file.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n  | ".join(["", *tail])

@@ -1,0 +1,154 @@
+"""The emulated WAN: toxiproxy proxies per cross-region route, latency, partitions and heals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import aiohttp
+
+from core.errors import ClusterError
+from core.routes import Route, plan_routes
+from core.topology import Topology, WanLink
+
+HTTP_TIMEOUT_S = 5.0
+PARTITION_TOXIC = "partition"
+
+
+class Toxiproxy:
+    """A small async client of toxiproxy's HTTP API."""
+
+    def __init__(self, api: str) -> None:
+        self._base = f"http://{api}"
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S))
+
+    async def __aenter__(self) -> Toxiproxy:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._session.close()
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, ok: Iterable[int] = (200,)
+    ) -> Any:
+        try:
+            async with self._session.request(method, self._base + path, json=body) as response:
+                text = await response.text()
+                if response.status not in ok:
+                    raise ClusterError(
+                        f"toxiproxy {method} {path}: HTTP {response.status}: {text.strip()[:200]}"
+                    )
+                return await response.json(content_type=None) if text else None
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise ClusterError(f"toxiproxy {method} {path}: {err!r}") from err
+
+    async def version(self) -> str:
+        async with self._session.get(self._base + "/version") as response:
+            return (await response.text()).strip()
+
+    async def proxies(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", "/proxies")
+        return result
+
+    async def ensure_proxy(self, route: Route) -> None:
+        body = {
+            "name": route.name,
+            "listen": route.listen.address,
+            "upstream": route.bookie.endpoint.address,
+            "enabled": True,
+        }
+        await self._call("POST", "/proxies", body, ok=(201, 409))
+
+    async def set_toxic(
+        self, proxy: str, name: str, kind: str, stream: str, attributes: dict[str, int]
+    ) -> None:
+        body = {
+            "name": name,
+            "type": kind,
+            "stream": stream,
+            "toxicity": 1.0,
+            "attributes": attributes,
+        }
+        existing = await self._call("GET", f"/proxies/{proxy}/toxics")
+        if any(t["name"] == name for t in existing or []):
+            await self._call("POST", f"/proxies/{proxy}/toxics/{name}", body)
+        else:
+            await self._call("POST", f"/proxies/{proxy}/toxics", body)
+
+    async def remove_toxic(self, proxy: str, name: str) -> None:
+        await self._call("DELETE", f"/proxies/{proxy}/toxics/{name}", ok=(204, 404))
+
+
+def latency_attributes(link: WanLink) -> dict[str, int]:
+    """toxiproxy's latency toxic in whole milliseconds (the loader only accepts whole ms)."""
+    return {"latency": round(link.one_way_ms), "jitter": round(link.jitter_ms)}
+
+
+async def configure_wan(topology: Topology, profile: str) -> list[Route]:
+    """Creates every route's proxy with its link latency in both directions (idempotent)."""
+    routes = plan_routes(topology)
+    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+        for route in routes:
+            await api.ensure_proxy(route)
+            link = topology.wan.link(profile, route.from_region, route.to_region)
+            for stream in ("upstream", "downstream"):
+                await api.set_toxic(
+                    route.name, f"wan-{stream}", "latency", stream, latency_attributes(link)
+                )
+    return routes
+
+
+def routes_between(topology: Topology, region_a: str, region_b: str) -> list[Route]:
+    return [
+        r for r in plan_routes(topology) if {r.from_region, r.to_region} == {region_a, region_b}
+    ]
+
+
+async def partition(topology: Topology, region_a: str, region_b: str) -> list[Route]:
+    """Cuts the link both ways: bytes are held, never delivered, as in a real partition."""
+    routes = routes_between(topology, region_a, region_b)
+    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+        for route in routes:
+            for stream in ("upstream", "downstream"):
+                await api.set_toxic(
+                    route.name, f"{PARTITION_TOXIC}-{stream}", "timeout", stream, {"timeout": 0}
+                )
+    return routes
+
+
+async def heal(
+    topology: Topology, region_a: str | None = None, region_b: str | None = None
+) -> list[Route]:
+    """Removes partitions between two regions, or every partition when none are named."""
+    routes = (
+        plan_routes(topology)
+        if region_a is None or region_b is None
+        else routes_between(topology, region_a, region_b)
+    )
+    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+        for route in routes:
+            for stream in ("upstream", "downstream"):
+                await api.remove_toxic(route.name, f"{PARTITION_TOXIC}-{stream}")
+    return routes
+
+
+async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
+    """Per route: listen address, upstream, latency toxics and whether it is partitioned."""
+    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+        proxies = await api.proxies()
+    status: dict[str, dict[str, Any]] = {}
+    for route in plan_routes(topology):
+        proxy = proxies.get(route.name)
+        toxics = {t["name"]: t for t in (proxy or {}).get("toxics", [])}
+        latency = toxics.get("wan-upstream", {}).get("attributes", {})
+        status[route.name] = {
+            "from_region": route.from_region,
+            "to_region": route.to_region,
+            "listen": route.listen.address,
+            "upstream": route.bookie.endpoint.address,
+            "present": proxy is not None and bool(proxy.get("enabled")),
+            "one_way_ms": latency.get("latency"),
+            "jitter_ms": latency.get("jitter"),
+            "partitioned": any(name.startswith(PARTITION_TOXIC) for name in toxics),
+        }
+    return status

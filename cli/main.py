@@ -1,0 +1,137 @@
+"""The `globelog` command line: parses flags, wires components, prints results."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cli.cluster import controller, processes, wan
+from cli.cluster.controller import Cluster
+from cli.tools import REPO_ROOT, find_tools
+from core.errors import ConfigError, GlobelogError
+from core.topology_loader import load_topology, region_loss_summary
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="globelog", description="A multi-region replicated log.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    topo = commands.add_parser("topology", help="inspect a topology file")
+    topo_sub = topo.add_subparsers(dest="action", required=True)
+    check = topo_sub.add_parser("check", help="validate a topology file and summarise it")
+    check.add_argument("file", nargs="?", default=None)
+
+    cluster = commands.add_parser("cluster", help="the local multi-region cluster")
+    cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
+    cluster.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
+    actions = cluster.add_subparsers(dest="action", required=True)
+    up = actions.add_parser("up", help="start (or complete) the cluster; idempotent")
+    up.add_argument("--profile", choices=None, default=None, help="WAN profile, e.g. ci|realistic")
+    status = actions.add_parser("status", help="every process and its health")
+    status.add_argument("--json", action="store_true")
+    down = actions.add_parser("down", help="stop exactly what `up` started")
+    down.add_argument("--purge", action="store_true", help="also remove the data dir")
+    for action in ("kill", "pause", "resume", "restart"):
+        actions.add_parser(action, help=f"{action} one process by name").add_argument("name")
+    part = actions.add_parser("partition", help="cut the WAN link between two regions")
+    part.add_argument("region_a")
+    part.add_argument("region_b")
+    heal = actions.add_parser("heal", help="restore WAN links (all, or between two regions)")
+    heal.add_argument("region_a", nargs="?")
+    heal.add_argument("region_b", nargs="?")
+    return parser
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
+    meta = processes.load_meta(data_dir)
+    topology_path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml")
+    topology = load_topology(topology_path)
+    profile = getattr(args, "profile", None) or meta.get("profile") or topology.wan.default_profile
+    if profile not in topology.wan.profiles:
+        raise ConfigError(f"--profile {profile!r}: expected one of {sorted(topology.wan.profiles)}")
+    return Cluster(topology, topology_path.resolve(), data_dir, profile)
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    print(f"cluster {report['topology']} (profile {report['profile']}, data {report['data_dir']})")
+    for name, proc in report["processes"].items():
+        mark = "ok " if proc["healthy"] else "BAD"
+        print(
+            f"  {mark} {proc['kind']:<9} {name:<12} {proc['region'] or '-':<8} "
+            f"pid {proc['pid']:<7} {proc['state']:<7} {proc['detail']}"
+        )
+    for name, route in report["wan"].items():
+        cut = "  PARTITIONED" if route["partitioned"] else ""
+        print(
+            f"  wan {name:<24} {route['listen']} -> {route['upstream']} "
+            f"{route['one_way_ms']}±{route['jitter_ms']} ms one way{cut}"
+        )
+    print("healthy" if report["healthy"] else "NOT healthy")
+
+
+async def _run_cluster(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if args.action == "up":
+        up = await controller.up(cluster, find_tools())
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in up.phases_s.items() if k != "total")
+        print(
+            f"cluster up in {up.total_s:.1f} s ({phases}); started {len(up.started)}, "
+            f"already running {len(up.already_running)}"
+        )
+        print(region_loss_summary(cluster.topology))
+        return 0
+    if args.action == "status":
+        report = await controller.status(cluster)
+        if args.json:
+            print(json.dumps(report, indent=1, sort_keys=True))
+        else:
+            _print_status(report)
+        return 0 if report["healthy"] else 3
+    if args.action == "down":
+        stopped = controller.down(cluster, purge=args.purge)
+        print(f"stopped {len(stopped)} process(es): {' '.join(stopped) or '-'}")
+        return 0
+    if args.action in ("kill", "pause", "resume", "restart"):
+        print(await controller.fault(cluster, find_tools(), args.action, args.name))
+        return 0
+    known = set(cluster.topology.region_names)
+    for region in (args.region_a, args.region_b):
+        if region is not None and region not in known:
+            raise ConfigError(f"region {region!r}: expected one of {sorted(known)}")
+    if args.action == "partition":
+        routes = await wan.partition(cluster.topology, args.region_a, args.region_b)
+        print(f"partitioned {args.region_a} <-> {args.region_b} ({len(routes)} routes)")
+        return 0
+    routes = await wan.heal(cluster.topology, args.region_a, args.region_b)
+    print(f"healed {len(routes)} routes")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "topology":
+            topology = load_topology(args.file or REPO_ROOT / "topology.yaml")
+            print(
+                f"{topology.name}: {len(topology.regions)} regions, "
+                f"{len(topology.bookies)} bookies, {len(topology.zookeeper)} ZooKeeper nodes"
+            )
+            print(region_loss_summary(topology))
+            return 0
+        return asyncio.run(_run_cluster(args))
+    except GlobelogError as err:
+        print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Where the external programs live: ZooKeeper and BookKeeper jars, toxiproxy, java.
+
+`make setup` (scripts/setup.sh) installs them; this module only finds them and says how to
+get them when they are missing. Flags > environment (GLOBELOG_CACHE) > defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ClusterError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BOOKKEEPER_VERSION = "4.17.2"
+ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    java: str
+    zookeeper_classpath: str
+    bookkeeper_classpath: str
+    toxiproxy: str
+
+    @property
+    def bookkeeper_jar_dir(self) -> Path:
+        return Path(self.bookkeeper_classpath.removesuffix("/*"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GLOBELOG_CACHE", REPO_ROOT / ".cache"))
+
+
+def find_tools() -> Tools:
+    """Finds every tool or raises ClusterError naming each missing one and the fix."""
+    missing: list[str] = []
+    java = shutil.which("java")
+    if java is None:
+        missing.append("java: not on PATH (install a JDK 17)")
+    for jar in ZOOKEEPER_JARS:
+        if not Path(jar).is_file():
+            missing.append(f"{jar}: missing (Debian package zookeeper / libslf4j-java)")
+    jars = cache_dir() / f"bookkeeper-{BOOKKEEPER_VERSION}" / "jars"
+    if not (jars / f"bookkeeper-server-{BOOKKEEPER_VERSION}.jar").is_file():
+        missing.append(f"{jars}: BookKeeper {BOOKKEEPER_VERSION} jars missing")
+    toxiproxy = cache_dir() / "bin" / "toxiproxy-server"
+    if not toxiproxy.is_file():
+        missing.append(f"{toxiproxy}: missing")
+    if missing:
+        listed = "; ".join(missing)
+        raise ClusterError(f"cluster tools not installed: {listed}. Run `make setup` first.")
+    assert java is not None
+    return Tools(java, ":".join(ZOOKEEPER_JARS), f"{jars}/*", str(toxiproxy))

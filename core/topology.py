@@ -1,0 +1,147 @@
+"""The topology model: regions, racks, bookies, proxies, ZooKeeper nodes and the WAN matrix.
+
+Frozen dataclasses built once by `core.topology_loader`; nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Bookie:
+    """One BookKeeper bookie and its failure domains."""
+
+    name: str
+    region: str
+    rack: str
+    endpoint: Endpoint
+
+    @property
+    def bookie_id(self) -> str:
+        """The id the bookie registers under in ZooKeeper (host:port)."""
+        return self.endpoint.address
+
+    @property
+    def location(self) -> str:
+        """Network location in BookKeeper's `/region/rack` form."""
+        return f"/{self.region}/{self.rack}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rack:
+    name: str
+    bookies: tuple[Bookie, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """A write or read proxy: a globelog service bound to one region."""
+
+    name: str
+    region: str
+    endpoint: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    name: str
+    racks: tuple[Rack, ...]
+    write_proxies: tuple[Proxy, ...]
+    read_proxies: tuple[Proxy, ...]
+
+    @property
+    def bookies(self) -> tuple[Bookie, ...]:
+        return tuple(b for rack in self.racks for b in rack.bookies)
+
+
+@dataclass(frozen=True, slots=True)
+class ZkNode:
+    """One ZooKeeper server of the global ensemble; `server_id` is its myid."""
+
+    name: str
+    region: str
+    server_id: int
+    client: Endpoint
+    peer_port: int
+    election_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class WanLink:
+    """Emulated one-way latency between two regions (applied in each direction)."""
+
+    region_a: str
+    region_b: str
+    one_way_ms: float
+    jitter_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Wan:
+    toxiproxy: Endpoint
+    listen_port_base: int
+    default_profile: str
+    profiles: dict[str, tuple[WanLink, ...]] = field(hash=False)
+
+    def link(self, profile: str, region_a: str, region_b: str) -> WanLink:
+        for link in self.profiles[profile]:
+            if {link.region_a, link.region_b} == {region_a, region_b}:
+                return link
+        raise KeyError(f"no WAN link {region_a}<->{region_b} in profile {profile!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    min_regions_for_durability: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    name: str
+    replication: Replication
+    zookeeper: tuple[ZkNode, ...]
+    regions: tuple[Region, ...]
+    wan: Wan
+
+    @property
+    def bookies(self) -> tuple[Bookie, ...]:
+        return tuple(b for region in self.regions for b in region.bookies)
+
+    @property
+    def region_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.regions)
+
+    def region(self, name: str) -> Region:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(f"no region {name!r}; regions are {list(self.region_names)}")
+
+    def bookie(self, name_or_id: str) -> Bookie:
+        for bookie in self.bookies:
+            if name_or_id in (bookie.name, bookie.bookie_id):
+                return bookie
+        raise KeyError(f"no bookie {name_or_id!r}")
+
+    @property
+    def zk_connect(self) -> str:
+        """The ZooKeeper connect string for the whole ensemble."""
+        return ",".join(node.client.address for node in self.zookeeper)
+
+    def region_pairs(self) -> list[tuple[str, str]]:
+        names = self.region_names
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]

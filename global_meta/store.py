@@ -1,0 +1,280 @@
+"""MetaStore: asyncio coroutines, async watches and session events over one kazoo client."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, RolledBackError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+
+from core import errors
+from global_meta.errors import translate
+from global_meta.watch import Mailbox
+
+T = TypeVar("T")
+ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
+SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
+
+
+class SessionState(enum.Enum):
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"  # connection lost; the session may still be alive
+    EXPIRED = "expired"  # the session is gone with its ephemeral nodes and watches
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    state: SessionState
+    session_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStat:
+    """The parts of a znode's stat globelog uses; `version` is the CAS token."""
+
+    version: int
+    children_version: int
+    created_ms: int
+    modified_ms: int
+    ephemeral_owner: int
+    children: int
+    data_bytes: int
+
+    @staticmethod
+    def of(stat: ZnodeStat) -> NodeStat:
+        return NodeStat(
+            stat.version,
+            stat.cversion,
+            stat.ctime,
+            stat.mtime,
+            stat.ephemeralOwner,
+            stat.numChildren,
+            stat.dataLength,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of an atomic multi-op (`MetaStore.commit`)."""
+
+    kind: str  # "create" | "set" | "delete" | "check"
+    path: str
+    data: bytes = b""
+    version: int = ANY_VERSION
+    ephemeral: bool = False
+
+
+class MetaStore:
+    """The one asyncio adapter over ZooKeeper. Create with `await MetaStore.connect(...)`."""
+
+    def __init__(self, client: KazooClient, loop: asyncio.AbstractEventLoop, op_timeout_s: float):
+        self._client = client
+        self._loop = loop
+        self._op_timeout_s = op_timeout_s
+        self._subscribers: list[asyncio.Queue[SessionEvent]] = []
+        client.add_listener(self._on_state)
+
+    @classmethod
+    async def connect(
+        cls,
+        hosts: str,
+        *,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 15.0,
+        op_timeout_s: float = 10.0,
+    ) -> MetaStore:
+        """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot)."""
+        client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_s,
+            connection_retry={"max_tries": -1, "max_delay": 1.0},
+        )
+        try:
+            await asyncio.to_thread(client.start, connect_timeout_s)
+        except (KazooTimeoutError, KazooException) as err:
+            await asyncio.to_thread(client.close)
+            raise errors.MetadataUnavailableError(
+                f"connect to ZooKeeper {hosts!r}: no session within {connect_timeout_s} s"
+            ) from err
+        return cls(client, asyncio.get_running_loop(), op_timeout_s)
+
+    async def close(self) -> None:
+        """Ends the session (its ephemeral nodes go) and releases the kazoo threads."""
+        await asyncio.to_thread(self._client.stop)
+        await asyncio.to_thread(self._client.close)
+
+    async def __aenter__(self) -> MetaStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    @property
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(session id, password); fault tools use it to expire the session from outside."""
+        client_id = self._client.client_id
+        return None if client_id is None else (int(client_id[0]), bytes(client_id[1]))
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self._client.hosts)
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def _await(self, operation: str, path: str, start: Callable[[], Any]) -> Any:
+        future: asyncio.Future[Any] = self._loop.create_future()
+
+        def settle(result: Any) -> None:
+            def deliver() -> None:
+                if future.done():
+                    return
+                try:
+                    future.set_result(result.get_nowait())
+                except Exception as err:  # noqa: BLE001 - translated below
+                    future.set_exception(err)
+
+            self._loop.call_soon_threadsafe(deliver)
+
+        try:
+            start().rawlink(settle)
+            return await asyncio.wait_for(future, self._op_timeout_s)
+        except (KazooException, TimeoutError) as err:
+            raise translate(err, operation, path) from err
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        """Creates a node; returns its path (with the sequence suffix when sequential)."""
+        created = await self._await(
+            "create",
+            path,
+            lambda: self._client.create_async(
+                path, data, ephemeral=ephemeral, sequence=sequential, makepath=make_parents
+            ),
+        )
+        return str(created)
+
+    async def ensure_path(self, path: str) -> None:
+        """Creates `path` and its parents when missing (no-op when it exists)."""
+        await self._await("ensure_path", path, lambda: self._client.ensure_path_async(path))
+
+    async def get(self, path: str) -> tuple[bytes, NodeStat]:
+        data, stat = await self._await("get", path, lambda: self._client.get_async(path))
+        return bytes(data or b""), NodeStat.of(stat)
+
+    async def exists(self, path: str) -> NodeStat | None:
+        stat = await self._await("exists", path, lambda: self._client.exists_async(path))
+        return None if stat is None else NodeStat.of(stat)
+
+    async def children(self, path: str) -> list[str]:
+        names = await self._await("children", path, lambda: self._client.get_children_async(path))
+        return sorted(str(n) for n in names)
+
+    async def set(self, path: str, data: bytes, *, version: int) -> NodeStat:
+        """Compare-and-set: succeeds only if the node is still at `version`."""
+        stat = await self._await("set", path, lambda: self._client.set_async(path, data, version))
+        return NodeStat.of(stat)
+
+    async def delete(self, path: str, *, version: int, recursive: bool = False) -> None:
+        if recursive:
+            try:
+                await asyncio.wait_for(
+                    asyncio.to_thread(self._client.delete, path, version, True), self._op_timeout_s
+                )
+            except (KazooException, TimeoutError) as err:
+                raise translate(err, "delete", path) from err
+            return
+        await self._await("delete", path, lambda: self._client.delete_async(path, version))
+
+    async def commit(self, ops: Sequence[Op]) -> list[str | NodeStat | bool]:
+        """Runs `ops` atomically; raises the first real failure (with its op index) if any."""
+        assert ops, "an empty transaction is a programming error"
+        transaction = self._client.transaction()
+        for op in ops:
+            if op.kind == "create":
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif op.kind == "set":
+                transaction.set_data(op.path, op.data, op.version)
+            elif op.kind == "delete":
+                transaction.delete(op.path, op.version)
+            else:
+                assert op.kind == "check", op.kind
+                transaction.check(op.path, op.version)
+        results = await self._await("commit", ops[0].path, transaction.commit_async)
+        for index, result in enumerate(results):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                failure = translate(
+                    result, f"commit op {index} ({ops[index].kind})", ops[index].path
+                )
+                raise failure from result
+        return [NodeStat.of(r) if isinstance(r, ZnodeStat) else r for r in results]
+
+    # -- watches and session events -----------------------------------------------------------
+
+    async def watch_data(self, path: str) -> AsyncIterator[tuple[bytes, NodeStat] | None]:
+        """Yields the node's (data, stat) now and after each change; None while it is absent.
+
+        A slow consumer sees the latest value, not every intermediate one (values coalesce).
+        """
+        mailbox: Mailbox[tuple[bytes, NodeStat] | None] = Mailbox(self._loop)
+
+        def on_change(data: bytes | None, stat: ZnodeStat | None, *_: Any) -> bool:
+            value = None if stat is None else (bytes(data or b""), NodeStat.of(stat))
+            return mailbox.put_threadsafe(value)
+
+        self._client.DataWatch(path, on_change)
+        async for value in mailbox:
+            yield value
+
+    async def watch_children(self, path: str) -> AsyncIterator[list[str]]:
+        """Yields the sorted child names now and after each change (values coalesce)."""
+        mailbox: Mailbox[list[str]] = Mailbox(self._loop)
+
+        def on_change(names: list[str]) -> bool:
+            return mailbox.put_threadsafe(sorted(names))
+
+        self._client.ChildrenWatch(path, on_change)
+        async for value in mailbox:
+            yield value
+
+    async def session_events(self) -> AsyncIterator[SessionEvent]:
+        """Yields each later session state change (connected, suspended, expired)."""
+        queue: asyncio.Queue[SessionEvent] = asyncio.Queue(SESSION_EVENTS_MAX)
+        self._subscribers.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.remove(queue)
+
+    def _on_state(self, state: str) -> None:
+        mapped = {
+            KazooState.CONNECTED: SessionState.CONNECTED,
+            KazooState.SUSPENDED: SessionState.SUSPENDED,
+            KazooState.LOST: SessionState.EXPIRED,
+        }[state]
+        self._loop.call_soon_threadsafe(self._publish, mapped)
+
+    def _publish(self, state: SessionState) -> None:
+        event = SessionEvent(state, self.session_id)
+        for queue in self._subscribers:
+            if queue.full():
+                queue.get_nowait()  # keep the newest states; an old one is stale anyway
+            queue.put_nowait(event)

@@ -1,0 +1,114 @@
+"""The bookie connection's framing: each message is a 4-byte big-endian length, then that many
+bytes of protobuf. Encoders give whole frames; decoders take bytes as they arrive.
+
+BookKeeper reads frames with Netty's LengthFieldBasedFrameDecoder(maxFrameLength, 0, 4, 0, 4):
+the length counts the body only; the bound (nettyMaxFrameSizeBytes, 5 MiB by default) counts the
+body plus the 4 length bytes. A bookie starts each connection in v3 mode and falls back to v2
+for good if the first frame does not parse as a v3 Request; with authentication disabled (the
+default) no handshake is needed before the first request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ledger.errors import FrameTooLargeError, ProtocolError
+from ledger.message_codec import (
+    decode_request_message,
+    decode_response_message,
+    encode_request_message,
+    encode_response_message,
+)
+from ledger.messages import Request, Response
+
+# BookKeeper's default nettyMaxFrameSizeBytes: the largest frame, length prefix included.
+FRAME_BYTES_MAX = 5 * 1024 * 1024
+LENGTH_PREFIX_BYTES = 4
+
+M = TypeVar("M")
+
+
+def frame(message: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
+    """`message` with its length prefix; FrameTooLargeError if a bookie would refuse it."""
+    size = LENGTH_PREFIX_BYTES + len(message)
+    if size > frame_bytes_max:
+        raise FrameTooLargeError(f"frame is {size} bytes; the limit is {frame_bytes_max}")
+    return len(message).to_bytes(LENGTH_PREFIX_BYTES, "big") + message
+
+
+def encode_request(request: Request, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
+    """The whole frame (length prefix and Request) to send to a bookie."""
+    return frame(encode_request_message(request), frame_bytes_max)
+
+
+def encode_response(response: Response, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
+    """The whole frame a bookie sends for `response` (for fakes and tests)."""
+    return frame(encode_response_message(response), frame_bytes_max)
+
+
+class _Deframer(Generic[M]):
+    """Splits a byte stream into frames and parses each; fails for good on the first bad frame."""
+
+    def __init__(self, parse: Callable[[memoryview], M], what: str, frame_bytes_max: int) -> None:
+        assert frame_bytes_max > LENGTH_PREFIX_BYTES, "the frame bound must exceed the prefix"
+        self._parse = parse
+        self._what = what
+        self._frame_bytes_max = frame_bytes_max
+        self._buffer = bytearray()
+        self._failed: ProtocolError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[M]:
+        """The messages completed by `data`, in order; a partial frame waits for more bytes.
+
+        ProtocolError on an oversize or unparseable frame. The stream cannot be resynchronised
+        after that, so every later call raises it again: close the connection.
+        """
+        if self._failed is not None:
+            raise self._failed
+        self._buffer += data
+        try:
+            return self._drain()
+        except ProtocolError as err:
+            self._failed = err
+            self._buffer.clear()
+            raise
+
+    def _drain(self) -> list[M]:
+        messages: list[M] = []
+        start = 0
+        buffer = self._buffer
+        while len(buffer) - start >= LENGTH_PREFIX_BYTES:
+            length = int.from_bytes(buffer[start : start + LENGTH_PREFIX_BYTES], "big")
+            if length + LENGTH_PREFIX_BYTES > self._frame_bytes_max:
+                raise ProtocolError(
+                    f"{self._what}: frame of {length + LENGTH_PREFIX_BYTES} bytes announced; "
+                    f"the limit is {self._frame_bytes_max}"
+                )
+            end = start + LENGTH_PREFIX_BYTES + length
+            if end > len(buffer):
+                break
+            body = bytes(buffer[start + LENGTH_PREFIX_BYTES : end])
+            messages.append(self._parse(memoryview(body)))
+            start = end
+        del buffer[:start]
+        return messages
+
+
+class FrameDecoder(_Deframer[Response]):
+    """Bookie → client: bytes in, Responses out."""
+
+    def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
+        super().__init__(decode_response_message, "response stream", frame_bytes_max)
+
+
+class RequestFrameDecoder(_Deframer[Request]):
+    """Client → bookie: bytes in, Requests out (for fake bookies and tests)."""
+
+    def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
+        super().__init__(decode_request_message, "request stream", frame_bytes_max)

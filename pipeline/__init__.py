@@ -1,0 +1,1 @@
+"""globelog's PySpark data pipeline (later issues)."""

@@ -1,0 +1,1 @@
+"""globelog's per-region servers: write and read proxies, routing (later issues)."""

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# globelog's one set-up step: installs everything `make demo` and `make test` need, idempotently.
+#   - Debian packages: zookeeper (server jars), libslf4j-java
+#   - Apache BookKeeper server jars (pinned) resolved by Maven into .cache/
+#   - toxiproxy (pinned) built with `go install` into .cache/bin
+#   - a Python venv (.venv) with globelog installed editable and its dev dependencies
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${GLOBELOG_CACHE:-$ROOT/.cache}"
+BOOKKEEPER_VERSION=4.17.2
+TOXIPROXY_VERSION=v2.12.0
+PYTHON="${PYTHON:-python3}"
+
+say() { printf '[setup] %s\n' "$*"; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    say "need root for: $*"; exit 1; fi
+}
+
+debian_packages() {
+  if [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ]; then
+    return
+  fi
+  say "installing Debian packages: zookeeper libslf4j-java"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get install -y -q zookeeper libslf4j-java >/dev/null 2>&1 || {
+    as_root apt-get update -q >/dev/null
+    as_root apt-get install -y -q zookeeper libslf4j-java >/dev/null
+  }
+}
+
+bookkeeper_jars() {
+  local dir="$CACHE/bookkeeper-$BOOKKEEPER_VERSION"
+  if [ -f "$dir/.complete" ]; then return; fi
+  say "resolving BookKeeper $BOOKKEEPER_VERSION jars with Maven into $dir"
+  rm -rf "$dir/jars"
+  mkdir -p "$dir"
+  mvn -q -B -f "$ROOT/scripts/bookkeeper-jars.pom.xml" \
+    -Dbookkeeper.version="$BOOKKEEPER_VERSION" \
+    dependency:copy-dependencies -DoutputDirectory="$dir/jars"
+  touch "$dir/.complete"
+}
+
+toxiproxy() {
+  local bin="$CACHE/bin/toxiproxy-server"
+  if [ -x "$bin" ] && [ -f "$CACHE/bin/.toxiproxy-$TOXIPROXY_VERSION" ]; then return; fi
+  say "building toxiproxy $TOXIPROXY_VERSION with go install"
+  mkdir -p "$CACHE/bin" "$CACHE/go"
+  GOBIN="$CACHE/go/bin" GOFLAGS=-mod=mod go install \
+    "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+  cp "$CACHE/go/bin/server" "$bin"
+  touch "$CACHE/bin/.toxiproxy-$TOXIPROXY_VERSION"
+}
+
+python_venv() {
+  local stamp="$ROOT/.venv/.globelog-installed"
+  if [ -f "$stamp" ] && [ "$stamp" -nt "$ROOT/pyproject.toml" ]; then return; fi
+  say "creating the Python venv (.venv) and installing globelog[dev]"
+  [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip
+  "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[dev]"
+  touch "$stamp"
+}
+
+debian_packages
+bookkeeper_jars
+toxiproxy
+python_venv
+say "ready"

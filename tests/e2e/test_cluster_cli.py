@@ -1,0 +1,78 @@
+"""`globelog cluster up | status --json | down` as a user runs them, on the default shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.topologies import write_topology
+
+CLI_TIMEOUT_S = 240
+
+
+def globelog(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and int(entry.name) != os.getpid() and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    topology = write_topology(tmp_path)
+    data = tmp_path / "data"
+    common = ["--topology", str(topology), "--data-dir", str(data)]
+    try:
+        up = globelog("cluster", *common, "up")
+        assert up.returncode == 0, up.stderr
+        assert "cluster up in" in up.stdout and "started 10" in up.stdout
+
+        again = globelog("cluster", *common, "up")
+        assert again.returncode == 0, again.stderr
+        assert "started 0, already running 10" in again.stdout
+
+        status = globelog("cluster", *common, "status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        report = json.loads(status.stdout)
+        assert report["healthy"]
+        zk = [p for p in report["processes"].values() if p["kind"] == "zookeeper"]
+        assert len(zk) == 3 and all(p["healthy"] for p in zk)
+        assert sum(p["kind"] == "bookie" for p in report["processes"].values()) == 6
+        assert len(report["wan"]) == 12
+        assert processes_mentioning(str(data)), "the cluster's processes should be running"
+    finally:
+        down = globelog("cluster", *common, "down")
+    assert down.returncode == 0, down.stderr
+    assert "stopped 10 process(es)" in down.stdout
+    assert processes_mentioning(str(data)) == []
+    after = globelog("cluster", *common, "status", "--json")
+    assert after.returncode == 3 and not json.loads(after.stdout)["healthy"]
+
+
+def test_bad_arguments_get_clear_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("regions: 7\n")
+    result = globelog("cluster", "--topology", str(bad), "--data-dir", str(tmp_path), "status")
+    assert result.returncode == 1
+    assert "regions: expected a list, got 7" in result.stderr
+    assert "replication: expected a mapping" in result.stderr

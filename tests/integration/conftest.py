@@ -1,0 +1,53 @@
+"""Integration fixtures: one real local cluster per session (ZooKeeper x3, six bookies, WAN).
+
+A test that needs the tools and finds them missing fails: it never silently passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.cluster import controller
+from cli.cluster.controller import Cluster
+from cli.cluster.probes import log_tail
+from cli.cluster.processes import load_state
+from cli.tools import Tools, find_tools
+from core.topology_loader import load_topology
+from tests.support.topologies import write_topology
+
+LOG_LINES_ON_FAILURE = 25
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    return find_tools()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("cluster")
+    topology_path = write_topology(home)
+    topology = load_topology(topology_path)
+    cluster = Cluster(topology, topology_path, home / "data", "ci")
+    try:
+        asyncio.run(controller.up(cluster, tools))
+        yield cluster
+    finally:
+        controller.down(cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing integration test shows the tail of every cluster process log."""
+    outcome = yield
+    report = outcome.get_result()
+    funcargs = getattr(item, "funcargs", {})
+    cluster = funcargs.get("cluster")
+    if report.failed and isinstance(cluster, Cluster):
+        for name, record in load_state(cluster.data_dir).items():
+            tail = log_tail(record.log, LOG_LINES_ON_FAILURE)
+            report.sections.append((f"log of {name} ({Path(record.log).name})", tail))

@@ -1,0 +1,125 @@
+"""The kazoo adapter against the real 3-node ZooKeeper ensemble of the test cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cli.cluster.controller import Cluster
+from core import errors
+from global_meta import MetaStore, SessionState
+from global_meta.faults import expire_session
+from global_meta.store import Op
+
+WAIT_S = 15.0
+
+
+@pytest.fixture
+async def store(cluster: Cluster) -> AsyncIterator[MetaStore]:
+    root = f"/tests/{uuid.uuid4().hex}"
+    async with await MetaStore.connect(cluster.topology.zk_connect) as setup:
+        await setup.ensure_path(root)
+    async with await MetaStore.connect(
+        cluster.topology.zk_connect + root, session_timeout_s=4.0
+    ) as chrooted:
+        yield chrooted
+
+
+async def test_versioned_compare_and_set(store: MetaStore) -> None:
+    await store.create("/segment", b"v0")
+    data, stat = await store.get("/segment")
+    assert (data, stat.version) == (b"v0", 0)
+    updated = await store.set("/segment", b"v1", version=stat.version)
+    assert updated.version == 1
+    with pytest.raises(errors.BadVersionError, match="set '/segment'") as caught:
+        await store.set("/segment", b"stale", version=stat.version)
+    assert caught.value.code == "metadata_bad_version" and not caught.value.retriable
+    assert (await store.get("/segment"))[0] == b"v1"
+
+
+async def test_errors_are_translated(store: MetaStore) -> None:
+    with pytest.raises(errors.NoNodeError, match="get '/missing': no such node"):
+        await store.get("/missing")
+    await store.create("/a/b", make_parents=True)
+    with pytest.raises(errors.NodeExistsError):
+        await store.create("/a/b")
+    with pytest.raises(errors.NotEmptyError):
+        await store.delete("/a", version=-1)
+    await store.delete("/a", version=-1, recursive=True)
+    assert await store.exists("/a") is None
+
+
+async def test_sequential_and_ephemeral_nodes(cluster: Cluster, store: MetaStore) -> None:
+    await store.ensure_path("/idgen")
+    first = await store.create("/idgen/ID-", sequential=True)
+    second = await store.create("/idgen/ID-", sequential=True)
+    assert (
+        first < second and first.startswith("/idgen/ID-") and len(first) == len("/idgen/ID-") + 10
+    )
+    owner = await store.create("/owner", b"me", ephemeral=True)
+    stat = await store.exists(owner)
+    assert stat is not None and stat.ephemeral_owner == store.session_id
+
+
+async def test_atomic_commit_applies_all_or_nothing(store: MetaStore) -> None:
+    await store.create("/x", b"1")
+    await store.commit([Op("check", "/x", version=0), Op("create", "/y", b"2")])
+    assert (await store.get("/y"))[0] == b"2"
+    with pytest.raises(errors.BadVersionError, match="commit op 0"):
+        await store.commit([Op("check", "/x", version=7), Op("create", "/z", b"3")])
+    assert await store.exists("/z") is None
+
+
+async def test_data_and_children_watches_are_async_iterators(store: MetaStore) -> None:
+    await store.create("/w", b"0")
+    values = store.watch_data("/w")
+    data, _ = await asyncio.wait_for(anext_value(values), WAIT_S)
+    assert data == b"0"
+    await store.set("/w", b"1", version=0)
+    assert (await asyncio.wait_for(anext_value(values), WAIT_S))[0] == b"1"
+    await store.delete("/w", version=1)
+    assert await asyncio.wait_for(values.__anext__(), WAIT_S) is None
+    await values.aclose()
+
+    await store.create("/kids")
+    kids = store.watch_children("/kids")
+    assert await asyncio.wait_for(kids.__anext__(), WAIT_S) == []
+    await store.create("/kids/b")
+    await store.create("/kids/a")
+    seen = await asyncio.wait_for(kids.__anext__(), WAIT_S)
+    while seen != ["a", "b"]:
+        seen = await asyncio.wait_for(kids.__anext__(), WAIT_S)
+    await kids.aclose()
+
+
+async def anext_value(values: AsyncIterator[tuple[bytes, object] | None]) -> tuple[bytes, object]:
+    value = await values.__anext__()
+    assert value is not None
+    return value
+
+
+async def test_session_expiry_is_observed(store: MetaStore) -> None:
+    events = store.session_events()
+    waiter = asyncio.ensure_future(events.__anext__())
+    await asyncio.sleep(0)
+    before = store.session_id
+    await store.create("/lease", ephemeral=True)
+    await expire_session(store)
+    states = [(await asyncio.wait_for(waiter, WAIT_S)).state]
+    while states[-1] is not SessionState.CONNECTED:
+        states.append((await asyncio.wait_for(events.__anext__(), WAIT_S)).state)
+    # The connection drops (suspended) and the server reports the session gone (expired).
+    assert SessionState.EXPIRED in states, states
+    assert states.index(SessionState.EXPIRED) < len(states) - 1
+    assert store.session_id != before
+    assert await store.exists("/lease") is None  # the server dropped the expired ephemeral
+    await events.aclose()
+
+
+async def test_unreachable_ensemble_is_a_clear_retriable_error() -> None:
+    with pytest.raises(errors.MetadataUnavailableError, match="no session within") as caught:
+        await MetaStore.connect("127.0.0.1:1", connect_timeout_s=1.0)
+    assert caught.value.retriable

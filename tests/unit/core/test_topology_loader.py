@@ -1,0 +1,224 @@
+"""topology.yaml validation: valid files load; each malformed file reports all its problems."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from core.errors import TopologyError
+from core.topology_loader import load_topology, parse_topology, region_loss_summary
+from tests.support.topologies import topology_document
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def base() -> dict[str, Any]:
+    return copy.deepcopy(BASE)
+
+
+BASE = topology_document()
+
+
+def problems_of(document: Any) -> list[str]:
+    with pytest.raises(TopologyError) as caught:
+        parse_topology(yaml.safe_dump(document), "t.yaml")
+    return list(caught.value.problems)
+
+
+def test_the_repository_topology_is_the_documented_default() -> None:
+    topology = load_topology(REPO / "topology.yaml")
+    assert len(topology.regions) == 3
+    assert len(topology.zookeeper) == 3
+    for region in topology.regions:
+        assert len(region.racks) == 2
+        assert len(region.bookies) >= 2
+        assert len(region.write_proxies) == 1 and len(region.read_proxies) == 1
+    realistic = {
+        frozenset((x.region_a, x.region_b)): x.one_way_ms
+        for x in topology.wan.profiles["realistic"]
+    }
+    assert sorted(realistic.values()) == [40, 43, 68]
+    assert set(topology.wan.profiles) == {"realistic", "ci"}
+    assert topology.bookie("bk-use-a1").location == "/us-east/rack-a"
+
+
+def test_generated_topology_loads_and_is_frozen() -> None:
+    topology = parse_topology(yaml.safe_dump(base()))
+    assert topology.replication.ack_quorum == 2
+    with pytest.raises(AttributeError):
+        topology.name = "x"  # type: ignore[misc]
+
+
+def test_every_problem_is_reported_at_once_with_its_path() -> None:
+    doc = base()
+    doc["regions"][1]["racks"][0]["bookies"][0]["port"] = 70000
+    doc["regions"][0]["write_proxies"][0]["host"] = "10.0.0.1"
+    doc["zookeeper"][2]["region"] = "mars"
+    doc["wan"]["profiles"]["ci"][0]["one_way_ms"] = -3
+    doc["replication"]["ensemble_size"] = "three"
+    problems = problems_of(doc)
+    assert (
+        "regions[1].racks[0].bookies[0].port: expected an integer 1..65535, got 70000" in problems
+    )
+    assert any(
+        p.startswith("regions[0].write_proxies[0].host: expected a loopback") for p in problems
+    )
+    assert any(p.startswith("zookeeper[2].region: unknown region 'mars'") for p in problems)
+    assert any(
+        p.startswith("wan.profiles.ci[0].one_way_ms: expected whole milliseconds") for p in problems
+    )
+    assert any(
+        p.startswith("replication.ensemble_size: expected an integer >= 1, got 'three'")
+        for p in problems
+    )
+    assert len(problems) == 5, problems
+
+
+MALFORMED: list[tuple[str, Any, list[str]]] = [
+    ("not a mapping", ["a", "b"], ["expected a mapping, got ['a', 'b']"]),
+    ("empty file", None, ["expected a mapping, got None"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "document", "expected"), MALFORMED, ids=[m[0] for m in MALFORMED]
+)
+def test_documents_that_are_not_topologies(label: str, document: Any, expected: list[str]) -> None:
+    assert problems_of(document) == expected
+
+
+def mutate(path: str, value: Any) -> dict[str, Any]:
+    doc = base()
+    node: Any = doc
+    keys = path.replace("[", ".").replace("]", "").split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if key.isdigit() else node[key]
+    last = keys[-1]
+    if value is DELETE:
+        del node[int(last) if last.isdigit() else last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return doc
+
+
+DELETE = object()
+CASES: list[tuple[str, Any, str]] = [
+    (
+        "replication.ack_quorum",
+        1,
+        "replication: ack_quorum=1 could be met inside fewer than 2 regions",
+    ),
+    (
+        "replication.ack_quorum",
+        4,
+        "replication: need 1 <= ack_quorum <= write_quorum <= ensemble_size",
+    ),
+    (
+        "replication.ensemble_size",
+        9,
+        "replication.ensemble_size: is 9 but the topology has only 6 bookies",
+    ),
+    (
+        "replication.min_regions_for_durability",
+        4,
+        "replication: min_regions_for_durability=4 but the topology has only 3 region(s)",
+    ),
+    ("replication.typo_key", 1, "replication.typo_key: unknown key"),
+    ("replication.write_quorum", DELETE, "replication.write_quorum: missing; expected an integer"),
+    ("regions", [], "regions: expected at least 1 item(s), got 0"),
+    ("regions[1].name", "us-east", "regions[1].name: duplicate region name 'us-east'"),
+    ("regions[0].name", "US East!", "regions[0].name: expected a name of 1-64 characters"),
+    (
+        "regions[0].racks[1].name",
+        "rack-a",
+        "regions[0].racks[1].name: duplicate rack name 'rack-a'",
+    ),
+    ("regions[0].racks[0].bookies", [], "regions[0].racks[0].bookies: expected at least 1 item(s)"),
+    (
+        "regions[0].racks[0].bookies[0].port",
+        "3181",
+        "regions[0].racks[0].bookies[0].port: expected an integer 1..65535, got '3181'",
+    ),
+    ("regions[0].racks", "rack-a", "regions[0].racks: expected a list, got 'rack-a'"),
+    ("regions[2].write_proxies", DELETE, "regions[2].write_proxies: expected a list, got None"),
+    ("zookeeper[1]", DELETE, "zookeeper: expected an odd number of nodes"),
+    (
+        "zookeeper[0].client_port",
+        0,
+        "zookeeper[0].client_port: expected an integer 1..65535, got 0",
+    ),
+    ("wan.default_profile", "fast", "wan.default_profile: 'fast' is not a profile"),
+    (
+        "wan.profiles.ci[0].between",
+        ["us-east", "us-east"],
+        "wan.profiles.ci[0].between: expected two different regions",
+    ),
+    ("wan.profiles.ci[2]", DELETE, "wan.profiles.ci: no link between 'us-west' and 'eu-west'"),
+    (
+        "wan.profiles.ci[0].jitter_ms",
+        50,
+        "wan.profiles.ci[0].jitter_ms: is 50.0 ms, more than one_way_ms",
+    ),
+    (
+        "wan.profiles.ci[0].one_way_ms",
+        4.5,
+        "wan.profiles.ci[0].one_way_ms: expected whole milliseconds",
+    ),
+    ("wan.toxiproxy", DELETE, "wan.toxiproxy: expected a mapping, got None"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"), CASES, ids=[f"{c[0]}={c[1]!r}"[:60] for c in CASES]
+)
+def test_malformed_field_names_its_path(path: str, value: Any, expected: str) -> None:
+    problems = problems_of(mutate(path, value))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_duplicate_addresses_are_reported_for_each_clash() -> None:
+    doc = base()
+    zk_port = doc["zookeeper"][0]["client_port"]
+    doc["regions"][0]["racks"][0]["bookies"][0]["port"] = zk_port
+    doc["regions"][1]["read_proxies"][0]["name"] = doc["regions"][0]["read_proxies"][0]["name"]
+    problems = problems_of(doc)
+    assert any(f"address 127.0.0.1:{zk_port} is already used by regions[0]" in p for p in problems)
+    assert any(
+        p.startswith("regions[1].read_proxies[0]: name rp-us-east is already used")
+        for p in problems
+    )
+
+
+def test_quorum_rejection_says_the_smallest_valid_ack_quorum_and_why() -> None:
+    doc = base()
+    doc["replication"].update(ensemble_size=6, write_quorum=6, ack_quorum=2)
+    doc["regions"][0]["racks"][0]["bookies"].append({"name": "extra", "port": 1})
+    problems = problems_of(doc)
+    message = next(p for p in problems if p.startswith("replication: ack_quorum=2"))
+    assert "most even spread of write_quorum=6 copies over 3 regions is [2, 2, 2]" in message
+    assert "the smallest valid ack_quorum is 3" in message
+
+
+def test_region_loss_summary_counts_tolerated_region_losses() -> None:
+    doc = base()
+    doc["replication"].update(ensemble_size=6, write_quorum=6, ack_quorum=4)
+    topology = parse_topology(yaml.safe_dump(doc))
+    assert "up to 1 of 3 regions down" in region_loss_summary(topology)
+    assert "up to 0 of 3 regions down" in region_loss_summary(
+        parse_topology(yaml.safe_dump(base()))
+    )
+
+
+def test_invalid_yaml_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="not valid YAML"):
+        parse_topology("regions: [unclosed", "bad.yaml")
+    with pytest.raises(TopologyError, match="cannot read the file"):
+        load_topology(tmp_path / "missing.yaml")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(TopologyError, match="not UTF-8"):
+        load_topology(binary)

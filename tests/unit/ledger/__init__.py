@@ -1,0 +1,1 @@
+"""Unit tests of the ledger codecs (pure, no sockets)."""

@@ -1,0 +1,77 @@
+"""The layer arrows of DESIGN.md §2, checked over every module's imports (AST, no execution)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "global_meta": {"core"},
+    "placement": {"core"},
+    "ledger": {"global_meta", "placement", "core"},
+    "writer": {"ledger", "global_meta", "placement", "core"},
+    "reader": {"ledger", "global_meta", "placement", "core"},
+    "region": {"writer", "reader", "ledger", "global_meta", "placement", "core"},
+    "pipeline": {"reader", "writer", "global_meta", "core"},
+    "cli": {"region", "pipeline", "writer", "reader", "ledger", "global_meta", "placement", "core"},
+}
+FOREIGN_ONLY_IN = {"kazoo": "global_meta", "pyspark": "pipeline"}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def modules() -> list[tuple[str, Path]]:
+    return [
+        (package, path) for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))
+    ]
+
+
+def test_every_package_exists() -> None:
+    for package in ALLOWED:
+        assert (REPO / package / "__init__.py").is_file(), package
+
+
+def violations(package: str, imported: set[str]) -> list[str]:
+    """Every import of `imported` that `package` may not make."""
+    found = [
+        f"imports {name}; {package} may import {sorted(ALLOWED[package])}"
+        for name in sorted((imported & set(ALLOWED)) - ALLOWED[package] - {package})
+    ]
+    found += [
+        f"imports {foreign}; only {home} may"
+        for foreign, home in FOREIGN_ONLY_IN.items()
+        if foreign in imported and package != home
+    ]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "path"), modules(), ids=lambda v: str(v).replace(str(REPO), "")
+)
+def test_imports_follow_the_layer_arrows(package: str, path: Path) -> None:
+    assert violations(package, imports_of(path)) == [], path.relative_to(REPO)
+
+
+def test_the_checker_catches_upward_and_foreign_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import kazoo.client\nfrom writer.log import LogWriter\nfrom core import errors\n"
+    )
+    found = violations("reader", imports_of(sample))
+    assert found == [
+        "imports writer; reader may import ['core', 'global_meta', 'ledger', 'placement']",
+        "imports kazoo; only global_meta may",
+    ]

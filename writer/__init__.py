@@ -1,0 +1,1 @@
+"""globelog's log writer: stream ownership, sequencing and segment writes (later issues)."""
