@@ -27,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     check = topo_sub.add_parser("check", help="validate a topology file and summarise it")
     check.add_argument("file", nargs="?", default=None)
 
+    bench = commands.add_parser("bench", help="benchmarks that print their figures")
+    bench_sub = bench.add_subparsers(dest="action", required=True)
+    startup = bench_sub.add_parser("startup", help="time `cluster up` on fresh data dirs")
+    startup.add_argument("--topology", default=None)
+    startup.add_argument("--runs", type=int, default=3)
+
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
     cluster.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
@@ -114,6 +120,16 @@ async def _run_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_bench(args: argparse.Namespace) -> int:
+    from cli.bench_startup import bench_startup
+
+    if not 1 <= args.runs <= 20:
+        raise ConfigError(f"--runs {args.runs}: expected 1..20")
+    path = Path(args.topology or REPO_ROOT / "topology.yaml")
+    print(asyncio.run(bench_startup(load_topology(path), path, find_tools(), args.runs)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -125,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(region_loss_summary(topology))
             return 0
+        if args.command == "bench":
+            return _run_bench(args)
         return asyncio.run(_run_cluster(args))
     except GlobelogError as err:
         print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 from core.errors import ClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BOOKKEEPER_VERSION = "4.17.2"
+BOOKKEEPER_VERSION = "4.17.3"
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 
 

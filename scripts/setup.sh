@@ -8,7 +8,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${GLOBELOG_CACHE:-$ROOT/.cache}"
-BOOKKEEPER_VERSION=4.17.2
+BOOKKEEPER_VERSION=4.17.3
 TOXIPROXY_VERSION=v2.12.0
 PYTHON="${PYTHON:-python3}"
 

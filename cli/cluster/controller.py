@@ -229,6 +229,7 @@ async def status(cluster: Cluster) -> dict[str, Any]:
             "pid": record.pid,
             "state": processes.run_state(record).value,
             "log": record.log,
+            "ports": list(record.ports),
         }
         entry["healthy"], entry["detail"] = await _health(
             cluster, record, entry["state"], registered

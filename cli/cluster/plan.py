@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.tools import Tools
+from core.routes import plan_routes
 from core.topology import Bookie, Topology, ZkNode
 
 ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
@@ -24,6 +25,7 @@ class ProcessSpec:
     log: Path
     files: dict[Path, str] = field(default_factory=dict, hash=False)
     region: str | None = None
+    ports: tuple[int, ...] = ()
 
 
 def zk_dir(data_dir: Path, node: ZkNode) -> Path:
@@ -70,9 +72,9 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
         "org.apache.zookeeper.server.quorum.QuorumPeerMain",
         str(home / "zoo.cfg"),
     )
-    return ProcessSpec(
-        node.name, "zookeeper", argv, data_dir / "logs" / f"{node.name}.log", files, node.region
-    )
+    ports = (node.client.port, node.peer_port, node.election_port)
+    log = data_dir / "logs" / f"{node.name}.log"
+    return ProcessSpec(node.name, "zookeeper", argv, log, files, node.region, ports)
 
 
 def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path) -> str:
@@ -117,13 +119,17 @@ def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools
         data_dir / "logs" / f"{bookie.name}.log",
         {conf: bookie_conf(topology, bookie, data_dir)},
         bookie.region,
+        (bookie.endpoint.port,),
     )
 
 
 def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessSpec:
     api = topology.wan.toxiproxy
     argv = (tools.toxiproxy, "-host", api.host, "-port", str(api.port), "-seed", "7")
-    return ProcessSpec("toxiproxy", "toxiproxy", argv, data_dir / "logs" / "toxiproxy.log")
+    routes = plan_routes(topology)
+    ports = (api.port, *(route.listen.port for route in routes))
+    log = data_dir / "logs" / "toxiproxy.log"
+    return ProcessSpec("toxiproxy", "toxiproxy", argv, log, ports=ports)
 
 
 def init_metadata_argv(topology: Topology, data_dir: Path, tools: Tools) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ class ProcessRecord:
     argv: list[str]
     log: str
     region: str | None
+    ports: tuple[int, ...] = ()
 
 
 def _proc_state(pid: int) -> str | None:
@@ -88,7 +89,7 @@ def start(spec: ProcessSpec) -> ProcessRecord:
         except OSError as err:
             raise ClusterError(f"start {spec.name}: {err.strerror}: {spec.argv[0]}") from err
     return ProcessRecord(
-        spec.name, spec.kind, process.pid, list(spec.argv), str(spec.log), spec.region
+        spec.name, spec.kind, process.pid, list(spec.argv), str(spec.log), spec.region, spec.ports
     )
 
 
@@ -127,7 +128,10 @@ def load_state(data_dir: Path) -> dict[str, ProcessRecord]:
         return {}
     try:
         document = json.loads(path.read_text())
-        return {name: ProcessRecord(**fields) for name, fields in document["processes"].items()}
+        return {
+            name: ProcessRecord(**{**fields, "ports": tuple(fields.get("ports", ()))})
+            for name, fields in document["processes"].items()
+        }
     except (ValueError, KeyError, TypeError) as err:
         raise ClusterError(f"{path}: unreadable cluster state ({err!r}); remove it") from err
 

@@ -59,6 +59,7 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert len(zk) == 3 and all(p["healthy"] for p in zk)
         assert sum(p["kind"] == "bookie" for p in report["processes"].values()) == 6
         assert len(report["wan"]) == 12
+        assert all(p["ports"] and p["log"] for p in report["processes"].values())
         assert processes_mentioning(str(data)), "the cluster's processes should be running"
     finally:
         down = globelog("cluster", *common, "down")

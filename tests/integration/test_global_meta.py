@@ -109,11 +109,10 @@ async def test_session_expiry_is_observed(store: MetaStore) -> None:
     await store.create("/lease", ephemeral=True)
     await expire_session(store)
     states = [(await asyncio.wait_for(waiter, WAIT_S)).state]
-    while states[-1] is not SessionState.CONNECTED:
+    # The connection drops (suspended), the client may briefly re-attach to the old session,
+    # then the server reports it gone (expired) and a new session connects.
+    while SessionState.EXPIRED not in states or states[-1] is not SessionState.CONNECTED:
         states.append((await asyncio.wait_for(events.__anext__(), WAIT_S)).state)
-    # The connection drops (suspended) and the server reports the session gone (expired).
-    assert SessionState.EXPIRED in states, states
-    assert states.index(SessionState.EXPIRED) < len(states) - 1
     assert store.session_id != before
     assert await store.exists("/lease") is None  # the server dropped the expired ephemeral
     await events.aclose()

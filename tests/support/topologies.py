@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -11,36 +12,38 @@ REGIONS = ("us-east", "us-west", "eu-west")
 CI_LATENCY_MS = {("us-east", "us-west"): 4, ("us-east", "eu-west"): 4, ("us-west", "eu-west"): 7}
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free right now (bound together so they are distinct)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+# Below the kernel's ephemeral range (32768+), so outgoing connections never take these
+# ports between the check and the server's bind; random, so concurrent runs rarely meet.
+PORT_LOW, PORT_HIGH = 20000, 32000
 
 
-def free_port_block(size: int, low: int = 30000, high: int = 60000) -> int:
-    """A base port whose next `size` ports are all free now (for WAN proxy listen ports)."""
-    for base in range(low, high - size, size):
-        probes = []
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
         try:
-            for port in range(base, base + size):
-                sock = socket.socket()
-                probes.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
+            sock.bind(("127.0.0.1", port))
         except OSError:
-            continue
-        finally:
-            for sock in probes:
-                sock.close()
-    raise RuntimeError("no free port block")
+            return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports that are free right now."""
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = random.randrange(PORT_LOW, PORT_HIGH)
+        if port not in chosen and _bindable(port):
+            chosen.append(port)
+    return chosen
+
+
+def free_port_block(size: int, avoid: list[int]) -> int:
+    """A base port whose next `size` ports are all free now (for WAN proxy listen ports)."""
+    for _ in range(1000):
+        base = random.randrange(PORT_LOW, PORT_HIGH - size)
+        block = range(base, base + size)
+        if not set(block) & set(avoid) and all(_bindable(p) for p in block):
+            return base
+    raise RuntimeError(f"no block of {size} free ports in {PORT_LOW}..{PORT_HIGH}")
 
 
 def topology_document(
@@ -48,7 +51,8 @@ def topology_document(
 ) -> dict[str, object]:
     """The default topology's shape with fresh ports."""
     bookies = len(REGIONS) * racks * bookies_per_rack
-    ports = iter(free_ports(bookies + zk_nodes * 3 + len(REGIONS) * 2 + 1))
+    port_list = free_ports(bookies + zk_nodes * 3 + len(REGIONS) * 2 + 1)
+    ports = iter(port_list)
     regions = []
     for region in REGIONS:
         short = "".join(part[0] for part in region.split("-"))
@@ -95,7 +99,7 @@ def topology_document(
         "regions": regions,
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
-            "listen_port_base": free_port_block(len(REGIONS) * bookies),
+            "listen_port_base": free_port_block(len(REGIONS) * bookies, port_list),
             "default_profile": "ci",
             "profiles": {"ci": links},
         },

@@ -1,0 +1,144 @@
+"""Ledger metadata in ZooKeeper, in BookKeeper's own layout: id allocation, create, read, CAS.
+
+Ledgers written this way are ordinary ledgers to BookKeeper's tools and to the bookies'
+garbage collector (a ledger missing from /ledgers is garbage to a bookie).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from core import errors
+from global_meta import ANY_VERSION, MetaStore
+from ledger.errors import LedgerIdOverflowError
+from ledger.metadata import (
+    LEDGERS_ROOT,
+    LedgerIdGenLayout,
+    LedgerMetadata,
+    hob_high_bits,
+    ledger_path,
+    long_ledger_id,
+    parse_metadata,
+    serialize_metadata,
+    short_ledger_id,
+)
+
+ID_ATTEMPTS_MAX = 8  # an id collides only if someone created that znode by hand
+
+
+class LedgerExistsError(errors.GlobelogError):
+    code = "ledger_exists"
+
+
+class NoSuchLedgerMetadataError(errors.GlobelogError):
+    code = "ledger_not_found"
+
+
+class LedgerMetadataConflictError(errors.GlobelogError):
+    """A compare-and-set lost to another writer; re-read the metadata and decide again."""
+
+    code = "ledger_metadata_conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedMetadata:
+    ledger_id: int
+    metadata: LedgerMetadata
+    version: int
+
+
+class LedgerMetadataStore:
+    """BookKeeper-compatible ledger metadata over one MetaStore session."""
+
+    def __init__(self, store: MetaStore, root: str = LEDGERS_ROOT) -> None:
+        self._store = store
+        self._root = root
+        self._ids = LedgerIdGenLayout(root)
+
+    async def allocate_id(self) -> int:
+        """A new ledger id from BookKeeper's generator scheme (short ids, then long ids)."""
+        if await self._store.exists(self._ids.long_root) is None:
+            try:
+                return await self._sequential_id(self._ids.short_prefix, None)
+            except LedgerIdOverflowError:
+                await self._ensure(self._ids.long_root)
+        return await self._long_id()
+
+    async def _sequential_id(self, prefix: str, high_bits: int | None) -> int:
+        created = await self._store.create(
+            prefix, ephemeral=True, sequential=True, make_parents=True
+        )
+        try:
+            if high_bits is None:
+                return short_ledger_id(created, prefix)
+            return long_ledger_id(high_bits, created, prefix)
+        finally:
+            await self._store.delete(created, version=ANY_VERSION)
+
+    async def _long_id(self) -> int:
+        for _ in range(ID_ATTEMPTS_MAX):
+            children = await self._store.children(self._ids.long_root)
+            high = max((h for c in children if (h := hob_high_bits(c)) is not None), default=0)
+            if high == 0:
+                high = 1
+                await self._ensure(self._ids.hob_path(high))
+            try:
+                return await self._sequential_id(self._ids.long_prefix(high), high)
+            except LedgerIdOverflowError:
+                await self._ensure(self._ids.hob_path(high + 1))
+        raise errors.MetadataError(f"no long ledger id after {ID_ATTEMPTS_MAX} attempts")
+
+    async def _ensure(self, path: str) -> None:
+        with contextlib.suppress(errors.NodeExistsError):
+            await self._store.create(path, make_parents=True)
+
+    async def create(self, metadata: LedgerMetadata) -> VersionedMetadata:
+        """Allocates an id and writes the metadata znode; retries the rare id collision."""
+        for _ in range(ID_ATTEMPTS_MAX):
+            ledger_id = await self.allocate_id()
+            try:
+                await self.create_with_id(ledger_id, metadata)
+            except LedgerExistsError:
+                continue
+            return VersionedMetadata(ledger_id, metadata, 0)
+        raise errors.MetadataError(f"no free ledger id after {ID_ATTEMPTS_MAX} attempts")
+
+    async def create_with_id(self, ledger_id: int, metadata: LedgerMetadata) -> None:
+        path = ledger_path(ledger_id, self._root)
+        try:
+            await self._store.create(path, serialize_metadata(metadata), make_parents=True)
+        except errors.NodeExistsError as err:
+            raise LedgerExistsError(f"ledger {ledger_id} already exists at {path}") from err
+
+    async def read(self, ledger_id: int) -> VersionedMetadata:
+        path = ledger_path(ledger_id, self._root)
+        try:
+            data, stat = await self._store.get(path)
+        except errors.NoNodeError as err:
+            raise NoSuchLedgerMetadataError(f"ledger {ledger_id}: no metadata at {path}") from err
+        return VersionedMetadata(ledger_id, parse_metadata(data), stat.version)
+
+    async def write(
+        self, current: VersionedMetadata, metadata: LedgerMetadata
+    ) -> VersionedMetadata:
+        """Compare-and-set from `current`; LedgerMetadataConflictError if it changed meanwhile."""
+        path = ledger_path(current.ledger_id, self._root)
+        try:
+            stat = await self._store.set(
+                path, serialize_metadata(metadata), version=current.version
+            )
+        except errors.BadVersionError as err:
+            raise LedgerMetadataConflictError(
+                f"ledger {current.ledger_id}: metadata changed since version {current.version}"
+            ) from err
+        except errors.NoNodeError as err:
+            raise NoSuchLedgerMetadataError(f"ledger {current.ledger_id}: deleted") from err
+        return VersionedMetadata(current.ledger_id, metadata, stat.version)
+
+    async def delete(self, ledger_id: int, version: int = ANY_VERSION) -> None:
+        path = ledger_path(ledger_id, self._root)
+        try:
+            await self._store.delete(path, version=version)
+        except errors.NoNodeError as err:
+            raise NoSuchLedgerMetadataError(f"ledger {ledger_id}: no metadata at {path}") from err

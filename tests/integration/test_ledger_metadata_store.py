@@ -1,0 +1,86 @@
+"""Ledger metadata in BookKeeper's own ZooKeeper layout, read back by BookKeeper's shell."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cli.cluster.controller import Cluster
+from cli.tools import Tools
+from global_meta import MetaStore
+from ledger.entry import DigestType
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState, ledger_path
+from ledger.metadata_store import (
+    LedgerMetadataConflictError,
+    LedgerMetadataStore,
+    NoSuchLedgerMetadataError,
+)
+from tests.support.bookkeeper_java import bookie_shell
+
+
+@pytest.fixture
+async def ledgers(cluster: Cluster) -> AsyncIterator[LedgerMetadataStore]:
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        yield LedgerMetadataStore(store)
+
+
+def sample(cluster: Cluster) -> LedgerMetadata:
+    bookies = tuple(region.bookies[0].bookie_id for region in cluster.topology.regions)
+    return LedgerMetadata(
+        3,
+        3,
+        2,
+        (Ensemble(0, bookies),),
+        DigestType.CRC32C,
+        b"secret",
+        ctime=1_700_000_000_000,
+        custom_metadata=(("owner", b"globelog"),),
+    )
+
+
+async def test_create_read_and_compare_and_set(
+    cluster: Cluster, ledgers: LedgerMetadataStore
+) -> None:
+    first = await ledgers.create(sample(cluster))
+    second = await ledgers.create(sample(cluster))
+    assert second.ledger_id > first.ledger_id
+    read = await ledgers.read(first.ledger_id)
+    assert read.metadata == sample(cluster) and read.version == 0
+
+    closed = LedgerMetadata(
+        3,
+        3,
+        2,
+        read.metadata.ensembles,
+        DigestType.CRC32C,
+        b"secret",
+        state=LedgerState.CLOSED,
+        last_entry_id=9,
+        length=1000,
+        ctime=read.metadata.ctime,
+        custom_metadata=read.metadata.custom_metadata,
+    )
+    written = await ledgers.write(read, closed)
+    assert written.version == 1
+    with pytest.raises(LedgerMetadataConflictError, match="changed since version 0"):
+        await ledgers.write(read, closed)
+    assert (await ledgers.read(first.ledger_id)).metadata.state is LedgerState.CLOSED
+
+    await ledgers.delete(second.ledger_id)
+    with pytest.raises(NoSuchLedgerMetadataError, match=ledger_path(second.ledger_id)):
+        await ledgers.read(second.ledger_id)
+
+
+async def test_bookkeeper_shell_reads_globelog_metadata(
+    cluster: Cluster, tools: Tools, ledgers: LedgerMetadataStore
+) -> None:
+    created = await ledgers.create(sample(cluster))
+    output = bookie_shell(cluster, tools, "ledgermetadata", "-ledgerid", str(created.ledger_id))
+    line = next(x for x in output.splitlines() if "LedgerMetadata{" in x)
+    bookies = ", ".join(sample(cluster).ensembles[0].bookies)
+    assert "ensembleSize=3, writeQuorumSize=3, ackQuorumSize=2, state=OPEN" in line
+    assert "digestType=CRC32C" in line
+    assert f"ensembles={{0=[{bookies}]}}" in line
+    listed = bookie_shell(cluster, tools, "listledgers")
+    assert f"ledgerID: {created.ledger_id}" in listed
