@@ -37,7 +37,7 @@ bookkeeper_jars() {
   say "resolving BookKeeper $BOOKKEEPER_VERSION jars with Maven into $dir"
   rm -rf "$dir/jars"
   mkdir -p "$dir"
-  mvn -q -B -f "$ROOT/scripts/bookkeeper-jars.pom.xml" \
+  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/bookkeeper-jars.pom.xml" \
     -Dbookkeeper.version="$BOOKKEEPER_VERSION" \
     dependency:copy-dependencies -DoutputDirectory="$dir/jars"
   touch "$dir/.complete"
