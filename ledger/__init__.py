@@ -1,13 +1,14 @@
-"""globelog's BookKeeper ledger client: sans-IO codecs for the bookie wire protocol and metadata.
+"""globelog's BookKeeper ledger client: wire codecs, connections, pure machines, drivers.
 
-Modules (bytes in, bytes out; no sockets, no asyncio):
-  codes       the numbers of BookKeeper's v3 protocol (versions, operations, status codes, flags)
-  errors      the ledger errors and the one table mapping bookie status codes to them
-  protobuf    a minimal, bounded proto2 wire-format encoder and parser
-  messages    typed v3 requests and responses and their protobuf bodies
-  frames      the 4-byte length-prefixed framing: encode_request, FrameDecoder
-  entry       entry and explicit-LAC packets with digests; master key derivation
-  metadata    LedgerMetadata in BookKeeper's v3 binary format; znode paths; ledger id generation
+Sans-IO codecs (bytes in, bytes out):
+  codes, errors, protobuf, messages, message_codec, frames, entry, metadata
+Pure state machines (events in, actions out; time is an input; no IO):
+  add_state (+ add_events), recovery_state (+ recovery_events), read_lac_state, read_state,
+  signals (what the machines share), backoff, inflight
+Asyncio drivers (sockets and ZooKeeper):
+  connection (one pipelined connection), bookie_pool and bookie_client (per-bookie pool),
+  slots, connection_errors, metadata_store (ledger metadata in BookKeeper's ZooKeeper layout),
+  ping (one-shot round trip)
 
-docs/wire-protocol.md describes the facts these modules implement and where they come from.
+docs/wire-protocol.md describes the protocol facts the codecs implement and where they come from.
 """

@@ -1,0 +1,142 @@
+"""The events `AddState` takes and the actions it emits (see ledger.add_state)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ledger.metadata import Ensemble
+from ledger.signals import BookieFailure, Ticked
+
+
+class AddErrorKind(enum.Enum):
+    FENCED = "fenced"  # another client fenced the ledger (recovery): this writer lost it
+    UNAUTHORIZED = "unauthorized"  # a bookie refused the ledger password
+    CLOSED = "closed"  # the handle (or the ledger's metadata) is closed
+    ENSEMBLE_CHANGE_FAILED = "ensemble_change_failed"  # no replacement, or metadata failed
+    TOO_MANY_ENSEMBLE_CHANGES = "too_many_ensemble_changes"  # AddConfig.ensemble_changes_max
+
+
+@dataclass(frozen=True, slots=True)
+class AddError:
+    kind: AddErrorKind
+    message: str
+
+
+# Answers that end the handle instead of replacing the bookie (BK: LedgerFenced, Unauthorized).
+FATAL_ANSWERS: Mapping[BookieFailure, tuple[AddErrorKind, str]] = MappingProxyType(
+    {
+        BookieFailure.FENCED: (
+            AddErrorKind.FENCED,
+            "another client fenced the ledger to recover it; this writer no longer owns it",
+        ),
+        BookieFailure.UNAUTHORIZED: (AddErrorKind.UNAUTHORIZED, "the ledger password was refused"),
+    }
+)
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class AddAcked:
+    entry_id: int
+    bookie: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddFailed:
+    entry_id: int
+    bookie: str
+    kind: BookieFailure
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleChanged:
+    """The metadata now holds `ensemble` from `first_entry_id` (= the LAC + 1 asked for)."""
+
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleChangeFailed:
+    """kind: FENCED (metadata IN_RECOVERY), CLOSED, or ENSEMBLE_CHANGE_FAILED (no bookies...)."""
+
+    kind: AddErrorKind
+    reason: str
+
+
+AddEvent = AddAcked | AddFailed | EnsembleChanged | EnsembleChangeFailed | Ticked
+
+# --------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class SendAdd:
+    """Send entry `entry_id` to `bookie` (ensemble position `bookie_index`).
+
+    The packet header carries `lac` (the LAC when the entry was submitted) and `length` (the
+    ledger's length through this entry); both are fixed per entry, so a resend is the same bytes.
+    """
+
+    entry_id: int
+    bookie_index: int
+    bookie: str
+    lac: int
+    length: int
+    recovery: bool  # AddFlag.RECOVERY_ADD: the bookie skips the fence check
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteAdds:
+    """Entries first..last are durable (acked by a quorum), in order; the LAC is now `last`."""
+
+    first_entry_id: int
+    last_entry_id: int
+    length: int  # the ledger's length through last_entry_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEnsemble:
+    """Replace the bookies at `indices`; the new ensemble serves entries from `first_entry_id`.
+
+    persist: write it to the metadata now (a writer: CAS on an OPEN ledger, then feed
+    EnsembleChanged). False during recovery: only feed EnsembleChanged; `CloseLedger.ensembles`
+    carries it into the closed metadata. As in BookKeeper, a recovery that fails half way then
+    leaves no ensemble behind that would send the next recovery to the wrong bookies.
+    """
+
+    first_entry_id: int
+    indices: tuple[int, ...]
+    bookies: tuple[str, ...]  # the failed bookies at those indices
+    persist: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FailAdds:
+    entry_ids: tuple[int, ...]
+    error: AddError
+
+
+@dataclass(frozen=True, slots=True)
+class CloseLedger:
+    """Write the ledger's metadata as CLOSED at `last_entry_id` with `length` bytes.
+
+    `ensembles`: ensembles recovery changed to and did not persist, to add to the history in
+    the same write (one starting where the last one starts replaces it). Empty for a writer.
+    """
+
+    last_entry_id: int
+    length: int
+    ensembles: tuple[Ensemble, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FailClose:
+    error: AddError
+
+
+AddAction = SendAdd | CompleteAdds | ChangeEnsemble | FailAdds | CloseLedger | FailClose

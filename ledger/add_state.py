@@ -1,0 +1,398 @@
+"""The writer side of one ledger handle as a pure state machine: striping, acks, LAC, close.
+
+Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-IO):
+
+- `submit(payload_len)` gives the next entry id and emits one `SendAdd` per bookie of the
+  entry's write set (round-robin striping over the current ensemble).
+- An entry completes once `ack_quorum` bookies of its write set acked it (the full write
+  quorum for recovery adds) AND every earlier entry completed: `CompleteAdds` comes strictly
+  in entry order and moves the LAC, which later entries piggyback (`SendAdd.lac`).
+- A failed or timed-out bookie (other than fenced/unauthorized) starts one ensemble change:
+  `ChangeEnsemble` from entry LAC+1. Completions wait for it, since the new ensemble's first
+  entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
+  bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
+- Fenced, unauthorized or a failed ensemble change end the handle: `FailAdds` for every
+  pending entry; later `submit` calls are refused (None) and `error` says why.
+- `begin_close()` waits for pending adds, then emits `CloseLedger(last_entry_id=LAC, length)`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ledger.add_events import (
+    FATAL_ANSWERS,
+    AddAcked,
+    AddAction,
+    AddError,
+    AddErrorKind,
+    AddEvent,
+    AddFailed,
+    ChangeEnsemble,
+    CloseLedger,
+    CompleteAdds,
+    EnsembleChanged,
+    EnsembleChangeFailed,
+    FailAdds,
+    FailClose,
+    SendAdd,
+)
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.metadata import Ensemble, write_set_indices
+from ledger.signals import Outbox, Ticked
+
+PENDING_ADDS_MAX = 1000  # adds in flight per handle; `room` is 0 beyond it (backpressure)
+ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
+ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
+
+
+@dataclass(frozen=True, slots=True)
+class AddConfig:
+    add_timeout_s: float = ADD_TIMEOUT_S
+    pending_adds_max: int = PENDING_ADDS_MAX
+    ensemble_changes_max: int = ENSEMBLE_CHANGES_MAX
+
+    def __post_init__(self) -> None:
+        assert self.add_timeout_s > 0, self.add_timeout_s
+        assert self.pending_adds_max > 0, self.pending_adds_max
+        assert self.ensemble_changes_max >= 0, self.ensemble_changes_max
+
+
+class _Phase(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"  # begin_close() was called: waiting for the pending adds
+    CLOSED = "closed"  # CloseLedger was emitted (terminal)
+    FAILED = "failed"  # FailAdds was emitted for everything (terminal)
+
+
+@dataclass(slots=True)
+class _Pending:
+    entry_id: int
+    lac: int
+    length: int
+    write_set: tuple[int, ...]
+    acked: set[int] = field(default_factory=set)  # ensemble positions
+    sent_s: dict[int, float] = field(default_factory=dict)  # in flight: position -> sent at
+
+
+class AddState:
+    """The adds of one ledger handle. Feed `submit`, `begin_close` and `handle`; drain
+    `take_actions()` after each call and carry them out in order."""
+
+    def __init__(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        *,
+        lac: int = INVALID_ENTRY_ID,
+        length: int = 0,
+        recovery: bool = False,
+        now_s: float = 0.0,
+        config: AddConfig | None = None,
+    ) -> None:
+        assert 1 <= ack_quorum <= write_quorum <= len(ensemble), (ensemble, write_quorum)
+        assert lac >= INVALID_ENTRY_ID and length >= 0, (lac, length)
+        self.config = config if config is not None else AddConfig()
+        self._ensemble = tuple(ensemble)
+        self._write_quorum = write_quorum
+        # Recovery re-adds restore the full write quorum before the ledger is closed.
+        self._acks_needed = write_quorum if recovery else ack_quorum
+        self._recovery = recovery
+        self._now_s = now_s
+        self._lac = lac
+        self._length = length  # through the LAC
+        self._pushed_length = length  # through the last submitted entry
+        self._next_entry_id = lac + 1
+        self._pending: dict[int, _Pending] = {}
+        self._phase = _Phase.OPEN
+        self._changing: tuple[int, ...] | None = None  # positions of the change in progress
+        self._failed_later: set[int] = set()  # positions that failed during that change
+        self._changes = 0
+        self._new_ensembles: tuple[Ensemble, ...] = ()  # recovery's, in entry order
+        self._error: AddError | None = None
+        self._outbox: Outbox[AddAction] = Outbox()
+
+    # ------------------------------------------------------------------------ observers
+
+    @property
+    def lac(self) -> int:
+        """Last add confirmed: entries 0..lac completed."""
+        return self._lac
+
+    @property
+    def lap(self) -> int:
+        """Last add pushed: the highest entry id handed out."""
+        return self._next_entry_id - 1
+
+    @property
+    def length(self) -> int:
+        """The ledger's length through the LAC."""
+        return self._length
+
+    @property
+    def pushed_length(self) -> int:
+        return self._pushed_length
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self._ensemble
+
+    @property
+    def unpersisted_ensembles(self) -> tuple[Ensemble, ...]:
+        """Recovery only: the ensembles changed to, which the closing metadata write adds."""
+        return self._new_ensembles
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def room(self) -> int:
+        """How many more adds `submit` takes now; 0 means wait for a completion."""
+        return self.config.pending_adds_max - len(self._pending)
+
+    @property
+    def error(self) -> AddError | None:
+        """Why `submit` refuses: the failure, or CLOSED once closing; None while open."""
+        if self._phase in (_Phase.CLOSING, _Phase.CLOSED):
+            return AddError(AddErrorKind.CLOSED, f"the ledger handle is {self._phase.value}")
+        return self._error
+
+    @property
+    def is_terminal(self) -> bool:
+        return self._phase in (_Phase.CLOSED, _Phase.FAILED)
+
+    def next_wakeup_s(self) -> float | None:
+        """When the next add times out (tick then), or None when nothing is in flight."""
+        sent = [s for p in self._pending.values() for s in p.sent_s.values()]
+        return min(sent) + self.config.add_timeout_s if sent else None
+
+    def take_actions(self) -> list[AddAction]:
+        return self._outbox.take()
+
+    # --------------------------------------------------------------------------- inputs
+
+    def submit(self, payload_len: int) -> int | None:
+        """The new entry's id, or None when the handle refuses adds (see `error`).
+
+        The driver must respect `room` (backpressure): submitting beyond it is a bug.
+        """
+        assert payload_len >= 0, payload_len
+        if self._phase is not _Phase.OPEN:
+            return None
+        assert self.room > 0, f"submit beyond {self.config.pending_adds_max} pending adds"
+        entry_id = self._next_entry_id
+        self._next_entry_id += 1
+        self._pushed_length += payload_len
+        ws = write_set_indices(entry_id, len(self._ensemble), self._write_quorum)
+        pending = _Pending(entry_id, self._lac, self._pushed_length, ws)
+        self._pending[entry_id] = pending
+        failed = self._known_failed()
+        for index in ws:
+            if index not in failed:  # sent once the change replaces it
+                self._send(pending, index)
+        return entry_id
+
+    def begin_close(self) -> None:
+        """Close once every pending add completed. No-op if closing, closed or failed."""
+        if self._phase is _Phase.OPEN:
+            self._phase = _Phase.CLOSING
+            self._maybe_close()
+
+    def handle(self, event: AddEvent) -> None:
+        if isinstance(event, Ticked):
+            assert event.now_s >= self._now_s, f"time went back: {event.now_s} < {self._now_s}"
+            self._now_s = event.now_s
+        if self.is_terminal:
+            return  # late answers to a finished handle change nothing
+        match event:
+            case AddAcked():
+                self._on_acked(event)
+            case AddFailed():
+                self._on_failed(event)
+            case EnsembleChanged():
+                self._on_ensemble_changed(event)
+            case EnsembleChangeFailed():
+                self._on_change_failed(event)
+            case Ticked():
+                self._on_tick()
+
+    # --------------------------------------------------------------------------- events
+
+    def _on_acked(self, event: AddAcked) -> None:
+        pending = self._pending.get(event.entry_id)
+        index = self._position(pending, event.bookie)
+        if pending is None or index is None:
+            return  # completed already, or the bookie was replaced: a stale answer
+        pending.sent_s.pop(index, None)
+        pending.acked.add(index)
+        self._complete_ready()
+
+    def _on_failed(self, event: AddFailed) -> None:
+        pending = self._pending.get(event.entry_id)
+        index = self._position(pending, event.bookie)
+        if pending is None or index is None:
+            return
+        fatal = FATAL_ANSWERS.get(event.kind)
+        if fatal is not None:
+            kind, why = fatal
+            where = f"entry {event.entry_id}: bookie {event.bookie} answered {event.kind.value}"
+            self._fail(AddError(kind, f"{where}: {why}"))
+        else:  # any other failure: replace the bookie
+            pending.sent_s.pop(index, None)
+            self._positions_failed({index})
+
+    def _on_tick(self) -> None:
+        expired: set[int] = set()
+        for pending in self._pending.values():
+            for index, sent_s in list(pending.sent_s.items()):
+                if self._now_s - sent_s >= self.config.add_timeout_s:
+                    del pending.sent_s[index]
+                    expired.add(index)
+        if expired:  # one ensemble change for every position that timed out on this tick
+            self._positions_failed(expired)
+
+    def _on_ensemble_changed(self, event: EnsembleChanged) -> None:
+        assert self._changing is not None, "EnsembleChanged without a ChangeEnsemble"
+        assert event.first_entry_id == self._lac + 1, (event.first_entry_id, self._lac)
+        assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
+        changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
+        self._ensemble = tuple(event.ensemble)
+        if self._recovery:  # not in the metadata yet: the close writes them
+            kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
+            self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
+        self._changing = None
+        still_failed, self._failed_later = self._failed_later - changed, set()
+        for pending in self._pending.values():
+            for index in pending.write_set:
+                if index in changed:  # the old bookie's copy is not where readers will look
+                    pending.acked.discard(index)
+                    pending.sent_s.pop(index, None)
+                idle = index not in pending.acked and index not in pending.sent_s
+                if idle and index not in still_failed:
+                    self._send(pending, index)
+        if still_failed:
+            self._start_change(still_failed)
+        else:
+            self._complete_ready()
+
+    def _on_change_failed(self, event: EnsembleChangeFailed) -> None:
+        assert self._changing is not None, "EnsembleChangeFailed without a ChangeEnsemble"
+        assert event.kind is not AddErrorKind.TOO_MANY_ENSEMBLE_CHANGES, event
+        replaced = ", ".join(self._ensemble[i] for i in self._changing)
+        what = f"ensemble change from entry {self._lac + 1} (replacing {replaced})"
+        self._fail(AddError(event.kind, f"{what} failed: {event.reason}"))
+
+    # -------------------------------------------------------------------------- helpers
+
+    def _position(self, pending: _Pending | None, bookie: str) -> int | None:
+        """The position in `pending`'s write set that `bookie` holds now, if any."""
+        if pending is None:
+            return None
+        for index in pending.write_set:
+            if self._ensemble[index] == bookie:
+                return index
+        return None
+
+    def _known_failed(self) -> set[int]:
+        return set(self._changing or ()) | self._failed_later
+
+    def _send(self, pending: _Pending, index: int) -> None:
+        pending.sent_s[index] = self._now_s
+        bookie = self._ensemble[index]
+        self._emit(
+            SendAdd(pending.entry_id, index, bookie, pending.lac, pending.length, self._recovery)
+        )
+
+    def _positions_failed(self, indices: set[int]) -> None:
+        if self._changing is not None:  # one change at a time; the next one follows it
+            self._failed_later |= indices - set(self._changing)
+            return
+        self._start_change(indices)
+
+    def _start_change(self, indices: set[int]) -> None:
+        if self._changes >= self.config.ensemble_changes_max:
+            failed = ", ".join(self._ensemble[i] for i in sorted(indices))
+            self._fail(
+                AddError(
+                    AddErrorKind.TOO_MANY_ENSEMBLE_CHANGES,
+                    f"bookie(s) {failed} failed after {self._changes} ensemble changes "
+                    f"(the limit is {self.config.ensemble_changes_max})",
+                )
+            )
+            return
+        self._changes += 1
+        self._changing = tuple(sorted(indices))
+        bookies = tuple(self._ensemble[i] for i in self._changing)
+        persist = not self._recovery
+        self._emit(ChangeEnsemble(self._lac + 1, self._changing, bookies, persist))
+
+    def _complete_ready(self) -> None:
+        if self._changing is not None:
+            return  # the new ensemble starts at LAC + 1: the LAC must not move meanwhile
+        first = self._lac + 1
+        while (head := self._pending.get(self._lac + 1)) and len(head.acked) >= self._acks_needed:
+            del self._pending[head.entry_id]
+            self._lac = head.entry_id
+            self._length = head.length
+        if self._lac >= first:
+            self._emit(CompleteAdds(first, self._lac, self._length))
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self._phase is _Phase.CLOSING and not self._pending and self._changing is None:
+            self._emit(CloseLedger(self._lac, self._length))
+            self._enter_terminal(_Phase.CLOSED)
+
+    def _fail(self, error: AddError) -> None:
+        entries = tuple(sorted(self._pending))
+        self._pending.clear()
+        self._changing = None
+        self._failed_later = set()
+        self._error = error
+        if entries:
+            self._emit(FailAdds(entries, error))
+        if self._phase is _Phase.CLOSING:
+            self._emit(FailClose(error))
+        self._enter_terminal(_Phase.FAILED)
+
+    def _enter_terminal(self, phase: _Phase) -> None:
+        self._phase = phase
+        self._outbox.seal()
+
+    def _emit(self, action: AddAction) -> None:
+        self._outbox.emit(action)
+
+    # ----------------------------------------------------------------------- invariants
+
+    def validate(self) -> None:
+        """Assert the invariants; tests call this after every input."""
+        assert self._lac <= self.lap, (self._lac, self.lap)
+        assert 0 <= self._length <= self._pushed_length, (self._length, self._pushed_length)
+        assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
+        assert self._changes <= self.config.ensemble_changes_max, self._changes
+        if self.is_terminal:
+            assert not self._pending and self._changing is None, "work left after the end"
+            assert self._outbox.sealed, "terminal but still emitting"
+            return
+        assert list(self._pending) == list(range(self._lac + 1, self._next_entry_id)), (
+            f"pending {list(self._pending)} is not LAC+1..LAP ({self._lac}..{self.lap})"
+        )
+        previous_length = self._length
+        for pending in self._pending.values():
+            ws = write_set_indices(pending.entry_id, len(self._ensemble), self._write_quorum)
+            assert pending.write_set == ws, (pending.entry_id, pending.write_set)
+            assert pending.acked <= set(ws) and set(pending.sent_s) <= set(ws), pending
+            assert not pending.acked & set(pending.sent_s), f"acked and in flight: {pending}"
+            assert pending.lac < pending.entry_id and pending.length >= previous_length, pending
+            previous_length = pending.length
+        if self._changing is None:
+            assert not self._failed_later, self._failed_later
+            head = self._pending.get(self._lac + 1)
+            assert head is None or len(head.acked) < self._acks_needed, "held completion"
+            assert not (self._phase is _Phase.CLOSING and not self._pending), "close not sent"
+        else:
+            assert not self._failed_later & set(self._changing), self._failed_later

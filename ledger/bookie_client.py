@@ -1,0 +1,362 @@
+"""Typed requests to bookies by bookie id: the calls the writer, reader and recovery make.
+
+Each call returns the decoded response when the bookie answered EOK, and otherwise raises
+either the bookie's verdict (a `ledger.errors.BookieError`, from the one status table) or a
+`ledger.connection_errors` error (no verdict: unreachable, timed out, connection failed).
+Both are `core.errors.GlobelogError`s with a code and a retriable flag.
+
+After each request an optional observer learns (bookie id, operation, seconds, healthy), so the
+placement health tracker can learn latencies without this package knowing it. `healthy` is
+True when the bookie answered EOK or a definite non-retriable verdict about the data (no such
+entry, fenced, ...), False for timeouts, connection failures and retriable statuses (EIO,
+read-only, overloaded). A caller's own cancellation is not reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import random
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TypeVar
+
+from core.errors import GlobelogError
+from core.routes import PublishedTopology
+from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
+from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, ReadFlag, StatusCode
+from ledger.connection import Clock, RequestFactory
+from ledger.connection_errors import BookieProtocolError
+from ledger.errors import status_error
+from ledger.messages import (
+    AddRequest,
+    AddResponse,
+    ForceLedgerRequest,
+    ForceLedgerResponse,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Response,
+    WriteLacRequest,
+    WriteLacResponse,
+)
+
+__all__ = ["BookieClient", "BookieClientConfig", "BookieResolver", "ClientOperation"]
+
+# BKPacketHeader.priority the Java client gives recovery adds and fencing reads
+# (DEFAULT_HIGH_PRIORITY_VALUE): bookies serve them from their high-priority pool.
+HIGH_PRIORITY = 100
+# A long poll longer than this is a programming error; DistributedLog readers poll for 1 s.
+LONG_POLL_TIMEOUT_MS_MAX = 60_000
+ALL_BOOKIE_INFO = BookieInfoFlag.TOTAL_DISK_CAPACITY | BookieInfoFlag.FREE_DISK_SPACE
+
+
+class ClientOperation(enum.StrEnum):
+    """What a request was, as reported to the latency observer."""
+
+    ADD_ENTRY = "add_entry"
+    RECOVERY_ADD = "recovery_add"
+    READ_ENTRY = "read_entry"
+    FENCING_READ = "fencing_read"
+    READ_LAST_ENTRY = "read_last_entry"
+    LONG_POLL = "read_lac_long_poll"  # its seconds include the wait for a new entry
+    WRITE_LAC = "write_lac"
+    READ_LAC = "read_lac"
+    FORCE_LEDGER = "force_ledger"
+    GET_BOOKIE_INFO = "get_bookie_info"
+
+
+# (bookie id, operation, seconds, healthy) after each request; must not raise.
+LatencyObserver = Callable[[str, str, float, bool], None]
+
+R = TypeVar("R", bound=Response)
+
+EOK_ONLY = frozenset({StatusCode.EOK})
+# ENOENTRY to a long poll still carries max_lac: "the LAC moved, the entry is elsewhere".
+LONG_POLL_ANSWERS = frozenset({StatusCode.EOK, StatusCode.ENOENTRY})
+
+
+class BookieClient:
+    """Requests to any bookie by id over a pool of pipelined connections; `async with` it."""
+
+    def __init__(
+        self,
+        resolve: BookieResolver,
+        config: BookieClientConfig | None = None,
+        observe: LatencyObserver | None = None,
+        rng: random.Random | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.config = config if config is not None else BookieClientConfig()
+        self._pool = BookiePool(resolve, self.config, rng, clock)
+        self._observe = observe
+        self._clock = clock
+        self._pending: dict[str, int] = {}  # bookie id -> requests not yet finished
+
+    @classmethod
+    def for_region(
+        cls,
+        topology: PublishedTopology,
+        region: str,
+        config: BookieClientConfig | None = None,
+        observe: LatencyObserver | None = None,
+    ) -> BookieClient:
+        """A client in `region`: bookies of other regions are dialled through their WAN route."""
+        assert region in topology.regions, (region, topology.regions)
+        return cls(functools.partial(topology.address, region), config, observe)
+
+    async def __aenter__(self) -> BookieClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Closes every connection; requests in flight fail with ClientClosedError."""
+        await self._pool.close()
+
+    def pending_requests(self, bookie_id: str) -> int:
+        """Requests to the bookie not yet answered: dialling, waiting for a slot, or in flight."""
+        return self._pending.get(bookie_id, 0)
+
+    def is_available(self, bookie_id: str) -> bool:
+        """False while the bookie backs off after failures (its requests fail at once)."""
+        return self._pool.is_available(bookie_id)
+
+    @property
+    def unknown_responses(self) -> int:
+        """Responses dropped because their txn id was not in flight (late after a timeout)."""
+        return self._pool.unknown_responses
+
+    # --------------------------------------------------------------------------- entries
+
+    async def add_entry(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        recovery: bool = False,
+    ) -> AddResponse:
+        """Stores entry packet `body`; `recovery` re-adds past a fence (ledger recovery)."""
+        priority = HIGH_PRIORITY if recovery else 0
+
+        def make(txn_id: int) -> AddRequest:
+            return AddRequest(
+                txn_id, ledger_id, entry_id, master_key, body, recovery, None, priority
+            )
+
+        operation = ClientOperation.RECOVERY_ADD if recovery else ClientOperation.ADD_ENTRY
+        what = f"add ledger {ledger_id} entry {entry_id}"
+        response = await self._call(bookie_id, operation, make, AddResponse, what)
+        if (response.ledger_id, response.entry_id) != (ledger_id, entry_id):
+            raise self._echo_error(bookie_id, what, response.ledger_id, response.entry_id)
+        return response
+
+    async def read_entry(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        fence: bool = False,
+        master_key: bytes | None = None,
+    ) -> ReadResponse:
+        """Entry `entry_id` (or, for -1, the bookie's last entry); `fence` fences the ledger
+        first, which needs the master key."""
+        assert not fence or master_key is not None, "a fencing read needs the master key"
+        flag = ReadFlag.FENCE_LEDGER if fence else None
+        priority = HIGH_PRIORITY if fence else 0
+
+        def make(txn_id: int) -> ReadRequest:
+            return ReadRequest(
+                txn_id, ledger_id, entry_id, flag, master_key if fence else None, priority=priority
+            )
+
+        if fence:
+            operation = ClientOperation.FENCING_READ
+        elif entry_id == LAST_ADD_CONFIRMED:
+            operation = ClientOperation.READ_LAST_ENTRY
+        else:
+            operation = ClientOperation.READ_ENTRY
+        what = f"read ledger {ledger_id} entry {entry_id}" + (" (fencing)" if fence else "")
+        response = await self._call(bookie_id, operation, make, ReadResponse, what)
+        self._check_read_echo(bookie_id, what, response, ledger_id, entry_id)
+        return response
+
+    async def read_last_entry(
+        self, bookie_id: str, ledger_id: int, fence: bool = False, master_key: bytes | None = None
+    ) -> ReadResponse:
+        """The bookie's last entry of the ledger (entry id -1), as readLastConfirmed reads it."""
+        return await self.read_entry(bookie_id, ledger_id, LAST_ADD_CONFIRMED, fence, master_key)
+
+    async def read_lac_long_poll(
+        self, bookie_id: str, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> ReadResponse:
+        """Waits up to `timeout_ms` at the bookie for its LAC to pass `previous_lac`.
+
+        Returns the bookie's `max_lac`, with the body of entry previous_lac + 1 if the bookie
+        has it. A poll that timed out at the bookie returns too: EOK, no body, `max_lac` the
+        current LAC (seen on BookKeeper 4.17). ENOENTRY is also returned, not raised: the
+        bookie's LAC moved but it holds no copy of that entry (striping). The client waits
+        `long_poll_grace_s` beyond `timeout_ms` before it calls the bookie stuck.
+        """
+        assert 0 < timeout_ms <= LONG_POLL_TIMEOUT_MS_MAX, timeout_ms
+
+        def make(txn_id: int) -> ReadRequest:
+            return ReadRequest(
+                txn_id,
+                ledger_id,
+                LAST_ADD_CONFIRMED,
+                ReadFlag.ENTRY_PIGGYBACK,
+                previous_lac=previous_lac,
+                timeout_ms=timeout_ms,
+            )
+
+        timeout_s = timeout_ms / 1000 + self.config.long_poll_grace_s
+        what = f"long-poll ledger {ledger_id} after LAC {previous_lac}"
+        response = await self._call(
+            bookie_id,
+            ClientOperation.LONG_POLL,
+            make,
+            ReadResponse,
+            what,
+            timeout_s,
+            accept=LONG_POLL_ANSWERS,
+        )
+        self._check_read_echo(bookie_id, what, response, ledger_id, LAST_ADD_CONFIRMED)
+        return response
+
+    # ------------------------------------------------------------------------ LAC, misc
+
+    async def write_lac(
+        self, bookie_id: str, ledger_id: int, lac: int, master_key: bytes, body: bytes
+    ) -> WriteLacResponse:
+        """Stores an explicit LAC; `body` is the LAC packet (`EntryCodec.encode_lac`)."""
+
+        def make(txn_id: int) -> WriteLacRequest:
+            return WriteLacRequest(txn_id, ledger_id, lac, master_key, body)
+
+        what = f"write LAC {lac} of ledger {ledger_id}"
+        response = await self._call(
+            bookie_id, ClientOperation.WRITE_LAC, make, WriteLacResponse, what
+        )
+        if response.ledger_id != ledger_id:
+            raise self._echo_error(bookie_id, what, response.ledger_id, None)
+        return response
+
+    async def read_lac(self, bookie_id: str, ledger_id: int) -> ReadLacResponse:
+        """The bookie's explicit LAC packet and last entry packet of the ledger."""
+
+        def make(txn_id: int) -> ReadLacRequest:
+            return ReadLacRequest(txn_id, ledger_id)
+
+        what = f"read LAC of ledger {ledger_id}"
+        response = await self._call(
+            bookie_id, ClientOperation.READ_LAC, make, ReadLacResponse, what
+        )
+        if response.ledger_id != ledger_id:
+            raise self._echo_error(bookie_id, what, response.ledger_id, None)
+        return response
+
+    async def force_ledger(self, bookie_id: str, ledger_id: int) -> ForceLedgerResponse:
+        """Fsyncs the ledger's DEFERRED_SYNC entries written so far on the bookie."""
+
+        def make(txn_id: int) -> ForceLedgerRequest:
+            return ForceLedgerRequest(txn_id, ledger_id)
+
+        what = f"force ledger {ledger_id}"
+        return await self._call(
+            bookie_id, ClientOperation.FORCE_LEDGER, make, ForceLedgerResponse, what
+        )
+
+    async def get_bookie_info(
+        self, bookie_id: str, requested: int = ALL_BOOKIE_INFO
+    ) -> GetBookieInfoResponse:
+        """The bookie's disk figures named by `requested` (BookieInfoFlag bits)."""
+
+        def make(txn_id: int) -> GetBookieInfoRequest:
+            return GetBookieInfoRequest(txn_id, requested)
+
+        what = "get bookie info"
+        return await self._call(
+            bookie_id, ClientOperation.GET_BOOKIE_INFO, make, GetBookieInfoResponse, what
+        )
+
+    # ---------------------------------------------------------------------------- driver
+
+    async def _call(
+        self,
+        bookie_id: str,
+        operation: ClientOperation,
+        make: RequestFactory,
+        expected: type[R],
+        what: str,
+        timeout_s: float | None = None,
+        accept: frozenset[StatusCode] = EOK_ONLY,
+    ) -> R:
+        """Sends one request; returns its response if its status is in `accept`, else raises."""
+        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
+        started_s = self._clock()
+        healthy: bool | None = False  # None: the caller gave up, nothing learnt of the bookie
+        try:
+            connection = await self._pool.connection(bookie_id)
+            response = await connection.call(make, timeout_s)
+            self._pool.answered(bookie_id)
+            if isinstance(response, expected) and response.status in accept:
+                healthy = True
+                return response
+            error = _verdict(response, f"{connection.name}: {what}")
+            healthy = not error.retriable
+            raise error
+        except asyncio.CancelledError:
+            healthy = None
+            raise
+        finally:
+            self._finish(bookie_id, operation, self._clock() - started_s, healthy)
+
+    def _finish(
+        self, bookie_id: str, operation: ClientOperation, seconds: float, healthy: bool | None
+    ) -> None:
+        count = self._pending[bookie_id] - 1
+        if count:
+            self._pending[bookie_id] = count
+        else:
+            del self._pending[bookie_id]
+        if self._observe is not None and healthy is not None:
+            self._observe(bookie_id, operation, seconds, healthy)
+
+    def _check_read_echo(
+        self, bookie_id: str, what: str, response: ReadResponse, ledger_id: int, entry_id: int
+    ) -> None:
+        # A read of entry -1 is answered with the id of the entry found; only check real ids.
+        echoed_entry = None if entry_id == LAST_ADD_CONFIRMED else response.entry_id
+        if response.ledger_id != ledger_id or echoed_entry not in (None, entry_id):
+            raise self._echo_error(bookie_id, what, response.ledger_id, response.entry_id)
+
+    @staticmethod
+    def _echo_error(
+        bookie_id: str, what: str, ledger_id: int, entry_id: int | None
+    ) -> BookieProtocolError:
+        entry = "" if entry_id is None else f" entry {entry_id}"
+        return BookieProtocolError(
+            f"bookie {bookie_id}: {what}: answered for ledger {ledger_id}{entry}"
+        )
+
+
+def _verdict(response: Response, where: str) -> GlobelogError:
+    """The error for a response that is not an accepted answer."""
+    error = status_error(response.status, where)
+    if error is not None:
+        return error
+    return BookieProtocolError(f"{where}: EOK answer of unexpected type {type(response).__name__}")

@@ -1,0 +1,169 @@
+"""Connections to many bookies: one per bookie id, dialled lazily, redialled with backoff.
+
+A bookie id is resolved to the address to dial at each dial, so a client in one region reaches
+another region's bookies through its WAN route (`core.routes.PublishedTopology.address`). A
+bookie whose dial failed, or whose connection failed, is not dialled again before its backoff
+(`ledger.backoff`) ends; meanwhile its requests fail at once with BookieUnavailableError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core.errors import GlobelogError
+from ledger.backoff import BackoffPolicy, ReconnectState
+from ledger.connection import REQUEST_TIMEOUT_S, BookieConnection, Clock, ConnectionConfig
+from ledger.connection_errors import BookieUnavailableError, ClientClosedError, PoolFullError
+
+BOOKIES_MAX = 4096  # distinct bookies one pool connects to; clusters have tens to hundreds
+# A long-poll read waits up to its own timeout at the bookie; the client allows this much more
+# for the answer to travel, so only a stuck bookie (not an idle ledger) times it out.
+LONG_POLL_GRACE_S = REQUEST_TIMEOUT_S
+CLOSE_TIMEOUT_S = 5.0  # aborted transports report closure on the next loop iterations
+
+BookieResolver = Callable[[str], str]  # bookie id -> "host:port" to dial from this region
+
+
+@dataclass(frozen=True, slots=True)
+class BookieClientConfig:
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig)
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    bookies_max: int = BOOKIES_MAX
+    long_poll_grace_s: float = LONG_POLL_GRACE_S
+
+    def __post_init__(self) -> None:
+        assert self.bookies_max > 0, self.bookies_max
+        assert self.long_poll_grace_s > 0, self.long_poll_grace_s
+
+
+class BookiePool:
+    """Owns every connection and dial of one client; `close()` ends them all."""
+
+    def __init__(
+        self,
+        resolve: BookieResolver,
+        config: BookieClientConfig | None = None,
+        rng: random.Random | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.config = config if config is not None else BookieClientConfig()
+        self._resolve = resolve
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
+        self._connections: dict[str, BookieConnection] = {}
+        self._dialling: dict[str, asyncio.Task[BookieConnection]] = {}
+        # Only bookies that failed since their last answer; oldest dropped beyond the bound.
+        self._failing: dict[str, ReconnectState] = {}
+        self._retired_unknown_responses = 0
+        self._closed = False
+
+    @property
+    def unknown_responses(self) -> int:
+        """Responses dropped for an unknown txn id, over every connection so far."""
+        live = sum(c.unknown_responses for c in self._connections.values())
+        return self._retired_unknown_responses + live
+
+    def is_available(self, bookie_id: str) -> bool:
+        """False while the bookie is backing off after failures."""
+        state = self._failing.get(bookie_id)
+        return state is None or state.admits(self._clock())
+
+    def answered(self, bookie_id: str) -> None:
+        """The bookie answered a request (any status): it is healthy again."""
+        if self._failing:
+            self._failing.pop(bookie_id, None)
+
+    async def connection(self, bookie_id: str) -> BookieConnection:
+        """The open connection to `bookie_id`, dialling it if there is none.
+
+        BookieUnavailableError if the dial fails or the bookie is backing off.
+        """
+        connection = self._connections.get(bookie_id)
+        if connection is not None and connection.is_open:
+            return connection
+        if self._closed:
+            raise ClientClosedError(f"bookie {bookie_id}: the bookie client is closed")
+        self._check_backoff(bookie_id)
+        task = self._dialling.get(bookie_id)
+        if task is None:
+            task = self._start_dial(bookie_id)
+        try:
+            # Shielded: one caller's cancellation must not cancel the dial others await.
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled() and self._closed:
+                raise ClientClosedError(f"bookie {bookie_id}: the bookie client closed") from None
+            raise
+
+    def _check_backoff(self, bookie_id: str) -> None:
+        state = self._failing.get(bookie_id)
+        now_s = self._clock()
+        if state is not None and not state.admits(now_s):
+            raise BookieUnavailableError(
+                f"bookie {bookie_id}: unavailable after {state.failures} consecutive "
+                f"failure(s); next attempt in {state.retry_at_s - now_s:.3f} s; "
+                f"last error: {state.last_error}"
+            )
+
+    def _start_dial(self, bookie_id: str) -> asyncio.Task[BookieConnection]:
+        if bookie_id not in self._connections and len(self._connections) >= self.config.bookies_max:
+            raise PoolFullError(
+                f"bookie {bookie_id}: {len(self._connections)} bookies connected; "
+                f"the limit is {self.config.bookies_max}"
+            )
+        task = asyncio.create_task(self._dial(bookie_id), name=f"dial bookie {bookie_id}")
+        self._dialling[bookie_id] = task
+
+        def done(finished: asyncio.Task[BookieConnection]) -> None:
+            if self._dialling.get(bookie_id) is finished:
+                del self._dialling[bookie_id]
+            if not finished.cancelled():
+                finished.exception()  # retrieved: every caller may have been cancelled
+
+        task.add_done_callback(done)
+        return task
+
+    async def _dial(self, bookie_id: str) -> BookieConnection:
+        address = self._resolve(bookie_id)
+        try:
+            connection = await BookieConnection.open(
+                bookie_id, address, self.config.connection, self._on_closed
+            )
+        except BookieUnavailableError as err:
+            self._failed(bookie_id, err)
+            raise
+        self._connections[bookie_id] = connection
+        return connection
+
+    def _on_closed(self, connection: BookieConnection, error: GlobelogError | None) -> None:
+        if self._connections.get(connection.bookie_id) is connection:
+            del self._connections[connection.bookie_id]
+        self._retired_unknown_responses += connection.unknown_responses
+        if error is not None:
+            self._failed(connection.bookie_id, error)
+
+    def _failed(self, bookie_id: str, error: GlobelogError) -> None:
+        state = self._failing.get(bookie_id)
+        if state is None:
+            if len(self._failing) >= self.config.bookies_max:
+                del self._failing[next(iter(self._failing))]
+            state = self._failing[bookie_id] = ReconnectState(self.config.backoff, self._rng)
+        state.failed(self._clock(), error)
+
+    async def close(self) -> None:
+        """Cancels every dial and closes every connection; requests in flight fail."""
+        self._closed = True
+        dials = list(self._dialling.values())
+        for task in dials:
+            task.cancel()
+        await asyncio.gather(*dials, return_exceptions=True)
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.close()
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await asyncio.gather(*(c.wait_closed() for c in connections))

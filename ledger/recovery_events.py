@@ -1,0 +1,48 @@
+"""The events `RecoveryState` takes and the actions it emits (see ledger.recovery_state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger.add_events import (
+    AddAcked,
+    AddFailed,
+    ChangeEnsemble,
+    CloseLedger,
+    CompleteAdds,
+    EnsembleChanged,
+    EnsembleChangeFailed,
+    SendAdd,
+)
+from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.signals import RecordHealth, Ticked
+
+
+@dataclass(frozen=True, slots=True)
+class FailRecovery:
+    message: str
+
+
+RecoveryEvent = (
+    LacReplied
+    | LacReadFailed
+    | EntryRead
+    | EntryReadFailed
+    | AddAcked
+    | AddFailed
+    | EnsembleChanged
+    | EnsembleChangeFailed
+    | Ticked
+)
+RecoveryAction = (
+    SendReadLac
+    | SendRead
+    | CompleteRead  # keep that bookie's body of the entry: it is re-added (SendAdd)
+    | RecordHealth
+    | SendAdd
+    | CompleteAdds  # the re-add of those entries is done; their bodies can go
+    | ChangeEnsemble
+    | CloseLedger
+    | FailRecovery
+)

@@ -1,0 +1,1 @@
+"""Scenario tests: golden scripts driving the pure state machines."""

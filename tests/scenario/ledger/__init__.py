@@ -1,0 +1,1 @@
+"""Golden scripts for the ledger client state machines (testdata/*.txt)."""

@@ -1,0 +1,1 @@
+"""Simulation tests: seeded faults over the pure state machines."""

@@ -1,0 +1,1 @@
+"""Seeded simulations of the ledger client state machines against in-test bookies."""

@@ -1,0 +1,370 @@
+"""An in-test model of bookies, the network between them and a client, and ledger metadata.
+
+Small on purpose: a bookie stores entries, can be fenced, crashed (requests vanish or are
+refused), read-only, or hold a corrupt copy. The network delivers requests and replies in a
+random order. `Client` drives one pure machine (AddState or RecoveryState): it carries out
+its actions through the network and feeds the answers back, checking each step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ledger.add_events import (
+    AddAcked,
+    AddErrorKind,
+    AddFailed,
+    ChangeEnsemble,
+    CloseLedger,
+    CompleteAdds,
+    EnsembleChanged,
+    EnsembleChangeFailed,
+    FailAdds,
+    SendAdd,
+)
+from ledger.entry import DigestType
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
+from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.recovery_events import FailRecovery
+from ledger.signals import BookieFailure, RecordHealth
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    lac: int
+    length: int
+    payload_len: int
+
+
+@dataclass
+class Bookie:
+    name: str
+    entries: dict[int, Stored] = field(default_factory=dict)
+    fenced: bool = False
+    crashed: bool = False
+    refuses: bool = False  # when crashed: refuse connections (else requests vanish)
+    read_only: bool = False
+    slow: bool = False  # its requests and replies are delivered 10x less often
+    corrupt: set[int] = field(default_factory=set)
+
+    def add(self, entry_id: int, stored: Stored, recovery: bool) -> BookieFailure | None:
+        if self.read_only:
+            return BookieFailure.READ_ONLY
+        if self.fenced and not recovery:
+            return BookieFailure.FENCED
+        self.entries[entry_id] = stored
+        self.corrupt.discard(entry_id)
+        return None
+
+    def read(self, entry_id: int, fence: bool) -> Stored | BookieFailure:
+        self.fenced = self.fenced or fence
+        if not self.entries:
+            return BookieFailure.NO_SUCH_LEDGER
+        if entry_id not in self.entries:
+            return BookieFailure.NO_SUCH_ENTRY
+        if entry_id in self.corrupt:
+            return BookieFailure.DIGEST_MISMATCH
+        return self.entries[entry_id]
+
+    def read_lac(self, fence: bool) -> Stored | BookieFailure:
+        return self.read(max(self.entries, default=0), fence)
+
+
+@dataclass
+class Metadata:
+    """The ledger's metadata znode: ensemble history, state, and the end once closed."""
+
+    write_quorum: int
+    ack_quorum: int
+    ensembles: list[tuple[int, tuple[str, ...]]]
+    state: str = "OPEN"
+    last_entry_id: int | None = None
+    length: int | None = None
+
+    def write_set(self, entry_id: int) -> list[str]:
+        bookies = [b for first, b in self.ensembles if first <= entry_id][-1]
+        return [bookies[i] for i in write_set_indices(entry_id, len(bookies), self.write_quorum)]
+
+    def copy(self) -> Metadata:
+        return Metadata(
+            self.write_quorum,
+            self.ack_quorum,
+            list(self.ensembles),
+            self.state,
+            self.last_entry_id,
+            self.length,
+        )
+
+    def ledger_metadata(self) -> LedgerMetadata:
+        """As ledger.metadata has it (what RecoveryState takes)."""
+        return LedgerMetadata(
+            ensemble_size=len(self.ensembles[0][1]),
+            write_quorum=self.write_quorum,
+            ack_quorum=self.ack_quorum,
+            ensembles=tuple(Ensemble(first, bookies) for first, bookies in self.ensembles),
+            digest_type=DigestType.CRC32C,
+            password=b"",
+            state=LedgerState[self.state],
+        )
+
+    def change(self, first: int, ensemble: tuple[str, ...]) -> None:
+        assert first >= self.ensembles[-1][0], (first, self.ensembles)
+        if self.ensembles[-1][0] == first:
+            self.ensembles[-1] = (first, ensemble)
+        else:
+            self.ensembles.append((first, ensemble))
+
+
+SLOW_WEIGHT = 0.1  # a slow bookie's message is picked this much less often than others
+
+
+class Network:
+    """Messages in flight, delivered one at a time in a random order (slow ones less often)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self._queue: list[tuple[Callable[[], None], Bookie | None, str]] = []
+
+    def post(self, deliver: Callable[[], None], via: Bookie | None = None, label: str = "") -> None:
+        self._queue.append((deliver, via, label))
+
+    def deliver_one(self) -> bool:
+        if not self._queue:
+            return False
+        weights = [SLOW_WEIGHT if m[1] is not None and m[1].slow else 1.0 for m in self._queue]
+        index = self.rng.choices(range(len(self._queue)), weights)[0]
+        self._queue[index], self._queue[-1] = self._queue[-1], self._queue[index]
+        self._queue.pop()[0]()
+        return True
+
+    def deliver(self, label: str) -> None:
+        """Deliver the oldest message labelled `label` (scripted interleavings)."""
+        for index, message in enumerate(self._queue):
+            if message[2] == label:
+                del self._queue[index]
+                message[0]()
+                return
+        raise AssertionError(f"no message {label!r} in flight: {[m[2] for m in self._queue]}")
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+
+class Cluster:
+    def __init__(self, rng: random.Random, names: list[str], metadata: Metadata) -> None:
+        self.rng = rng
+        self.bookies = {name: Bookie(name) for name in names}
+        self.metadata = metadata
+        self.network = Network(rng)
+
+    def stored_copies(self, view: Metadata, entry_id: int, payload_len: int) -> int:
+        """Bookies of the entry's write set (per `view`) holding a good copy of it."""
+        return sum(
+            1
+            for name in view.write_set(entry_id)
+            if (s := self.bookies[name].entries.get(entry_id)) is not None
+            and s.payload_len == payload_len
+        )
+
+    def heal(self) -> None:
+        for bookie in self.bookies.values():
+            bookie.crashed = bookie.read_only = bookie.slow = False
+
+
+class Client:
+    """Carries out one machine's actions over the cluster and checks what it completes."""
+
+    def __init__(self, name: str, machine: Any, cluster: Cluster, view: Metadata) -> None:
+        self.name = name
+        self.machine = machine
+        self.cluster = cluster
+        # The metadata as this client sees it: the writer's is the cluster's; recovery keeps
+        # its ensemble changes in a copy until its close writes them.
+        self.view = view
+        self.ensemble = view.ensembles[-1][1]  # for choosing replacements
+        self.payloads: dict[int, int] = {}  # the writer's entries: id -> payload length
+        self.kept: dict[int, Stored] = {}  # bodies recovery read and will re-add
+        self.lac: int | None = -1 if name == "writer" else None
+        self.failed: set[int] = set()
+        self.saw_fenced = False
+        self.closed: CloseLedger | None = None
+        self.recovery_error: str | None = None
+        self._reading: Stored | None = None  # the body under the EntryRead being fed
+        self.pump()
+
+    def feed(self, event: object) -> None:
+        fences = (
+            isinstance(event, AddFailed)
+            and event.kind is BookieFailure.FENCED
+            and event.entry_id > (-1 if self.lac is None else self.lac)
+            and event.entry_id not in self.failed
+            and event.bookie in self._write_set(event.entry_id)  # else a stale answer
+        )
+        self.machine.handle(event)
+        self.pump()
+        if fences:  # a fenced pending add ends the handle at once (I5)
+            assert self.machine.is_terminal and self.saw_fenced, f"{event} did not end the handle"
+
+    def _write_set(self, entry_id: int) -> list[str]:
+        """The entry's write set in this client's current ensemble."""
+        size, write_quorum = len(self.ensemble), self.view.write_quorum
+        return [self.ensemble[i] for i in write_set_indices(entry_id, size, write_quorum)]
+
+    def check_durable(self) -> None:
+        """Every completed entry is still on enough bookies of its write set per the view."""
+        writer = self.name == "writer"
+        needed = self.view.ack_quorum if writer else self.view.write_quorum
+        first = 0 if writer else min(self.kept, default=0)
+        for entry_id in range(first, (-1 if self.lac is None else self.lac) + 1):
+            payload_len = self.payloads[entry_id] if writer else self.kept[entry_id].payload_len
+            copies = self.cluster.stored_copies(self.view, entry_id, payload_len)
+            assert copies >= needed, f"completed entry {entry_id} has {copies} copies now"
+
+    def pump(self) -> None:
+        for action in self.machine.take_actions():
+            self._carry_out(action)
+        self.machine.validate()
+
+    def _carry_out(self, action: object) -> None:
+        match action:
+            case SendAdd():
+                self._send_add(action)
+            case SendReadLac():
+                answer_lac = partial(self._lac_reply, fence=action.fence)
+                self._request(action.bookie, answer_lac, "read-lac")
+            case SendRead():
+                answer_read = partial(self._read_reply, action=action)
+                self._request(action.bookie, answer_read, f"read e={action.entry_id}")
+            case CompleteRead():
+                assert self._reading is not None
+                self.kept[action.entry_id] = self._reading
+            case ChangeEnsemble():
+                change = partial(self._change_ensemble, action)
+                self.cluster.network.post(change, label=f"{self.name}:change-ensemble")
+            case CompleteAdds():
+                self._completed(action)
+            case FailAdds():
+                assert not self.failed & set(action.entry_ids), action
+                floor = -1 if self.lac is None else self.lac
+                assert all(e > floor for e in action.entry_ids), (action, self.lac)
+                self.failed |= set(action.entry_ids)
+                self.saw_fenced = self.saw_fenced or action.error.kind is AddErrorKind.FENCED
+            case CloseLedger():
+                self._close(action)
+            case FailRecovery():
+                self.recovery_error = action.message
+            case RecordHealth():
+                pass
+            case _:
+                raise AssertionError(f"unexpected action {action}")
+
+    def _request(self, bookie_name: str, answer: Callable[[Bookie], object], what: str) -> None:
+        """Send a request; its answer (an event) comes back later, unless the bookie is gone.
+
+        Messages are labelled "writer:add e=3 -> b1" and "writer:add e=3 <- b1".
+        """
+        network = self.cluster.network
+        bookie = self.cluster.bookies[bookie_name]
+
+        def arrive() -> None:
+            if bookie.crashed and not bookie.refuses:
+                return  # vanished: the machine's timeout notices
+            event = answer(bookie)
+            reply = f"{self.name}:{what} <- {bookie_name}"
+            network.post(lambda: self._deliver(event), via=bookie, label=reply)
+
+        network.post(arrive, via=bookie, label=f"{self.name}:{what} -> {bookie_name}")
+
+    def _deliver(self, event: object) -> None:
+        if isinstance(event, tuple):  # (EntryRead, body)
+            self._reading = event[1]
+            self.feed(event[0])
+            self._reading = None
+        else:
+            self.feed(event)
+
+    def _send_add(self, action: SendAdd) -> None:
+        assert action.lac < action.entry_id, action
+        if action.recovery:
+            body = self.kept[action.entry_id]
+            assert action.length == body.length, (action, body)
+            stored = Stored(action.lac, action.length, body.payload_len)
+        else:
+            stored = Stored(action.lac, action.length, self.payloads[action.entry_id])
+            assert action.length == sum(self.payloads[e] for e in range(action.entry_id + 1))
+
+        def answer(bookie: Bookie) -> object:
+            if bookie.crashed:
+                return AddFailed(action.entry_id, bookie.name, BookieFailure.BOOKIE_DOWN)
+            failure = bookie.add(action.entry_id, stored, action.recovery)
+            if failure is None:
+                return AddAcked(action.entry_id, bookie.name)
+            return AddFailed(action.entry_id, bookie.name, failure)
+
+        self._request(action.bookie, answer, f"add e={action.entry_id}")
+
+    def _lac_reply(self, bookie: Bookie, fence: bool) -> object:
+        if bookie.crashed:
+            return LacReadFailed(bookie.name, BookieFailure.BOOKIE_DOWN)
+        reply = bookie.read_lac(fence)
+        if isinstance(reply, BookieFailure):
+            return LacReadFailed(bookie.name, reply)
+        return LacReplied(bookie.name, reply.lac, reply.length)
+
+    def _read_reply(self, bookie: Bookie, action: SendRead) -> object:
+        if bookie.crashed:
+            return EntryReadFailed(action.entry_id, bookie.name, BookieFailure.BOOKIE_DOWN)
+        reply = bookie.read(action.entry_id, action.fence)
+        if isinstance(reply, BookieFailure):
+            return EntryReadFailed(action.entry_id, bookie.name, reply)
+        event = EntryRead(action.entry_id, bookie.name, reply.payload_len, reply.length)
+        return (event, reply)
+
+    def _change_ensemble(self, action: ChangeEnsemble) -> None:
+        metadata = self.cluster.metadata
+        assert action.persist == (self.name == "writer"), action
+        if action.persist and metadata.state != "OPEN":  # the CAS finds the ledger taken
+            kind = AddErrorKind.FENCED if metadata.state == "IN_RECOVERY" else AddErrorKind.CLOSED
+            self.feed(EnsembleChangeFailed(kind, f"the ledger metadata is {metadata.state}"))
+            return
+        spares = sorted(set(self.cluster.bookies) - set(self.ensemble))
+        if len(spares) < len(action.indices):
+            self.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, "no bookies"))
+            return
+        ensemble = list(self.ensemble)
+        chosen = self.cluster.rng.sample(spares, len(action.indices))
+        for index, spare in zip(action.indices, chosen, strict=True):
+            ensemble[index] = spare
+        self.ensemble = tuple(ensemble)
+        self.view.change(action.first_entry_id, self.ensemble)
+        self.feed(EnsembleChanged(action.first_entry_id, self.ensemble))
+
+    def _close(self, action: CloseLedger) -> None:
+        metadata = self.cluster.metadata
+        expected = "OPEN" if self.name == "writer" else "IN_RECOVERY"
+        if metadata.state != expected:
+            return  # the CAS fails: someone else closed or is recovering the ledger
+        for ensemble in action.ensembles:
+            metadata.change(ensemble.first_entry_id, ensemble.bookies)
+        metadata.state = "CLOSED"
+        metadata.last_entry_id, metadata.length = action.last_entry_id, action.length
+        self.closed = action
+
+    def _completed(self, action: CompleteAdds) -> None:
+        if self.lac is not None:
+            assert action.first_entry_id == self.lac + 1, (action, self.lac)
+        assert action.last_entry_id >= action.first_entry_id, action
+        assert not self.saw_fenced, f"{action} after the writer was told it is fenced"
+        writer = self.name == "writer"
+        needed = self.view.ack_quorum if writer else self.view.write_quorum
+        for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
+            assert entry_id not in self.failed, entry_id
+            payload_len = self.payloads[entry_id] if writer else self.kept[entry_id].payload_len
+            copies = self.cluster.stored_copies(self.view, entry_id, payload_len)
+            assert copies >= needed, f"entry {entry_id} completed with {copies} copies"
+        self.lac = action.last_entry_id
