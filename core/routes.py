@@ -13,6 +13,7 @@ from typing import Any
 from core.errors import MetadataError
 from core.topology import Bookie, Endpoint, Topology
 
+TOPOLOGY_ZNODE = "/globelog/topology"  # where `cluster up` publishes it for every client
 PUBLISHED_FORMAT_VERSION = 1
 PUBLISHED_BYTES_MAX = 1 << 20
 

@@ -15,7 +15,7 @@ from cli.cluster.probes import log_tail, wait_until, zookeeper_mode
 from cli.cluster.processes import ProcessRecord, RunState
 from cli.tools import Tools
 from core.errors import ClusterError, GlobelogError
-from core.routes import encode_published, publish_topology
+from core.routes import TOPOLOGY_ZNODE, encode_published, publish_topology
 from core.topology import Topology
 from global_meta import MetaStore
 
@@ -23,7 +23,6 @@ ZK_READY_TIMEOUT_S = 60.0
 BOOKIE_READY_TIMEOUT_S = 120.0
 TOXIPROXY_READY_TIMEOUT_S = 20.0
 INIT_TIMEOUT_S = 90.0
-TOPOLOGY_ZNODE = "/globelog/topology"
 
 
 @dataclass(frozen=True, slots=True)

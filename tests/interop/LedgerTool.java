@@ -68,7 +68,7 @@ public class LedgerTool {
     }
 
     static void read(LedgerHandle ledger) throws Exception {
-        long last = ledger.getLastAddConfirmed();
+        long last = ledger.isClosed() ? ledger.getLastAddConfirmed() : ledger.readLastConfirmed();
         System.out.println("LAST " + last);
         if (last >= 0) {
             Enumeration<LedgerEntry> entries = ledger.readEntries(0, last);

@@ -1,0 +1,146 @@
+"""LedgerClient: the composition of metadata, bookie connections and placement for one region.
+
+async with await LedgerClient.connect(store, LedgerConfig(region="us-east")) as client:
+    writer = await client.create(replication, password=b"...")
+    await writer.add(b"payload"); await writer.close()
+    reader = await client.open(writer.ledger_id, password=b"...", recover=True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from core.errors import GlobelogError, MetadataError
+from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
+from core.topology import Replication
+from global_meta import MetaStore
+from ledger.bookie_client import BookieClient
+from ledger.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
+from ledger.handle_errors import LedgerUnauthorizedError
+from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
+from ledger.metadata_store import LedgerMetadataStore
+from ledger.read_handle import LedgerReader
+from ledger.recover import recover
+from ledger.write_handle import LedgerWriter
+from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
+
+AVAILABLE = f"{LEDGERS_ROOT}/available"
+
+
+class LedgerClient:
+    """Creates, opens, recovers and deletes ledgers; `async with` it to release everything."""
+
+    def __init__(
+        self,
+        store: MetaStore,
+        published: PublishedTopology,
+        config: LedgerConfig,
+        bookies: BookieClient,
+    ) -> None:
+        if config.region not in published.regions:
+            raise MetadataError(
+                f"region {config.region!r} is not in the published topology {list(published.regions)}"
+            )
+        self.published = published
+        cluster = ClusterView.all_writable(
+            LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies
+        )
+        placement = PlacementState(
+            cluster, PlacementConfig(ClientLocation(config.region, config.rack))
+        )
+        self.context = LedgerContext(
+            LedgerMetadataStore(store), bookies, placement, config, asyncio.get_running_loop().time
+        )
+        self._store = store
+        self._membership: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(cls, store: MetaStore, config: LedgerConfig) -> LedgerClient:
+        """Reads the published topology and starts following bookie membership."""
+        data, _ = await store.get(TOPOLOGY_ZNODE)
+        published = decode_published(data, TOPOLOGY_ZNODE)
+        holder: list[LedgerClient] = []
+
+        def observe(bookie: str, operation: str, seconds: float, healthy: bool) -> None:
+            # Only answers teach latency; failures reach placement through the machines.
+            if holder and healthy:
+                context = holder[0].context
+                context.placement.record_latency(bookie, seconds, context.clock())
+
+        bookies = BookieClient.for_region(published, config.region, observe=observe)
+        client = cls(store, published, config, bookies)
+        holder.append(client)
+        await client._refresh_membership()
+        client._membership = asyncio.get_running_loop().create_task(client._follow_membership())
+        return client
+
+    async def _refresh_membership(self) -> None:
+        names = set(await self._store.children(AVAILABLE))
+        read_only = (
+            set(await self._store.children(f"{AVAILABLE}/readonly"))
+            if "readonly" in names
+            else set()
+        )
+        self.context.placement.update_membership(names - {"readonly"}, read_only)
+
+    async def _follow_membership(self) -> None:
+        async for _ in self._store.watch_children(AVAILABLE):
+            with contextlib.suppress(GlobelogError):
+                await self._refresh_membership()
+
+    async def close(self) -> None:
+        if self._membership is not None:
+            self._membership.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._membership
+        await self.context.bookies.close()
+
+    async def __aenter__(self) -> LedgerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------------------- ledgers
+
+    async def create(
+        self,
+        replication: Replication,
+        password: bytes,
+        custom_metadata: tuple[tuple[str, bytes], ...] = (),
+    ) -> LedgerWriter:
+        """A new ledger on an ensemble chosen by region-aware placement, open for writing."""
+        ensemble = self.context.placement.new_ensemble(replication, now_s=self.context.clock())
+        custom = (
+            *custom_metadata,
+            (MIN_REGIONS_KEY, str(replication.min_regions_for_durability).encode()),
+        )
+        metadata = LedgerMetadata(
+            replication.ensemble_size,
+            replication.write_quorum,
+            replication.ack_quorum,
+            (Ensemble(0, ensemble),),
+            self.context.config.digest_type,
+            password,
+            ctime=int(time.time() * 1000),
+            custom_metadata=custom,
+        )
+        versioned = await self.context.metadata.create(metadata)
+        return LedgerWriter(self.context, versioned)
+
+    async def open(
+        self, ledger_id: int, password: bytes, *, recover_ledger: bool = False
+    ) -> LedgerReader:
+        """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner)."""
+        versioned = await self.context.metadata.read(ledger_id)
+        if versioned.metadata.password != password:
+            raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
+        if recover_ledger:
+            versioned = await recover(self.context, versioned)
+        return LedgerReader(self.context, versioned)
+
+    async def delete(self, ledger_id: int) -> None:
+        """Removes the metadata; the bookies' garbage collector then frees the entries."""
+        await self.context.metadata.delete(ledger_id)

@@ -1,0 +1,116 @@
+"""What every ledger handle of one client shares: metadata, bookies, placement, settings.
+
+Also the metadata transitions a handle makes (ensemble change, recovery, close), each one a
+compare-and-set that re-reads and re-decides when it loses a race.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from core.topology import Replication
+from ledger.bookie_client import BookieClient
+from ledger.entry import DigestType
+from ledger.handle_errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.metadata_store import (
+    LedgerMetadataConflictError,
+    LedgerMetadataStore,
+    VersionedMetadata,
+)
+from ledger.signals import Health, RecordHealth
+from placement import PlacementState
+
+METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
+MIN_REGIONS_KEY = "globelog.min_regions_for_durability"  # custom metadata: the ledger's rule
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    region: str
+    rack: str | None = None
+    digest_type: DigestType = DigestType.CRC32C
+    add_timeout_s: float = 5.0
+    read_timeout_s: float = 5.0
+    long_poll_timeout_ms: int = 1000
+    min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
+
+
+@dataclass(slots=True)
+class LedgerContext:
+    metadata: LedgerMetadataStore
+    bookies: BookieClient
+    placement: PlacementState
+    config: LedgerConfig
+    clock: Callable[[], float]
+
+    def record_health(self, action: RecordHealth) -> None:
+        if action.health is Health.SLOW:
+            self.placement.record_slow(action.bookie, self.clock())
+        else:
+            self.placement.record_failure(action.bookie, self.clock())
+
+    def replication_of(self, metadata: LedgerMetadata) -> Replication:
+        stored = dict(metadata.custom_metadata).get(MIN_REGIONS_KEY)
+        min_regions = int(stored.decode()) if stored else self.config.min_regions_for_durability
+        return Replication(
+            metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum, min_regions
+        )
+
+    def replace(
+        self, metadata: LedgerMetadata, ensemble: Sequence[str], failed: Sequence[str]
+    ) -> tuple[str, ...]:
+        """`ensemble` with each failed bookie replaced by placement (never by a failed one)."""
+        replication = self.replication_of(metadata)
+        current = tuple(ensemble)
+        for bookie in failed:
+            current = self.placement.replace_bookie(
+                replication, current, bookie, excluded=frozenset(failed), now_s=self.clock()
+            )
+        return current
+
+
+def with_ensemble(metadata: LedgerMetadata, ensemble: Ensemble) -> LedgerMetadata:
+    """The history with `ensemble` added; one starting where the last starts replaces it."""
+    history = list(metadata.ensembles)
+    if history[-1].first_entry_id == ensemble.first_entry_id:
+        history[-1] = ensemble
+    else:
+        assert history[-1].first_entry_id < ensemble.first_entry_id, (history, ensemble)
+        history.append(ensemble)
+    return dataclasses.replace(metadata, ensembles=tuple(history))
+
+
+async def update_metadata(
+    store: LedgerMetadataStore,
+    current: VersionedMetadata,
+    change: Callable[[LedgerMetadata], LedgerMetadata],
+) -> VersionedMetadata:
+    """Applies `change` by compare-and-set; on a lost race re-reads and applies it again.
+
+    `change` raises (LedgerHandleError) when the fresh metadata makes it wrong to proceed.
+    """
+    for _ in range(METADATA_ATTEMPTS_MAX):
+        try:
+            return await store.write(current, change(current.metadata))
+        except LedgerMetadataConflictError:
+            current = await store.read(current.ledger_id)
+    raise LedgerHandleError(
+        f"ledger {current.ledger_id}: metadata kept changing over {METADATA_ATTEMPTS_MAX} attempts"
+    )
+
+
+def require_open(ledger_id: int) -> Callable[[LedgerMetadata], None]:
+    """A check for writers: the ledger must still be OPEN (recovery fences, close ends it)."""
+
+    def check(metadata: LedgerMetadata) -> None:
+        if metadata.state is LedgerState.IN_RECOVERY:
+            raise LedgerFencedError(f"ledger {ledger_id}: another client is recovering it")
+        if metadata.state is LedgerState.CLOSED:
+            raise LedgerClosedError(
+                f"ledger {ledger_id}: closed by another client at entry {metadata.last_entry_id}"
+            )
+
+    return check

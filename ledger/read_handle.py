@@ -1,0 +1,243 @@
+"""LedgerReader: reads entries up to the LAC with speculative, placement-ordered reads.
+
+Each entry read is an `EntryReadState` fed by placement's read order and speculative delays;
+LAC reads are a `ReadLacState`; tailing uses the bookies' long-poll read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.errors import GlobelogError
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.context import LedgerContext
+from ledger.entry import EntryCodec
+from ledger.handle_errors import (
+    EntryMissingError,
+    EntryUnavailableError,
+    LedgerHandleError,
+    ReadBeyondLacError,
+)
+from ledger.metadata import LedgerMetadata, LedgerState
+from ledger.metadata_store import VersionedMetadata
+from ledger.read_lac_state import (
+    CompleteReadLac,
+    FailReadLac,
+    LacAction,
+    LacReadFailed,
+    LacReplied,
+    ReadLacState,
+    SendReadLac,
+)
+from ledger.read_state import (
+    CompleteRead,
+    EntryRead,
+    EntryReadFailed,
+    EntryReadState,
+    FailRead,
+    ReadAction,
+    ReadFailure,
+    SendRead,
+)
+from ledger.runner import MachineRunner
+from ledger.signals import RecordHealth, failure_kind
+
+READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
+
+
+class LedgerReader:
+    """Reads one ledger (open or closed). Use `await client.open(...)` to get one."""
+
+    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+        self.ledger_id = versioned.ledger_id
+        self._context = context
+        self._versioned = versioned
+        metadata = versioned.metadata
+        self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
+        closed = metadata.state is LedgerState.CLOSED
+        self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._versioned.metadata
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is LedgerState.CLOSED
+
+    # ---------------------------------------------------------------------------- LAC
+
+    async def read_lac(self) -> int:
+        """Asks the last ensemble for the LAC (quorum coverage); returns the best known LAC."""
+        if self.is_closed:
+            return self.lac
+        metadata = self.metadata
+        state = ReadLacState(
+            metadata.current_ensemble,
+            metadata.write_quorum,
+            metadata.ack_quorum,
+            now_s=self._context.clock(),
+            timeout_s=self._context.config.read_timeout_s,
+        )
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        runner: MachineRunner[LacAction] = MachineRunner(
+            state, lambda a: self._on_lac(a, runner, done)
+        )
+        runner.pump()
+        try:
+            lac = await done
+        finally:
+            await runner.close()
+        self.lac = max(self.lac, lac)
+        return self.lac
+
+    def _on_lac(
+        self, action: LacAction, runner: MachineRunner[LacAction], done: asyncio.Future[int]
+    ) -> None:
+        match action:
+            case SendReadLac():
+                runner.spawn(self._read_last(action.bookie, runner))
+            case CompleteReadLac():
+                _settle(done, result=action.lac)
+            case FailReadLac():
+                _settle(
+                    done, error=EntryUnavailableError(f"ledger {self.ledger_id}: {action.message}")
+                )
+            case RecordHealth():
+                self._context.record_health(action)
+
+    async def _read_last(self, bookie: str, runner: MachineRunner[LacAction]) -> None:
+        try:
+            response = await self._context.bookies.read_last_entry(bookie, self.ledger_id)
+            entry = self._codec.decode_last_entry(response.body or b"")
+        except GlobelogError as err:
+            runner.feed(LacReadFailed(bookie, failure_kind(err)))
+        else:
+            runner.feed(LacReplied(bookie, entry.lac, entry.length))
+
+    # ------------------------------------------------------------------------ entries
+
+    async def read_entry(self, entry_id: int, *, allow_unconfirmed: bool = False) -> bytes:
+        """One entry's payload; refuses entries past the LAC unless `allow_unconfirmed`."""
+        if entry_id < 0:
+            raise LedgerHandleError(f"ledger {self.ledger_id}: entry id {entry_id} is negative")
+        if entry_id > self.lac and not allow_unconfirmed:
+            raise ReadBeyondLacError(
+                f"ledger {self.ledger_id}: entry {entry_id} is beyond the LAC {self.lac}"
+            )
+        write_set = self.metadata.write_set(entry_id)
+        now_s = self._context.clock()
+        order = self._context.placement.read_order(write_set, now_s)
+        delays = self._context.placement.speculative_delays(order, now_s)
+        state = EntryReadState(
+            entry_id,
+            order,
+            now_s=now_s,
+            delays_s=delays[: len(order) - 1],
+            timeout_s=self._context.config.read_timeout_s,
+        )
+        bodies: dict[str, bytes] = {}
+        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        runner: MachineRunner[ReadAction] = MachineRunner(
+            state, lambda a: self._on_read(a, runner, bodies, done)
+        )
+        runner.pump()
+        try:
+            return await done
+        finally:
+            await runner.close()
+
+    def _on_read(
+        self,
+        action: ReadAction,
+        runner: MachineRunner[ReadAction],
+        bodies: dict[str, bytes],
+        done: asyncio.Future[bytes],
+    ) -> None:
+        match action:
+            case SendRead():
+                runner.spawn(self._read_one(action, runner, bodies))
+            case CompleteRead():
+                _settle(done, result=bodies[action.bookie])
+            case FailRead():
+                kind = (
+                    EntryMissingError
+                    if action.reason is ReadFailure.MISSING
+                    else EntryUnavailableError
+                )
+                _settle(done, error=kind(f"ledger {self.ledger_id}: {action.message}"))
+            case RecordHealth():
+                self._context.record_health(action)
+
+    async def _read_one(
+        self, action: SendRead, runner: MachineRunner[ReadAction], bodies: dict[str, bytes]
+    ) -> None:
+        try:
+            response = await self._context.bookies.read_entry(
+                action.bookie, self.ledger_id, action.entry_id
+            )
+            entry = self._codec.decode_entry(response.body or b"", action.entry_id)
+        except GlobelogError as err:
+            runner.feed(EntryReadFailed(action.entry_id, action.bookie, failure_kind(err)))
+            return
+        if response.max_lac is not None:
+            self.lac = max(self.lac, response.max_lac)
+        bodies[action.bookie] = entry.payload
+        runner.feed(EntryRead(action.entry_id, action.bookie, len(entry.payload), entry.length))
+
+    async def read_entries(self, first: int, last: int) -> list[bytes]:
+        """Payloads of entries first..last (inclusive), read concurrently, in order."""
+        if last > self.lac:
+            raise ReadBeyondLacError(
+                f"ledger {self.ledger_id}: entries {first}..{last} reach beyond the LAC {self.lac}"
+            )
+        slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
+
+        async def one(entry_id: int) -> bytes:
+            async with slots:
+                return await self.read_entry(entry_id)
+
+        return list(await asyncio.gather(*(one(e) for e in range(first, last + 1))))
+
+    async def wait_for_entry(self, timeout_ms: int | None = None) -> tuple[int, bytes] | None:
+        """The entry after the LAC once it is confirmed (long poll); None on timeout or end."""
+        entry_id = self.lac + 1
+        if self.is_closed:
+            return None
+        timeout = timeout_ms or self._context.config.long_poll_timeout_ms
+        order = self._context.placement.read_order(
+            self.metadata.write_set(entry_id), self._context.clock()
+        )
+        for bookie in order:
+            try:
+                response = await self._context.bookies.read_lac_long_poll(
+                    bookie, self.ledger_id, self.lac, timeout
+                )
+            except GlobelogError:
+                self._context.placement.record_failure(bookie, self._context.clock())
+                continue
+            if response.max_lac is not None:
+                self.lac = max(self.lac, response.max_lac)
+            if self.lac < entry_id:
+                return None
+            if response.body:
+                try:
+                    return entry_id, self._codec.decode_entry(response.body, entry_id).payload
+                except GlobelogError:
+                    self._context.placement.record_failure(bookie, self._context.clock())
+            return entry_id, await self.read_entry(entry_id)
+        raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie answered the long poll")
+
+
+def _settle(
+    future: asyncio.Future[object] | asyncio.Future[int] | asyncio.Future[bytes],
+    *,
+    result: object = None,
+    error: BaseException | None = None,
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]

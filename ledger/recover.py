@@ -1,0 +1,193 @@
+"""Open with recovery: fence the ledger, agree on its last entry, re-replicate, close it.
+
+Drives `RecoveryState`; the metadata goes OPEN -> IN_RECOVERY first (which also stops the
+old writer's ensemble changes) and IN_RECOVERY -> CLOSED at the end. A failed recovery
+leaves the ledger IN_RECOVERY, and anyone may run it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from core.errors import GlobelogError
+from ledger.add_events import (
+    AddAcked,
+    AddErrorKind,
+    AddFailed,
+    ChangeEnsemble,
+    CloseLedger,
+    CompleteAdds,
+    EnsembleChanged,
+    EnsembleChangeFailed,
+    SendAdd,
+)
+from ledger.context import LedgerContext, update_metadata, with_ensemble
+from ledger.entry import EntryCodec, master_key
+from ledger.handle_errors import LedgerRecoveryError
+from ledger.metadata import LedgerMetadata, LedgerState
+from ledger.metadata_store import VersionedMetadata
+from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.recovery_events import FailRecovery, RecoveryAction
+from ledger.recovery_state import RecoveryConfig, RecoveryState
+from ledger.runner import MachineRunner
+from ledger.signals import RecordHealth, failure_kind
+from placement import PlacementError
+
+
+class _AlreadyClosedError(Exception):
+    """The metadata turned out CLOSED: someone else finished the ledger."""
+
+
+async def recover(context: LedgerContext, versioned: VersionedMetadata) -> VersionedMetadata:
+    """Recovers the ledger unless it is closed; returns the CLOSED metadata."""
+    if versioned.metadata.state is LedgerState.CLOSED:
+        return versioned
+
+    def start(metadata: LedgerMetadata) -> LedgerMetadata:
+        if metadata.state is LedgerState.CLOSED:
+            raise _AlreadyClosedError
+        return dataclasses.replace(metadata, state=LedgerState.IN_RECOVERY)
+
+    try:
+        versioned = await update_metadata(context.metadata, versioned, start)
+    except _AlreadyClosedError:
+        return await context.metadata.read(versioned.ledger_id)
+    return await _Recovery(context, versioned).run()
+
+
+class _Recovery:
+    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+        metadata = versioned.metadata
+        self.ledger_id = versioned.ledger_id
+        self._context = context
+        self._versioned = versioned
+        self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
+        self._key = master_key(metadata.password)
+        self._ensemble = metadata.current_ensemble
+        config = RecoveryConfig(read_timeout_s=context.config.read_timeout_s)
+        self._state = RecoveryState(metadata, now_s=context.clock(), config=config)
+        self._runner: MachineRunner[RecoveryAction] = MachineRunner(self._state, self._execute)
+        self._bodies: dict[tuple[int, str], bytes] = {}  # (entry, bookie) -> payload, unchosen
+        self._recovered: dict[int, bytes] = {}  # entries to re-add
+        self._done: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> VersionedMetadata:
+        self._runner.pump()
+        try:
+            return await self._done
+        finally:
+            await self._runner.close()
+
+    def _execute(self, action: RecoveryAction) -> None:
+        match action:
+            case SendReadLac():
+                self._runner.spawn(self._fence(action.bookie))
+            case SendRead():
+                self._runner.spawn(self._read(action))
+            case CompleteRead():
+                self._recovered[action.entry_id] = self._bodies[(action.entry_id, action.bookie)]
+                for key in [k for k in self._bodies if k[0] == action.entry_id]:
+                    del self._bodies[key]
+            case SendAdd():
+                self._runner.spawn(self._add(action))
+            case CompleteAdds():
+                for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
+                    self._recovered.pop(entry_id, None)
+            case ChangeEnsemble():
+                self._change_ensemble(action)
+            case CloseLedger():
+                self._runner.spawn(self._close(action))
+            case FailRecovery():
+                self._fail(action.message)
+            case RecordHealth():
+                self._context.record_health(action)
+
+    async def _fence(self, bookie: str) -> None:
+        try:
+            response = await self._context.bookies.read_last_entry(
+                bookie, self.ledger_id, fence=True, master_key=self._key
+            )
+            entry = self._codec.decode_last_entry(response.body or b"")
+        except GlobelogError as err:
+            self._runner.feed(LacReadFailed(bookie, failure_kind(err)))
+        else:
+            self._runner.feed(LacReplied(bookie, entry.lac, entry.length))
+
+    async def _read(self, action: SendRead) -> None:
+        try:
+            response = await self._context.bookies.read_entry(
+                action.bookie,
+                self.ledger_id,
+                action.entry_id,
+                fence=action.fence,
+                master_key=self._key,
+            )
+            entry = self._codec.decode_entry(response.body or b"", action.entry_id)
+        except GlobelogError as err:
+            self._runner.feed(EntryReadFailed(action.entry_id, action.bookie, failure_kind(err)))
+            return
+        self._bodies[(action.entry_id, action.bookie)] = entry.payload
+        self._runner.feed(
+            EntryRead(action.entry_id, action.bookie, len(entry.payload), entry.length)
+        )
+
+    async def _add(self, action: SendAdd) -> None:
+        payload = self._recovered.get(action.entry_id)
+        if payload is None:
+            return
+        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+        try:
+            await self._context.bookies.add_entry(
+                action.bookie, self.ledger_id, action.entry_id, self._key, body, recovery=True
+            )
+        except GlobelogError as err:
+            self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(err)))
+        else:
+            self._runner.feed(AddAcked(action.entry_id, action.bookie))
+
+    def _change_ensemble(self, action: ChangeEnsemble) -> None:
+        # Recovery's changes are written with the close (persist is False), so decide now.
+        assert not action.persist, action
+        try:
+            ensemble = self._context.replace(
+                self._versioned.metadata, self._ensemble, action.bookies
+            )
+        except PlacementError as err:
+            self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
+            return
+        self._ensemble = ensemble
+        self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+
+    async def _close(self, action: CloseLedger) -> None:
+        def change(metadata: LedgerMetadata) -> LedgerMetadata:
+            if metadata.state is LedgerState.CLOSED:
+                raise _AlreadyClosedError
+            for ensemble in action.ensembles:
+                metadata = with_ensemble(metadata, ensemble)
+            return dataclasses.replace(
+                metadata,
+                state=LedgerState.CLOSED,
+                last_entry_id=action.last_entry_id,
+                length=action.length,
+            )
+
+        try:
+            closed = await update_metadata(self._context.metadata, self._versioned, change)
+        except _AlreadyClosedError:
+            closed = await self._context.metadata.read(self.ledger_id)
+        except GlobelogError as err:
+            self._fail(f"closing the metadata failed: {err}")
+            return
+        if not self._done.done():
+            self._done.set_result(closed)
+
+    def _fail(self, message: str) -> None:
+        if not self._done.done():
+            self._done.set_exception(
+                LedgerRecoveryError(f"ledger {self.ledger_id}: recovery failed: {message}")
+            )
+
+
+__all__ = ["recover"]

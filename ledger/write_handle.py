@@ -1,0 +1,245 @@
+"""LedgerWriter: appends entries to one ledger through `AddState`, and closes it.
+
+`append` submits at once and returns a future (pipelining without a task per entry);
+`add` awaits it. Completions arrive strictly in entry order, at the ack quorum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from core.errors import GlobelogError
+from ledger.add_events import (
+    AddAcked,
+    AddAction,
+    AddError,
+    AddErrorKind,
+    AddFailed,
+    ChangeEnsemble,
+    CloseLedger,
+    CompleteAdds,
+    EnsembleChanged,
+    EnsembleChangeFailed,
+    FailAdds,
+    FailClose,
+    SendAdd,
+)
+from ledger.add_state import AddConfig, AddState
+from ledger.context import LedgerContext, require_open, update_metadata, with_ensemble
+from ledger.entry import EntryCodec, master_key
+from ledger.handle_errors import (
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerHandleError,
+    add_error,
+)
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.metadata_store import VersionedMetadata
+from ledger.runner import MachineRunner
+from ledger.signals import Ticked, failure_kind
+from placement import PlacementError
+
+ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
+
+
+class LedgerWriter:
+    """The one writer of an OPEN ledger. Use `await client.create(...)` to get one."""
+
+    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+        metadata = versioned.metadata
+        assert metadata.state is LedgerState.OPEN, metadata.state
+        self.ledger_id = versioned.ledger_id
+        self._context = context
+        self._versioned = versioned
+        self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
+        self._master_key = master_key(metadata.password)
+        config = AddConfig(add_timeout_s=context.config.add_timeout_s)
+        self._state = AddState(
+            metadata.current_ensemble,
+            metadata.write_quorum,
+            metadata.ack_quorum,
+            now_s=context.clock(),
+            config=config,
+        )
+        self._runner: MachineRunner[AddAction] = MachineRunner(self._state, self._execute)
+        self._payloads: dict[int, bytes] = {}
+        self._futures: dict[int, asyncio.Future[int]] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
+
+    # ------------------------------------------------------------------------------ API
+
+    @property
+    def lac(self) -> int:
+        return self._state.lac
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._versioned.metadata
+
+    def append(self, payload: bytes) -> asyncio.Future[int]:
+        """Submits one entry now; the future gives its entry id once acknowledged.
+
+        Raises LedgerHandleError at once when the handle is failed or closed. The caller
+        must have room (`await wait_for_room()`), or use `add`, which waits for it.
+        """
+        if len(payload) > ENTRY_BYTES_MAX:
+            raise LedgerHandleError(
+                f"ledger {self.ledger_id}: entry is {len(payload)} bytes; the limit is {ENTRY_BYTES_MAX}"
+            )
+        if self._state.error is not None:
+            raise add_error(self.ledger_id, self._state.error)
+        assert self._state.room > 0, "append() without room: await wait_for_room() first"
+        # Stamp the machine's clock first: it times each add out from its send time.
+        self._state.handle(Ticked(self._context.clock()))
+        entry_id = self._state.submit(len(payload))
+        if entry_id is None:
+            raise add_error(self.ledger_id, self._state.error or _closed_error())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._futures[entry_id] = future
+        self._payloads[entry_id] = payload
+        if self._state.room == 0:
+            self._room.clear()
+        self._runner.pump()
+        return future
+
+    def has_room(self) -> bool:
+        return self._state.room > 0 or self._state.error is not None
+
+    async def wait_for_room(self) -> None:
+        """Waits while the handle has the maximum number of adds in flight (backpressure)."""
+        while not self.has_room():
+            await self._room.wait()
+
+    async def add(self, payload: bytes) -> int:
+        """Appends one entry and waits until it is acknowledged; returns its entry id."""
+        await self.wait_for_room()
+        return await self.append(payload)
+
+    async def close(self) -> VersionedMetadata:
+        """Waits for pending adds, then writes the metadata CLOSED at the LAC."""
+        self._state.begin_close()
+        self._runner.pump()
+        try:
+            return await self._closed
+        finally:
+            await self._runner.close()
+
+    async def abandon(self) -> None:
+        """Stops without closing the ledger (as a crashed writer would); for tests and drills."""
+        await self._runner.close()
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(LedgerClosedError(f"ledger {self.ledger_id}: abandoned"))
+
+    # ------------------------------------------------------------------------ actions
+
+    def _execute(self, action: AddAction) -> None:
+        match action:
+            case SendAdd():
+                self._runner.spawn(self._send(action))
+            case CompleteAdds():
+                self._complete(action)
+            case ChangeEnsemble():
+                self._runner.spawn(self._change_ensemble(action))
+            case FailAdds():
+                self._fail(action.entry_ids, action.error)
+            case CloseLedger():
+                self._runner.spawn(self._close(action))
+            case FailClose():
+                self._fail_close(add_error(self.ledger_id, action.error))
+
+    async def _send(self, action: SendAdd) -> None:
+        payload = self._payloads.get(action.entry_id)
+        if payload is None:
+            return  # completed meanwhile
+        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+        try:
+            await self._context.bookies.add_entry(
+                action.bookie,
+                self.ledger_id,
+                action.entry_id,
+                self._master_key,
+                body,
+                action.recovery,
+            )
+        except GlobelogError as err:
+            self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(err)))
+        else:
+            self._runner.feed(AddAcked(action.entry_id, action.bookie))
+
+    def _complete(self, action: CompleteAdds) -> None:
+        for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
+            self._payloads.pop(entry_id, None)
+            future = self._futures.pop(entry_id)
+            if not future.done():
+                future.set_result(entry_id)
+        if self._state.room > 0:
+            self._room.set()
+
+    def _fail(self, entry_ids: tuple[int, ...], error: AddError) -> None:
+        failure = add_error(self.ledger_id, error)
+        for entry_id in entry_ids:
+            self._payloads.pop(entry_id, None)
+            future = self._futures.pop(entry_id, None)
+            if future is not None and not future.done():
+                future.set_exception(failure)
+        self._room.set()  # waiters wake and see the error
+        if self._state.is_terminal:
+            self._fail_close(failure)
+
+    def _fail_close(self, failure: LedgerHandleError) -> None:
+        if not self._closed.done():
+            self._closed.set_exception(failure)
+            self._closed.exception()  # a writer that never closes must not warn
+
+    async def _change_ensemble(self, action: ChangeEnsemble) -> None:
+        check = require_open(self.ledger_id)
+        try:
+            check(self._versioned.metadata)
+            ensemble = self._context.replace(
+                self._versioned.metadata, self._state.ensemble, action.bookies
+            )
+            new = Ensemble(action.first_entry_id, ensemble)
+
+            def change(metadata: LedgerMetadata) -> LedgerMetadata:
+                check(metadata)
+                return with_ensemble(metadata, new)
+
+            self._versioned = await update_metadata(self._context.metadata, self._versioned, change)
+        except LedgerFencedError as err:
+            self._runner.feed(EnsembleChangeFailed(AddErrorKind.FENCED, str(err)))
+        except LedgerClosedError as err:
+            self._runner.feed(EnsembleChangeFailed(AddErrorKind.CLOSED, str(err)))
+        except (GlobelogError, PlacementError) as err:
+            self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
+        else:
+            for bookie in action.bookies:
+                self._context.placement.record_failure(bookie, self._context.clock())
+            self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+
+    async def _close(self, action: CloseLedger) -> None:
+        check = require_open(self.ledger_id)
+
+        def change(metadata: LedgerMetadata) -> LedgerMetadata:
+            check(metadata)
+            return dataclasses.replace(
+                metadata,
+                state=LedgerState.CLOSED,
+                last_entry_id=action.last_entry_id,
+                length=action.length,
+            )
+
+        try:
+            self._versioned = await update_metadata(self._context.metadata, self._versioned, change)
+        except GlobelogError as err:
+            self._fail_close(LedgerHandleError(f"ledger {self.ledger_id}: close failed: {err}"))
+            return
+        if not self._closed.done():
+            self._closed.set_result(self._versioned)
+
+
+def _closed_error() -> AddError:
+    return AddError(AddErrorKind.CLOSED, "the handle is closing or closed")
