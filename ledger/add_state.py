@@ -46,6 +46,9 @@ from ledger.signals import Outbox, Ticked
 PENDING_ADDS_MAX = 1000  # adds in flight per handle; `room` is 0 beyond it (backpressure)
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
+# Completed entries whose third copy is still in flight. A bookie that lags this many
+# entries behind its peers is treated as failed, like one that timed out.
+STRAGGLERS_MAX = PENDING_ADDS_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,10 @@ class AddState:
         self._pushed_length = length  # through the last submitted entry
         self._next_entry_id = lac + 1
         self._pending: dict[int, _Pending] = {}
+        # Entries acknowledged at the ack quorum while a write-set bookie had not answered:
+        # entry -> {position: sent at}. Its timeout or error still replaces that bookie
+        # for later entries (BookKeeper ignores failures after the ack quorum: #1390).
+        self._stragglers: dict[int, dict[int, float]] = {}
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
         self._failed_later: set[int] = set()  # positions that failed during that change
@@ -168,6 +175,7 @@ class AddState:
     def next_wakeup_s(self) -> float | None:
         """When the next add times out (tick then), or None when nothing is in flight."""
         sent = [s for p in self._pending.values() for s in p.sent_s.values()]
+        sent += [s for straggler in self._stragglers.values() for s in straggler.values()]
         return min(sent) + self.config.add_timeout_s if sent else None
 
     def take_actions(self) -> list[AddAction]:
@@ -226,6 +234,7 @@ class AddState:
         pending = self._pending.get(event.entry_id)
         index = self._position(pending, event.bookie)
         if pending is None or index is None:
+            self._straggler_answered(event.entry_id, event.bookie)
             return  # completed already, or the bookie was replaced: a stale answer
         pending.sent_s.pop(index, None)
         pending.acked.add(index)
@@ -235,23 +244,40 @@ class AddState:
         pending = self._pending.get(event.entry_id)
         index = self._position(pending, event.bookie)
         if pending is None or index is None:
-            return
+            index = self._straggler_answered(event.entry_id, event.bookie)
+            if index is None:
+                return
         fatal = FATAL_ANSWERS.get(event.kind)
         if fatal is not None:
             kind, why = fatal
             where = f"entry {event.entry_id}: bookie {event.bookie} answered {event.kind.value}"
             self._fail(AddError(kind, f"{where}: {why}"))
         else:  # any other failure: replace the bookie
-            pending.sent_s.pop(index, None)
+            if pending is not None:
+                pending.sent_s.pop(index, None)
             self._positions_failed({index})
+
+    def _straggler_answered(self, entry_id: int, bookie: str) -> int | None:
+        """Forgets a completed entry's outstanding send to `bookie`; its position, if any."""
+        sent = self._stragglers.get(entry_id)
+        if sent is None:
+            return None
+        index = next((i for i in sent if self._ensemble[i] == bookie), None)
+        if index is not None:
+            del sent[index]
+            if not sent:
+                del self._stragglers[entry_id]
+        return index
 
     def _on_tick(self) -> None:
         expired: set[int] = set()
-        for pending in self._pending.values():
-            for index, sent_s in list(pending.sent_s.items()):
+        in_flight = [p.sent_s for p in self._pending.values()] + list(self._stragglers.values())
+        for sent in in_flight:
+            for index, sent_s in list(sent.items()):
                 if self._now_s - sent_s >= self.config.add_timeout_s:
-                    del pending.sent_s[index]
+                    del sent[index]
                     expired.add(index)
+        self._stragglers = {e: sent for e, sent in self._stragglers.items() if sent}
         if expired:  # one ensemble change for every position that timed out on this tick
             self._positions_failed(expired)
 
@@ -265,6 +291,10 @@ class AddState:
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None
+        for sent in self._stragglers.values():  # the replaced bookies' answers no longer matter
+            for index in changed & set(sent):
+                del sent[index]
+        self._stragglers = {e: sent for e, sent in self._stragglers.items() if sent}
         still_failed, self._failed_later = self._failed_later - changed, set()
         for pending in self._pending.values():
             for index in pending.write_set:
@@ -336,10 +366,15 @@ class AddState:
         first = self._lac + 1
         while (head := self._pending.get(self._lac + 1)) and len(head.acked) >= self._acks_needed:
             del self._pending[head.entry_id]
+            if head.sent_s:
+                self._stragglers[head.entry_id] = dict(head.sent_s)
             self._lac = head.entry_id
             self._length = head.length
         if self._lac >= first:
             self._emit(CompleteAdds(first, self._lac, self._length))
+        if len(self._stragglers) > STRAGGLERS_MAX:
+            oldest = min(self._stragglers)
+            self._positions_failed(set(self._stragglers.pop(oldest)))
         self._maybe_close()
 
     def _maybe_close(self) -> None:
@@ -350,6 +385,7 @@ class AddState:
     def _fail(self, error: AddError) -> None:
         entries = tuple(sorted(self._pending))
         self._pending.clear()
+        self._stragglers.clear()
         self._changing = None
         self._failed_later = set()
         self._error = error
@@ -374,6 +410,10 @@ class AddState:
         assert 0 <= self._length <= self._pushed_length, (self._length, self._pushed_length)
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
+        assert all(e <= self._lac and sent for e, sent in self._stragglers.items()), (
+            self._stragglers
+        )
+        assert len(self._stragglers) <= STRAGGLERS_MAX, len(self._stragglers)
         if self.is_terminal:
             assert not self._pending and self._changing is None, "work left after the end"
             assert self._outbox.sealed, "terminal but still emitting"

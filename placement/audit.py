@@ -83,8 +83,8 @@ def audit_ensemble(
     """Check an ensemble; `locations` should cover the whole cluster so racks can be judged."""
     where = locations if isinstance(locations, Mapping) else {b.bookie_id: b for b in locations}
     members = tuple(ensemble)
-    problems = _whole_ensemble_problems(members, where, write_quorum, ack_quorum)
-    if problems and not 1 <= ack_quorum <= write_quorum <= len(members):
+    problems = _whole_ensemble_problems(members, where, write_quorum, ack_quorum, min_regions)
+    if problems and not (1 <= ack_quorum <= write_quorum <= len(members) and min_regions >= 1):
         return AdherenceReport(members, write_quorum, ack_quorum, min_regions, problems, (), ())
     durability = _durability_findings(members, where, write_quorum, ack_quorum, min_regions)
     racks = _window_rack_findings(members, where, write_quorum) + _region_rack_findings(
@@ -96,7 +96,11 @@ def audit_ensemble(
 
 
 def _whole_ensemble_problems(
-    members: Sequence[str], where: Mapping[str, LocatedBookie], write_quorum: int, ack_quorum: int
+    members: Sequence[str],
+    where: Mapping[str, LocatedBookie],
+    write_quorum: int,
+    ack_quorum: int,
+    min_regions: int,
 ) -> tuple[str, ...]:
     problems = []
     if not 1 <= ack_quorum <= write_quorum <= len(members):
@@ -104,6 +108,8 @@ def _whole_ensemble_problems(
             f"need 1 <= ack_quorum <= write_quorum <= ensemble size, got ack_quorum={ack_quorum} "
             f"write_quorum={write_quorum} ensemble size={len(members)}"
         )
+    if min_regions < 1:
+        problems.append(f"min_regions_for_durability must be >= 1, got {min_regions}")
     for bookie, count in sorted(Counter(members).items()):
         if count > 1:
             at = [i for i, b in enumerate(members) if b == bookie]

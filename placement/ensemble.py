@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from core.durability import smallest_valid_ack_quorum
 from core.topology import Replication
@@ -30,7 +30,7 @@ class EnsembleRequest:
     writer: ClientLocation
     excluded: frozenset[str] = frozenset()
     rotation: int = 0
-    avoid: frozenset[str] = field(default=frozenset())  # picked last inside a rack
+    avoid: frozenset[str] = frozenset()  # picked last inside a rack (recent failures)
 
 
 def describe_request(replication: Replication) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from core.topology import Bookie, Topology
@@ -47,17 +47,3 @@ def index_by_id(bookies: Iterable[LocatedBookie]) -> dict[str, LocatedBookie]:
         assert bookie.bookie_id not in by_id, f"bookie {bookie.bookie_id} listed twice"
         by_id[bookie.bookie_id] = bookie
     return by_id
-
-
-def rack_counts(bookies: Iterable[LocatedBookie]) -> dict[tuple[str, str], int]:
-    """How many of `bookies` sit on each (region, rack)."""
-    counts: dict[tuple[str, str], int] = {}
-    for bookie in bookies:
-        key = (bookie.region, bookie.rack)
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def regions_of(ids: Iterable[str], locations: Mapping[str, LocatedBookie]) -> tuple[str, ...]:
-    """The region of each id, in order; every id must be located."""
-    return tuple(locations[i].region for i in ids)

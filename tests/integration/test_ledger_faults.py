@@ -1,0 +1,183 @@
+"""Ledger fault tolerance on real bookies: a bookie killed or paused mid-stream, recovery
+with a bookie down, a corrupted replica. No acknowledged entry may be lost (I1, I6)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from cli.cluster import controller
+from cli.cluster.controller import Cluster
+from cli.tools import Tools
+from core.topology import Replication
+from global_meta import MetaStore
+from ledger.client import LedgerClient
+from ledger.context import LedgerConfig
+from ledger.entry import EntryCodec, master_key
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.write_handle import LedgerWriter
+from placement import Adherence
+
+PASSWORD = b"fault-secret"
+REPLICATION = Replication(3, 3, 2, 2)
+ENTRIES = 300
+FAULT_AT = 100
+
+
+@asynccontextmanager
+async def ledger_client(
+    cluster: Cluster, region: str, **config: float
+) -> AsyncIterator[LedgerClient]:
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        settings = LedgerConfig(region=region, min_regions_for_durability=2)
+        async with await LedgerClient.connect(
+            store, dataclasses.replace(settings, **config)
+        ) as client:
+            yield client
+
+
+def bookie_name(cluster: Cluster, bookie_id: str) -> str:
+    return cluster.topology.bookie(bookie_id).name
+
+
+async def write_through_fault(
+    writer: LedgerWriter, fault: Callable[[], object], pace_s: float = 0.0
+) -> list[int]:
+    """Appends ENTRIES entries with many in flight, injecting `fault` after FAULT_AT acks;
+    after the fault, one entry every `pace_s` (so the writer outlives the add timeout)."""
+    futures = []
+    for i in range(ENTRIES):
+        await writer.wait_for_room()
+        futures.append(writer.append(f"entry-{i}".encode()))
+        if i > FAULT_AT and pace_s:
+            await asyncio.sleep(pace_s)
+        if i == FAULT_AT:
+            await asyncio.gather(*futures)
+            await asyncio.to_thread(lambda: None)
+            result = fault()
+            if asyncio.iscoroutine(result):
+                await result
+    return list(await asyncio.wait_for(asyncio.gather(*futures), 120))
+
+
+async def assert_all_readable(cluster: Cluster, ledger_id: int, count: int) -> None:
+    async with ledger_client(cluster, "eu-west") as reader_client:
+        reader = await reader_client.open(ledger_id, PASSWORD)
+        assert reader.is_closed and reader.lac == count - 1
+        assert await reader.read_entries(0, count - 1) == [
+            f"entry-{i}".encode() for i in range(count)
+        ]
+        for ensemble in reader.metadata.ensembles:
+            report = reader_client.context.placement.audit(ensemble.bookies, REPLICATION)
+            assert report.adherence is not Adherence.FAIL, report.describe()
+
+
+async def test_bookie_killed_mid_stream_changes_the_ensemble(
+    cluster: Cluster, tools: Tools
+) -> None:
+    async with ledger_client(cluster, "us-east") as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        victim = writer.metadata.current_ensemble[1]
+        try:
+            acked = await write_through_fault(
+                writer,
+                lambda: controller.fault(cluster, tools, "kill", bookie_name(cluster, victim)),
+            )
+            assert acked == list(range(ENTRIES))
+            closed = await writer.close()
+        finally:
+            await controller.fault(cluster, tools, "restart", bookie_name(cluster, victim))
+    history = closed.metadata.ensembles
+    assert len(history) >= 2 and victim not in history[-1].bookies
+    assert 0 < history[1].first_entry_id <= ENTRIES
+    replacement = next(b for b in history[-1].bookies if b not in history[0].bookies)
+    assert cluster.topology.bookie(replacement).region == cluster.topology.bookie(victim).region
+    await assert_all_readable(cluster, writer.ledger_id, ENTRIES)
+
+
+async def test_bookie_paused_past_the_add_timeout_changes_the_ensemble(
+    cluster: Cluster, tools: Tools
+) -> None:
+    async with ledger_client(cluster, "us-east", add_timeout_s=2.0) as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        victim = writer.metadata.current_ensemble[2]
+        name = bookie_name(cluster, victim)
+        try:
+            # 200 entries over ~4 s: twice the add timeout after the pause
+            acked = await write_through_fault(
+                writer, lambda: controller.fault(cluster, tools, "pause", name), pace_s=0.02
+            )
+            assert acked == list(range(ENTRIES))
+            closed = await writer.close()
+        finally:
+            await controller.fault(cluster, tools, "resume", name)
+    history = closed.metadata.ensembles
+    assert victim not in history[-1].bookies, (victim, history)
+    await assert_all_readable(cluster, writer.ledger_id, ENTRIES)
+
+
+async def test_recovery_with_one_bookie_of_the_ensemble_down(
+    cluster: Cluster, tools: Tools
+) -> None:
+    async with ledger_client(cluster, "us-west") as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        for i in range(50):
+            await writer.add(f"entry-{i}".encode())
+        await writer.abandon()  # the writer dies without closing
+        down = writer.metadata.current_ensemble[0]
+    await controller.fault(cluster, tools, "kill", bookie_name(cluster, down))
+    try:
+        async with ledger_client(cluster, "eu-west") as recoverer:
+            reader = await recoverer.open(writer.ledger_id, PASSWORD, recover_ledger=True)
+            assert reader.is_closed and reader.lac == 49
+            assert await reader.read_entries(0, 49) == [f"entry-{i}".encode() for i in range(50)]
+    finally:
+        await controller.fault(cluster, tools, "restart", bookie_name(cluster, down))
+
+
+async def test_corrupted_replica_is_detected_and_the_read_fails_over(cluster: Cluster) -> None:
+    local = cluster.topology.region("us-west").bookies[0].bookie_id
+    others = [cluster.topology.region(r).bookies[0].bookie_id for r in ("us-east", "eu-west")]
+    ensemble = (local, *others)
+    async with ledger_client(cluster, "us-west") as client:
+        metadata = LedgerMetadata(
+            3,
+            3,
+            2,
+            (Ensemble(0, ensemble),),
+            client.context.config.digest_type,
+            PASSWORD,
+            state=LedgerState.CLOSED,
+            last_entry_id=0,
+            length=7,
+        )
+        created = await client.context.metadata.create(metadata)
+        codec = EntryCodec(created.ledger_id, metadata.digest_type, PASSWORD)
+        good = codec.encode_entry(0, -1, 7, b"payload")
+        corrupt = good[:-1] + bytes([good[-1] ^ 0x01])  # one flipped bit in the payload
+        for bookie in ensemble:
+            body = corrupt if bookie == local else good
+            await client.context.bookies.add_entry(
+                bookie, created.ledger_id, 0, master_key(PASSWORD), body
+            )
+        now = client.context.clock()
+        assert client.context.placement.read_order(ensemble, now)[0] == local  # asked first
+        reader = await client.open(created.ledger_id, PASSWORD)
+        assert await reader.read_entry(0) == b"payload"
+        assert client.context.placement.read_order(ensemble, client.context.clock())[-1] == local
+
+
+@pytest.mark.parametrize("region", ["us-east", "eu-west"])
+async def test_every_region_reads_what_one_region_wrote(cluster: Cluster, region: str) -> None:
+    async with ledger_client(cluster, "us-west") as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        for i in range(30):
+            await writer.add(f"entry-{i}".encode())
+        await writer.close()
+    async with ledger_client(cluster, region) as other:
+        reader = await other.open(writer.ledger_id, PASSWORD)
+        assert await reader.read_entries(0, 29) == [f"entry-{i}".encode() for i in range(30)]

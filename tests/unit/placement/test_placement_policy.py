@@ -1,0 +1,146 @@
+"""PlacementState through the interface the ledger client uses, on a parsed topology."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from core.topology import Replication
+from core.topology_loader import parse_topology
+from placement import (
+    Adherence,
+    ClientLocation,
+    NotEnoughBookiesError,
+    PlacementConfig,
+    PlacementPolicy,
+    PlacementState,
+    UnknownRegionError,
+)
+
+pytestmark = pytest.mark.unit
+
+TOPOLOGY = """
+name: three-regions-two-racks
+replication: {ensemble_size: 3, write_quorum: 3, ack_quorum: 2, min_regions_for_durability: 2}
+zookeeper:
+  - {name: zk-east, region: east, client_port: 2181, peer_port: 2888, election_port: 3888}
+regions:
+  - name: east
+    racks:
+      - {name: a, bookies: [{name: e-a1, port: 3181}, {name: e-a2, port: 3182}]}
+      - {name: b, bookies: [{name: e-b1, port: 3183}]}
+    write_proxies: [{name: wp-east, port: 8101}]
+    read_proxies: [{name: rp-east, port: 8201}]
+  - name: west
+    racks:
+      - {name: a, bookies: [{name: w-a1, port: 3184}]}
+      - {name: b, bookies: [{name: w-b1, port: 3185}]}
+    write_proxies: [{name: wp-west, port: 8102}]
+    read_proxies: [{name: rp-west, port: 8202}]
+  - name: eu
+    racks:
+      - {name: a, bookies: [{name: u-a1, port: 3186}]}
+      - {name: b, bookies: [{name: u-b1, port: 3187}]}
+    write_proxies: [{name: wp-eu, port: 8103}]
+    read_proxies: [{name: rp-eu, port: 8203}]
+wan:
+  toxiproxy: {api_port: 8474}
+  listen_port_base: 21000
+  default_profile: ci
+  profiles:
+    ci:
+      - {between: [east, west], one_way_ms: 4, jitter_ms: 0}
+      - {between: [east, eu], one_way_ms: 4, jitter_ms: 0}
+      - {between: [west, eu], one_way_ms: 6, jitter_ms: 0}
+"""
+TOPO = parse_topology(TOPOLOGY)
+REP = TOPO.replication
+E_A1, E_A2, E_B1 = "127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"
+W_A1, W_B1, U_A1, U_B1 = "127.0.0.1:3184", "127.0.0.1:3185", "127.0.0.1:3186", "127.0.0.1:3187"
+
+
+def state() -> PlacementState:
+    return PlacementState.from_topology(TOPO, PlacementConfig(ClientLocation("east", "a")))
+
+
+def regions(s: PlacementState, ensemble: tuple[str, ...]) -> list[str]:
+    return [s.cluster.by_id[b].region for b in ensemble]
+
+
+def test_state_implements_the_protocol_the_ledger_client_uses() -> None:
+    policy: PlacementPolicy = state()  # checked by mypy when the tests are type-checked
+    ensemble = policy.new_ensemble(REP)
+    assert len(ensemble) == 3
+
+
+def test_consecutive_ensembles_rotate_the_remote_regions() -> None:
+    s = state()
+    seconds = Counter(regions(s, s.new_ensemble(Replication(2, 2, 2, 2)))[1] for _ in range(4))
+    assert seconds == {"west": 2, "eu": 2}
+
+
+def test_recent_failures_are_avoided_when_the_rack_has_another_bookie() -> None:
+    s = state()
+    # Rotation alternates the two bookies of rack east/a from one ensemble to the next...
+    assert [s.new_ensemble(REP, now_s=1.0)[0] for _ in range(2)] == [E_A1, E_A2]
+    s.record_failure(E_A1, 10.0)
+    # ...until one of them fails: then the other one is picked every time,
+    assert [s.new_ensemble(REP, now_s=11.0)[0] for _ in range(2)] == [E_A2, E_A2]
+    # and the failed one returns once its failure has expired.
+    assert [s.new_ensemble(REP, now_s=71.0)[0] for _ in range(2)] == [E_A1, E_A2]
+
+
+def test_membership_updates_feed_placement_and_reads() -> None:
+    s = state()
+    everyone = {b.bookie_id for b in s.cluster.bookies}
+    s.update_membership(everyone - {W_A1, W_B1}, read_only=())
+    with pytest.raises(NotEnoughBookiesError, match="west: 0 usable"):
+        s.new_ensemble(REP)
+    order = s.read_order((W_A1, U_A1, E_B1), now_s=5.0)
+    assert order == (E_B1, U_A1, W_A1)
+    assert s.speculative_delays((W_A1, U_A1), now_s=5.0) == pytest.approx((0.002,))
+
+
+def test_observations_drive_read_order_and_delays() -> None:
+    s = state()
+    for i in range(5):
+        s.record_latency(E_B1, 0.004, 1.0 + i)
+    s.record_failure(E_A1, 5.0)
+    s.set_pending_requests(U_A1, 2)
+    assert s.read_order((E_A1, E_B1, U_A1), now_s=6.0) == (E_B1, U_A1, E_A1)
+    assert s.speculative_delays((E_B1, U_A1, E_A1), now_s=6.0) == pytest.approx((0.006, 0.1))
+    s.record_slow(E_B1, 6.0)
+    assert s.read_order((E_A1, E_B1, U_A1), now_s=7.0)[0] == U_A1
+
+
+def test_draining_a_region_moves_copies_out_through_replacements() -> None:
+    s = state()
+    ensemble = s.new_ensemble(Replication(3, 3, 2, 2))
+    s.drain_region("west")
+    movers = s.members_to_move(ensemble)
+    assert [s.cluster.by_id[b].region for b in movers] == ["west"]
+    # With west drained only east and eu remain: one copy cannot leave without east or eu
+    # holding two of three copies, so the replacement is refused and says why.
+    with pytest.raises(NotEnoughBookiesError, match="west is drained"):
+        s.replace_bookie(REP, ensemble, movers[0])
+    wider = Replication(4, 4, 3, 2)
+    ensemble = s.new_ensemble(wider)
+    assert "west" not in regions(s, ensemble)
+    s.drain_region("west", drained=False)
+    assert s.members_to_move(ensemble) == ()
+
+
+def test_replacement_through_the_state_keeps_the_rule() -> None:
+    s = state()
+    ensemble = s.new_ensemble(REP)
+    failed = ensemble[1]
+    replaced = s.replace_bookie(REP, ensemble, failed, now_s=1.0)
+    assert replaced[1] != failed
+    assert s.audit(replaced, REP).adherence is Adherence.MEETS_STRICT
+
+
+def test_draining_an_unknown_region_is_a_clear_error() -> None:
+    with pytest.raises(UnknownRegionError, match="no region 'mars'") as caught:
+        state().drain_region("mars")
+    assert caught.value.code == "unknown_region"
