@@ -10,9 +10,10 @@ from pathlib import Path
 from cli.cluster import controller, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
+from cli.topology import load_checked_topology as load_topology
 from core.errors import GlobelogError
 from core.routes import plan_routes
-from core.topology_loader import load_topology, region_loss_summary
+from core.topology_loader import region_loss_summary
 from ledger.ping import BookieUnreachableError, ping_bookie
 
 DEMO_DATA_DIR = REPO_ROOT / ".cluster-demo"

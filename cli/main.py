@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cli import bench_ledger_options
 from cli.cluster import controller, processes, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
+from cli.topology import load_checked_topology as load_topology
 from core.errors import ConfigError, GlobelogError
-from core.topology_loader import load_topology, region_loss_summary
+from core.topology_loader import region_loss_summary
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     startup = bench_sub.add_parser("startup", help="time `cluster up` on fresh data dirs")
     startup.add_argument("--topology", default=None)
     startup.add_argument("--runs", type=int, default=3)
+    ledger = bench_sub.add_parser(
+        "ledger", help="ledger add throughput and latency, beside BookKeeper's Java benchmark"
+    )
+    bench_ledger_options.add_arguments(ledger)
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -123,10 +129,31 @@ async def _run_cluster(args: argparse.Namespace) -> int:
 def _run_bench(args: argparse.Namespace) -> int:
     from cli.bench_startup import bench_startup
 
+    if args.action == "ledger":
+        return _run_bench_ledger(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")
     print(asyncio.run(bench_startup(load_topology(path), path, find_tools(), args.runs)))
+    return 0
+
+
+def _run_bench_ledger(args: argparse.Namespace) -> int:
+    from cli.bench_ledger import bench_ledger
+
+    options = bench_ledger_options.parse_options(args)
+    bench_ledger_options.check_cluster_ports(options)
+    report = asyncio.run(
+        bench_ledger(
+            options.cluster,
+            find_tools(),
+            options.workload,
+            options.replication,
+            use_running=options.use_running,
+            progress=lambda line: print(f"globelog bench ledger: {line}", file=sys.stderr),
+        )
+    )
+    print(report)
     return 0
 
 

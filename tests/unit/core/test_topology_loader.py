@@ -222,3 +222,18 @@ def test_invalid_yaml_and_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(TopologyError, match="not UTF-8"):
         load_topology(binary)
+
+
+def test_the_cli_also_rejects_settings_that_cannot_be_striped(tmp_path: Path) -> None:
+    from cli.topology import load_checked_topology
+
+    doc = base()
+    doc["replication"].update(ensemble_size=5, write_quorum=3, ack_quorum=2)
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    load_topology(path)  # each write set alone could keep the rule ...
+    with pytest.raises(TopologyError) as caught:
+        load_checked_topology(path)  # ... but no striping of 5 positions over 3 regions does
+    [problem] = caught.value.problems
+    assert problem.startswith("replication: round-robin striping of ensemble_size=5")
+    assert "ensemble_size=3 keeps ack_quorum=2 valid" in problem
