@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cli.cluster import controller, wan
 from cli.cluster.controller import Cluster
+from cli.demo_ledger import ledger_demo
 from cli.tools import REPO_ROOT, find_tools
 from cli.topology import load_checked_topology as load_topology
 from core.errors import GlobelogError
@@ -73,6 +74,9 @@ async def demo() -> None:
 
         step("WAN: median GET_BOOKIE_INFO round trip between regions (one-way latency x2 + bookie)")
         await wan_matrix(cluster)
+
+        step("ledger: region-aware placement, reads from every region, recovery from another")
+        await ledger_demo(cluster, writer_region="us-east", recovery_region="eu-west")
 
         victim = cluster.topology.bookies[0]
         step(f"fault: kill bookie {victim.name} ({victim.location}), then restart it")

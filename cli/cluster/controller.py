@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +66,34 @@ def _start_missing(cluster: Cluster, specs: list[plan.ProcessSpec], report: UpRe
         if record is not None and processes.run_state(record) is not RunState.DEAD:
             report.already_running.append(spec.name)
             continue
+        # Another cluster on the same ports would answer our readiness probes: refuse.
+        taken = [port for port in spec.ports if not port_free(port)]
+        if taken:
+            raise ClusterError(
+                f"start {spec.name}: port(s) {taken} already in use by another process; "
+                "is another cluster up with this topology? (`globelog cluster down`)"
+            )
         records[spec.name] = processes.start(spec)
         report.started.append(spec.name)
     _save(cluster, records)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_alive(cluster: Cluster) -> None:
+    """Every recorded process still runs (one that died at start could hide behind a port)."""
+    dead = [r.name for r in _records(cluster).values() if processes.run_state(r) is RunState.DEAD]
+    if dead:
+        logs = "".join(log_tail(_records(cluster)[name].log, 8) for name in dead[:2])
+        raise ClusterError(f"process(es) {dead} exited during start-up:{logs}")
 
 
 async def _wait_zookeeper(cluster: Cluster) -> None:
@@ -184,6 +210,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
         await publish(cluster, store)
         await _wait_bookies(cluster, store)
         report.phases_s["bookies"] = time.monotonic() - mark
+    _check_alive(cluster)
     report.phases_s["total"] = time.monotonic() - started
     return report
 

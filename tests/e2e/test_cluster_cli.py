@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from tests.support.topologies import write_topology
 
@@ -77,3 +80,17 @@ def test_bad_arguments_get_clear_errors(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "regions: expected a list, got 7" in result.stderr
     assert "replication: expected a mapping" in result.stderr
+
+
+def test_up_refuses_ports_taken_by_another_process(tmp_path: Path) -> None:
+    topology = write_topology(tmp_path)
+    port = yaml.safe_load(topology.read_text())["zookeeper"][0]["client_port"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        result = globelog(
+            "cluster", "--topology", str(topology), "--data-dir", str(tmp_path / "d"), "up"
+        )
+    assert result.returncode == 1
+    assert f"port(s) [{port}] already in use by another process" in result.stderr
+    assert processes_mentioning(str(tmp_path / "d")) == []
