@@ -35,6 +35,7 @@ class LedgerConfig:
     add_timeout_s: float = 5.0
     read_timeout_s: float = 5.0
     long_poll_timeout_ms: int = 1000
+    explicit_lac_interval_s: float = 0.0  # 0: off; >0: send the LAC when no entry carries it
     min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
 
 

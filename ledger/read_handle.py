@@ -7,11 +7,13 @@ LAC reads are a `ReadLacState`; tailing uses the bookies' long-poll read.
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from core.errors import GlobelogError
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.context import LedgerContext
 from ledger.entry import EntryCodec
+from ledger.errors import NoSuchLedgerError
 from ledger.handle_errors import (
     EntryMissingError,
     EntryUnavailableError,
@@ -43,6 +45,7 @@ from ledger.runner import MachineRunner
 from ledger.signals import RecordHealth, failure_kind
 
 READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
+EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen yet
 
 
 class LedgerReader:
@@ -114,6 +117,29 @@ class LedgerReader:
             runner.feed(LacReadFailed(bookie, failure_kind(err)))
         else:
             runner.feed(LacReplied(bookie, entry.lac, entry.length))
+
+    async def read_explicit_lac(self) -> int:
+        """The LAC the bookies hold (explicit LAC or their last entry's), any one will do."""
+        if self.is_closed:
+            return self.lac
+
+        async def ask(bookie: str) -> int:
+            response = await self._context.bookies.read_lac(bookie, self.ledger_id)
+            best = INVALID_ENTRY_ID
+            if response.lac_body:
+                best = self._codec.decode_lac(response.lac_body)
+            if response.last_entry_body:
+                best = max(best, self._codec.decode_last_entry(response.last_entry_body).lac)
+            return best
+
+        answers = await asyncio.gather(
+            *(ask(b) for b in self.metadata.current_ensemble), return_exceptions=True
+        )
+        lacs = [a for a in answers if isinstance(a, int)]
+        if not lacs:
+            raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie returned its LAC")
+        self.lac = max(self.lac, *lacs)
+        return self.lac
 
     # ------------------------------------------------------------------------ entries
 
@@ -201,18 +227,36 @@ class LedgerReader:
 
     async def wait_for_entry(self, timeout_ms: int | None = None) -> tuple[int, bytes] | None:
         """The entry after the LAC once it is confirmed (long poll); None on timeout or end."""
-        entry_id = self.lac + 1
         if self.is_closed:
             return None
-        timeout = timeout_ms or self._context.config.long_poll_timeout_ms
+        timeout_ms = timeout_ms or self._context.config.long_poll_timeout_ms
+        deadline_s = self._context.clock() + timeout_ms / 1000
+        while True:
+            remaining_ms = int((deadline_s - self._context.clock()) * 1000)
+            outcome = await self._long_poll(max(remaining_ms, 1))
+            if outcome != "empty":
+                return outcome
+            if remaining_ms <= 0:
+                return None
+            # No entry reached these bookies yet, so none can watch the LAC: poll again
+            # shortly instead of returning at once (a tailing caller would spin).
+            await asyncio.sleep(min(remaining_ms / 1000, EMPTY_LEDGER_POLL_S))
+
+    async def _long_poll(self, timeout_ms: int) -> tuple[int, bytes] | Literal["empty"] | None:
+        """One long poll over the write set of LAC+1; "empty" when no bookie knows the ledger."""
+        entry_id = self.lac + 1
         order = self._context.placement.read_order(
             self.metadata.write_set(entry_id), self._context.clock()
         )
+        empty = False
         for bookie in order:
             try:
                 response = await self._context.bookies.read_lac_long_poll(
-                    bookie, self.ledger_id, self.lac, timeout
+                    bookie, self.ledger_id, self.lac, timeout_ms
                 )
+            except NoSuchLedgerError:
+                empty = True
+                continue
             except GlobelogError:
                 self._context.placement.record_failure(bookie, self._context.clock())
                 continue
@@ -226,6 +270,8 @@ class LedgerReader:
                 except GlobelogError:
                     self._context.placement.record_failure(bookie, self._context.clock())
             return entry_id, await self.read_entry(entry_id)
+        if empty:
+            return "empty"
         raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie answered the long poll")
 
 

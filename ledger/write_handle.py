@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 from core.errors import GlobelogError
@@ -68,6 +69,11 @@ class LedgerWriter:
         self._room = asyncio.Event()
         self._room.set()
         self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
+        self._piggybacked_lac = self._state.lac  # the LAC the newest entry carried
+        self._explicit_lac = self._state.lac  # the newest LAC sent with WRITE_LAC
+        interval_s = context.config.explicit_lac_interval_s
+        if interval_s > 0:
+            self._runner.spawn(self._explicit_lac_loop(interval_s))
 
     # ------------------------------------------------------------------------------ API
 
@@ -94,6 +100,7 @@ class LedgerWriter:
         assert self._state.room > 0, "append() without room: await wait_for_room() first"
         # Stamp the machine's clock first: it times each add out from its send time.
         self._state.handle(Ticked(self._context.clock()))
+        self._piggybacked_lac = self._state.lac
         entry_id = self._state.submit(len(payload))
         if entry_id is None:
             raise add_error(self.ledger_id, self._state.error or _closed_error())
@@ -117,6 +124,37 @@ class LedgerWriter:
         """Appends one entry and waits until it is acknowledged; returns its entry id."""
         await self.wait_for_room()
         return await self.append(payload)
+
+    async def write_explicit_lac(self) -> int:
+        """Sends the LAC to every bookie of the ensemble, so readers see the newest entries.
+
+        The LAC otherwise rides on the next entry: with no next entry, readers would stop one
+        short. Best effort, as in BookKeeper: a bookie that misses it gets the next one.
+        """
+        lac = self._state.lac
+        body = self._codec.encode_lac(lac)
+        bookies = self._state.ensemble
+
+        async def send(bookie: str) -> None:
+            await self._context.bookies.write_lac(
+                bookie, self.ledger_id, lac, self._master_key, body
+            )
+
+        results = await asyncio.gather(*(send(b) for b in bookies), return_exceptions=True)
+        if all(isinstance(r, BaseException) for r in results):
+            raise LedgerHandleError(
+                f"ledger {self.ledger_id}: no bookie took the explicit LAC {lac}"
+            )
+        self._explicit_lac = max(self._explicit_lac, lac)
+        return lac
+
+    async def _explicit_lac_loop(self, interval_s: float) -> None:
+        """Every interval, sends the LAC if readers cannot see it from the entries."""
+        while not self._state.is_terminal:
+            await asyncio.sleep(interval_s)
+            if self._state.lac > max(self._piggybacked_lac, self._explicit_lac):
+                with contextlib.suppress(GlobelogError):
+                    await self.write_explicit_lac()
 
     async def close(self) -> VersionedMetadata:
         """Waits for pending adds, then writes the metadata CLOSED at the LAC."""
