@@ -39,6 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench_ledger_options.add_arguments(ledger)
 
+    ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
+    ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
+    ledger_sub = ledger.add_subparsers(dest="action", required=True)
+    for name, text in (("show", "a ledger's metadata"), ("audit", "placement adherence")):
+        sub = ledger_sub.add_parser(name, help=text)
+        sub.add_argument("ledger_ids", nargs="+", type=int, metavar="LEDGER_ID")
+        sub.add_argument("--json", action="store_true")
+
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
     cluster.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
@@ -157,6 +165,21 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_ledger(args: argparse.Namespace) -> int:
+    from cli.ledger_commands import audit_ledgers, print_audit
+
+    topology = load_topology(args.topology or REPO_ROOT / "topology.yaml")
+    min_regions = topology.replication.min_regions_for_durability
+    reports, all_adhere = asyncio.run(audit_ledgers(topology, args.ledger_ids, min_regions))
+    if args.action == "show":
+        for entry in reports:
+            entry.pop("audit")
+        print(json.dumps(reports, indent=1, sort_keys=True))
+        return 0
+    print_audit(reports, args.json)
+    return 0 if all_adhere else 4
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -168,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(region_loss_summary(topology))
             return 0
+        if args.command == "ledger":
+            return _run_ledger(args)
         if args.command == "bench":
             return _run_bench(args)
         return asyncio.run(_run_cluster(args))
