@@ -10,6 +10,7 @@ default) no handshake is needed before the first request.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -17,7 +18,7 @@ from ledger.errors import FrameTooLargeError, ProtocolError
 from ledger.message_codec import (
     decode_request_message,
     decode_response_message,
-    encode_request_message,
+    encode_request_pieces,
     encode_response_message,
 )
 from ledger.messages import Request, Response
@@ -25,6 +26,7 @@ from ledger.messages import Request, Response
 # BookKeeper's default nettyMaxFrameSizeBytes: the largest frame, length prefix included.
 FRAME_BYTES_MAX = 5 * 1024 * 1024
 LENGTH_PREFIX_BYTES = 4
+_LENGTH_PREFIX = struct.Struct(">I")
 
 M = TypeVar("M")
 
@@ -39,7 +41,12 @@ def frame(message: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
 
 def encode_request(request: Request, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
     """The whole frame (length prefix and Request) to send to a bookie."""
-    return frame(encode_request_message(request), frame_bytes_max)
+    head, body, tail = encode_request_pieces(request)
+    length = len(head) + len(body) + len(tail)
+    size = LENGTH_PREFIX_BYTES + length
+    if size > frame_bytes_max:
+        raise FrameTooLargeError(f"frame is {size} bytes; the limit is {frame_bytes_max}")
+    return b"".join((_LENGTH_PREFIX.pack(length), head, body, tail))  # one copy of the entry
 
 
 def encode_response(response: Response, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
@@ -71,32 +78,47 @@ class _Deframer(Generic[M]):
         """
         if self._failed is not None:
             raise self._failed
-        self._buffer += data
         try:
-            return self._drain()
+            frames: bytes | bytearray = data
+            if self._buffer or type(data) is not bytes:
+                self._buffer += data
+                if self._frame_end(self._buffer, 0) < 0:
+                    return []
+                # At least one whole frame: parse in place in the buffer, which is handed over
+                # (and so never resized under a view of it); a new one takes any remainder.
+                frames, self._buffer = self._buffer, bytearray()
+            return self._drain(frames)
         except ProtocolError as err:
             self._failed = err
             self._buffer.clear()
             raise
 
-    def _drain(self) -> list[M]:
+    def _frame_end(self, data: bytes | bytearray, start: int) -> int:
+        """The end of the frame at `start` in `data`, or -1 if its bytes have not all arrived;
+        ProtocolError if its length prefix announces more than the bound."""
+        if len(data) - start < LENGTH_PREFIX_BYTES:
+            return -1
+        length: int = _LENGTH_PREFIX.unpack_from(data, start)[0]
+        if length + LENGTH_PREFIX_BYTES > self._frame_bytes_max:
+            raise ProtocolError(
+                f"{self._what}: frame of {length + LENGTH_PREFIX_BYTES} bytes announced; "
+                f"the limit is {self._frame_bytes_max}"
+            )
+        end = start + LENGTH_PREFIX_BYTES + length
+        return end if end <= len(data) else -1
+
+    def _drain(self, data: bytes | bytearray) -> list[M]:
+        """Parses the whole frames in `data` through views of it, without copying them, and
+        buffers the incomplete frame after them. Nothing may resize `data` while views of it
+        live: it is immutable bytes, or a buffer this decoder no longer holds."""
         messages: list[M] = []
+        view = memoryview(data)
         start = 0
-        buffer = self._buffer
-        while len(buffer) - start >= LENGTH_PREFIX_BYTES:
-            length = int.from_bytes(buffer[start : start + LENGTH_PREFIX_BYTES], "big")
-            if length + LENGTH_PREFIX_BYTES > self._frame_bytes_max:
-                raise ProtocolError(
-                    f"{self._what}: frame of {length + LENGTH_PREFIX_BYTES} bytes announced; "
-                    f"the limit is {self._frame_bytes_max}"
-                )
-            end = start + LENGTH_PREFIX_BYTES + length
-            if end > len(buffer):
-                break
-            body = bytes(buffer[start + LENGTH_PREFIX_BYTES : end])
-            messages.append(self._parse(memoryview(body)))
+        while (end := self._frame_end(data, start)) >= 0:
+            messages.append(self._parse(view[start + LENGTH_PREFIX_BYTES : end]))
             start = end
-        del buffer[:start]
+        if start < len(data):
+            self._buffer += view[start:]
         return messages
 
 

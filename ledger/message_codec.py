@@ -1,10 +1,14 @@
 """Each v3 request and response body to and from protobuf (the unframed Request / Response).
 
 Field numbers are BookkeeperProtocol.proto's (listed per message in docs/wire-protocol.md).
+The generic_* functions are the reference codec, built on ledger.protobuf; the hot messages
+(AddRequest, ReadRequest, AddResponse, ReadResponse) take ledger.codec_fastpath, which gives
+the same bytes and objects.
 """
 
 from __future__ import annotations
 
+from ledger.codec_fastpath import add_request_pieces, decode_response, read_request_message
 from ledger.codes import LAST_ADD_CONFIRMED, OperationType, ReadFlag, StatusCode
 from ledger.errors import ProtocolError
 from ledger.messages import (
@@ -52,6 +56,22 @@ _RECOVERY_ADD = 1  # AddRequest.Flag.RECOVERY_ADD
 
 def encode_request_message(request: Request) -> bytes:
     """The serialized Request message for `request` (without the frame length)."""
+    return b"".join(encode_request_pieces(request))
+
+
+def encode_request_pieces(request: Request) -> tuple[bytes, bytes, bytes]:
+    """encode_request_message's bytes in three pieces to be joined in order: the middle one is an
+    AddRequest's entry body, passed through uncopied (empty for other requests)."""
+    if type(request) is AddRequest:
+        return add_request_pieces(request)
+    if type(request) is ReadRequest:
+        _check_read(request)
+        return read_request_message(request), b"", b""
+    return generic_encode_request_message(request), b"", b""
+
+
+def generic_encode_request_message(request: Request) -> bytes:
+    """encode_request_message through the generic Writer: the reference for the fast paths."""
     body = Writer()
     match request:
         case AddRequest():
@@ -184,6 +204,15 @@ def encode_response_message(response: Response) -> bytes:
 
 def decode_response_message(data: bytes | memoryview) -> Response:
     """The response in a serialized Response message; ProtocolError if malformed or unsupported."""
+    response = decode_response(data)
+    if response is not None:
+        return response
+    return generic_decode_response_message(data)
+
+
+def generic_decode_response_message(data: bytes | memoryview) -> Response:
+    """decode_response_message through the generic parser: the reference for the fast path, and
+    the path of every message it does not take (other operations, unusual layouts, errors)."""
     fields = parse(data, "Response")
     header = decode_header(fields)
     op, txn = header.operation, header.txn_id
@@ -243,6 +272,8 @@ def _decode_response_body(
 
 def _check_read(request: ReadRequest) -> None:
     """The combinations a bookie (and BookKeeper's client) refuses are programming errors."""
+    if request.flag is None and request.timeout_ms is None:
+        return  # a plain read (the usual one) has nothing to check
     if request.flag is ReadFlag.FENCE_LEDGER:
         assert request.master_key is not None, "a fencing read needs the master key"
     long_poll = request.flag is ReadFlag.ENTRY_PIGGYBACK or request.timeout_ms is not None

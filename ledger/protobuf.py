@@ -46,8 +46,14 @@ E = TypeVar("E", bound=enum.IntEnum)
 T = TypeVar("T")
 
 
+# The varints of 0..127: one byte each (most tags, lengths and enums).
+_ONE_BYTE_VARINTS = tuple(bytes((value,)) for value in range(0x80))
+
+
 def encode_varint(value: int) -> bytes:
     """The varint of an unsigned 64-bit value."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE_VARINTS[value]
     assert 0 <= value <= _U64, f"varint value out of range: {value}"
     out = bytearray()
     while value > 0x7F:
@@ -62,6 +68,8 @@ def decode_varint(data: bytes | memoryview, pos: int, what: str) -> tuple[int, i
 
     Bits beyond 64 are dropped, as protobuf-java does.
     """
+    if pos < len(data) and data[pos] < 0x80:
+        return data[pos], pos + 1  # one byte: most tags, lengths and enums
     result = 0
     for index in range(VARINT_BYTES_MAX):
         if pos + index >= len(data):
