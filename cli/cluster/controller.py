@@ -123,7 +123,7 @@ async def _init_metadata(cluster: Cluster, tools: Tools, store: MetaStore) -> bo
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            *plan.init_metadata_argv(cluster.topology, cluster.data_dir, tools),
+            *plan.init_metadata_argv(cluster.data_dir, tools),
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,

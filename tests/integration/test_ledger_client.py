@@ -3,41 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 
 from cli.cluster.controller import Cluster
 from core.topology import Replication
-from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
 from ledger.entry import DigestType
 from ledger.handle_errors import LedgerUnauthorizedError, ReadBeyondLacError
 from ledger.metadata_store import NoSuchLedgerMetadataError
+from tests.support.ledgers import ledger_client
 
 PASSWORD = b"client-secret"
 REPLICATION = Replication(3, 3, 2, 2)
 
 
-@asynccontextmanager
-async def connected(
-    cluster: Cluster, region: str, **settings: object
-) -> AsyncIterator[LedgerClient]:
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
-        config = dataclasses.replace(
-            LedgerConfig(region=region, min_regions_for_durability=2), **settings
-        )
-        async with await LedgerClient.connect(store, config) as client:
-            yield client
-
-
 async def test_lac_trails_by_one_until_an_explicit_lac(cluster: Cluster) -> None:
     async with (
-        connected(cluster, "us-east") as writer_client,
-        connected(cluster, "us-west") as readers,
+        ledger_client(cluster, "us-east") as writer_client,
+        ledger_client(cluster, "us-west") as readers,
     ):
         writer = await writer_client.create(REPLICATION, PASSWORD)
         for i in range(5):
@@ -54,8 +37,8 @@ async def test_lac_trails_by_one_until_an_explicit_lac(cluster: Cluster) -> None
 
 async def test_a_tailing_reader_long_polls_the_next_entry(cluster: Cluster) -> None:
     async with (
-        connected(cluster, "us-east", explicit_lac_interval_s=0.1) as writer_client,
-        connected(cluster, "eu-west") as readers,
+        ledger_client(cluster, "us-east", explicit_lac_interval_s=0.1) as writer_client,
+        ledger_client(cluster, "eu-west") as readers,
     ):
         writer = await writer_client.create(REPLICATION, PASSWORD)
         reader = await readers.open(writer.ledger_id, PASSWORD)
@@ -75,7 +58,7 @@ async def test_a_tailing_reader_long_polls_the_next_entry(cluster: Cluster) -> N
 
 @pytest.mark.parametrize("digest", [DigestType.CRC32, DigestType.HMAC, DigestType.CRC32C])
 async def test_every_digest_type_round_trips(cluster: Cluster, digest: DigestType) -> None:
-    async with connected(cluster, "us-west", digest_type=digest) as client:
+    async with ledger_client(cluster, "us-west", digest_type=digest) as client:
         writer = await client.create(REPLICATION, PASSWORD)
         payloads = [bytes([i]) * (i * 100) for i in range(12)]
         await asyncio.gather(*(writer.add(p) for p in payloads))
@@ -86,7 +69,7 @@ async def test_every_digest_type_round_trips(cluster: Cluster, digest: DigestTyp
 
 
 async def test_wrong_password_and_deleted_ledgers_are_refused(cluster: Cluster) -> None:
-    async with connected(cluster, "us-east") as client:
+    async with ledger_client(cluster, "us-east") as client:
         writer = await client.create(REPLICATION, PASSWORD)
         await writer.add(b"x")
         await writer.close()

@@ -4,9 +4,7 @@ with a bookie down, a corrupted replica. No acknowledged entry may be lost (I1, 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 import pytest
 
@@ -14,30 +12,16 @@ from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.topology import Replication
-from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
 from ledger.entry import EntryCodec, master_key
 from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.write_handle import LedgerWriter
 from placement import Adherence
+from tests.support.ledgers import ledger_client
 
 PASSWORD = b"fault-secret"
 REPLICATION = Replication(3, 3, 2, 2)
 ENTRIES = 300
 FAULT_AT = 100
-
-
-@asynccontextmanager
-async def ledger_client(
-    cluster: Cluster, region: str, **config: float
-) -> AsyncIterator[LedgerClient]:
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
-        settings = LedgerConfig(region=region, min_regions_for_durability=2)
-        async with await LedgerClient.connect(
-            store, dataclasses.replace(settings, **config)
-        ) as client:
-            yield client
 
 
 def bookie_name(cluster: Cluster, bookie_id: str) -> str:
@@ -116,7 +100,9 @@ async def test_bookie_paused_past_the_add_timeout_changes_the_ensemble(
         finally:
             await controller.fault(cluster, tools, "resume", name)
     history = closed.metadata.ensembles
-    assert victim not in history[-1].bookies, (victim, history)
+    # The paused bookie was replaced. (On a loaded machine a healthy bookie can time out
+    # too; if the paused one is then its region's only valid stand-in, it may come back.)
+    assert any(victim not in e.bookies for e in history[1:]), (victim, history)
     await assert_all_readable(cluster, writer.ledger_id, ENTRIES)
 
 

@@ -13,12 +13,11 @@ import pytest
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.topology import Replication
-from global_meta import MetaStore
 from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
 from ledger.handle_errors import LedgerFencedError
 from ledger.metadata import LedgerState
 from tests.support.bookkeeper_java import bookie_shell, ledger_tool, ledger_tool_argv
+from tests.support.ledgers import ledger_client
 
 PASSWORD = "interop-secret"
 REPLICATION = Replication(3, 3, 2, 2)
@@ -27,10 +26,8 @@ JAVA_FENCED_CODE = "-101"  # BKException.Code.LedgerFencedException
 
 @pytest.fixture
 async def client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
-        config = LedgerConfig(region="us-east", min_regions_for_durability=2)
-        async with await LedgerClient.connect(store, config) as ledger_client:
-            yield ledger_client
+    async with ledger_client(cluster, "us-east") as connected:
+        yield connected
 
 
 def shell_entries(output: str, ledger_id: int) -> dict[int, str]:

@@ -1,0 +1,28 @@
+"""A connected LedgerClient for tests, in any region, with any LedgerConfig settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from cli.cluster.controller import Cluster
+from global_meta import MetaStore
+from ledger.client import LedgerClient
+from ledger.context import LedgerConfig
+
+
+@asynccontextmanager
+async def ledger_client(
+    cluster: Cluster, region: str, **settings: Any
+) -> AsyncIterator[LedgerClient]:
+    """A client in `region` keeping min_regions_for_durability=2 unless `settings` say otherwise."""
+    config = dataclasses.replace(
+        LedgerConfig(region=region, min_regions_for_durability=2), **settings
+    )
+    async with (
+        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await LedgerClient.connect(store, config) as client,
+    ):
+        yield client
