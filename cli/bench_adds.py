@@ -9,7 +9,6 @@ same `entry_bytes` of b"x".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import random
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cli.bench_figures import AddFigures, ensemble_regions, summarise
-from core.errors import ClusterError, GlobelogError
+from core.errors import ClusterError
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
@@ -76,13 +75,11 @@ async def run_adds(
             for writer in writers:
                 await writer.close()
         except BaseException:
-            for writer in writers:
+            for writer in writers:  # no metadata calls here: they could wait on a broken store
                 await writer.abandon()
             raise
-        finally:
-            for writer in writers:  # leave a running cluster as it was
-                with contextlib.suppress(GlobelogError):
-                    await client.delete(writer.ledger_id)
+        for writer in writers:  # leave a running cluster as it was
+            await client.delete(writer.ledger_id)
         region_of = {b.bookie_id: b.region for b in client.published.bookies}
         ensembles = [w.metadata.current_ensemble for w in writers]
         changes = sum(len(w.metadata.ensembles) - 1 for w in writers)

@@ -73,10 +73,19 @@ def ensemble_regions(
     return dict(Counter(tuple(region_of.get(b, "?") for b in e) for e in ensembles))
 
 
-def describe_regions(counts: dict[tuple[str, ...], int]) -> str:
-    """'us-east,us-west,eu-west x16': distinct region orders, the most frequent first."""
+def describe_regions(counts: dict[tuple[str, ...], int], orders_max: int = 4) -> str:
+    """'us-east,us-west,eu-west x16': each region order, the most frequent first; beyond
+    `orders_max` orders (random placement), how many ledgers span 3, 2, 1 region(s)."""
     parts = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return "; ".join(f"{','.join(regions)} x{n}" for regions, n in parts)
+    if len(parts) <= orders_max:
+        return "; ".join(f"{','.join(regions)} x{n}" for regions, n in parts)
+    spans: Counter[int] = Counter()
+    for regions, n in parts:
+        spans[len(set(regions))] += n
+    return (
+        "; ".join(f"{span} region(s) x{spans[span]}" for span in sorted(spans, reverse=True))
+        + f" ({len(parts)} region orders)"
+    )
 
 
 # ------------------------------------------------------------------------------------------
