@@ -19,6 +19,7 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +50,9 @@ ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping c
 # Completed entries whose third copy is still in flight. A bookie that lags this many
 # entries behind its peers is treated as failed, like one that timed out.
 STRAGGLERS_MAX = PENDING_ADDS_MAX
+# Send deadlines kept, answered ones included until they surface, as a multiple of the most
+# sends that can be in flight; compaction keeps the heap under it.
+DEADLINES_SLACK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,12 @@ class AddState:
         # entry -> {position: sent at}. Its timeout or error still replaces that bookie
         # for later entries (BookKeeper ignores failures after the ack quorum: #1390).
         self._stragglers: dict[int, dict[int, float]] = {}
+        # Every send as (sent at, entry, position), earliest first. Answers leave stale
+        # items behind; they are dropped when they reach the top (or by compaction), so
+        # timeouts and the next wake-up cost O(log n), not a scan of everything in flight.
+        self._deadlines: list[tuple[float, int, int]] = []
+        in_flight_max = (self.config.pending_adds_max + STRAGGLERS_MAX) * write_quorum
+        self._deadlines_max = DEADLINES_SLACK * in_flight_max
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
         self._failed_later: set[int] = set()  # positions that failed during that change
@@ -174,9 +184,19 @@ class AddState:
 
     def next_wakeup_s(self) -> float | None:
         """When the next add times out (tick then), or None when nothing is in flight."""
-        sent = [s for p in self._pending.values() for s in p.sent_s.values()]
-        sent += [s for straggler in self._stragglers.values() for s in straggler.values()]
-        return min(sent) + self.config.add_timeout_s if sent else None
+        while self._deadlines and not self._in_flight(*self._deadlines[0]):
+            heapq.heappop(self._deadlines)
+        if not self._deadlines:
+            return None
+        return self._deadlines[0][0] + self.config.add_timeout_s
+
+    def _sends_of(self, entry_id: int) -> dict[int, float] | None:
+        pending = self._pending.get(entry_id)
+        return pending.sent_s if pending is not None else self._stragglers.get(entry_id)
+
+    def _in_flight(self, sent_s: float, entry_id: int, index: int) -> bool:
+        sends = self._sends_of(entry_id)
+        return sends is not None and sends.get(index) == sent_s
 
     def take_actions(self) -> list[AddAction]:
         return self._outbox.take()
@@ -271,13 +291,15 @@ class AddState:
 
     def _on_tick(self) -> None:
         expired: set[int] = set()
-        in_flight = [p.sent_s for p in self._pending.values()] + list(self._stragglers.values())
-        for sent in in_flight:
-            for index, sent_s in list(sent.items()):
-                if self._now_s - sent_s >= self.config.add_timeout_s:
-                    del sent[index]
-                    expired.add(index)
-        self._stragglers = {e: sent for e, sent in self._stragglers.items() if sent}
+        cutoff_s = self._now_s - self.config.add_timeout_s
+        while self._deadlines and self._deadlines[0][0] <= cutoff_s:
+            sent_s, entry_id, index = heapq.heappop(self._deadlines)
+            sends = self._sends_of(entry_id)
+            if sends is not None and sends.get(index) == sent_s:
+                del sends[index]
+                expired.add(index)
+                if not sends and entry_id in self._stragglers:
+                    del self._stragglers[entry_id]
         if expired:  # one ensemble change for every position that timed out on this tick
             self._positions_failed(expired)
 
@@ -332,10 +354,18 @@ class AddState:
 
     def _send(self, pending: _Pending, index: int) -> None:
         pending.sent_s[index] = self._now_s
+        heapq.heappush(self._deadlines, (self._now_s, pending.entry_id, index))
+        if len(self._deadlines) > self._deadlines_max:
+            self._compact_deadlines()
         bookie = self._ensemble[index]
         self._emit(
             SendAdd(pending.entry_id, index, bookie, pending.lac, pending.length, self._recovery)
         )
+
+    def _compact_deadlines(self) -> None:
+        """Drops answered sends from the heap, which keeps it within `_deadlines_max`."""
+        self._deadlines = [d for d in self._deadlines if self._in_flight(*d)]
+        heapq.heapify(self._deadlines)
 
     def _positions_failed(self, indices: set[int]) -> None:
         if self._changing is not None:  # one change at a time; the next one follows it
@@ -386,6 +416,7 @@ class AddState:
         entries = tuple(sorted(self._pending))
         self._pending.clear()
         self._stragglers.clear()
+        self._deadlines.clear()
         self._changing = None
         self._failed_later = set()
         self._error = error
@@ -414,6 +445,7 @@ class AddState:
             self._stragglers
         )
         assert len(self._stragglers) <= STRAGGLERS_MAX, len(self._stragglers)
+        assert len(self._deadlines) <= self._deadlines_max, len(self._deadlines)
         if self.is_terminal:
             assert not self._pending and self._changing is None, "work left after the end"
             assert self._outbox.sealed, "terminal but still emitting"
