@@ -19,7 +19,6 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
 from __future__ import annotations
 
 import enum
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,19 +39,13 @@ from ledger.add_events import (
     FailClose,
     SendAdd,
 )
+from ledger.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDeadlines
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.metadata import Ensemble, write_set_indices
 from ledger.signals import Outbox, Ticked
 
-PENDING_ADDS_MAX = 1000  # adds in flight per handle; `room` is 0 beyond it (backpressure)
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
-# Completed entries whose third copy is still in flight. A bookie that lags this many
-# entries behind its peers is treated as failed, like one that timed out.
-STRAGGLERS_MAX = PENDING_ADDS_MAX
-# Send deadlines kept, answered ones included until they surface, as a multiple of the most
-# sends that can be in flight; compaction keeps the heap under it.
-DEADLINES_SLACK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,16 +107,8 @@ class AddState:
         self._pushed_length = length  # through the last submitted entry
         self._next_entry_id = lac + 1
         self._pending: dict[int, _Pending] = {}
-        # Entries acknowledged at the ack quorum while a write-set bookie had not answered:
-        # entry -> {position: sent at}. Its timeout or error still replaces that bookie
-        # for later entries (BookKeeper ignores failures after the ack quorum: #1390).
-        self._stragglers: dict[int, dict[int, float]] = {}
-        # Every send as (sent at, entry, position), earliest first. Answers leave stale
-        # items behind; they are dropped when they reach the top (or by compaction), so
-        # timeouts and the next wake-up cost O(log n), not a scan of everything in flight.
-        self._deadlines: list[tuple[float, int, int]] = []
         in_flight_max = (self.config.pending_adds_max + STRAGGLERS_MAX) * write_quorum
-        self._deadlines_max = DEADLINES_SLACK * in_flight_max
+        self._sends = SendDeadlines(self.config.add_timeout_s, in_flight_max, self._sent_s_of)
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
         self._failed_later: set[int] = set()  # positions that failed during that change
@@ -184,19 +169,11 @@ class AddState:
 
     def next_wakeup_s(self) -> float | None:
         """When the next add times out (tick then), or None when nothing is in flight."""
-        while self._deadlines and not self._in_flight(*self._deadlines[0]):
-            heapq.heappop(self._deadlines)
-        if not self._deadlines:
-            return None
-        return self._deadlines[0][0] + self.config.add_timeout_s
+        return self._sends.next_wakeup_s()
 
-    def _sends_of(self, entry_id: int) -> dict[int, float] | None:
+    def _sent_s_of(self, entry_id: int) -> dict[int, float] | None:
         pending = self._pending.get(entry_id)
-        return pending.sent_s if pending is not None else self._stragglers.get(entry_id)
-
-    def _in_flight(self, sent_s: float, entry_id: int, index: int) -> bool:
-        sends = self._sends_of(entry_id)
-        return sends is not None and sends.get(index) == sent_s
+        return None if pending is None else pending.sent_s
 
     def take_actions(self) -> list[AddAction]:
         return self._outbox.take()
@@ -279,27 +256,10 @@ class AddState:
 
     def _straggler_answered(self, entry_id: int, bookie: str) -> int | None:
         """Forgets a completed entry's outstanding send to `bookie`; its position, if any."""
-        sent = self._stragglers.get(entry_id)
-        if sent is None:
-            return None
-        index = next((i for i in sent if self._ensemble[i] == bookie), None)
-        if index is not None:
-            del sent[index]
-            if not sent:
-                del self._stragglers[entry_id]
-        return index
+        return self._sends.straggler_answered(entry_id, lambda i: self._ensemble[i] == bookie)
 
     def _on_tick(self) -> None:
-        expired: set[int] = set()
-        cutoff_s = self._now_s - self.config.add_timeout_s
-        while self._deadlines and self._deadlines[0][0] <= cutoff_s:
-            sent_s, entry_id, index = heapq.heappop(self._deadlines)
-            sends = self._sends_of(entry_id)
-            if sends is not None and sends.get(index) == sent_s:
-                del sends[index]
-                expired.add(index)
-                if not sends and entry_id in self._stragglers:
-                    del self._stragglers[entry_id]
+        expired = self._sends.expire(self._now_s)
         if expired:  # one ensemble change for every position that timed out on this tick
             self._positions_failed(expired)
 
@@ -313,10 +273,7 @@ class AddState:
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None
-        for sent in self._stragglers.values():  # the replaced bookies' answers no longer matter
-            for index in changed & set(sent):
-                del sent[index]
-        self._stragglers = {e: sent for e, sent in self._stragglers.items() if sent}
+        self._sends.forget_positions(changed)
         still_failed, self._failed_later = self._failed_later - changed, set()
         for pending in self._pending.values():
             for index in pending.write_set:
@@ -354,18 +311,11 @@ class AddState:
 
     def _send(self, pending: _Pending, index: int) -> None:
         pending.sent_s[index] = self._now_s
-        heapq.heappush(self._deadlines, (self._now_s, pending.entry_id, index))
-        if len(self._deadlines) > self._deadlines_max:
-            self._compact_deadlines()
+        self._sends.sent(self._now_s, pending.entry_id, index)
         bookie = self._ensemble[index]
         self._emit(
             SendAdd(pending.entry_id, index, bookie, pending.lac, pending.length, self._recovery)
         )
-
-    def _compact_deadlines(self) -> None:
-        """Drops answered sends from the heap, which keeps it within `_deadlines_max`."""
-        self._deadlines = [d for d in self._deadlines if self._in_flight(*d)]
-        heapq.heapify(self._deadlines)
 
     def _positions_failed(self, indices: set[int]) -> None:
         if self._changing is not None:  # one change at a time; the next one follows it
@@ -396,15 +346,14 @@ class AddState:
         first = self._lac + 1
         while (head := self._pending.get(self._lac + 1)) and len(head.acked) >= self._acks_needed:
             del self._pending[head.entry_id]
-            if head.sent_s:
-                self._stragglers[head.entry_id] = dict(head.sent_s)
+            self._sends.retire(head.entry_id, head.sent_s)
             self._lac = head.entry_id
             self._length = head.length
         if self._lac >= first:
             self._emit(CompleteAdds(first, self._lac, self._length))
-        if len(self._stragglers) > STRAGGLERS_MAX:
-            oldest = min(self._stragglers)
-            self._positions_failed(set(self._stragglers.pop(oldest)))
+        lagging = self._sends.overflow()
+        if lagging:
+            self._positions_failed(lagging)
         self._maybe_close()
 
     def _maybe_close(self) -> None:
@@ -415,8 +364,7 @@ class AddState:
     def _fail(self, error: AddError) -> None:
         entries = tuple(sorted(self._pending))
         self._pending.clear()
-        self._stragglers.clear()
-        self._deadlines.clear()
+        self._sends.clear()
         self._changing = None
         self._failed_later = set()
         self._error = error
@@ -441,11 +389,7 @@ class AddState:
         assert 0 <= self._length <= self._pushed_length, (self._length, self._pushed_length)
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
-        assert all(e <= self._lac and sent for e, sent in self._stragglers.items()), (
-            self._stragglers
-        )
-        assert len(self._stragglers) <= STRAGGLERS_MAX, len(self._stragglers)
-        assert len(self._deadlines) <= self._deadlines_max, len(self._deadlines)
+        self._sends.validate(self._lac)
         if self.is_terminal:
             assert not self._pending and self._changing is None, "work left after the end"
             assert self._outbox.sealed, "terminal but still emitting"
