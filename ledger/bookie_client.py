@@ -28,7 +28,7 @@ from core.routes import PublishedTopology
 from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
 from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, ReadFlag, StatusCode
 from ledger.connection import Clock, RequestFactory
-from ledger.connection_errors import BookieProtocolError
+from ledger.connection_errors import BookieProtocolError, ClientClosedError
 from ledger.errors import status_error
 from ledger.messages import (
     AddRequest,
@@ -163,6 +163,63 @@ class BookieClient:
         if (response.ledger_id, response.entry_id) != (ledger_id, entry_id):
             raise self._echo_error(bookie_id, what, response.ledger_id, response.entry_id)
         return response
+
+    def add_entry_nowait(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        recovery: bool,
+        done: Callable[[GlobelogError | None], None],
+    ) -> bool:
+        """Sends an add on an open connection with a free slot, with no task or coroutine.
+
+        `done(None)` on success or `done(error)` later, with the errors `add_entry` raises.
+        False (nothing sent) when that is not possible now: then use `add_entry`.
+        """
+        connection = self._pool.open_connection(bookie_id)
+        if connection is None:
+            return False
+        priority = HIGH_PRIORITY if recovery else 0
+
+        def make(txn_id: int) -> AddRequest:
+            return AddRequest(
+                txn_id, ledger_id, entry_id, master_key, body, recovery, None, priority
+            )
+
+        future = connection.try_send(make)
+        if future is None:
+            return False
+        operation = ClientOperation.RECOVERY_ADD if recovery else ClientOperation.ADD_ENTRY
+        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
+        started_s = self._clock()
+
+        def finished(answer: asyncio.Future[Response]) -> None:
+            error: GlobelogError | None = None
+            if answer.cancelled():
+                error = ClientClosedError(f"{connection.name}: add cancelled")
+            elif (failure := answer.exception()) is not None:
+                error = (
+                    failure
+                    if isinstance(failure, GlobelogError)
+                    else BookieProtocolError(f"{connection.name}: {failure!r}")
+                )
+            else:
+                self._pool.answered(bookie_id)
+                response = answer.result()
+                what = f"add ledger {ledger_id} entry {entry_id}"
+                if not isinstance(response, AddResponse) or response.status is not StatusCode.EOK:
+                    error = _verdict(response, f"{connection.name}: {what}")
+                elif (response.ledger_id, response.entry_id) != (ledger_id, entry_id):
+                    error = self._echo_error(bookie_id, what, response.ledger_id, response.entry_id)
+            healthy = error is None or not error.retriable
+            self._finish(bookie_id, operation, self._clock() - started_s, healthy)
+            done(error)
+
+        future.add_done_callback(finished)
+        return True
 
     async def read_entry(
         self,

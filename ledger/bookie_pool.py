@@ -77,6 +77,11 @@ class BookiePool:
         if self._failing:
             self._failing.pop(bookie_id, None)
 
+    def open_connection(self, bookie_id: str) -> BookieConnection | None:
+        """The connection to `bookie_id` if one is open now (no dial, no wait)."""
+        connection = self._connections.get(bookie_id)
+        return connection if connection is not None and connection.is_open else None
+
     async def connection(self, bookie_id: str) -> BookieConnection:
         """The open connection to `bookie_id`, dialling it if there is none.
 

@@ -158,6 +158,22 @@ class BookieConnection(asyncio.Protocol):
         assert timeout_s > 0, timeout_s
         deadline_s = self._clock() + timeout_s
         await self._admit(deadline_s, timeout_s)
+        return await self._start(make, deadline_s)
+
+    def try_send(self, make: RequestFactory) -> asyncio.Future[Response] | None:
+        """Sends at once if a slot is free and the connection healthy; else None (use `call`).
+
+        The hot path for pipelined adds: no task and no coroutine per request. The future
+        fails as `call` would (timeout, connection lost, protocol error, closed).
+        """
+        if self._failure is not None or self._transport is None or not self._writable.is_set():
+            return None
+        if not self._slots.try_take():
+            return None
+        return self._start(make, self._clock() + self.config.request_timeout_s)
+
+    def _start(self, make: RequestFactory, deadline_s: float) -> asyncio.Future[Response]:
+        """Encodes and sends a request for which a slot is already taken."""
         future: asyncio.Future[Response] = self._loop.create_future()
         try:
             txn_id = self._window.reserve_txn_id()
@@ -169,7 +185,7 @@ class BookieConnection(asyncio.Protocol):
         self._window.open(txn_id, request.operation, self._clock(), deadline_s, future)
         self._send(data)
         self._arm_timer(deadline_s)
-        return await future
+        return future
 
     async def _admit(self, deadline_s: float, timeout_s: float) -> None:
         """Takes an in-flight slot, waiting (until the deadline) while the window is full or

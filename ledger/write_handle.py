@@ -177,7 +177,7 @@ class LedgerWriter:
     def _execute(self, action: AddAction) -> None:
         match action:
             case SendAdd():
-                self._runner.spawn(self._send(action))
+                self._send_now(action)
             case CompleteAdds():
                 self._complete(action)
             case ChangeEnsemble():
@@ -188,6 +188,31 @@ class LedgerWriter:
                 self._runner.spawn(self._close(action))
             case FailClose():
                 self._fail_close(add_error(self.ledger_id, action.error))
+
+    def _send_now(self, action: SendAdd) -> None:
+        """Sends on an open connection without a task when it can; otherwise spawns `_send`."""
+        payload = self._payloads.get(action.entry_id)
+        if payload is None:
+            return  # completed meanwhile
+        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+
+        def done(error: GlobelogError | None) -> None:
+            if error is None:
+                self._runner.feed(AddAcked(action.entry_id, action.bookie))
+            else:
+                self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(error)))
+
+        sent = self._context.bookies.add_entry_nowait(
+            action.bookie,
+            self.ledger_id,
+            action.entry_id,
+            self._master_key,
+            body,
+            action.recovery,
+            done,
+        )
+        if not sent:
+            self._runner.spawn(self._send(action))
 
     async def _send(self, action: SendAdd) -> None:
         payload = self._payloads.get(action.entry_id)

@@ -358,3 +358,31 @@ def test_arbitrary_bytes_never_crash_or_hang_a_request(chunks: list[bytes]) -> N
         assert not h.connection.is_open
 
     asyncio.run(scenario())
+
+
+async def test_try_send_sends_at_once_while_a_slot_is_free_and_steps_aside_otherwise() -> None:
+    h = make_harness(inflight_max=2)
+    first = h.connection.try_send(GetBookieInfoRequest)
+    second = h.connection.try_send(GetBookieInfoRequest)
+    assert first is not None and second is not None
+    assert h.connection.try_send(GetBookieInfoRequest) is None  # the window is full
+    await settle()
+    sent = h.requests()
+    assert len(sent) == 2
+    h.answer(info(sent[1].txn_id, free=7), info(sent[0].txn_id, free=3))
+    await settle()
+    assert isinstance(first.result(), GetBookieInfoResponse) and first.result().free_disk_space == 3
+    assert second.result().free_disk_space == 7  # type: ignore[union-attr]
+    assert h.connection.try_send(GetBookieInfoRequest) is not None  # slots came back
+
+
+async def test_try_send_refuses_a_failed_connection_and_fails_like_call_on_eof() -> None:
+    h = make_harness()
+    pending = h.connection.try_send(GetBookieInfoRequest)
+    assert pending is not None
+    await settle()
+    h.connection.eof_received()
+    h.connection.connection_lost(None)
+    with pytest.raises(ConnectionLostError, match="closed by the bookie"):
+        await pending
+    assert h.connection.try_send(GetBookieInfoRequest) is None
