@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from core.errors import GlobelogError, MetadataError
@@ -27,6 +28,7 @@ from ledger.write_handle import LedgerWriter
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
+log = logging.getLogger(__name__)
 
 
 class LedgerClient:
@@ -86,9 +88,15 @@ class LedgerClient:
         self.context.placement.update_membership(names - {"readonly"}, read_only)
 
     async def _follow_membership(self) -> None:
-        async for _ in self._store.watch_children(AVAILABLE):
-            with contextlib.suppress(GlobelogError):
-                await self._refresh_membership()
+        """Keeps placement's writable/read-only view in step with bookie registrations."""
+        try:
+            async for _ in self._store.watch_children(AVAILABLE):
+                try:
+                    await self._refresh_membership()
+                except GlobelogError as err:  # the next change tries again
+                    log.warning("bookie membership refresh failed: %s", err)
+        except GlobelogError as err:
+            log.error("stopped following bookie membership: %s", err)
 
     async def close(self) -> None:
         if self._membership is not None:

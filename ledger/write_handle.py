@@ -98,8 +98,11 @@ class LedgerWriter:
         if self._state.error is not None:
             raise add_error(self.ledger_id, self._state.error)
         assert self._state.room > 0, "append() without room: await wait_for_room() first"
-        # Stamp the machine's clock first: it times each add out from its send time.
-        self._state.handle(Ticked(self._context.clock()))
+        # Stamp the machine's clock first: it times each add out from its send time. Feeding
+        # (not just handling) runs whatever the tick decided, such as a failure, right away.
+        self._runner.feed(Ticked(self._context.clock()))
+        if self._state.error is not None:
+            raise add_error(self.ledger_id, self._state.error)
         self._piggybacked_lac = self._state.lac
         entry_id = self._state.submit(len(payload))
         if entry_id is None:
