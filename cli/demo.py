@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import sys
 from pathlib import Path
@@ -109,6 +110,8 @@ async def demo() -> None:
 
 
 def main() -> int:
+    # Warnings from the drivers (a partitioned link, a failed connection) are part of the show.
+    logging.basicConfig(level=logging.WARNING, format="  (log) %(name)s: %(message)s")
     try:
         asyncio.run(demo())
     except GlobelogError as err:
