@@ -150,13 +150,7 @@ class BookieClient:
         recovery: bool = False,
     ) -> AddResponse:
         """Stores entry packet `body`; `recovery` re-adds past a fence (ledger recovery)."""
-        priority = HIGH_PRIORITY if recovery else 0
-
-        def make(txn_id: int) -> AddRequest:
-            return AddRequest(
-                txn_id, ledger_id, entry_id, master_key, body, recovery, None, priority
-            )
-
+        make = _add_request(ledger_id, entry_id, master_key, body, recovery)
         operation = ClientOperation.RECOVERY_ADD if recovery else ClientOperation.ADD_ENTRY
         what = f"add ledger {ledger_id} entry {entry_id}"
         response = await self._call(bookie_id, operation, make, AddResponse, what)
@@ -182,13 +176,7 @@ class BookieClient:
         connection = self._pool.open_connection(bookie_id)
         if connection is None:
             return False
-        priority = HIGH_PRIORITY if recovery else 0
-
-        def make(txn_id: int) -> AddRequest:
-            return AddRequest(
-                txn_id, ledger_id, entry_id, master_key, body, recovery, None, priority
-            )
-
+        make = _add_request(ledger_id, entry_id, master_key, body, recovery)
         future = connection.try_send(make)
         if future is None:
             return False
@@ -409,6 +397,18 @@ class BookieClient:
         return BookieProtocolError(
             f"bookie {bookie_id}: {what}: answered for ledger {ledger_id}{entry}"
         )
+
+
+def _add_request(
+    ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool
+) -> Callable[[int], AddRequest]:
+    """The AddRequest factory for a txn id; recovery adds go at high priority, as in Java."""
+    priority = HIGH_PRIORITY if recovery else 0
+
+    def make(txn_id: int) -> AddRequest:
+        return AddRequest(txn_id, ledger_id, entry_id, master_key, body, recovery, None, priority)
+
+    return make
 
 
 def _verdict(response: Response, where: str) -> GlobelogError:
