@@ -13,6 +13,8 @@ import contextlib
 import logging
 import time
 
+from opentelemetry import metrics
+
 from core.errors import GlobelogError, MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
@@ -24,6 +26,7 @@ from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.metadata_store import LedgerMetadataStore
 from ledger.read_handle import LedgerReader
 from ledger.recover import recover
+from ledger.telemetry import LedgerMetrics
 from ledger.write_handle import LedgerWriter
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
@@ -40,6 +43,7 @@ class LedgerClient:
         published: PublishedTopology,
         config: LedgerConfig,
         bookies: BookieClient,
+        meter: metrics.Meter | None = None,
     ) -> None:
         if config.region not in published.regions:
             raise MetadataError(
@@ -53,14 +57,24 @@ class LedgerClient:
             cluster, PlacementConfig(ClientLocation(config.region, config.rack))
         )
         self.context = LedgerContext(
-            LedgerMetadataStore(store), bookies, placement, config, asyncio.get_running_loop().time
+            LedgerMetadataStore(store),
+            bookies,
+            placement,
+            config,
+            asyncio.get_running_loop().time,
+            LedgerMetrics.create(meter),
         )
         self._store = store
         self._membership: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, store: MetaStore, config: LedgerConfig) -> LedgerClient:
-        """Reads the published topology and starts following bookie membership."""
+    async def connect(
+        cls, store: MetaStore, config: LedgerConfig, meter: metrics.Meter | None = None
+    ) -> LedgerClient:
+        """Reads the published topology and starts following bookie membership.
+
+        `meter`: where the client's OpenTelemetry instruments live (default: the global one).
+        """
         data, _ = await store.get(TOPOLOGY_ZNODE)
         published = decode_published(data, TOPOLOGY_ZNODE)
         holder: list[LedgerClient] = []
@@ -72,7 +86,7 @@ class LedgerClient:
                 context.placement.record_latency(bookie, seconds, context.clock())
 
         bookies = BookieClient.for_region(published, config.region, observe=observe)
-        client = cls(store, published, config, bookies)
+        client = cls(store, published, config, bookies, meter)
         holder.append(client)
         await client._refresh_membership()
         client._membership = asyncio.get_running_loop().create_task(client._follow_membership())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.topology import Replication
 from ledger.bookie_client import BookieClient
@@ -21,6 +21,7 @@ from ledger.metadata_store import (
     VersionedMetadata,
 )
 from ledger.signals import Health, RecordHealth
+from ledger.telemetry import LedgerMetrics
 from placement import PlacementState
 
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
@@ -46,6 +47,7 @@ class LedgerContext:
     placement: PlacementState
     config: LedgerConfig
     clock: Callable[[], float]
+    metrics: LedgerMetrics = field(default_factory=LedgerMetrics.create)
 
     def record_health(self, action: RecordHealth) -> None:
         if action.health is Health.SLOW:

@@ -168,10 +168,16 @@ class LedgerReader:
             state, lambda a: self._on_read(a, runner, bodies, done)
         )
         runner.pump()
+        metrics = self._context.metrics
         try:
-            return await done
+            payload = await done
+        except LedgerHandleError as err:
+            metrics.read_failures.add(1, {"code": err.code})
+            raise
         finally:
             await runner.close()
+        metrics.read_latency.record(self._context.clock() - now_s)
+        return payload
 
     def _on_read(
         self,

@@ -53,8 +53,15 @@ async def recover(context: LedgerContext, versioned: VersionedMetadata) -> Versi
     try:
         versioned = await update_metadata(context.metadata, versioned, start)
     except _AlreadyClosedError:
+        context.metrics.recoveries.add(1, {"outcome": "already_closed"})
         return await context.metadata.read(versioned.ledger_id)
-    return await _Recovery(context, versioned).run()
+    try:
+        closed = await _Recovery(context, versioned).run()
+    except GlobelogError as err:
+        context.metrics.recoveries.add(1, {"outcome": err.code})
+        raise
+    context.metrics.recoveries.add(1, {"outcome": "closed"})
+    return closed
 
 
 class _Recovery:

@@ -66,6 +66,7 @@ class LedgerWriter:
         self._runner: MachineRunner[AddAction] = MachineRunner(self._state, self._execute)
         self._payloads: dict[int, bytes] = {}
         self._futures: dict[int, asyncio.Future[int]] = {}
+        self._submitted_s: dict[int, float] = {}  # entry -> when appended (add latency)
         self._room = asyncio.Event()
         self._room.set()
         self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
@@ -110,6 +111,7 @@ class LedgerWriter:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._futures[entry_id] = future
         self._payloads[entry_id] = payload
+        self._submitted_s[entry_id] = self._context.clock()
         if self._state.room == 0:
             self._room.clear()
         self._runner.pump()
@@ -237,18 +239,24 @@ class LedgerWriter:
             self._runner.feed(AddAcked(action.entry_id, action.bookie))
 
     def _complete(self, action: CompleteAdds) -> None:
+        now_s = self._context.clock()
+        latency = self._context.metrics.add_latency
         for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
             self._payloads.pop(entry_id, None)
+            latency.record(now_s - self._submitted_s.pop(entry_id, now_s))
             future = self._futures.pop(entry_id)
             if not future.done():
                 future.set_result(entry_id)
+        self._context.metrics.adds.add(action.last_entry_id - action.first_entry_id + 1)
         if self._state.room > 0:
             self._room.set()
 
     def _fail(self, entry_ids: tuple[int, ...], error: AddError) -> None:
         failure = add_error(self.ledger_id, error)
+        self._context.metrics.add_failures.add(len(entry_ids), {"code": failure.code})
         for entry_id in entry_ids:
             self._payloads.pop(entry_id, None)
+            self._submitted_s.pop(entry_id, None)
             future = self._futures.pop(entry_id, None)
             if future is not None and not future.done():
                 future.set_exception(failure)
@@ -276,15 +284,20 @@ class LedgerWriter:
 
             self._versioned = await update_metadata(self._context.metadata, self._versioned, change)
         except LedgerFencedError as err:
-            self._runner.feed(EnsembleChangeFailed(AddErrorKind.FENCED, str(err)))
+            self._ensemble_change_failed(AddErrorKind.FENCED, err)
         except LedgerClosedError as err:
-            self._runner.feed(EnsembleChangeFailed(AddErrorKind.CLOSED, str(err)))
+            self._ensemble_change_failed(AddErrorKind.CLOSED, err)
         except (GlobelogError, PlacementError) as err:
-            self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
+            self._ensemble_change_failed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, err)
         else:
+            self._context.metrics.ensemble_changes.add(1, {"outcome": "changed"})
             for bookie in action.bookies:
                 self._context.placement.record_failure(bookie, self._context.clock())
             self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+
+    def _ensemble_change_failed(self, kind: AddErrorKind, err: GlobelogError) -> None:
+        self._context.metrics.ensemble_changes.add(1, {"outcome": kind.value})
+        self._runner.feed(EnsembleChangeFailed(kind, str(err)))
 
     async def _close(self, action: CloseLedger) -> None:
         check = require_open(self.ledger_id)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from cli.cluster.controller import Cluster
 from core.topology import Replication
+from global_meta import MetaStore
+from ledger.client import LedgerClient
+from ledger.context import LedgerConfig
 from ledger.entry import DigestType
-from ledger.handle_errors import LedgerUnauthorizedError, ReadBeyondLacError
+from ledger.handle_errors import LedgerFencedError, LedgerUnauthorizedError, ReadBeyondLacError
 from ledger.metadata_store import NoSuchLedgerMetadataError
 from tests.support.ledgers import ledger_client
 
@@ -78,3 +84,38 @@ async def test_wrong_password_and_deleted_ledgers_are_refused(cluster: Cluster) 
         await client.delete(writer.ledger_id)
         with pytest.raises(NoSuchLedgerMetadataError, match=f"ledger {writer.ledger_id}"):
             await client.open(writer.ledger_id, PASSWORD)
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    points: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points.setdefault(metric.name, []).extend(metric.data.data_points)
+    return points
+
+
+async def test_the_client_records_opentelemetry_metrics(cluster: Cluster) -> None:
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    config = LedgerConfig(region="us-east", min_regions_for_durability=2)
+    async with (
+        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await LedgerClient.connect(store, config, meter=meter) as client,
+    ):
+        writer = await client.create(REPLICATION, PASSWORD)
+        await asyncio.gather(*(writer.add(f"m{i}".encode()) for i in range(20)))
+        opened = await client.open(writer.ledger_id, PASSWORD, recover_ledger=True)
+        assert await opened.read_entries(0, 19) == [f"m{i}".encode() for i in range(20)]
+        with pytest.raises(LedgerFencedError):
+            await writer.add(b"fenced")
+    points = metric_points(reader)
+    assert sum(p.value for p in points["globelog.ledger.adds"]) == 20
+    [latency] = points["globelog.ledger.add.latency"]
+    assert latency.count == 20 and latency.min > 0
+    assert points["globelog.ledger.read.latency"][0].count >= 20
+    [recovery] = points["globelog.ledger.recoveries"]
+    assert recovery.value == 1 and dict(recovery.attributes) == {"outcome": "closed"}
+    failures = {p.attributes["code"]: p.value for p in points["globelog.ledger.add.failures"]}
+    assert failures == {"ledger_fenced": 1}
