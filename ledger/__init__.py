@@ -11,4 +11,64 @@ Asyncio drivers (sockets and ZooKeeper):
   ping (one-shot round trip)
 
 docs/wire-protocol.md describes the protocol facts the codecs implement and where they come from.
+
+Other packages import only what `__all__` names, from `ledger` itself (tests/unit/test_layers.py
+checks it), so the modules inside can be reorganised without touching their callers.
 """
+
+from ledger.bookie_client import BookieClient
+from ledger.client import LedgerClient
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.context import MIN_REGIONS_KEY, LedgerConfig
+from ledger.entry import DigestType
+from ledger.errors import NoSuchLedgerError
+from ledger.handle_errors import (
+    EnsembleChangeError,
+    EntryMissingError,
+    EntryUnavailableError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerHandleError,
+    LedgerRecoveryError,
+    LedgerUnauthorizedError,
+    ReadBeyondLacError,
+)
+from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.metadata_store import (
+    LedgerMetadataStore,
+    NoSuchLedgerMetadataError,
+    VersionedMetadata,
+)
+from ledger.ping import BookieUnreachableError, ping_bookie
+from ledger.read_handle import LedgerReader
+from ledger.write_handle import ENTRY_BYTES_MAX, LedgerWriter
+
+__all__ = [
+    "ENTRY_BYTES_MAX",
+    "INVALID_ENTRY_ID",
+    "MIN_REGIONS_KEY",
+    "BookieClient",
+    "BookieUnreachableError",
+    "DigestType",
+    "Ensemble",
+    "EnsembleChangeError",
+    "EntryMissingError",
+    "EntryUnavailableError",
+    "LedgerClient",
+    "LedgerClosedError",
+    "LedgerConfig",
+    "LedgerFencedError",
+    "LedgerHandleError",
+    "LedgerMetadata",
+    "LedgerMetadataStore",
+    "LedgerReader",
+    "LedgerRecoveryError",
+    "LedgerState",
+    "LedgerUnauthorizedError",
+    "LedgerWriter",
+    "NoSuchLedgerError",
+    "NoSuchLedgerMetadataError",
+    "ReadBeyondLacError",
+    "VersionedMetadata",
+    "ping_bookie",
+]

@@ -20,6 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"region", "pipeline", "writer", "reader", "ledger", "global_meta", "placement", "core"},
 }
 FOREIGN_ONLY_IN = {"kazoo": "global_meta", "pyspark": "pipeline"}
+# Packages used only through their top-level API (`from ledger import X`, an `__all__`).
+TOP_LEVEL_ONLY = {"ledger"}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -31,6 +33,21 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
     return names
+
+
+def deep_imports_of(path: Path) -> set[str]:
+    """Modules imported below a top-level-only package (`from ledger.client import ...`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found.update(n for n in names if "." in n and n.split(".")[0] in TOP_LEVEL_ONLY)
+    return found
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -63,6 +80,27 @@ def violations(package: str, imported: set[str]) -> list[str]:
 )
 def test_imports_follow_the_layer_arrows(package: str, path: Path) -> None:
     assert violations(package, imports_of(path)) == [], path.relative_to(REPO)
+
+
+@pytest.mark.parametrize(
+    ("package", "path"), modules(), ids=lambda v: str(v).replace(str(REPO), "")
+)
+def test_other_packages_use_the_ledger_api_only(package: str, path: Path) -> None:
+    if package not in TOP_LEVEL_ONLY:
+        assert deep_imports_of(path) == set(), path.relative_to(REPO)
+
+
+def test_the_ledger_api_names_exist() -> None:
+    import ledger
+
+    missing = [name for name in ledger.__all__ if not hasattr(ledger, name)]
+    assert missing == []
+
+
+def test_the_deep_import_checker_catches_inner_modules(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from ledger.client import LedgerClient\nfrom ledger import LedgerWriter\n")
+    assert deep_imports_of(sample) == {"ledger.client"}
 
 
 def test_the_checker_catches_upward_and_foreign_imports(tmp_path: Path) -> None:
