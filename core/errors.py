@@ -78,3 +78,120 @@ class ClusterError(GlobelogError):
     """The local cluster launcher could not start, find or control a process."""
 
     code = "cluster_error"
+
+
+# ------------------------------------------------------------------------------- streams
+
+
+class StreamError(GlobelogError):
+    """A log stream operation failed; subclasses carry the stable code."""
+
+    code = "stream_error"
+
+
+class InvalidDlsnError(StreamError):
+    """A DLSN's text or numbers are malformed (nothing was read or written)."""
+
+    code = "invalid_dlsn"
+
+
+class InvalidStreamNameError(StreamError):
+    code = "invalid_stream_name"
+
+
+class StreamNotFoundError(StreamError):
+    code = "stream_not_found"
+
+
+class StreamExistsError(StreamError):
+    code = "stream_exists"
+
+
+class RecordTooLargeError(StreamError):
+    """A record (or a batch of them) is over its named limit; nothing was written."""
+
+    code = "record_too_large"
+
+
+class TxidOutOfOrderError(StreamError):
+    """A write's txid is below the stream's last txid: txids never go backwards."""
+
+    code = "txid_out_of_order"
+
+
+class InvalidRecordError(StreamError):
+    """A record's fields are not acceptable (txid out of range, reserved flags, ...)."""
+
+    code = "invalid_record"
+
+
+class EntryFormatError(StreamError):
+    """Bytes read from a bookie are not a valid globelog entry (corruption or a foreign ledger)."""
+
+    code = "entry_format_invalid"
+
+
+class SegmentMetadataError(StreamError):
+    """A segment's metadata in ZooKeeper is not in the documented format."""
+
+    code = "segment_metadata_invalid"
+
+
+class OwnershipError(StreamError):
+    """Another writer owns the stream; `owner` says who (retriable: owners come and go)."""
+
+    code = "owner_exists"
+    retriable = True
+
+    def __init__(self, message: str, owner: str = "") -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class OwnerFencedError(StreamError):
+    """This writer lost the stream (a new owner fenced its segment); none of its later writes
+    is acknowledged. Reopen a writer to continue, which takes ownership again."""
+
+    code = "owner_fenced"
+
+
+class WriteFailedError(StreamError):
+    """A transmit failed, so every pending write of this writer failed; reopen the writer."""
+
+    code = "write_failed"
+    retriable = True
+
+
+class WriterClosedError(StreamError):
+    code = "writer_closed"
+
+
+class EndOfStreamError(StreamError):
+    """The stream was sealed with mark_end_of_stream: no record follows the end."""
+
+    code = "end_of_stream"
+
+
+class TruncatedPositionError(StreamError):
+    """A read was positioned before the stream's first active record (truncated data)."""
+
+    code = "position_truncated"
+
+
+class DataLossError(StreamError):
+    """Records in `first`..`last` (DLSN text) cannot be served by any bookie: lost data.
+
+    Reported once to the reader; the next read continues after the lost range.
+    """
+
+    code = "data_loss"
+
+    def __init__(self, message: str, first: str, last: str) -> None:
+        super().__init__(message)
+        self.first = first
+        self.last = last
+
+
+class ReadTimeoutError(StreamError):
+    code = "read_timeout"
+    retriable = True

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.streams import StreamSettings
+
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
@@ -116,6 +118,9 @@ class Topology:
     zookeeper: tuple[ZkNode, ...]
     regions: tuple[Region, ...]
     wan: Wan
+    streams: StreamSettings = field(
+        default_factory=StreamSettings
+    )  # writer defaults (topology.yaml `streams:`)
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:

@@ -14,6 +14,7 @@ import yaml
 
 from core.durability import quorum_problems, region_losses_tolerated
 from core.errors import TopologyError
+from core.stream_settings_loader import parse_streams
 from core.topology import (
     Bookie,
     Endpoint,
@@ -152,7 +153,7 @@ def load_topology(path: str | Path) -> Topology:
     return parse_topology(text, str(file))
 
 
-TOP_KEYS = {"name", "replication", "zookeeper", "regions", "wan"}
+TOP_KEYS = {"name", "replication", "zookeeper", "regions", "wan", "streams"}
 
 
 def _parse_document(document: Any, p: _Problems) -> Topology | None:
@@ -165,11 +166,13 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     replication = _parse_replication(root.get("replication"), p, regions)
     zookeeper = _parse_zookeeper(root.get("zookeeper"), p, set(region_names))
     wan = _parse_wan(root.get("wan"), p, region_names)
+    streams = parse_streams(root.get("streams"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
-    if None in (name, replication, wan) or p.items:
+    if None in (name, replication, wan, streams) or p.items:
         return None
     assert name is not None and replication is not None and wan is not None
-    return Topology(name, replication, tuple(zookeeper), tuple(regions), wan)
+    assert streams is not None
+    return Topology(name, replication, tuple(zookeeper), tuple(regions), wan, streams)
 
 
 REPLICATION_KEYS = {"ensemble_size", "write_quorum", "ack_quorum", "min_regions_for_durability"}

@@ -1,0 +1,307 @@
+"""Stream metadata in ZooKeeper: streams, their segment lists, max txid and owner lock.
+
+The layout (docs/metadata.md), under /globelog/namespaces/<namespace>/streams/<stream>:
+    (stream znode)          JSON {"version": 1, "created_ms": ...}
+    segments                data: the highest segment sequence number allocated (decimal)
+    segments/<%018d seq>    one segment's metadata (core.segments, JSON)
+    counters                JSON {"max_txid": ..., "next_seq": ...}: the highest txid of any
+                            completed segment (-1: none) and the sequence id after its last
+                            record; they outlive the segments retention deletes
+    lock/owner-<%010d>      ephemeral sequential; the lowest one owns the stream; data JSON
+                            {"owner": ..., "region": ...}
+
+Every update is a compare-and-set on the version read before it; starting a segment is one
+multi-op that also checks the caller's own lock node, so an owner whose session ended (and
+whose lock went with it) can never add a segment: that is the epoch a fenced owner cannot
+address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from core.errors import (
+    NodeExistsError,
+    NoNodeError,
+    OwnershipError,
+    SegmentMetadataError,
+    StreamExistsError,
+    StreamNotFoundError,
+)
+from core.segments import SegmentMetadata, decode_segment, encode_segment
+from core.streams import check_name
+from global_meta.store import MetaStore, Op
+
+ROOT = "/globelog/namespaces"
+STREAM_FORMAT_VERSION = 1
+LOCK_PREFIX = "owner-"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedSegment:
+    segment: SegmentMetadata
+    version: int  # the znode version: the compare-and-set token
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerLock:
+    """A held ownership lock: its znode path (the multi-op check) and who holds it."""
+
+    path: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCounters:
+    """The allocation counters a new segment is created against (with their versions)."""
+
+    max_sequence: int
+    sequence_version: int
+    max_txid: int
+    next_seq: int  # the sequence id of the record after the last completed segment
+    counters_version: int
+
+
+class StreamMetaStore:
+    """One namespace's stream metadata. Every method raises core.errors classes."""
+
+    def __init__(self, store: MetaStore, namespace: str) -> None:
+        self.store = store
+        self.namespace = check_name(namespace, "namespace")
+        self.root = f"{ROOT}/{namespace}/streams"
+
+    def path(self, stream: str) -> str:
+        return f"{self.root}/{check_name(stream)}"
+
+    def segment_path(self, stream: str, sequence: int) -> str:
+        return f"{self.path(stream)}/segments/{sequence:018d}"
+
+    # ------------------------------------------------------------------------ streams
+
+    async def create_stream(self, stream: str) -> None:
+        path = self.path(stream)
+        await self.store.ensure_path(self.root)
+        body = {"version": STREAM_FORMAT_VERSION, "created_ms": int(time.time() * 1000)}
+        try:
+            await self.store.commit(
+                [
+                    Op("create", path, json.dumps(body).encode()),
+                    Op("create", f"{path}/segments", b"0"),
+                    Op("create", f"{path}/counters", _counters(-1, 0)),
+                    Op("create", f"{path}/lock"),
+                ]
+            )
+        except NodeExistsError as err:
+            raise StreamExistsError(
+                f"stream {stream!r} already exists in namespace {self.namespace!r}"
+            ) from err
+
+    async def exists(self, stream: str) -> bool:
+        return await self.store.exists(self.path(stream)) is not None
+
+    async def require(self, stream: str) -> None:
+        if not await self.exists(stream):
+            raise self.not_found(stream)
+
+    def not_found(self, stream: str) -> StreamNotFoundError:
+        return StreamNotFoundError(
+            f"stream {stream!r} does not exist in namespace {self.namespace!r}"
+        )
+
+    async def list_streams(self) -> list[str]:
+        if await self.store.exists(self.root) is None:
+            return []
+        return await self.store.children(self.root)
+
+    async def created_ms(self, stream: str) -> int:
+        try:
+            data, _ = await self.store.get(self.path(stream))
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
+        try:
+            return int(json.loads(data)["created_ms"])
+        except (ValueError, KeyError, TypeError):
+            return 0
+
+    async def delete_stream_metadata(self, stream: str) -> None:
+        """Removes the stream's whole tree (the caller deletes the ledgers first)."""
+        try:
+            await self.store.delete(self.path(stream), version=-1, recursive=True)
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
+
+    # ------------------------------------------------------------------------ segments
+
+    async def segments(self, stream: str) -> list[VersionedSegment]:
+        """Every segment of the stream, oldest first."""
+        try:
+            names = await self.store.children(f"{self.path(stream)}/segments")
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
+        found = await asyncio.gather(*(self._segment(stream, n) for n in names))
+        return sorted((s for s in found if s is not None), key=lambda v: v.segment.sequence)
+
+    async def segment(self, stream: str, sequence: int) -> VersionedSegment | None:
+        """One segment's metadata, or None when it does not exist (not yet, or deleted)."""
+        return await self._segment(stream, f"{sequence:018d}")
+
+    async def _segment(self, stream: str, name: str) -> VersionedSegment | None:
+        path = f"{self.path(stream)}/segments/{name}"
+        try:
+            data, stat = await self.store.get(path)
+        except NoNodeError:
+            return None  # deleted by retention between the listing and the read
+        segment = decode_segment(data, path)
+        if f"{segment.sequence:018d}" != name:
+            raise SegmentMetadataError(f"{path}: holds segment {segment.sequence}")
+        return VersionedSegment(segment, stat.version)
+
+    async def watch_segments(self, stream: str) -> AsyncIterator[list[str]]:
+        """Yields the segment znode names now and after each change (values coalesce)."""
+        async for names in self.store.watch_children(f"{self.path(stream)}/segments"):
+            yield names
+
+    async def counters(self, stream: str) -> StreamCounters:
+        path = self.path(stream)
+        try:
+            seq_data, seq_stat = await self.store.get(f"{path}/segments")
+            data, stat = await self.store.get(f"{path}/counters")
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
+        try:
+            body = json.loads(data)
+            return StreamCounters(
+                int(seq_data), seq_stat.version, int(body["max_txid"]), int(body["next_seq"]),
+                stat.version,
+            )  # fmt: skip
+        except (ValueError, KeyError, TypeError) as err:
+            raise SegmentMetadataError(f"{path}: counters are malformed: {err}") from err
+
+    async def start_segment(
+        self, stream: str, segment: SegmentMetadata, counters: StreamCounters, lock: OwnerLock
+    ) -> VersionedSegment:
+        """Creates the in-progress segment, allocating its sequence, while `lock` is held."""
+        assert segment.sequence == counters.max_sequence + 1, (segment, counters)
+        path = self.path(stream)
+        await self.store.commit(
+            [
+                Op("check", lock.path, version=0),
+                Op("set", f"{path}/segments", str(segment.sequence).encode(),
+                   version=counters.sequence_version),
+                Op("create", self.segment_path(stream, segment.sequence), encode_segment(segment)),
+            ]
+        )  # fmt: skip
+        return VersionedSegment(segment, 0)
+
+    async def complete_segment(
+        self, stream: str, old: VersionedSegment, new: SegmentMetadata, lock: OwnerLock | None
+    ) -> VersionedSegment:
+        """Completes a segment: rewrites it and moves the counters past its records."""
+        path = self.segment_path(stream, new.sequence)
+        counters = await self.counters(stream)
+        ops = [] if lock is None else [Op("check", lock.path, version=0)]
+        ops.append(Op("set", path, encode_segment(new), version=old.version))
+        max_txid = max(counters.max_txid, new.last_txid)
+        next_seq = max(counters.next_seq, new.next_seq)
+        ops.append(
+            Op("set", f"{self.path(stream)}/counters", _counters(max_txid, next_seq),
+               version=counters.counters_version)
+        )  # fmt: skip
+        await self.store.commit(ops)
+        return VersionedSegment(new, old.version + 1)
+
+    async def update_segment(
+        self, stream: str, old: VersionedSegment, new: SegmentMetadata
+    ) -> VersionedSegment:
+        """Compare-and-set of one segment's metadata (truncation marks)."""
+        stat = await self.store.set(
+            self.segment_path(stream, new.sequence), encode_segment(new), version=old.version
+        )
+        return VersionedSegment(new, stat.version)
+
+    async def delete_segment(self, stream: str, old: VersionedSegment) -> None:
+        await self.store.delete(
+            self.segment_path(stream, old.segment.sequence), version=old.version
+        )
+
+    # --------------------------------------------------------------------------- owner
+
+    async def acquire(self, stream: str, owner: str, region: str, timeout_s: float) -> OwnerLock:
+        """Takes the stream's ownership lock, waiting up to `timeout_s` for the current owner
+        to go; OwnershipError naming the owner otherwise."""
+        await self.require(stream)
+        lock_dir = f"{self.path(stream)}/lock"
+        body = json.dumps({"owner": owner, "region": region}).encode()
+        try:
+            mine = await self.store.create(
+                f"{lock_dir}/{LOCK_PREFIX}", body, ephemeral=True, sequential=True
+            )
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
+        name = mine.rsplit("/", 1)[1]
+        try:
+            if timeout_s > 0:
+                won = await asyncio.wait_for(self._wait_lowest(lock_dir, name), timeout_s)
+            else:
+                won = _lowest(await self.store.children(lock_dir)) == name
+        except TimeoutError:
+            won = False
+        except BaseException:
+            await self._release_path(mine)
+            raise
+        if not won:
+            await self._release_path(mine)
+            holder = await self.owner(stream)
+            waited = f" (waited {timeout_s} s for it to go)" if timeout_s > 0 else ""
+            raise OwnershipError(
+                f"stream {stream!r} is owned by {holder or 'another writer'}{waited}; "
+                "one writer owns a stream at a time",
+                holder or "",
+            )
+        return OwnerLock(mine, owner)
+
+    async def _wait_lowest(self, lock_dir: str, name: str) -> bool:
+        """True once `name` is the lowest lock node; False if it vanished (session ended)."""
+        async for names in self.store.watch_children(lock_dir):
+            if name not in names:
+                return False
+            if _lowest(names) == name:
+                return True
+        return False
+
+    async def owner(self, stream: str) -> str | None:
+        """Who holds the lock now ("owner@region"), or None."""
+        lock_dir = f"{self.path(stream)}/lock"
+        try:
+            lowest = _lowest(await self.store.children(lock_dir))
+            if lowest is None:
+                return None
+            data, _ = await self.store.get(f"{lock_dir}/{lowest}")
+        except NoNodeError:
+            return None
+        try:
+            body = json.loads(data)
+            return f"{body['owner']}@{body['region']}"
+        except (ValueError, KeyError, TypeError):
+            return data.decode(errors="replace")
+
+    async def release(self, lock: OwnerLock) -> None:
+        await self._release_path(lock.path)
+
+    async def _release_path(self, path: str) -> None:
+        with contextlib.suppress(NoNodeError):  # the session ended and took it
+            await self.store.delete(path, version=-1)
+
+
+def _counters(max_txid: int, next_seq: int) -> bytes:
+    return json.dumps({"max_txid": max_txid, "next_seq": next_seq}, sort_keys=True).encode()
+
+
+def _lowest(names: list[str]) -> str | None:
+    ours = [n for n in names if n.startswith(LOCK_PREFIX)]
+    return min(ours) if ours else None

@@ -1,0 +1,383 @@
+"""LogReader: delivers a stream's records once, in order, across segments (library mode).
+
+    reader = await LogReader.open(streams, ledgers, "orders", Position(By.TXID, 1000))
+    async for record in reader:
+        ...
+
+A read-ahead task reads entries up to each ledger's LAC (batches while catching up, the
+bookies' long poll while tailing), decodes them and queues the user records (bounded), and
+follows the segment list through a ZooKeeper watch: a completed segment is read to its last
+entry, then the next one is opened. Control records are never delivered. Data no bookie can
+serve (a lost ledger or entry) is reported as DataLossError with its range, once; reading
+then goes on after it. A stream sealed with an end-of-stream record ends the iteration, as
+does reaching the end when the reader does not follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from dataclasses import dataclass
+
+from core.dlsn import DLSN
+from core.entry_format import decode_entry, log_records
+from core.errors import (
+    DataLossError,
+    EndOfStreamError,
+    GlobelogError,
+    ReadTimeoutError,
+    TruncatedPositionError,
+)
+from core.records import LogRecord
+from core.segments import SegmentMetadata, Truncation
+from core.streams import LEDGER_PASSWORD
+from global_meta.streams import StreamMetaStore
+from ledger import (
+    EntryMissingError,
+    EntryUnavailableError,
+    LedgerClient,
+    LedgerReader,
+    NoSuchLedgerMetadataError,
+)
+from reader.entry_search import search_segment
+from reader.positions import By, Position, check_not_truncated, segment_for, start_in_segment
+
+log = logging.getLogger(__name__)
+
+UNAVAILABLE_RETRIES_MAX = 40  # about a minute of backoff before the reader gives up
+BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderConfig:
+    follow: bool = True  # False: stop at the end of the stream as it is when reached
+    readahead_entries: int = 32  # entries read per batch while catching up
+    readahead_records_max: int = 10_000  # records decoded ahead of the caller
+    long_poll_timeout_ms: int = 1000
+    open_timeout_s: float = 30.0
+
+
+class _Outcome(enum.Enum):
+    NEXT = "next"  # go on with the next segment
+    SEALED = "sealed"  # an end-of-stream record: nothing follows
+    END = "end"  # a reader that does not follow reached the end
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    sealed: bool  # True: an end-of-stream record; False: the end of a non-following read
+
+
+class LogReader:
+    """Reads one stream from a position. `async with` it (or `await close()`)."""
+
+    def __init__(
+        self,
+        streams: StreamMetaStore,
+        ledgers: LedgerClient,
+        stream: str,
+        start: Position,
+        config: ReaderConfig,
+    ) -> None:
+        self.stream = stream
+        self.config = config
+        self._streams = streams
+        self._ledgers = ledgers
+        self._start = start
+        self._queue: asyncio.Queue[LogRecord | DataLossError | _End | GlobelogError] = (
+            asyncio.Queue(config.readahead_records_max)
+        )
+        self._changed = asyncio.Event()  # the segment list changed
+        self._tasks: list[asyncio.Task[None]] = []
+        self._end: _End | None = None
+        self.position: DLSN | None = None  # where reading starts (resolved by open)
+
+    @classmethod
+    async def open(
+        cls,
+        streams: StreamMetaStore,
+        ledgers: LedgerClient,
+        stream: str,
+        start: Position | None = None,
+        config: ReaderConfig | None = None,
+    ) -> LogReader:
+        """Resolves `start` (default: the first record) and starts reading ahead.
+
+        Raises StreamNotFoundError, or TruncatedPositionError for a position before the
+        first active record (it names that record's DLSN).
+        """
+        reader = cls(
+            streams, ledgers, stream, start or Position.earliest(), config or ReaderConfig()
+        )
+        async with asyncio.timeout(reader.config.open_timeout_s):
+            await streams.require(stream)
+            reader.position = await reader._resolve()
+        loop = asyncio.get_running_loop()
+        reader._tasks.append(loop.create_task(reader._watch()))
+        reader._tasks.append(loop.create_task(reader._run(reader.position)))
+        return reader
+
+    # ----------------------------------------------------------------------------- API
+
+    async def read_next(self, timeout_s: float | None = None) -> LogRecord | None:
+        """The next record; None at the end (see `sealed`). Raises DataLossError once for
+        each lost range, ReadTimeoutError when nothing comes within `timeout_s`."""
+        if self._end is not None:
+            return None
+        try:
+            async with asyncio.timeout(timeout_s):
+                item = await self._queue.get()
+        except TimeoutError:
+            raise ReadTimeoutError(
+                f"stream {self.stream!r}: no record within {timeout_s} s"
+            ) from None
+        if isinstance(item, LogRecord):
+            return item
+        if isinstance(item, _End):
+            self._end = item
+            return None
+        if isinstance(item, DataLossError):
+            raise item
+        self._end = _End(sealed=False)
+        raise item
+
+    @property
+    def buffered(self) -> int:
+        """Records (and reports) read ahead and not yet taken."""
+        return self._queue.qsize()
+
+    @property
+    def sealed(self) -> bool:
+        """True once the reader reached an end-of-stream record."""
+        return self._end is not None and self._end.sealed
+
+    def __aiter__(self) -> LogReader:
+        return self
+
+    async def __anext__(self) -> LogRecord:
+        record = await self.read_next()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> LogReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------------- positioning
+
+    async def _segments(self) -> list[SegmentMetadata]:
+        return [v.segment for v in await self._streams.segments(self.stream)]
+
+    async def _resolve(self) -> DLSN:
+        segments = await self._segments()
+        counters = await self._streams.counters(self.stream)
+        if self._start.by is By.DLSN:  # the DLSN asked for, before any adjustment
+            assert isinstance(self._start.value, DLSN)
+            check_not_truncated(self.stream, self._start.value, segments, counters.max_sequence)
+        index = segment_for(self._start, segments)
+        if index is None:
+            newest = max(segments[-1].sequence if segments else 0, counters.max_sequence)
+            start = DLSN(newest + 1, 0, 0)  # beyond the end: the next segment's first record
+        else:
+            segment = segments[index]
+            found = start_in_segment(self._start, segment)
+            if found is None:
+                reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+                last = reader.lac if reader.is_closed else await reader.read_lac()
+                found = await search_segment(reader, segment, self._start, last)
+                if self._start.by is not By.SEQ and segment.min_active is not None:
+                    found = max(found, segment.min_active)
+            start = found
+        check_not_truncated(self.stream, start, segments, counters.max_sequence)
+        return start
+
+    # ------------------------------------------------------------------------ reading
+
+    async def _watch(self) -> None:
+        with contextlib.suppress(GlobelogError):
+            async for _ in self._streams.watch_segments(self.stream):
+                self._changed.set()
+
+    async def _run(self, start: DLSN) -> None:
+        """The read-ahead loop; every failure becomes an item the caller receives (I8)."""
+        try:
+            position = start
+            while True:
+                segment = await self._next_segment(position.segment)
+                if segment is None:
+                    await self._queue.put(_End(sealed=False))
+                    return
+                if segment.sequence > position.segment:
+                    position = segment.first_dlsn
+                if segment.truncation is Truncation.TRUNCATED:
+                    raise TruncatedPositionError(
+                        f"stream {self.stream!r}: segment {segment.sequence} was truncated "
+                        f"while the reader was at {position}"
+                    )
+                outcome = await self._read_segment(segment, position)
+                if outcome is not _Outcome.NEXT:
+                    await self._queue.put(_End(sealed=outcome is _Outcome.SEALED))
+                    return
+                position = position.next_segment()
+        except asyncio.CancelledError:
+            raise
+        except GlobelogError as err:
+            await self._queue.put(err)
+        except Exception as err:  # a bug must still end the caller's await
+            log.exception("reader task failed", extra={"stream": self.stream})
+            await self._queue.put(EndOfStreamError(f"stream {self.stream!r}: reader failed: {err}"))
+
+    async def _next_segment(self, sequence: int) -> SegmentMetadata | None:
+        """Segment `sequence`, or the first one after it; waits for it when following."""
+        while True:
+            self._changed.clear()
+            segments = await self._segments()
+            later = [s for s in segments if s.sequence >= sequence]
+            if later:
+                return later[0]
+            if not self.config.follow:
+                return None
+            await self._changed.wait()
+
+    async def _read_segment(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
+        """Delivers the segment's records from `start`; what comes after them."""
+        try:
+            reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+        except NoSuchLedgerMetadataError:
+            await self._lost(segment, start, None, "its ledger is gone")
+            return _Outcome.NEXT
+        entry = start.entry
+        first_slot = start.slot
+        lac_asked = False  # a reader that does not follow asks for the LAC once, at its end
+        while True:
+            last = reader.lac
+            if entry <= last:
+                batch_last = min(last, entry + self.config.readahead_entries - 1)
+                if await self._deliver(reader, segment, entry, batch_last, first_slot):
+                    return _Outcome.SEALED
+                entry, first_slot = batch_last + 1, 0
+                continue
+            if reader.is_closed:
+                return _Outcome.NEXT
+            refreshed = await self._refresh(segment)
+            if refreshed is None:
+                await self._lost(segment, DLSN(segment.sequence, entry, 0), None, "it was deleted")
+                return _Outcome.NEXT
+            if not refreshed.is_in_progress:
+                segment = refreshed
+                reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+                continue
+            if not self.config.follow:
+                if lac_asked:
+                    return _Outcome.END
+                await reader.read_lac()
+                lac_asked = True
+                continue
+            await self._tail(reader)
+
+    async def _tail(self, reader: LedgerReader) -> None:
+        """Waits for the entry after the LAC (long poll) or a change of the segment list."""
+        poll = asyncio.ensure_future(reader.wait_for_entry(self.config.long_poll_timeout_ms))
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (poll, changed):
+                task.cancel()
+            await asyncio.gather(poll, changed, return_exceptions=True)
+        if poll.done() and not poll.cancelled() and (err := poll.exception()) is not None:
+            if not isinstance(err, EntryUnavailableError):
+                raise err
+            await asyncio.sleep(BACKOFF_S_MIN)
+
+    async def _refresh(self, segment: SegmentMetadata) -> SegmentMetadata | None:
+        self._changed.clear()
+        versioned = await self._streams.segment(self.stream, segment.sequence)
+        return None if versioned is None else versioned.segment
+
+    async def _deliver(
+        self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int, slot: int
+    ) -> bool:
+        """Reads entries first..last and queues their user records; True at end of stream."""
+        bodies = await self._read_entries(reader, segment, first, last)
+        for entry_id, body in zip(range(first, last + 1), bodies, strict=True):
+            if body is None:
+                continue
+            where = f"stream {self.stream!r} segment {segment.sequence} entry {entry_id}"
+            decoded = decode_entry(body, where)
+            for dlsn, record, seq in log_records(
+                decoded, segment.sequence, entry_id, segment.first_seq
+            ):
+                if entry_id == first and dlsn.slot < slot:
+                    continue
+                if record.is_end_of_stream:
+                    return True
+                if record.is_control:
+                    continue
+                await self._queue.put(
+                    LogRecord(
+                        dlsn,
+                        record.txid,
+                        seq,
+                        record.payload,
+                        decoded.write_time_ms,
+                        decoded.region,
+                    )
+                )
+        return False
+
+    async def _read_entries(
+        self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int
+    ) -> list[bytes | None]:
+        """The entries' bodies; None for each one no bookie has (reported as a lost range)."""
+        for attempt in range(UNAVAILABLE_RETRIES_MAX + 1):
+            try:
+                return list(await reader.read_entries(first, last))
+            except EntryMissingError:
+                break
+            except EntryUnavailableError:
+                if attempt == UNAVAILABLE_RETRIES_MAX:
+                    raise
+                await asyncio.sleep(min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2**attempt))
+        bodies: list[bytes | None] = []
+        missing: list[int] = []
+        for entry_id in range(first, last + 1):
+            try:
+                bodies.append(await reader.read_entry(entry_id))
+            except EntryMissingError:
+                bodies.append(None)
+                missing.append(entry_id)
+        if missing:
+            where = DLSN(segment.sequence, missing[0], 0)
+            await self._lost(
+                segment, where, DLSN(segment.sequence, missing[-1], 0), "no bookie has it"
+            )
+        return bodies
+
+    async def _lost(
+        self, segment: SegmentMetadata, first: DLSN, last: DLSN | None, why: str
+    ) -> None:
+        last = last or segment.last_dlsn or DLSN(segment.sequence, first.entry, 0)
+        records = (
+            f" (records {segment.first_seq}..{segment.next_seq - 1})"
+            if not segment.is_in_progress and segment.record_count and first == segment.first_dlsn
+            else ""
+        )
+        await self._queue.put(
+            DataLossError(
+                f"stream {self.stream!r}: data lost from {first} to {last} in segment "
+                f"{segment.sequence} (ledger {segment.ledger_id}): {why}{records}",
+                str(first),
+                str(last),
+            )
+        )

@@ -1,0 +1,549 @@
+"""LogWriter: the asyncio driver of `LogWriterState` for one stream (library mode).
+
+    writer = await LogWriter.open(streams, ledgers, "orders", WriterConfig(region="us-east"))
+    dlsn = await writer.write(Record(b"payload"))
+    await writer.close()
+
+Opening takes the stream's ownership lock, fences and recovers the previous owner's
+in-progress segment and starts a new segment (a new epoch). Writes are pipelined: `write`
+and `write_bulk` return DLSNs in order. Every await ends: adds are bounded by the ledger's
+timeouts, and open, roll and close by `WriterConfig`'s named bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.entry_format import Codec, encode_entry
+from core.errors import (
+    EndOfStreamError,
+    GlobelogError,
+    StreamError,
+    TxidOutOfOrderError,
+    WriterClosedError,
+)
+from core.records import Record
+from core.segments import SegmentMetadata, SegmentState
+from core.streams import (
+    LEDGER_PASSWORD,
+    LEDGER_SEGMENT_KEY,
+    LEDGER_STREAM_KEY,
+    StreamSettings,
+)
+from core.topology import Replication
+from global_meta import SessionState
+from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
+from ledger import LedgerClient, LedgerFencedError, LedgerWriter
+from writer.events import (
+    CloseSegment,
+    CompleteWrites,
+    EntryAcked,
+    EntryFailed,
+    FailureKind,
+    FailWrites,
+    RollSegment,
+    SegmentStarted,
+    SegmentSummary,
+    Ticked,
+    TransmitEntry,
+    WriterAction,
+    WriterEvent,
+    WriterFailed,
+    Written,
+)
+from writer.recovery import recover_segment
+from writer.state import LogWriterState, Phase, SegmentStart
+
+log = logging.getLogger(__name__)
+
+OPEN_TIMEOUT_S = 60.0  # ownership, recovery of the last segment and a new segment
+ROLL_TIMEOUT_S = 30.0  # closing a segment and starting the next
+CLOSE_TIMEOUT_S = 30.0  # flushing, waiting for acks and completing the segment
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class WriterConfig:
+    region: str
+    replication: Replication
+    settings: StreamSettings = field(default_factory=StreamSettings)
+    owner: str = field(default_factory=default_owner)
+    open_timeout_s: float = OPEN_TIMEOUT_S
+    roll_timeout_s: float = ROLL_TIMEOUT_S
+    close_timeout_s: float = CLOSE_TIMEOUT_S
+
+
+class LogWriter:
+    """The one writer of a stream. Use `await LogWriter.open(...)`; `async with` closes it."""
+
+    def __init__(
+        self,
+        streams: StreamMetaStore,
+        ledgers: LedgerClient,
+        stream: str,
+        config: WriterConfig,
+        lock: OwnerLock,
+        segment: VersionedSegment,
+        ledger: LedgerWriter,
+        max_txid: int,
+    ) -> None:
+        self.stream = stream
+        self.config = config
+        self._streams = streams
+        self._ledgers = ledgers
+        self._lock = lock
+        self._segment = segment
+        self._ledger = ledger
+        self._codec = Codec.named(config.settings.compression)
+        self._loop = asyncio.get_running_loop()
+        start = SegmentStart(segment.segment.sequence, segment.segment.first_seq, max_txid)
+        self._state = LogWriterState(stream, config.settings, start, self._loop.time())
+        # What waits for each write: its own future, or the batch of a write_bulk call.
+        self._futures: dict[int, asyncio.Future[Written] | _Slot] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+        self._blocked: deque[tuple[int, bytes]] = deque()  # transmits waiting for ledger room
+        self._drainer: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._finished: asyncio.Future[None] = self._loop.create_future()
+        self._released = False
+        self._spawn(self._watch_session())
+
+    # ---------------------------------------------------------------------------- open
+
+    @classmethod
+    async def open(
+        cls, streams: StreamMetaStore, ledgers: LedgerClient, stream: str, config: WriterConfig
+    ) -> LogWriter:
+        """Takes ownership of `stream` and starts a new segment; OwnershipError if another
+        writer keeps it past `settings.lock_timeout_s`."""
+        async with asyncio.timeout(config.open_timeout_s):
+            lock = await streams.acquire(
+                stream, config.owner, config.region, config.settings.lock_timeout_s
+            )
+            try:
+                return await cls._take_over(streams, ledgers, stream, config, lock)
+            except BaseException:
+                await asyncio.shield(streams.release(lock))
+                raise
+
+    @classmethod
+    async def _take_over(
+        cls,
+        streams: StreamMetaStore,
+        ledgers: LedgerClient,
+        stream: str,
+        config: WriterConfig,
+        lock: OwnerLock,
+    ) -> LogWriter:
+        segments = await streams.segments(stream)
+        for index, versioned in enumerate(segments):
+            if versioned.segment.is_in_progress:
+                segments[index] = await recover_segment(streams, ledgers, stream, versioned, lock)
+        if segments and segments[-1].segment.end_of_stream:
+            raise EndOfStreamError(
+                f"stream {stream!r} was sealed with an end of stream at {segments[-1].segment.last_dlsn}"
+            )
+        segment, ledger, max_txid = await start_segment(streams, ledgers, stream, config, lock)
+        return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)
+
+    # ----------------------------------------------------------------------------- API
+
+    @property
+    def segment(self) -> SegmentMetadata:
+        return self._segment.segment
+
+    @property
+    def last_txid(self) -> int:
+        return self._state.last_txid
+
+    @property
+    def pending_writes(self) -> int:
+        """Writes accepted and not yet acknowledged or failed."""
+        return self._state.pending_writes
+
+    def write_nowait(self, record: Record) -> asyncio.Future[Written]:
+        """Accepts one record now (pipelined); the future gives its DLSN, txid and sequence
+        id once acknowledged.
+
+        Raises at once for a bad record or a finished writer; the caller must have room
+        (`await wait_for_room()`), or use `write`, which waits for it.
+        """
+        state = self._state
+        write_id = state.write(record, _now_ms())
+        future: asyncio.Future[Written] = self._loop.create_future()
+        self._futures[write_id] = future
+        if state.room <= 0:
+            self._room.clear()
+        if state.has_actions:
+            self._pump()
+        else:
+            self._arm()
+        return future
+
+    async def wait_for_room(self) -> None:
+        while self._state.room <= 0 and not self._state.is_terminal:
+            self._room.clear()
+            await self._room.wait()
+
+    async def write(self, record: Record | bytes) -> Written:
+        """Appends one record; where it was written once acknowledged."""
+        if isinstance(record, bytes):
+            record = Record(record)
+        self._state.check_write(record)
+        await self.wait_for_room()
+        return await self.write_nowait(record)
+
+    async def write_bulk(self, records: Sequence[Record | bytes]) -> list[Written]:
+        """Appends records in order (one entry or more); each one's result once all are
+        acknowledged.
+
+        Every record is checked before any is accepted, so a bad record writes nothing.
+        """
+        batch = [r if isinstance(r, Record) else Record(r) for r in records]
+        txid = self._state.last_txid
+        for index, record in enumerate(batch):
+            self._state.check_write(record)
+            if record.txid is not None:
+                if record.txid < txid:
+                    raise TxidOutOfOrderError(
+                        f"append to stream {self.stream!r}: record {index} of the batch has "
+                        f"txid {record.txid}, below {txid} before it; txids never go backwards"
+                    )
+                txid = record.txid
+        waiter = _Batch(self._loop.create_future(), len(batch))
+        state = self._state
+        now_ms = _now_ms()
+        for index, record in enumerate(batch):
+            if state.room <= 0:
+                self._pump()
+                await self.wait_for_room()
+                state.check_write(record)  # the writer may have failed or closed meanwhile
+                now_ms = _now_ms()
+            # One waiter for the whole batch: no future or callback per record.
+            self._futures[state.write(record, now_ms, checked=True)] = waiter.at(index)
+            if state.has_actions:  # a full entry goes out now, not at the end of the batch
+                self._pump()
+        self.flush()
+        return await waiter.future
+
+    def flush(self) -> None:
+        """Transmits the buffered records now, whatever the transmit policy."""
+        self._state.flush()
+        self._pump()
+
+    async def mark_end_of_stream(self) -> int:
+        """Seals the stream (readers see its end, writers get end_of_stream); the last txid."""
+        write_id = self._state.mark_end_of_stream(_now_ms())
+        future: asyncio.Future[Written] = self._loop.create_future()
+        self._futures[write_id] = future
+        self._pump()
+        async with asyncio.timeout(self.config.close_timeout_s):
+            await future
+            await self._finished
+        return self._state.last_txid
+
+    async def close(self) -> None:
+        """Transmits the buffer, waits for the acks, completes the segment, releases the lock.
+
+        Raises the writer's failure, if it failed (after releasing what it holds).
+        """
+        self._state.close()
+        self._pump()
+        try:
+            async with asyncio.timeout(self.config.close_timeout_s):
+                await asyncio.shield(self._finished)
+        except TimeoutError:
+            self._feed(WriterFailed(FailureKind.CLOSED, "close timed out"))
+            raise WriterClosedError(
+                f"stream {self.stream!r}: close did not finish within "
+                f"{self.config.close_timeout_s} s"
+            ) from None
+        finally:
+            await self._shutdown()
+
+    async def abandon(self) -> None:
+        """Stops without completing the segment, as a crashed writer would (tests, drills)."""
+        self._feed(WriterFailed(FailureKind.CLOSED, "the writer was abandoned"))
+        await self._ledger.abandon()
+        await self._shutdown(release=False)
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            await self.close()
+        else:
+            with contextlib.suppress(GlobelogError):
+                await self.close()
+
+    # ------------------------------------------------------------------------ driving
+
+    def _feed(self, event: WriterEvent) -> None:
+        self._state.handle(event)
+        self._pump()
+
+    def _pump(self) -> None:
+        while actions := self._state.take_actions():
+            for action in actions:
+                self._execute(action)
+        if self._state.error is not None:
+            # A failure ends close() too, even with no write pending to carry it.
+            self._finish(self._error())
+        self._arm()
+
+    def _arm(self) -> None:
+        wakeup = self._state.next_wakeup_s()
+        if self._timer is not None:
+            if wakeup is not None and self._timer.when() == wakeup:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if wakeup is not None:
+            self._timer = self._loop.call_at(wakeup, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._feed(Ticked(self._loop.time()))
+
+    def _execute(self, action: WriterAction) -> None:
+        match action:
+            case TransmitEntry():
+                self._transmit(action)
+            case CompleteWrites():
+                futures = self._futures
+                for write_id, written in action.results:
+                    waiter = futures.pop(write_id)
+                    if isinstance(waiter, _Slot):
+                        waiter.batch.done(waiter.index, written)
+                    elif not waiter.done():
+                        waiter.set_result(written)
+                self._room.set()
+            case FailWrites():
+                self._fail_writes(action)
+            case RollSegment():
+                self._spawn(self._roll(action.summary))
+            case CloseSegment():
+                self._spawn(self._close_segment(action.summary))
+
+    def _transmit(self, action: TransmitEntry) -> None:
+        payload = encode_entry(
+            action.records,
+            first_position=action.first_position,
+            write_time_ms=_now_ms(),
+            region=self.config.region,
+            codec=self._codec,
+        )
+        if self._blocked or not self._ledger.has_room():
+            self._blocked.append((action.transmit_id, payload))
+            if self._drainer is None:
+                self._drainer = self._loop.create_task(self._drain())
+            return
+        self._append(action.transmit_id, payload)
+
+    def _append(self, transmit_id: int, payload: bytes) -> None:
+        try:
+            future = self._ledger.append(payload)
+        except GlobelogError as err:
+            self._feed(EntryFailed(transmit_id, _failure_kind(err), str(err)))
+            return
+        future.add_done_callback(lambda f: self._added(transmit_id, f))
+
+    def _added(self, transmit_id: int, future: asyncio.Future[int]) -> None:
+        if future.cancelled():
+            self._feed(EntryFailed(transmit_id, FailureKind.TRANSMIT, "the add was cancelled"))
+        elif (err := future.exception()) is not None:
+            self._feed(EntryFailed(transmit_id, _failure_kind(err), str(err)))
+        else:
+            self._feed(EntryAcked(transmit_id, future.result()))
+
+    async def _drain(self) -> None:
+        """Appends the transmits that waited for the ledger's room, in order."""
+        try:
+            while self._blocked:
+                await self._ledger.wait_for_room()
+                while self._blocked and self._ledger.has_room():
+                    self._append(*self._blocked.popleft())
+        finally:
+            self._drainer = None
+
+    def _fail_writes(self, action: FailWrites) -> None:
+        error = self._error()
+        for write_id in action.write_ids:
+            waiter = self._futures.pop(write_id, None)
+            future = waiter.batch.future if isinstance(waiter, _Slot) else waiter
+            if future is not None and not future.done():
+                future.set_exception(error)
+                future.exception()  # a caller that gave up on it must not warn
+        self._room.set()
+
+    def _error(self) -> StreamError:
+        return self._state.failure()
+
+    # ---------------------------------------------------------------------- segments
+
+    async def _roll(self, summary: SegmentSummary) -> None:
+        async with asyncio.timeout(self.config.roll_timeout_s):
+            await self._complete(summary)
+            segment, ledger, _ = await start_segment(
+                self._streams, self._ledgers, self.stream, self.config, self._lock
+            )
+        self._segment, self._ledger = segment, ledger
+        started = segment.segment
+        self._feed(SegmentStarted(started.sequence, started.first_seq, self._loop.time()))
+
+    async def _complete(self, summary: SegmentSummary) -> None:
+        await self._ledger.close()
+        completed = self._segment.segment.completed(
+            summary.last_txid,
+            summary.last_dlsn,
+            summary.record_count,
+            _now_ms(),
+            summary.end_of_stream,
+        )
+        self._segment = await self._streams.complete_segment(
+            self.stream, self._segment, completed, self._lock
+        )
+
+    async def _close_segment(self, summary: SegmentSummary) -> None:
+        await self._complete(summary)
+        self._finish(None)
+
+    def _finish(self, error: StreamError | None) -> None:
+        if self._finished.done():
+            return
+        if error is None:
+            self._finished.set_result(None)
+        else:
+            self._finished.set_exception(error)
+            self._finished.exception()  # nobody may be waiting: no warning
+
+    async def _watch_session(self) -> None:
+        """Ownership ends with the ZooKeeper session: fail every write when it expires."""
+        async for event in self._streams.store.session_events():
+            if event.state is SessionState.EXPIRED:
+                self._feed(WriterFailed(FailureKind.OWNERSHIP, "the ZooKeeper session expired"))
+                return
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs `work` as a task this writer owns; its failure fails the writer (I8)."""
+        task = self._loop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is None:
+            return
+        if isinstance(err, TimeoutError):
+            reason = "a segment roll or close did not finish in time"
+        else:
+            reason = f"{type(err).__name__}: {err}"
+        kind = _failure_kind(err) if isinstance(err, GlobelogError) else FailureKind.ROLL
+        if not isinstance(err, GlobelogError):
+            log.error("writer task failed", exc_info=err, extra={"stream": self.stream})
+        self._feed(WriterFailed(kind, reason))
+        self._finish(self._error())
+
+    async def _shutdown(self, *, release: bool = True) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        tasks = [*self._tasks, *([self._drainer] if self._drainer else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._state.phase is not Phase.CLOSED:
+            await self._ledger.abandon()
+        if release and not self._released:
+            self._released = True
+            with contextlib.suppress(GlobelogError):
+                await self._streams.release(self._lock)
+
+
+class _Batch:
+    """The results of one write_bulk call, completed when every record is acknowledged."""
+
+    __slots__ = ("future", "remaining", "results")
+
+    def __init__(self, future: asyncio.Future[list[Written]], count: int) -> None:
+        self.future = future
+        self.results: list[Written | None] = [None] * count
+        self.remaining = count
+
+    def at(self, index: int) -> _Slot:
+        return _Slot(self, index)
+
+    def done(self, index: int, written: Written) -> None:
+        self.results[index] = written
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result([w for w in self.results if w is not None])
+
+
+class _Slot:
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+
+async def start_segment(
+    streams: StreamMetaStore,
+    ledgers: LedgerClient,
+    stream: str,
+    config: WriterConfig,
+    lock: OwnerLock,
+) -> tuple[VersionedSegment, LedgerWriter, int]:
+    """Creates the next segment's ledger and metadata: the owner's new epoch.
+
+    Its first sequence id and txid floor come from the stream's counters, which every
+    completion moved past the previous segment (and which outlive segments deleted by
+    retention)."""
+    counters = await streams.counters(stream)
+    sequence = counters.max_sequence + 1
+    custom = ((LEDGER_STREAM_KEY, stream.encode()), (LEDGER_SEGMENT_KEY, str(sequence).encode()))
+    ledger = await ledgers.create(config.replication, LEDGER_PASSWORD, custom)
+    segment = SegmentMetadata(
+        sequence=sequence,
+        ledger_id=ledger.ledger_id,
+        state=SegmentState.IN_PROGRESS,
+        first_txid=max(counters.max_txid, 0),
+        first_seq=counters.next_seq,
+        created_ms=_now_ms(),
+        writer_region=config.region,
+    )
+    try:
+        versioned = await streams.start_segment(stream, segment, counters, lock)
+    except BaseException:
+        await ledger.abandon()
+        with contextlib.suppress(GlobelogError):
+            await ledgers.delete(ledger.ledger_id)
+        raise
+    return versioned, ledger, counters.max_txid
+
+
+def _failure_kind(err: BaseException) -> FailureKind:
+    return FailureKind.FENCED if isinstance(err, LedgerFencedError) else FailureKind.TRANSMIT
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

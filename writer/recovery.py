@@ -1,0 +1,78 @@
+"""A new owner's first step: fence and recover each in-progress segment, then complete it.
+
+BookKeeper recovery (through `LedgerClient.open(..., recover_ledger=True)`) fences the ledger
+at its bookies, so the former owner's later adds fail, and closes it at the last entry some
+ack quorum holds. The segment's metadata is then completed from that entry: its last user
+record gives the last DLSN and txid, and its first position gives the record count.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from core.dlsn import DLSN
+from core.entry_format import decode_entry, user_record_count
+from core.streams import LEDGER_PASSWORD
+from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
+from ledger import LedgerClient, LedgerReader
+from writer.events import SegmentSummary
+
+log = logging.getLogger(__name__)
+
+
+async def summarize(reader: LedgerReader, sequence: int) -> SegmentSummary:
+    """The summary of a closed segment ledger, read from its last entries.
+
+    Walks back over trailing control entries (at most a few: a writer sends one only when no
+    data entry follows within the flush SLA) to the last entry with user records.
+    """
+    last_entry = reader.lac
+    if last_entry < 0:
+        return SegmentSummary(sequence, -1, None, 0, False)
+    where = f"segment {sequence} (ledger {reader.ledger_id})"
+    tail = decode_entry(await reader.read_entry(last_entry), f"{where} entry {last_entry}")
+    record_count = tail.first_position + user_record_count(tail.records)
+    end_of_stream = any(r.is_end_of_stream for r in tail.records)
+    entry_id, entry = last_entry, tail
+    while True:
+        slots = [i for i, r in enumerate(entry.records) if not r.flags]
+        if slots:
+            last = entry.records[slots[-1]]
+            dlsn = DLSN(sequence, entry_id, slots[-1])
+            return SegmentSummary(sequence, last.txid, dlsn, record_count, end_of_stream)
+        if entry_id == 0 or entry.first_position == 0:
+            return SegmentSummary(sequence, -1, None, record_count, end_of_stream)
+        entry_id -= 1
+        entry = decode_entry(await reader.read_entry(entry_id), f"{where} entry {entry_id}")
+
+
+async def recover_segment(
+    streams: StreamMetaStore,
+    ledgers: LedgerClient,
+    stream: str,
+    versioned: VersionedSegment,
+    lock: OwnerLock,
+) -> VersionedSegment:
+    """Fences the in-progress segment's ledger, recovers it, and completes its metadata."""
+    segment = versioned.segment
+    assert segment.is_in_progress, segment
+    reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD, recover_ledger=True)
+    summary = await summarize(reader, segment.sequence)
+    completed = segment.completed(
+        summary.last_txid,
+        summary.last_dlsn,
+        summary.record_count,
+        int(time.time() * 1000),
+        summary.end_of_stream,
+    )
+    log.info(
+        "recovered segment",
+        extra={
+            "stream": stream,
+            "segment": segment.sequence,
+            "ledger": segment.ledger_id,
+            "records": summary.record_count,
+        },
+    )
+    return await streams.complete_segment(stream, versioned, completed, lock)
