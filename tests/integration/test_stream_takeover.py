@@ -1,0 +1,162 @@
+"""Ownership on the real cluster: a killed writer process is replaced, a paused one is fenced,
+and two writers racing for one stream end with exactly one owner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from cli.cluster.controller import Cluster
+from core.errors import OwnerFencedError, OwnershipError
+from core.records import Record
+from tests.support.streams import fresh_namespace, stream_env
+
+SESSION_TIMEOUT_S = 1.0  # the writer process's ZooKeeper session: how soon its lock goes
+AWAIT_BOUND_S = 60.0  # every await in these tests ends well within this (I8)
+
+
+@contextmanager
+def writer_process(
+    cluster: Cluster, namespace: str, stream: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`globelog write` in us-east, fed through a pipe, one record per line."""
+    command = [
+        sys.executable, "-m", "cli.main", "write", stream,
+        "--topology", str(cluster.topology_path), "--namespace", namespace,
+        "--region", "us-east", "--zk-session-timeout-s", str(SESSION_TIMEOUT_S),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+async def feed(process: subprocess.Popen[bytes], lines: list[str]) -> list[dict[str, object]]:
+    """Writes lines to the process and returns one acknowledgement per line, in order."""
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+    stdin.write("".join(f"{line}\n" for line in lines).encode())
+    stdin.flush()
+    acks = []
+    for _ in lines:
+        line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), AWAIT_BOUND_S)
+        assert line, f"the writer exited: {process.stderr.read() if process.stderr else b''!r}"
+        acks.append(json.loads(line))
+    return acks
+
+
+async def test_a_killed_writer_is_replaced_and_every_acknowledged_record_is_read_once(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with stream_env(cluster, "us-west", namespace) as west:
+        await west.streams.create_stream("s")
+        with writer_process(cluster, namespace, "s") as process:
+            first = [f"a{i}" for i in range(40)]
+            acks = await feed(process, first)
+            os.kill(process.pid, signal.SIGKILL)
+        # The dead writer's lock goes with its session; the new owner waits for it.
+        writer = await west.writer("s", lock_timeout_s=30)
+        second = [f"b{i}" for i in range(20)]
+        written = await writer.write_bulk([s.encode() for s in second])
+        await writer.close()
+        assert written[0].seq == len(first), "sequence ids continue across owners"
+        assert written[0].dlsn.segment > int(str(acks[-1]["dlsn"]).split(".")[0])
+        reader = await west.reader("s", follow=False)
+        async with reader:
+            records = [r async for r in reader]
+        assert [r.payload.decode() for r in records] == first + second
+        assert [r.seq for r in records] == list(range(len(first) + len(second)))
+        assert [str(r.dlsn) for r in records[: len(first)]] == [a["dlsn"] for a in acks]
+
+
+async def test_a_paused_writer_is_fenced_when_it_resumes(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    async with stream_env(cluster, "eu-west", namespace) as eu:
+        await eu.streams.create_stream("s")
+        with writer_process(cluster, namespace, "s") as process:
+            acks = await feed(process, [f"old{i}" for i in range(10)])
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                writer = await eu.writer("s", lock_timeout_s=30)
+                await writer.write_bulk([b"new0", b"new1"])
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(b"late0\nlate1\n")
+            process.stdin.flush()
+            process.stdin.close()
+            rest = await asyncio.wait_for(asyncio.to_thread(process.stdout.read), AWAIT_BOUND_S)
+            code = await asyncio.wait_for(asyncio.to_thread(process.wait), AWAIT_BOUND_S)
+            stderr = process.stderr.read().decode() if process.stderr else ""
+        assert rest == b"", f"the fenced writer acknowledged {rest!r}"
+        assert code != 0 and "owner_fenced" in stderr, (code, stderr)
+        await writer.write(Record(b"new2"))
+        await writer.close()
+        reader = await eu.reader("s", follow=False)
+        async with reader:
+            payloads = [r.payload async for r in reader]
+        assert payloads == [f"old{i}".encode() for i in range(10)] + [b"new0", b"new1", b"new2"]
+        assert len(acks) == 10
+
+
+async def test_two_writers_racing_for_a_stream_end_with_one_owner(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        stream_env(cluster, "us-west", namespace) as west,
+    ):
+        await east.streams.create_stream("s")
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(east.writer("s"), west.writer("s"), return_exceptions=True),
+            AWAIT_BOUND_S,
+        )
+        winners = [o for o in outcomes if not isinstance(o, BaseException)]
+        losers = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(winners) == 1 and len(losers) == 1, outcomes
+        assert isinstance(losers[0], OwnershipError)
+        assert "is owned by" in str(losers[0]) and losers[0].owner
+        await winners[0].write(Record(b"only"))
+        await winners[0].close()
+        # Once released, the stream can be taken again.
+        again = await west.writer("s")
+        await again.close()
+
+
+async def test_a_writer_that_lost_its_ledger_to_a_new_owner_fails_every_write(
+    cluster: Cluster,
+) -> None:
+    """In-process variant: the old owner keeps running while a new owner fences its segment
+    (its lock removed by hand, as an expired session would)."""
+    namespace = fresh_namespace()
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        stream_env(cluster, "us-west", namespace) as west,
+    ):
+        await east.streams.create_stream("s")
+        old = await east.writer("s")
+        await old.write(Record(b"before"))
+        await east.streams.release(old._lock)  # the old owner's session "expired"
+        new = await west.writer("s")
+        with pytest.raises(OwnerFencedError):
+            await asyncio.wait_for(old.write(Record(b"after")), AWAIT_BOUND_S)
+        with pytest.raises(OwnerFencedError):
+            await asyncio.wait_for(old.close(), AWAIT_BOUND_S)
+        await new.write(Record(b"new"))
+        await new.close()
+        reader = await west.reader("s", follow=False)
+        async with reader:
+            assert [r.payload async for r in reader] == [b"before", b"new"]
