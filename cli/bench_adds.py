@@ -21,11 +21,7 @@ from core.errors import ClusterError
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
-from ledger.bookie_client import BookieClient
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
-from ledger.entry import DigestType
-from ledger.write_handle import LedgerWriter
+from ledger import BookieClient, DigestType, LedgerClient, LedgerConfig, LedgerWriter
 
 PASSWORD = b"globelog-bench"
 ENTRIES_MAX = 5_000_000  # a run's measured adds (its latency list) never exceed this

@@ -31,7 +31,7 @@ from cli.tools import Tools
 from core.errors import ClusterError
 from core.topology import Replication, Topology
 from global_meta import MetaStore
-from ledger.entry import DigestType
+from ledger import DigestType
 
 Progress = Callable[[str], None]
 BOOKIE_WARMUP_ADDS = 10_000  # BenchThroughputLatency's warm-up count

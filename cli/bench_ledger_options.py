@@ -18,7 +18,7 @@ from cli.tools import REPO_ROOT
 from core.errors import ClusterError, ConfigError
 from core.topology import Replication, Topology
 from core.topology_loader import load_topology
-from ledger.entry import DigestType
+from ledger import DigestType
 
 WINDOW_MAX = 10_000  # BenchThroughputLatency's default -throttle
 LEDGERS_MAX = 256
@@ -88,7 +88,7 @@ def _replication(text: str | None, topology: Topology, problems: list[str]) -> R
     return Replication(e, w, a, m)
 
 
-def _cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
+def bench_cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
     meta = processes.load_meta(data_dir) if args.use_running else {}
     path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml").resolve()
@@ -109,7 +109,7 @@ def _cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
 def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:
     """The checked options, or ConfigError listing every problem."""
     problems: list[str] = []
-    cluster = _cluster(args, problems)
+    cluster = bench_cluster(args, problems)
     replication = _replication(args.replication, cluster.topology, problems)
     _bounded(problems, "--entry-bytes", args.entry_bytes, 1, ENTRY_BYTES_MAX)
     _bounded(problems, "--window", args.window, 1, WINDOW_MAX)
@@ -132,18 +132,18 @@ def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:
     return LedgerBenchOptions(cluster, workload, replication, args.use_running)
 
 
-def check_cluster_ports(options: LedgerBenchOptions) -> None:
+def check_cluster_ports(cluster: Cluster, use_running: bool) -> None:
     """A running cluster must answer; a temporary one needs its ports free (they are fixed)."""
-    topology = options.cluster.topology
+    topology = cluster.topology
     addresses = [n.client for n in topology.zookeeper] + [b.endpoint for b in topology.bookies]
     answering = [a.address for a in addresses if _answers(a.host, a.port)]
-    if options.use_running and len(answering) < len(addresses):
+    if use_running and len(answering) < len(addresses):
         silent = sorted({a.address for a in addresses} - set(answering))
         raise ClusterError(
             f"--use-running: nothing answers at {', '.join(silent)}; start the cluster with "
             "`globelog cluster up` first"
         )
-    if not options.use_running and answering:
+    if not use_running and answering:
         raise ClusterError(
             f"a temporary cluster needs ports in use by something else: {', '.join(answering)}; "
             "stop that cluster, or benchmark it with --use-running"

@@ -11,12 +11,13 @@ from pathlib import Path
 from cli.cluster import controller, wan
 from cli.cluster.controller import Cluster
 from cli.demo_ledger import ledger_demo
+from cli.demo_stream import stream_demo
 from cli.tools import REPO_ROOT, find_tools
 from cli.topology import load_checked_topology as load_topology
 from core.errors import GlobelogError
 from core.routes import plan_routes
 from core.topology_loader import region_loss_summary
-from ledger.ping import BookieUnreachableError, ping_bookie
+from ledger import BookieUnreachableError, ping_bookie
 
 DEMO_DATA_DIR = REPO_ROOT / ".cluster-demo"
 DEMO_PROFILE = "realistic"
@@ -78,6 +79,9 @@ async def demo() -> None:
 
         step("ledger: region-aware placement, reads from every region, recovery from another")
         await ledger_demo(cluster, writer_region="us-east", recovery_region="eu-west")
+
+        step("stream: written from us-east across segment rolls, tailed from eu-west and us-west")
+        await stream_demo(cluster)
 
         victim = cluster.topology.bookies[0]
         step(f"fault: kill bookie {victim.name} ({victim.location}), then restart it")

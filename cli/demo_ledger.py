@@ -8,9 +8,7 @@ import time
 from cli.cluster.controller import Cluster
 from core.topology import Topology
 from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
-from ledger.handle_errors import LedgerFencedError
+from ledger import LedgerClient, LedgerConfig, LedgerFencedError
 
 PASSWORD = b"demo"
 ENTRIES = 100

@@ -8,8 +8,7 @@ from typing import Any
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.topology import Topology
 from global_meta import MetaStore
-from ledger.context import MIN_REGIONS_KEY
-from ledger.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger import MIN_REGIONS_KEY, LedgerMetadataStore, VersionedMetadata
 from placement import Adherence, LocatedBookie, audit_ensemble
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import bench_ledger_options
+from cli import bench_ledger_options, bench_stream_main, stream_args
 from cli.cluster import controller, processes, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
         "ledger", help="ledger add throughput and latency, beside BookKeeper's Java benchmark"
     )
     bench_ledger_options.add_arguments(ledger)
+    stream_bench = bench_sub.add_parser(
+        "stream", help="stream write throughput, commit latency and tailing reads"
+    )
+    bench_stream_main.add_arguments(stream_bench)
 
     ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
     ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -46,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         sub = ledger_sub.add_parser(name, help=text)
         sub.add_argument("ledger_ids", nargs="+", type=int, metavar="LEDGER_ID")
         sub.add_argument("--json", action="store_true")
+
+    stream_args.add_stream_commands(commands)
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -139,6 +145,8 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     if args.action == "ledger":
         return _run_bench_ledger(args)
+    if args.action == "stream":
+        return bench_stream_main.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")
@@ -150,7 +158,7 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
     from cli.bench_ledger import bench_ledger
 
     options = bench_ledger_options.parse_options(args)
-    bench_ledger_options.check_cluster_ports(options)
+    bench_ledger_options.check_cluster_ports(options.cluster, options.use_running)
     report = asyncio.run(
         bench_ledger(
             options.cluster,
@@ -195,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_ledger(args)
         if args.command == "bench":
             return _run_bench(args)
+        if args.command in ("stream", "write", "read", "segments"):
+            from cli.stream_main import run_stream_command
+
+            return run_stream_command(args)
         return asyncio.run(_run_cluster(args))
     except GlobelogError as err:
         print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)

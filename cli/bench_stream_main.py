@@ -1,0 +1,69 @@
+"""Flags and the cluster of `globelog bench stream` (a temporary cluster unless --use-running)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from cli.bench_ledger_options import bench_cluster, check_cluster_ports
+from cli.bench_stream import StreamWorkload, bench_stream
+from cli.cluster import controller
+from cli.tools import find_tools
+from core.errors import ConfigError
+
+SECONDS_MAX = 600
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", default=None, help="topology file (default topology.yaml)")
+    parser.add_argument(
+        "--use-running",
+        action="store_true",
+        help="use the cluster already running from --data-dir instead of a temporary one",
+    )
+    parser.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
+    parser.add_argument("--profile", default=None, help="WAN profile, e.g. ci|realistic")
+    parser.add_argument("--region", default="us-east", help="where the writer runs")
+    parser.add_argument("--reader-region", default="eu-west", help="where the tailing reader runs")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
+    parser.add_argument("--tail-rate", type=int, default=2000, help="records/s while tailing")
+
+
+def run(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+    cluster = bench_cluster(args, problems)
+    if args.reader_region not in cluster.topology.region_names:
+        problems.append(f"--reader-region {args.reader_region!r}: not in the topology")
+    if not 1 <= args.seconds <= SECONDS_MAX:
+        problems.append(f"--seconds {args.seconds}: expected 1..{SECONDS_MAX}")
+    if not 1 <= args.tail_rate <= 100_000:
+        problems.append(f"--tail-rate {args.tail_rate}: expected 1..100000")
+    if problems:
+        raise ConfigError("bench stream: " + "; ".join(problems))
+    check_cluster_ports(cluster, args.use_running)
+    workload = StreamWorkload(
+        args.region, args.reader_region, args.seconds, tail_rate=args.tail_rate
+    )
+
+    def progress(line: str) -> None:
+        print(f"globelog bench stream: {line}", file=sys.stderr, flush=True)
+
+    async def main() -> str:
+        if args.use_running:
+            return await bench_stream(cluster, workload, progress)
+        with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
+            temporary = dataclasses.replace(cluster, data_dir=Path(home) / "data")
+            try:
+                progress(f"cluster up: temporary data dir {temporary.data_dir}")
+                await controller.up(temporary, find_tools())
+                return await bench_stream(temporary, workload, progress)
+            finally:
+                controller.down(temporary, purge=True)
+
+    print(asyncio.run(main()))
+    return 0

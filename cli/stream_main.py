@@ -1,0 +1,81 @@
+"""Dispatches `globelog stream|write|read|segments` to cli.stream_commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cli import stream_args
+from cli.stream_commands import (
+    Session,
+    print_segments,
+    read_records,
+    run_in_session,
+    segments_report,
+    stream_admin,
+    stream_retention,
+    stream_truncate,
+    write_stdin,
+)
+from cli.tools import REPO_ROOT
+from cli.topology import load_checked_topology
+from core.dlsn import DLSN
+from core.errors import ConfigError
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1, sort_keys=True))
+
+
+def run_stream_command(args: argparse.Namespace) -> int:
+    topology = load_checked_topology(args.topology or REPO_ROOT / "topology.yaml")
+    region = args.region or topology.region_names[0]
+    command = args.command
+    # Every flag is checked before anything connects: bad input changes nothing.
+    to = DLSN.parse(args.to) if command == "stream" and args.action == "truncate" else None
+    ttl_s = (
+        stream_args.duration_s(args.ttl)
+        if command == "stream" and args.action == "retention"
+        else 0.0
+    )
+    position = stream_args.read_position(args) if command == "read" else None
+    settings = stream_args.writer_settings(args, topology.streams) if command == "write" else None
+    if command == "read" and args.limit is not None and args.limit < 0:
+        raise ConfigError(f"--limit {args.limit}: expected >= 0")
+    if not 0.4 <= args.zk_session_timeout_s <= 60:
+        raise ConfigError(f"--zk-session-timeout-s {args.zk_session_timeout_s}: expected 0.4..60")
+
+    async def work(s: Session) -> int:
+        if command == "stream":
+            if args.action == "truncate":
+                assert to is not None
+                _print_json(await stream_truncate(s, args.name, to))
+            elif args.action == "retention":
+                _print_json(await stream_retention(s, args.name, ttl_s, args.dry_run))
+            elif args.action == "list":
+                for name in await stream_admin(s, "list", None):
+                    print(name)
+            else:
+                _print_json(await stream_admin(s, args.action, args.name))
+            return 0
+        if command == "write":
+            assert settings is not None
+            return await write_stdin(
+                s, args.name, settings, args.owner, sys.stdin.buffer, sys.stdout, sys.stderr
+            )
+        if command == "read":
+            assert position is not None
+            return await read_records(
+                s, args.name, position, args.follow, args.limit, args.json, sys.stdout, sys.stderr
+            )
+        report = await segments_report(s, args.name)
+        if args.json:
+            _print_json(report)
+        else:
+            print_segments(report, sys.stdout)
+        return 0
+
+    status: int = run_in_session(topology, region, args.namespace, args.zk_session_timeout_s, work)
+    return status
