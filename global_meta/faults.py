@@ -26,4 +26,5 @@ async def expire_session(store: MetaStore, timeout_s: float = 10.0) -> None:
         intruder.stop()
         intruder.close()
 
-    await asyncio.wait_for(asyncio.to_thread(run), timeout_s)
+    async with asyncio.timeout(timeout_s):
+        await asyncio.to_thread(run)

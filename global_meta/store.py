@@ -148,7 +148,10 @@ class MetaStore:
 
         try:
             start().rawlink(settle)
-            return await asyncio.wait_for(future, self._op_timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+            # that races with the result, leaving the cancelled caller running on.
+            async with asyncio.timeout(self._op_timeout_s):
+                return await future
         except (KazooException, TimeoutError) as err:
             raise translate(err, operation, path) from err
 
@@ -195,9 +198,8 @@ class MetaStore:
     async def delete(self, path: str, *, version: int, recursive: bool = False) -> None:
         if recursive:
             try:
-                await asyncio.wait_for(
-                    asyncio.to_thread(self._client.delete, path, version, True), self._op_timeout_s
-                )
+                async with asyncio.timeout(self._op_timeout_s):
+                    await asyncio.to_thread(self._client.delete, path, version, True)
             except (KazooException, TimeoutError) as err:
                 raise translate(err, "delete", path) from err
             return

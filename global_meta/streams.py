@@ -246,7 +246,8 @@ class StreamMetaStore:
         name = mine.rsplit("/", 1)[1]
         try:
             if timeout_s > 0:
-                won = await asyncio.wait_for(self._wait_lowest(lock_dir, name), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    won = await self._wait_lowest(lock_dir, name)
             else:
                 won = _lowest(await self.store.children(lock_dir)) == name
         except TimeoutError:

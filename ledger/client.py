@@ -31,6 +31,8 @@ from ledger.write_handle import LedgerWriter
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
+MEMBERSHIP_STOP_TIMEOUT_S = 5.0  # close() waits this long for the membership watch to stop
+
 log = logging.getLogger(__name__)
 
 
@@ -115,8 +117,12 @@ class LedgerClient:
     async def close(self) -> None:
         if self._membership is not None:
             self._membership.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._membership
+            done, _ = await asyncio.wait({self._membership}, timeout=MEMBERSHIP_STOP_TIMEOUT_S)
+            if not done:  # never expected: a task that ignores its cancellation is a bug
+                log.error("bookie membership task ignored its cancellation; left behind")
+            else:
+                with contextlib.suppress(asyncio.CancelledError, GlobelogError):
+                    self._membership.result()
         await self.context.bookies.close()
 
     async def __aenter__(self) -> LedgerClient:

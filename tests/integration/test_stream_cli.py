@@ -7,6 +7,8 @@ backwards) gets a clear error naming what was wrong, and changes nothing.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -32,7 +34,25 @@ class Cli:
             sys.executable, "-m", "cli.main", *verb, *rest,
             "--topology", str(self.cluster.topology_path), "--namespace", self.namespace,
         ]  # fmt: skip
-        return subprocess.run(argv, input=stdin, capture_output=True, timeout=120, check=False)
+        return run_bounded(argv, stdin)
+
+
+COMMAND_TIMEOUT_S = 60
+
+
+def run_bounded(argv: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+    """Runs one command; one that outlives its bound is aborted and its thread stacks shown."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as process:
+        try:
+            out, err = process.communicate(stdin, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            out, err = process.communicate()
+            pytest.fail(f"{argv[3:]} still running after {COMMAND_TIMEOUT_S} s:\n{err.decode()}")
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 @pytest.fixture
