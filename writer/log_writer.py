@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 60.0  # ownership, recovery of the last segment and a new segment
 ROLL_TIMEOUT_S = 30.0  # closing a segment and starting the next
 CLOSE_TIMEOUT_S = 30.0  # flushing, waiting for acks and completing the segment
+CLOCK_STEP_S = 0.001  # a write or an ack tells the machine the time when it moved this much
 
 
 def default_owner() -> str:
@@ -109,7 +110,8 @@ class LogWriter:
         self._codec = Codec.named(config.settings.compression)
         self._loop = asyncio.get_running_loop()
         start = SegmentStart(segment.segment.sequence, segment.segment.first_seq, max_txid)
-        self._state = LogWriterState(stream, config.settings, start, self._loop.time())
+        self._clock_s = self._loop.time()  # the time the machine was last told
+        self._state = LogWriterState(stream, config.settings, start, self._clock_s)
         # What waits for each write: its own future, or the batch of a write_bulk call.
         self._futures: dict[int, asyncio.Future[Written] | _Slot] = {}
         self._room = asyncio.Event()
@@ -183,6 +185,7 @@ class LogWriter:
         (`await wait_for_room()`), or use `write`, which waits for it.
         """
         state = self._state
+        self._advance_clock()
         write_id = state.write(record, _now_ms())
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
@@ -226,12 +229,14 @@ class LogWriter:
                 txid = record.txid
         waiter = _Batch(self._loop.create_future(), len(batch))
         state = self._state
+        self._advance_clock()
         now_ms = _now_ms()
         for index, record in enumerate(batch):
             if state.room <= 0:
                 self._pump()
                 await self.wait_for_room()
                 state.check_write(record)  # the writer may have failed or closed meanwhile
+                self._advance_clock()
                 now_ms = _now_ms()
             # One waiter for the whole batch: no future or callback per record.
             self._futures[state.write(record, now_ms, checked=True)] = waiter.at(index)
@@ -318,7 +323,17 @@ class LogWriter:
 
     def _tick(self) -> None:
         self._timer = None
-        self._feed(Ticked(self._loop.time()))
+        self._clock_s = self._loop.time()
+        self._feed(Ticked(self._clock_s))
+
+    def _advance_clock(self) -> None:
+        """Tells the machine the time before it decides on a write or an ack: deadlines it
+        sets (the periodic flush, the control record) count from now, not from its last tick.
+        """
+        now = self._loop.time()
+        if now - self._clock_s >= CLOCK_STEP_S:
+            self._clock_s = now
+            self._state.handle(Ticked(now))  # its actions go out with the caller's pump
 
     def _execute(self, action: WriterAction) -> None:
         match action:
@@ -364,6 +379,7 @@ class LogWriter:
         future.add_done_callback(lambda f: self._added(transmit_id, f))
 
     def _added(self, transmit_id: int, future: asyncio.Future[int]) -> None:
+        self._advance_clock()
         if future.cancelled():
             self._feed(EntryFailed(transmit_id, FailureKind.TRANSMIT, "the add was cancelled"))
         elif (err := future.exception()) is not None:

@@ -6,6 +6,7 @@ import asyncio
 
 from cli.cluster.controller import Cluster
 from core.records import Record
+from core.streams import TransmitPolicy
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -67,3 +68,21 @@ async def test_a_tailing_reader_sees_every_record_once_across_segment_rolls(
         assert got == [f"{i:04d}".encode() * 10 for i in range(count)]
         segments = await east.streams.segments("tail")
         assert len(segments) >= 4  # 8000 bytes at 2000 bytes a segment
+
+
+async def test_a_periodic_flush_counts_its_interval_from_the_write_after_an_idle_spell(
+    cluster: Cluster,
+) -> None:
+    """The writer's machine is told the time on each write: a record written after the
+    writer sat idle waits its flush interval, and is not sent at once as if the interval had
+    started at the last tick."""
+    async with stream_env(cluster, "us-east", fresh_namespace()) as east:
+        await east.streams.create_stream("idle")
+        writer = await east.writer("idle", transmit=TransmitPolicy.PERIODIC, flush_interval_s=0.5)
+        loop = asyncio.get_running_loop()
+        for _ in range(2):
+            await asyncio.sleep(1.0)  # idle: no tick reaches the machine meanwhile
+            sent_at = loop.time()
+            await writer.write(b"after a pause")
+            assert loop.time() - sent_at >= 0.5, "flushed before its interval had passed"
+        await writer.close()
