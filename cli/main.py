@@ -17,7 +17,8 @@ from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
 from cli.topology import load_checked_topology as load_topology
 from core.errors import ConfigError, GlobelogError
-from core.topology_loader import region_loss_summary
+from core.topology import Topology
+from core.topology_loader import region_loss_summary, region_loss_warning
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,7 +112,7 @@ async def _run_cluster(args: argparse.Namespace) -> int:
             f"cluster up in {up.total_s:.1f} s ({phases}); started {len(up.started)}, "
             f"already running {len(up.already_running)}"
         )
-        print(region_loss_summary(cluster.topology))
+        _print_region_loss(cluster.topology)
         return 0
     if args.action == "status":
         report = await controller.status(cluster)
@@ -188,6 +189,13 @@ def _run_ledger(args: argparse.Namespace) -> int:
     return 0 if all_adhere else 4
 
 
+def _print_region_loss(topology: Topology) -> None:
+    print(region_loss_summary(topology))
+    warning = region_loss_warning(topology)
+    if warning is not None:
+        print(f"globelog: {warning}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -197,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{topology.name}: {len(topology.regions)} regions, "
                 f"{len(topology.bookies)} bookies, {len(topology.zookeeper)} ZooKeeper nodes"
             )
-            print(region_loss_summary(topology))
+            _print_region_loss(topology)
             return 0
         if args.command == "ledger":
             return _run_ledger(args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 
 def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> tuple[int, ...]:
@@ -51,19 +52,6 @@ def smallest_valid_ack_quorum(write_quorum: int, min_regions: int, regions: int)
         return None
     smallest = largest_region_share(spread, min_regions - 1) + 1
     return smallest if smallest <= write_quorum else None
-
-
-def region_losses_tolerated(
-    write_quorum: int, ack_quorum: int, min_regions: int, regions: int
-) -> int:
-    """How many regions can be down while a new ensemble can still keep the rule."""
-    tolerated = -1
-    for down in range(regions):
-        needed = smallest_valid_ack_quorum(write_quorum, min_regions, regions - down)
-        if needed is None or needed > ack_quorum:
-            break
-        tolerated = down
-    return tolerated
 
 
 def quorum_problems(
@@ -136,3 +124,64 @@ def ensemble_violations(
         if not quorum_spans_regions(list(counts.values()), ack_quorum, min_regions):
             violations.append(WindowViolation(start, positions, tuple(sorted(counts.items()))))
     return violations
+
+
+def capped_spread(copies: int, capacities: Sequence[int]) -> list[int]:
+    """The most even spread of `copies` over regions holding at most `capacities` each
+    (water-filling); fewer copies than asked when the capacities run out."""
+    counts = [0] * len(capacities)
+    for _ in range(copies):
+        open_regions = [i for i, cap in enumerate(capacities) if counts[i] < cap]
+        if not open_regions:
+            break
+        counts[min(open_regions, key=lambda i: counts[i])] += 1
+    return sorted((c for c in counts if c), reverse=True)
+
+
+def keeps_rule(
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    min_regions: int,
+    bookies_per_region: Sequence[int],
+) -> bool:
+    """True when new ensembles can be placed on these bookies and keep the rule."""
+    if ensemble_size > sum(bookies_per_region):
+        return False
+    spread = capped_spread(write_quorum, bookies_per_region)
+    if sum(spread) < write_quorum or len(spread) < min_regions:
+        return False
+    return quorum_spans_regions(spread, ack_quorum, min_regions)
+
+
+def region_losses_survived(
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    min_regions: int,
+    bookies_per_region: Sequence[int],
+) -> int:
+    """How many regions, whichever they are, can be down while writes keep the rule
+    (-1: not even with every region up)."""
+    regions = len(bookies_per_region)
+    survived = -1
+    for down in range(regions):
+        for lost in combinations(range(regions), down):
+            left = [n for i, n in enumerate(bookies_per_region) if i not in lost]
+            if not keeps_rule(ensemble_size, write_quorum, ack_quorum, min_regions, left):
+                return survived
+        survived = down
+    return survived
+
+
+def replication_surviving_a_region(
+    min_regions: int, bookies_per_region: Sequence[int]
+) -> tuple[int, int, int] | None:
+    """The smallest (E, W, A) with W = E that writes through the loss of any one region and
+    still acknowledges without its slowest copy (A < W); None when the bookies cannot."""
+    for write_quorum in range(2, sum(bookies_per_region) + 1):
+        for ack_quorum in range(1, write_quorum):
+            args = (write_quorum, write_quorum, ack_quorum, min_regions, bookies_per_region)
+            if region_losses_survived(*args) >= 1:
+                return write_quorum, write_quorum, ack_quorum
+    return None

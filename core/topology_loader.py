@@ -12,7 +12,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from core.durability import quorum_problems, region_losses_tolerated
+from core.durability import (
+    quorum_problems,
+    region_losses_survived,
+    replication_surviving_a_region,
+)
 from core.errors import TopologyError
 from core.stream_settings_loader import parse_streams
 from core.topology import (
@@ -201,17 +205,48 @@ def _parse_replication(node: Any, p: _Problems, regions: list[Region]) -> Replic
 
 
 def region_loss_summary(topology: Topology) -> str:
-    """A sentence on how many region losses new ensembles tolerate (for status output)."""
+    """A sentence on how many region losses writes survive (for status output)."""
     rep = topology.replication
-    regions = len(topology.regions)
-    tolerated = region_losses_tolerated(
-        rep.write_quorum, rep.ack_quorum, rep.min_regions_for_durability, regions
+    survived = region_losses_survived(
+        rep.ensemble_size,
+        rep.write_quorum,
+        rep.ack_quorum,
+        rep.min_regions_for_durability,
+        [len(region.bookies) for region in topology.regions],
     )
     return (
         f"E/W/A {rep.ensemble_size}/{rep.write_quorum}/{rep.ack_quorum}, "
-        f"min_regions_for_durability={rep.min_regions_for_durability}: new ensembles keep the "
-        f"rule with up to {max(tolerated, 0)} of {regions} regions down"
+        f"min_regions_for_durability={rep.min_regions_for_durability}: writes keep the "
+        f"rule with up to {max(survived, 0)} of {len(topology.regions)} regions down"
     )
+
+
+def region_loss_warning(topology: Topology) -> str | None:
+    """A warning when losing some one region would stop writes, naming settings that would
+    not; None when the settings write through the loss of any one region."""
+    rep = topology.replication
+    bookies = [len(region.bookies) for region in topology.regions]
+    min_regions = rep.min_regions_for_durability
+    settings = (rep.ensemble_size, rep.write_quorum, rep.ack_quorum, min_regions)
+    if region_losses_survived(*settings, bookies) >= 1:
+        return None
+    message = (
+        f"warning: replication E/W/A {rep.ensemble_size}/{rep.write_quorum}/{rep.ack_quorum} "
+        f"with min_regions_for_durability={min_regions} over {bookies} bookies per region "
+        "cannot write through the loss of one region"
+    )
+    better = replication_surviving_a_region(min_regions, bookies)
+    if better is not None:
+        e, w, a = better
+        return f"{message}; E/W/A {e}/{w}/{a} with min_regions_for_durability={min_regions} can"
+    fewer = replication_surviving_a_region(min_regions - 1, bookies) if min_regions > 2 else None
+    if fewer is not None:
+        e, w, a = fewer
+        return (
+            f"{message}; no E/W/A can with these bookies, E/W/A {e}/{w}/{a} with "
+            f"min_regions_for_durability={min_regions - 1} can"
+        )
+    return f"{message}; add bookies (at least two per region) or regions"
 
 
 REGION_KEYS = {"name", "racks", "write_proxies", "read_proxies"}

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from core.durability import (
     ensemble_violations,
     quorum_problems,
-    region_losses_tolerated,
+    region_losses_survived,
+    replication_surviving_a_region,
     smallest_valid_ack_quorum,
     write_set,
 )
@@ -62,11 +63,22 @@ def test_smallest_ack_quorum_matches_brute_force(w: int, m: int, regions: int) -
     assert smallest_valid_ack_quorum(w, m, regions) == brute_force_smallest(w, m, regions)
 
 
-def test_region_losses_tolerated() -> None:
-    assert region_losses_tolerated(3, 2, 2, 3) == 0
-    assert region_losses_tolerated(6, 4, 2, 3) == 1
-    assert region_losses_tolerated(3, 3, 2, 3) == 1
-    assert region_losses_tolerated(2, 2, 3, 3) == -1
+def test_region_losses_survived_counts_bookies_per_region() -> None:
+    assert region_losses_survived(3, 3, 2, 2, [2, 2, 2]) == 0  # 2/1 left: 2 acks in one region
+    assert region_losses_survived(4, 4, 3, 2, [2, 2, 2]) == 1  # 2/1/1, then 2/2
+    assert region_losses_survived(6, 6, 4, 2, [2, 2, 2]) == 0  # 4 bookies left for 6 copies
+    assert region_losses_survived(6, 6, 4, 2, [3, 3, 3]) == 1
+    assert region_losses_survived(3, 3, 3, 3, [2, 2, 2]) == 0  # 3 regions needed, 2 left
+    assert region_losses_survived(4, 4, 2, 2, [2, 2, 2]) == -1  # 2 acks fit in one region
+
+
+def test_the_suggested_replication_survives_a_region_and_never_waits_for_every_copy() -> None:
+    assert replication_surviving_a_region(2, [2, 2, 2]) == (4, 4, 3)
+    assert replication_surviving_a_region(2, [1, 1, 1]) is None  # 2 bookies left
+    assert replication_surviving_a_region(3, [2, 2, 2]) is None
+    for bookies in ([2, 2, 2], [3, 3, 3], [2, 3, 4], [2, 2, 2, 2]):
+        e, w, a = replication_surviving_a_region(2, bookies) or (0, 0, 0)
+        assert a < w and region_losses_survived(e, w, a, 2, bookies) >= 1
 
 
 def test_quorum_problems_explain_the_fix() -> None:

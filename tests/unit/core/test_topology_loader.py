@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from core.errors import TopologyError
-from core.topology_loader import load_topology, parse_topology, region_loss_summary
+from core.topology_loader import (
+    load_topology,
+    parse_topology,
+    region_loss_summary,
+    region_loss_warning,
+)
 from tests.support.topologies import topology_document
 
 REPO = Path(__file__).resolve().parents[3]
@@ -203,14 +208,22 @@ def test_quorum_rejection_says_the_smallest_valid_ack_quorum_and_why() -> None:
     assert "the smallest valid ack_quorum is 3" in message
 
 
-def test_region_loss_summary_counts_tolerated_region_losses() -> None:
+def test_region_loss_summary_and_warning() -> None:
     doc = base()
-    doc["replication"].update(ensemble_size=6, write_quorum=6, ack_quorum=4)
-    topology = parse_topology(yaml.safe_dump(doc))
-    assert "up to 1 of 3 regions down" in region_loss_summary(topology)
-    assert "up to 0 of 3 regions down" in region_loss_summary(
-        parse_topology(yaml.safe_dump(base()))
-    )
+    doc["replication"].update(ensemble_size=4, write_quorum=4, ack_quorum=3)
+    surviving = parse_topology(yaml.safe_dump(doc))
+    assert "up to 1 of 3 regions down" in region_loss_summary(surviving)
+    assert region_loss_warning(surviving) is None
+    fragile = parse_topology(yaml.safe_dump(base()))  # E/W/A 3/3/2 over 2 bookies a region
+    assert "up to 0 of 3 regions down" in region_loss_summary(fragile)
+    warning = region_loss_warning(fragile)
+    assert warning is not None and "cannot write through the loss of one region" in warning
+    assert warning.endswith("E/W/A 4/4/3 with min_regions_for_durability=2 can")
+
+
+def test_the_shipped_topology_writes_through_the_loss_of_any_one_region() -> None:
+    shipped = load_topology(Path(__file__).resolve().parents[3] / "topology.yaml")
+    assert region_loss_warning(shipped) is None, region_loss_warning(shipped)
 
 
 def test_invalid_yaml_and_unreadable_files(tmp_path: Path) -> None:
