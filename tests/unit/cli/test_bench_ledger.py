@@ -165,9 +165,7 @@ def test_java_argv_passes_the_same_workload_and_skips_a_warm_up_too_slow_for_its
 
 def test_defaults_are_the_topologys_replication_and_a_temporary_cluster() -> None:
     options = parse_options(_parser().parse_args(["bench", "ledger"]))
-    rep = options.replication
-    assert (rep.ensemble_size, rep.write_quorum, rep.ack_quorum) == (3, 3, 2)
-    assert rep.min_regions_for_durability == 2
+    assert options.replication == options.cluster.topology.replication
     assert options.use_running is False
     assert options.cluster.profile == options.cluster.topology.wan.default_profile
     workload = options.workload
