@@ -21,14 +21,13 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.entry_format import Codec, encode_entry
 from core.errors import (
     EndOfStreamError,
     GlobelogError,
     StreamError,
-    TxidOutOfOrderError,
     WriterClosedError,
 )
 from core.records import Record
@@ -113,7 +112,8 @@ class LogWriter:
         self._clock_s = self._loop.time()  # the time the machine was last told
         self._state = LogWriterState(stream, config.settings, start, self._clock_s)
         # What waits for each write: its own future, or the batch of a write_bulk call.
-        self._futures: dict[int, asyncio.Future[Written] | _Slot] = {}
+        self._futures: dict[int, asyncio.Future[Written]] = {}
+        self._runs: deque[_Run] = deque()  # bulk writes, oldest first
         self._room = asyncio.Event()
         self._room.set()
         self._blocked: deque[tuple[int, bytes]] = deque()  # transmits waiting for ledger room
@@ -216,31 +216,25 @@ class LogWriter:
 
         Every record is checked before any is accepted, so a bad record writes nothing.
         """
-        batch = [r if isinstance(r, Record) else Record(r) for r in records]
-        txid = self._state.last_txid
-        for index, record in enumerate(batch):
-            self._state.check_write(record)
-            if record.txid is not None:
-                if record.txid < txid:
-                    raise TxidOutOfOrderError(
-                        f"append to stream {self.stream!r}: record {index} of the batch has "
-                        f"txid {record.txid}, below {txid} before it; txids never go backwards"
-                    )
-                txid = record.txid
+        batch = records
+        self._state.check_batch(batch)
+        if not batch:
+            return []
         waiter = _Batch(self._loop.create_future(), len(batch))
         state = self._state
-        self._advance_clock()
-        now_ms = _now_ms()
-        for index, record in enumerate(batch):
+        done = 0
+        while done < len(batch):
             if state.room <= 0:
                 self._pump()
                 await self.wait_for_room()
-                state.check_write(record)  # the writer may have failed or closed meanwhile
-                self._advance_clock()
-                now_ms = _now_ms()
-            # One waiter for the whole batch: no future or callback per record.
-            self._futures[state.write(record, now_ms, checked=True)] = waiter.at(index)
-            if state.has_actions:  # a full entry goes out now, not at the end of the batch
+                state.check_batch(batch[done:])  # the writer may have failed meanwhile
+            self._advance_clock()
+            chunk = batch[done : done + state.room]
+            first_id = state.write_batch(chunk, _now_ms())
+            # One waiter per run of write ids: no future or callback per record.
+            self._runs.append(_Run(first_id, first_id + len(chunk), waiter, done))
+            done += len(chunk)
+            if state.has_actions:  # full entries go out now, not at the end of the batch
                 self._pump()
         self.flush()
         return await waiter.future
@@ -340,14 +334,7 @@ class LogWriter:
             case TransmitEntry():
                 self._transmit(action)
             case CompleteWrites():
-                futures = self._futures
-                for write_id, written in action.results:
-                    waiter = futures.pop(write_id)
-                    if isinstance(waiter, _Slot):
-                        waiter.batch.done(waiter.index, written)
-                    elif not waiter.done():
-                        waiter.set_result(written)
-                self._room.set()
+                self._deliver(action.results)
             case FailWrites():
                 self._fail_writes(action)
             case RollSegment():
@@ -397,11 +384,32 @@ class LogWriter:
         finally:
             self._drainer = None
 
+    def _deliver(self, results: tuple[tuple[int, Written], ...]) -> None:
+        """Hands each acknowledged write to its waiter: write ids complete in order, so a
+        bulk write's run is always the oldest one left."""
+        futures = self._futures
+        runs = self._runs
+        for write_id, written in results:
+            if runs and runs[0].first_id <= write_id:
+                run = runs[0]
+                run.batch.done(run.offset + write_id - run.first_id, written)
+                if write_id + 1 == run.end_id:
+                    runs.popleft()
+                continue
+            future = futures.pop(write_id)
+            if not future.done():
+                future.set_result(written)
+        self._room.set()
+
     def _fail_writes(self, action: FailWrites) -> None:
+        """The machine fails every pending write at once: every bulk write fails with them."""
         error = self._error()
-        for write_id in action.write_ids:
-            waiter = self._futures.pop(write_id, None)
-            future = waiter.batch.future if isinstance(waiter, _Slot) else waiter
+        waiting: list[asyncio.Future[Any] | None] = [
+            self._futures.pop(w, None) for w in action.write_ids
+        ]
+        waiting += [run.batch.future for run in self._runs]
+        self._runs.clear()
+        for future in waiting:
             if future is not None and not future.done():
                 future.set_exception(error)
                 future.exception()  # a caller that gave up on it must not warn
@@ -504,22 +512,20 @@ class _Batch:
         self.results: list[Written | None] = [None] * count
         self.remaining = count
 
-    def at(self, index: int) -> _Slot:
-        return _Slot(self, index)
-
     def done(self, index: int, written: Written) -> None:
         self.results[index] = written
         self.remaining -= 1
         if self.remaining == 0 and not self.future.done():
-            self.future.set_result([w for w in self.results if w is not None])
+            self.future.set_result(self.results)  # type: ignore[arg-type]  # no None is left
 
 
-class _Slot:
-    __slots__ = ("batch", "index")
+class _Run(NamedTuple):
+    """Write ids first_id..end_id-1 of a bulk write: its records from `offset` on."""
 
-    def __init__(self, batch: _Batch, index: int) -> None:
-        self.batch = batch
-        self.index = index
+    first_id: int
+    end_id: int
+    batch: _Batch
+    offset: int
 
 
 async def start_segment(

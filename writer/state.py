@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.dlsn import DLSN
@@ -204,6 +205,30 @@ class LogWriterState:
                 f"last txid {self._last_txid}; txids never go backwards"
             )
 
+    def check_batch(self, records: Sequence[Record | bytes]) -> None:
+        """Raises the error `write_batch` would give for any of `records` (naming the first
+        bad one), without changing anything."""
+        self.check_write(Record(b""))  # the writer's own state: failed, sealed or closed
+        last_txid = self._last_txid
+        for index, record in enumerate(records):
+            payload, txid = (
+                (record, None) if isinstance(record, bytes) else (record.payload, record.txid)
+            )
+            if len(payload) > RECORD_BYTES_MAX:
+                raise RecordTooLargeError(
+                    f"append to stream {self.stream!r}: record {index} of the batch is "
+                    f"{len(payload)} bytes; the limit is {RECORD_BYTES_MAX}"
+                )
+            if txid is not None:
+                if not 0 <= txid <= TXID_MAX:
+                    Record(payload, txid).check(self.stream)
+                if txid < last_txid:
+                    raise TxidOutOfOrderError(
+                        f"append to stream {self.stream!r}: record {index} of the batch has "
+                        f"txid {txid}, below {last_txid} before it; txids never go backwards"
+                    )
+                last_txid = txid
+
     def write(self, record: Record, now_ms: int, *, checked: bool = False) -> int:
         """Accepts one record; its write id. Needs `room` > 0.
 
@@ -227,6 +252,45 @@ class LogWriterState:
         self._buffer_bytes += size
         self._after_buffering()
         return write_id
+
+    def write_batch(self, records: Sequence[Record | bytes], now_ms: int) -> int:
+        """Accepts records in order, checked by `check_batch` with nothing in between (a
+        bytes item is a record whose txid the writer assigns); the first one's write id, the
+        others' follow it.
+
+        One call per batch instead of one per record: entries fill to the buffer size (or the
+        entry limit) as they would record by record. Needs `room` >= len(records).
+        """
+        assert self.room >= len(records), "write_batch() without room for the whole batch"
+        assigned = min(max(self._last_txid, now_ms), TXID_MAX)
+        first_id = write_id = self._next_write_id
+        buffer = self._buffer
+        full_at = min(self.settings.buffer_bytes, ENTRY_RECORDS_BYTES_MAX)
+        open_phase = self._phase is Phase.OPEN
+        last_txid = self._last_txid
+        for record in records:
+            if isinstance(record, bytes):
+                payload, txid = record, max(last_txid, assigned)
+            else:
+                payload = record.payload
+                txid = record.txid if record.txid is not None else max(last_txid, assigned)
+            size = len(payload)
+            if self._buffer_bytes + size > ENTRY_RECORDS_BYTES_MAX:
+                self._transmit_buffer()  # the entry would overflow: send what is buffered first
+                buffer = self._buffer
+            last_txid = txid
+            buffer.append((write_id, StoredRecord(txid, RecordFlag.NONE, payload)))
+            write_id += 1
+            self._buffer_bytes += size
+            if open_phase and self._buffer_bytes >= full_at:
+                self._transmit_buffer()
+                buffer = self._buffer
+                open_phase = self._phase is Phase.OPEN
+        self._last_txid = last_txid
+        self._next_write_id = write_id
+        self._pending_writes += write_id - first_id
+        self._after_buffering()
+        return first_id
 
     def flush(self) -> None:
         """Transmits whatever is buffered now (the caller's explicit flush)."""
@@ -285,18 +349,20 @@ class LogWriterState:
         assert transmit.transmit_id == event.transmit_id, (transmit.transmit_id, event)
         results: list[tuple[int, Written]] = []
         seq = self._first_seq + self._acked_count
+        segment, entry = self._sequence, event.entry_id
         pairs = zip(transmit.write_ids, transmit.records, strict=True)
         for slot, (write_id, record) in enumerate(pairs):
             if write_id < 0:
                 continue  # a control record: nobody waits for it
-            dlsn = DLSN(self._sequence, event.entry_id, slot)
+            dlsn = DLSN(segment, entry, slot)
             if record.flags:
                 results.append((write_id, Written(dlsn, record.txid, -1)))
             else:
                 results.append((write_id, Written(dlsn, record.txid, seq)))
                 self._last_dlsn = dlsn
                 seq += 1
-            self._last_acked_txid = max(self._last_acked_txid, record.txid)
+        # txids never go down within an entry: its last record holds the highest
+        self._last_acked_txid = max(self._last_acked_txid, transmit.records[-1].txid)
         self._acked_count += transmit.user_records
         self._pending_writes -= len(results)
         self._acked_entry = event.entry_id
@@ -373,9 +439,8 @@ class LogWriterState:
         if self._roll_due() and not force:
             self._begin_roll()
             return
-        write_ids = tuple(w for w, _ in self._buffer)
-        records = tuple(r for _, r in self._buffer)
-        user = sum(1 for r in records if not r.flags)
+        write_ids, records = zip(*self._buffer, strict=True)
+        user = len(records) - sum(1 for r in records if r.flags)
         self._buffer = []
         self._segment_bytes += self._buffer_bytes
         self._buffer_bytes = 0

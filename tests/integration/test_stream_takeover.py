@@ -152,6 +152,8 @@ async def test_a_writer_that_lost_its_ledger_to_a_new_owner_fails_every_write(
         await east.streams.release(old._lock)  # the old owner's session "expired"
         new = await west.writer("s")
         with pytest.raises(OwnerFencedError):
+            await asyncio.wait_for(old.write_bulk([b"bulk"] * 500), AWAIT_BOUND_S)
+        with pytest.raises(OwnerFencedError):
             await asyncio.wait_for(old.write(Record(b"after")), AWAIT_BOUND_S)
         with pytest.raises(OwnerFencedError):
             await asyncio.wait_for(old.close(), AWAIT_BOUND_S)

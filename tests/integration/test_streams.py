@@ -8,6 +8,7 @@ from cli.cluster.controller import Cluster
 from core.records import Record
 from core.streams import TransmitPolicy
 from tests.support.streams import fresh_namespace, stream_env
+from writer.events import Written
 
 
 async def test_records_written_in_one_region_are_read_in_order_in_another(
@@ -86,3 +87,34 @@ async def test_a_periodic_flush_counts_its_interval_from_the_write_after_an_idle
             await writer.write(b"after a pause")
             assert loop.time() - sent_at >= 0.5, "flushed before its interval had passed"
         await writer.close()
+
+
+async def test_bulk_and_single_writes_interleaved_get_their_own_positions(
+    cluster: Cluster,
+) -> None:
+    """Bulk writes larger than the writer's room (so accepted in several runs) and single
+    writes between them: each caller gets the DLSNs of its own records, in stream order."""
+    async with stream_env(cluster, "us-east", fresh_namespace()) as east:
+        await east.streams.create_stream("mixed")
+        writer = await east.writer("mixed", pending_writes_max=300, buffer_bytes=4096)
+        bulks = [[f"bulk{b}-{i}".encode() for i in range(700)] for b in range(3)]
+        singles = [f"single-{i}".encode() for i in range(40)]
+
+        async def one_by_one() -> list[Written]:
+            return [await writer.write(payload) for payload in singles]
+
+        assert await writer.write_bulk([]) == []
+        *bulk_results, single_results = await asyncio.gather(
+            *(writer.write_bulk(bulk) for bulk in bulks), one_by_one()
+        )
+        await writer.close()
+        reader = await east.reader("mixed", follow=False)
+        async with reader:
+            at = {r.dlsn: r.payload async for r in reader}
+        for payloads, results in [
+            *zip(bulks, bulk_results, strict=True),
+            (singles, single_results),
+        ]:
+            assert [at[w.dlsn] for w in results] == payloads
+            assert [w.dlsn for w in results] == sorted(w.dlsn for w in results)
+        assert len(at) == 3 * 700 + 40
