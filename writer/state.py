@@ -262,31 +262,39 @@ class LogWriterState:
         entry limit) as they would record by record. Needs `room` >= len(records).
         """
         assert self.room >= len(records), "write_batch() without room for the whole batch"
-        assigned = min(max(self._last_txid, now_ms), TXID_MAX)
+        # A record without a txid gets the time, or the highest txid before it if higher.
+        floor = min(max(self._last_txid, now_ms), TXID_MAX)
         first_id = write_id = self._next_write_id
         buffer = self._buffer
+        buffered = self._buffer_bytes  # kept in a local; stored before each transmit
         full_at = min(self.settings.buffer_bytes, ENTRY_RECORDS_BYTES_MAX)
         open_phase = self._phase is Phase.OPEN
-        last_txid = self._last_txid
+        no_flags = RecordFlag.NONE
+        txid = self._last_txid
         for record in records:
             if isinstance(record, bytes):
-                payload, txid = record, max(last_txid, assigned)
+                payload, txid = record, floor
             else:
-                payload = record.payload
-                txid = record.txid if record.txid is not None else max(last_txid, assigned)
+                payload, given = record.payload, record.txid
+                if given is None:
+                    txid = floor
+                else:
+                    txid, floor = given, max(floor, given)
             size = len(payload)
-            if self._buffer_bytes + size > ENTRY_RECORDS_BYTES_MAX:
+            if buffered + size > ENTRY_RECORDS_BYTES_MAX:
+                self._buffer_bytes = buffered
                 self._transmit_buffer()  # the entry would overflow: send what is buffered first
-                buffer = self._buffer
-            last_txid = txid
-            buffer.append((write_id, StoredRecord(txid, RecordFlag.NONE, payload)))
+                buffer, buffered = self._buffer, self._buffer_bytes
+            buffer.append((write_id, StoredRecord(txid, no_flags, payload)))
             write_id += 1
-            self._buffer_bytes += size
-            if open_phase and self._buffer_bytes >= full_at:
+            buffered += size
+            if open_phase and buffered >= full_at:
+                self._buffer_bytes = buffered
                 self._transmit_buffer()
-                buffer = self._buffer
+                buffer, buffered = self._buffer, self._buffer_bytes
                 open_phase = self._phase is Phase.OPEN
-        self._last_txid = last_txid
+        self._buffer_bytes = buffered
+        self._last_txid = txid
         self._next_write_id = write_id
         self._pending_writes += write_id - first_id
         self._after_buffering()

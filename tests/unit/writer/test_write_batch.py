@@ -72,3 +72,11 @@ def test_check_batch_names_the_first_bad_record_and_accepts_nothing() -> None:
     with pytest.raises(TxidOutOfOrderError, match="record 1 of the batch has txid 5"):
         state.check_batch([Record(b"a", txid=9), Record(b"b", txid=5)])
     assert state.pending_writes == 0 and not state.has_actions
+
+
+def test_an_explicit_txid_below_the_time_does_not_pull_later_assigned_ones_down() -> None:
+    state = machine()
+    state.write_batch([Record(b"a", txid=5), b"b", Record(b"c", txid=NOW_MS + 9), b"d"], NOW_MS)
+    state.flush()
+    (entry,) = transmits(state)
+    assert [r.txid for r in entry.records] == [5, NOW_MS, NOW_MS + 9, NOW_MS + 9]
