@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import bench_ledger_options, bench_stream_main, stream_args
+from cli import bench_ledger_options, bench_stream_main, serve, stream_args
 from cli.cluster import controller, processes, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true")
 
     stream_args.add_stream_commands(commands)
+    serve.add_arguments(commands)
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -211,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_ledger(args)
         if args.command == "bench":
             return _run_bench(args)
+        if args.command == "serve":
+            return serve.run(args, REPO_ROOT / "topology.yaml")
         if args.command in ("stream", "write", "read", "segments"):
             from cli.stream_main import run_stream_command
 

@@ -195,3 +195,32 @@ class DataLossError(StreamError):
 class ReadTimeoutError(StreamError):
     code = "read_timeout"
     retriable = True
+
+
+# ------------------------------------------------------------------------ region services
+
+
+class ServiceError(GlobelogError):
+    """A proxy refused a request before touching any stream."""
+
+    code = "service_error"
+
+
+class BadRequestError(ServiceError):
+    """The request itself is malformed: what was received and what was expected."""
+
+    code = "bad_request"
+
+
+class OverCapacityError(ServiceError):
+    """A limit (request size, bytes in flight for a stream) is reached; retry later."""
+
+    code = "over_capacity"
+    retriable = True
+
+
+class OwnerUnreachableError(ServiceError):
+    """The stream's owner is known but cannot be reached to redirect to."""
+
+    code = "owner_unreachable"
+    retriable = True

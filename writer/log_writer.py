@@ -114,6 +114,7 @@ class LogWriter:
         # What waits for each write: its own future, or the batch of a write_bulk call.
         self._futures: dict[int, asyncio.Future[Written]] = {}
         self._runs: deque[_Run] = deque()  # bulk writes, oldest first
+        self.last_written: Written | None = None  # the newest acknowledged write
         self._room = asyncio.Event()
         self._room.set()
         self._blocked: deque[tuple[int, bytes]] = deque()  # transmits waiting for ledger room
@@ -171,6 +172,11 @@ class LogWriter:
     @property
     def last_txid(self) -> int:
         return self._state.last_txid
+
+    @property
+    def failed(self) -> bool:
+        """The writer failed or was fenced: every later write fails; open a new one."""
+        return self._state.error is not None
 
     @property
     def pending_writes(self) -> int:
@@ -389,6 +395,7 @@ class LogWriter:
         bulk write's run is always the oldest one left."""
         futures = self._futures
         runs = self._runs
+        self.last_written = results[-1][1]
         for write_id, written in results:
             if runs and runs[0].first_id <= write_id:
                 run = runs[0]

@@ -1,0 +1,79 @@
+"""`globelog serve write-proxy --region R`: one write proxy process, until SIGTERM or Ctrl-C.
+
+The proxy's name and port come from topology.yaml (the region's first write proxy unless
+--name picks another); it talks to the global ZooKeeper and to the bookies of its region's
+view of the WAN, like every client of that region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from core.errors import ConfigError
+from core.topology import Proxy, Topology
+from core.topology_loader import load_topology
+from global_meta import MetaStore
+from ledger import LedgerClient, LedgerConfig
+from region.ownership import OwnershipConfig
+from region.registry import ProxyInfo
+from region.write_proxy import WriteProxy
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="run one globelog service process")
+    kinds = serve.add_subparsers(dest="kind", required=True)
+    write = kinds.add_parser("write-proxy", help="a write proxy of --region")
+    write.add_argument("--region", required=True)
+    write.add_argument("--name", default=None, help="which of the region's write proxies")
+    write.add_argument("--topology", type=Path, default=None)
+    write.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+
+
+def pick_proxy(topology: Topology, region: str, name: str | None) -> Proxy:
+    if region not in topology.region_names:
+        raise ConfigError(f"--region {region!r}: expected one of {list(topology.region_names)}")
+    in_region = topology.region(region).write_proxies
+    proxies = [p for p in in_region if name is None or p.name == name]
+    if not proxies:
+        names = [p.name for p in in_region]
+        raise ConfigError(f"--name {name!r}: the write proxies of {region} are {names}")
+    return proxies[0]
+
+
+async def serve_write_proxy(topology: Topology, proxy: Proxy, session_timeout_s: float) -> None:
+    endpoint = proxy.endpoint
+    me = ProxyInfo(proxy.name, proxy.region, f"http://{endpoint.host}:{endpoint.port}")
+    replication = topology.replication
+    ledger_config = LedgerConfig(
+        region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
+    )
+    config = OwnershipConfig(me, replication, topology.streams)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with (
+        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
+        await LedgerClient.connect(store, ledger_config) as ledgers,
+    ):
+        server = WriteProxy(config, store, ledgers)
+        await server.start(endpoint.host, endpoint.port)
+        print(f"write proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+
+
+def run(args: argparse.Namespace, default_topology: Path) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    topology = load_topology(args.topology or default_topology)
+    proxy = pick_proxy(topology, args.region, args.name)
+    asyncio.run(serve_write_proxy(topology, proxy, args.zk_session_timeout_s))
+    return 0

@@ -1,0 +1,176 @@
+"""A write proxy's streams: which it owns (with their writers), and where the others live.
+
+A request for stream S is served here when this proxy owns S; sent to S's owner when another
+live proxy owns it (in any region); and, when nobody owns S, sent to S's home proxy on this
+region's ring, which takes ownership (an ephemeral lock, then fencing and recovery of the last
+segment by LogWriter.open). A redirected request (hop >= 1) is never sent on by the ring, only
+to an actual owner, so two proxies with different views of the ring cannot bounce it forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from core.errors import GlobelogError, OwnershipError, OwnerUnreachableError
+from core.streams import StreamSettings
+from core.topology import Replication
+from global_meta import MetaStore
+from global_meta.streams import StreamMetaStore
+from ledger import LedgerClient
+from region.registry import ProxyInfo, Ring, lookup
+from writer.log_writer import LogWriter, WriterConfig
+
+log = logging.getLogger(__name__)
+KIND = "write"
+CLOSE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Serve this request at `url` instead (the owner, or the stream's home proxy)."""
+
+    url: str
+    owner: str
+
+
+@dataclass
+class Owned:
+    writer: LogWriter
+    inflight_bytes: int = 0
+
+
+@dataclass
+class OwnershipConfig:
+    me: ProxyInfo
+    replication: Replication
+    settings: StreamSettings = field(default_factory=StreamSettings)
+
+
+class Ownership:
+    def __init__(
+        self, config: OwnershipConfig, store: MetaStore, ledgers: LedgerClient, ring: Ring
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._ledgers = ledgers
+        self._ring = ring
+        self._namespaces: dict[str, StreamMetaStore] = {}
+        self._owned: dict[tuple[str, str], Owned] = {}
+        self._opening: dict[tuple[str, str], asyncio.Task[Owned | Redirect]] = {}
+
+    def streams(self, namespace: str) -> StreamMetaStore:
+        streams = self._namespaces.get(namespace)
+        if streams is None:
+            streams = self._namespaces[namespace] = StreamMetaStore(self._store, namespace)
+        return streams
+
+    @property
+    def owned(self) -> list[tuple[str, str]]:
+        return sorted(self._owned)
+
+    def owned_here(self, namespace: str, stream: str) -> Owned | None:
+        return self._owned.get((namespace, stream))
+
+    async def resolve(self, namespace: str, stream: str, hop: int) -> Owned | Redirect:
+        """This proxy's writer for the stream, taking ownership if it is the stream's home,
+        or where to send the request."""
+        key = (namespace, stream)
+        owned = self._owned.get(key)
+        if owned is not None:
+            return owned
+        opening = self._opening.get(key)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        streams = self.streams(namespace)
+        await streams.require(stream)
+        elsewhere = await self._owner_elsewhere(streams, stream)
+        if elsewhere is not None:
+            return elsewhere
+        home = self._ring.home(f"{namespace}/{stream}")
+        if hop == 0 and home is not None and home != self.config.me.name:
+            info = await lookup(self._store, KIND, self.config.me.region, home)
+            if info is not None:
+                return Redirect(info.url, f"{home}@{info.region} (home on the ring)")
+        return await self._take(key, streams)
+
+    async def _owner_elsewhere(self, streams: StreamMetaStore, stream: str) -> Redirect | None:
+        owner = await streams.owner(stream)
+        if owner is None:
+            return None
+        name, _, region = owner.rpartition("@")
+        if name == self.config.me.name and region == self.config.me.region:
+            # A lock of this proxy's that it does not hold: left by a previous incarnation
+            # whose session has not expired yet. It goes with that session.
+            raise OwnershipError(
+                f"stream {stream!r} is still locked by an earlier run of this proxy "
+                f"({owner}); its ZooKeeper session will expire it",
+                owner=owner,
+            )
+        info = await lookup(self._store, KIND, region, name)
+        if info is None:
+            raise OwnerUnreachableError(
+                f"stream {stream!r} is owned by {owner}, which is not a live write proxy "
+                "(a library-mode writer, or a proxy whose session is ending)"
+            )
+        return Redirect(info.url, owner)
+
+    async def _take(self, key: tuple[str, str], streams: StreamMetaStore) -> Owned | Redirect:
+        """One opening per stream, however many requests wait for it."""
+        task = self._opening.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(key, streams))
+            self._opening[key] = task
+            task.add_done_callback(lambda done: self._opened(key, done))
+        return await asyncio.shield(task)
+
+    def _opened(self, key: tuple[str, str], task: asyncio.Task[Owned | Redirect]) -> None:
+        self._opening.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the requests that waited for it got it too
+
+    async def _open(self, key: tuple[str, str], streams: StreamMetaStore) -> Owned | Redirect:
+        config = WriterConfig(
+            region=self.config.me.region,
+            replication=self.config.replication,
+            settings=self.config.settings,
+            owner=self.config.me.name,
+        )
+        try:
+            writer = await LogWriter.open(streams, self._ledgers, key[1], config)
+        except OwnershipError:
+            elsewhere = await self._owner_elsewhere(streams, key[1])  # lost a race: the winner
+            if elsewhere is None:
+                raise
+            return elsewhere
+        owned = self._owned[key] = Owned(writer)
+        log.info("took ownership of %s/%s", *key)
+        return owned
+
+    def forget(self, namespace: str, stream: str, owned: Owned) -> None:
+        """Drops a writer that failed or was fenced; the next request resolves afresh."""
+        if self._owned.get((namespace, stream)) is owned:
+            del self._owned[(namespace, stream)]
+            task = asyncio.get_running_loop().create_task(owned.writer.abandon())
+            task.add_done_callback(_log_failure)
+
+    async def release(self, namespace: str, stream: str) -> bool:
+        """Closes this proxy's writer of the stream (its segment completed, lock released)."""
+        owned = self._owned.pop((namespace, stream), None)
+        if owned is None:
+            return False
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await owned.writer.close()
+        return True
+
+    async def release_all(self) -> None:
+        for namespace, stream in list(self._owned):
+            with contextlib.suppress(GlobelogError, TimeoutError):
+                await self.release(namespace, stream)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("abandoning a failed writer: %s", task.exception())

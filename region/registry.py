@@ -1,0 +1,103 @@
+"""Which proxies are alive: each registers an ephemeral znode; a region's write proxies form a
+consistent-hash ring (uhashring) that gives every stream its home proxy.
+
+    /globelog/proxies/<region>/<kind>/<name>   ephemeral, JSON {"name", "region", "url"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+
+from uhashring import HashRing
+
+from core.errors import GlobelogError, NodeExistsError, NoNodeError
+from global_meta import MetaStore
+
+ROOT = "/globelog/proxies"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyInfo:
+    name: str
+    region: str
+    url: str  # http://host:port, no trailing slash
+
+
+def proxy_path(region: str, kind: str, name: str = "") -> str:
+    base = f"{ROOT}/{region}/{kind}"
+    return f"{base}/{name}" if name else base
+
+
+async def register(store: MetaStore, kind: str, info: ProxyInfo) -> None:
+    """Announces a live proxy (gone with the store's session)."""
+    body = json.dumps({"name": info.name, "region": info.region, "url": info.url}).encode()
+    await store.ensure_path(proxy_path(info.region, kind))
+    try:
+        await store.create(proxy_path(info.region, kind, info.name), body, ephemeral=True)
+    except NodeExistsError as err:
+        raise GlobelogError(
+            f"a {kind} proxy named {info.name!r} is already registered in {info.region}"
+        ) from err
+
+
+async def lookup(store: MetaStore, kind: str, region: str, name: str) -> ProxyInfo | None:
+    try:
+        data, _ = await store.get(proxy_path(region, kind, name))
+    except NoNodeError:
+        return None
+    try:
+        body = json.loads(data)
+        return ProxyInfo(str(body["name"]), str(body["region"]), str(body["url"]))
+    except (ValueError, KeyError, TypeError):
+        log.warning("proxy znode %s/%s/%s holds %r, not its JSON", region, kind, name, data)
+        return None
+
+
+class Ring:
+    """A region's live proxies of one kind, kept current by a ZooKeeper watch."""
+
+    def __init__(self, store: MetaStore, kind: str, region: str) -> None:
+        self._store = store
+        self._kind = kind
+        self.region = region
+        self._names: list[str] = []
+        self._ring = HashRing(nodes=[])
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, timeout_s: float) -> None:
+        await self._store.ensure_path(proxy_path(self.region, self._kind))
+        self._task = asyncio.get_running_loop().create_task(self._follow())
+        async with asyncio.timeout(timeout_s):
+            await self._ready.wait()
+
+    async def _follow(self) -> None:
+        try:
+            async for names in self._store.watch_children(proxy_path(self.region, self._kind)):
+                self._names = names
+                self._ring = HashRing(nodes=names)
+                self._ready.set()
+        except GlobelogError as err:
+            log.error("stopped following the %s proxies of %s: %s", self._kind, self.region, err)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                async with asyncio.timeout(5.0):
+                    await self._task
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def home(self, key: str) -> str | None:
+        """The live proxy that should own `key`, or None when none is alive."""
+        if not self._names:
+            return None
+        return str(self._ring.get_node(key))

@@ -1,0 +1,257 @@
+"""The write proxy: an aiohttp server that owns streams and appends to them for clients.
+
+HTTP API (docs/http-api.md), every path under /v1:
+    GET    /v1/health                                      heartbeat: name, region, owned streams
+    GET    /v1/namespaces/{ns}/streams                     stream names
+    PUT    /v1/namespaces/{ns}/streams/{stream}            create
+    GET    /v1/namespaces/{ns}/streams/{stream}            describe
+    DELETE /v1/namespaces/{ns}/streams/{stream}            delete (with its ledgers)
+    POST   /v1/namespaces/{ns}/streams/{stream}/records    one record: the body is the payload
+    POST   /v1/namespaces/{ns}/streams/{stream}/bulk       many: a binary batch (region/batch_format)
+    POST   /v1/namespaces/{ns}/streams/{stream}/truncate?to=DLSN
+    POST   /v1/namespaces/{ns}/streams/{stream}/release    give up ownership
+    GET    /v1/namespaces/{ns}/streams/{stream}/last       the last acknowledged DLSN
+Writes answer {"dlsn", "txid", "seq"} (bulk: {"records": [...]}) once acknowledged; a proxy
+that does not own the stream answers 307 to the one that does (or should).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from core.dlsn import DLSN
+from core.errors import BadRequestError, GlobelogError, OverCapacityError
+from core.records import Record
+from ledger import LedgerClient
+from region import registry
+from region.batch_format import decode_batch
+from region.http_errors import error_response, http_error_response
+from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
+from writer.admin import delete_stream, describe_stream, truncate
+from writer.events import Written
+
+log = logging.getLogger(__name__)
+HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
+RING_TIMEOUT_S = 10.0
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    request_bytes_max: int = 64 * 1024 * 1024
+    stream_inflight_bytes_max: int = 128 * 1024 * 1024  # accepted, not yet acknowledged
+
+
+class WriteProxy:
+    """One write proxy process's server. `start()` binds and registers; `stop()` releases
+    every owned stream (segments completed, locks released) and stops serving."""
+
+    def __init__(
+        self,
+        config: OwnershipConfig,
+        store: Any,
+        ledgers: LedgerClient,
+        limits: Limits | None = None,
+    ) -> None:
+        self.config = config
+        self.limits = limits or Limits()
+        self._store = store
+        self._ledgers = ledgers
+        self._ring = registry.Ring(store, KIND, config.me.region)
+        self.ownership = Ownership(config, store, ledgers, self._ring)
+        self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------------------ lifecycle
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.limits.request_bytes_max, middlewares=[self._errors]
+        )
+        base = "/v1/namespaces/{ns}/streams"
+        app.router.add_get("/v1/health", self._health)
+        app.router.add_get(base, self._list)
+        app.router.add_put(base + "/{stream}", self._create)
+        app.router.add_get(base + "/{stream}", self._describe)
+        app.router.add_delete(base + "/{stream}", self._delete)
+        app.router.add_post(base + "/{stream}/records", self._write)
+        app.router.add_post(base + "/{stream}/bulk", self._bulk)
+        app.router.add_post(base + "/{stream}/truncate", self._truncate)
+        app.router.add_post(base + "/{stream}/release", self._release)
+        app.router.add_get(base + "/{stream}/last", self._last)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        await self._ring.start(RING_TIMEOUT_S)
+        await registry.register(self._store, KIND, self.config.me)
+        log.info("write proxy %s serving at %s", self.config.me.name, self.config.me.url)
+
+    async def stop(self) -> None:
+        await self.ownership.release_all()
+        await self._ring.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ---------------------------------------------------------------------- middleware
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except GlobelogError as err:
+            return error_response(err)
+        except web.HTTPException as err:
+            if err.status < 400:
+                raise
+            return http_error_response(err, request.path)
+
+    # ------------------------------------------------------------------------ handlers
+
+    async def _health(self, request: web.Request) -> web.Response:
+        me = self.config.me
+        owned = [f"{ns}/{stream}" for ns, stream in self.ownership.owned]
+        ring = self._ring.names
+        return _json({"name": me.name, "region": me.region, "owned": owned, "ring": ring})
+
+    async def _list(self, request: web.Request) -> web.Response:
+        streams = self.ownership.streams(request.match_info["ns"])
+        return _json({"streams": await streams.list_streams()})
+
+    async def _create(self, request: web.Request) -> web.Response:
+        streams = self.ownership.streams(request.match_info["ns"])
+        await streams.create_stream(request.match_info["stream"])
+        return _json({"created": request.match_info["stream"]}, status=201)
+
+    async def _describe(self, request: web.Request) -> web.Response:
+        streams = self.ownership.streams(request.match_info["ns"])
+        return _json(await describe_stream(streams, request.match_info["stream"]))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        await self.ownership.release(ns, stream)
+        ledgers = await delete_stream(self.ownership.streams(ns), self._ledgers, stream)
+        return _json({"deleted": stream, "ledgers_deleted": ledgers})
+
+    async def _truncate(self, request: web.Request) -> web.Response:
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        to = DLSN.parse(_query(request, "to"))
+        result = await truncate(self.ownership.streams(ns), stream, to)
+        return _json({"truncated_to": str(to), "segments_truncated": list(result.truncated)})
+
+    async def _release(self, request: web.Request) -> web.Response:
+        released = await self.ownership.release(
+            request.match_info["ns"], request.match_info["stream"]
+        )
+        return _json({"released": released})
+
+    async def _last(self, request: web.Request) -> web.StreamResponse:
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        last = owned.writer.last_written
+        return _json(
+            {"dlsn": None if last is None else str(last.dlsn), "txid": owned.writer.last_txid}
+        )
+
+    async def _write(self, request: web.Request) -> web.StreamResponse:
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        payload = await request.read()
+        txid_text = request.query.get("txid")
+        txid = None if txid_text is None else _int(txid_text, "txid")
+        written = await self._append(
+            request, owned, len(payload), owned.writer.write(Record(payload, txid))
+        )
+        return _json(_written(written))
+
+    async def _bulk(self, request: web.Request) -> web.StreamResponse:
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        body = await request.read()
+        payloads = decode_batch(body)
+        results = await self._append(request, owned, len(body), owned.writer.write_bulk(payloads))
+        return _json({"records": [_written(w) for w in results]})
+
+    # -------------------------------------------------------------------------- helpers
+
+    async def _owner_of(self, request: web.Request) -> Owned | web.StreamResponse:
+        """This proxy's writer of the request's stream, or a redirect to where it is."""
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        hop = _int(request.query.get("hop", "0"), "hop")
+        resolved = await self.ownership.resolve(ns, stream, hop)
+        if isinstance(resolved, Owned):
+            return resolved
+        if hop >= HOPS_MAX:
+            raise BadRequestError(
+                f"request for {ns}/{stream} was redirected {hop} times; the proxies disagree on "
+                f"its owner ({resolved.owner}); retry later"
+            )
+        return _redirect(request, resolved, hop + 1)
+
+    async def _append(
+        self, request: web.Request, owned: Owned, size: int, write: Awaitable[Any]
+    ) -> Any:
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        limit = self.limits.stream_inflight_bytes_max
+        if owned.inflight_bytes + size > limit:
+            if asyncio.iscoroutine(write):
+                write.close()
+            raise OverCapacityError(
+                f"stream {ns}/{stream} has {owned.inflight_bytes} bytes in flight; a request of "
+                f"{size} bytes would pass the limit of {limit}; retry later"
+            )
+        owned.inflight_bytes += size
+        try:
+            return await write
+        except GlobelogError as err:
+            if owned.writer.failed:
+                self.ownership.forget(ns, stream, owned)
+            raise err
+        finally:
+            owned.inflight_bytes -= size
+
+
+def _redirect(request: web.Request, to: Redirect, hop: int) -> web.Response:
+    location = f"{to.url}{request.rel_url.with_query({**request.query, 'hop': str(hop)})}"
+    body = {"code": "redirect", "owner": to.owner, "location": location}
+    return web.Response(
+        status=307,
+        headers={"Location": location},
+        body=json.dumps(body).encode(),
+        content_type="application/json",
+    )
+
+
+def _written(written: Written) -> dict[str, Any]:
+    return {"dlsn": str(written.dlsn), "txid": written.txid, "seq": written.seq}
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
+    )
+
+
+def _query(request: web.Request, name: str) -> str:
+    value = request.query.get(name)
+    if value is None:
+        raise BadRequestError(f"{request.path}: query parameter {name!r} is missing")
+    return value
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BadRequestError(f"query parameter {name}={text!r}: expected an integer") from None

@@ -1,0 +1,159 @@
+"""Write proxies on the real cluster: writes over HTTP, redirects to the owner in another
+region, ownership handed over, bad requests refused with their codes, capacity limits."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import aiohttp
+
+from cli.cluster.controller import Cluster
+from core.dlsn import DLSN
+from region.batch_format import CONTENT_TYPE, encode_batch
+from region.write_proxy import Limits, WriteProxy
+from tests.support.proxies import write_proxy
+from tests.support.streams import fresh_namespace, stream_env
+
+
+def base(proxy: WriteProxy, namespace: str) -> str:
+    return f"{proxy.config.me.url}/v1/namespaces/{namespace}/streams"
+
+
+async def test_records_written_through_a_proxy_are_read_back_in_another_region(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with write_proxy(cluster, "us-east") as east, aiohttp.ClientSession() as http:
+        url = base(east, namespace)
+        async with http.put(f"{url}/orders") as created:
+            assert created.status == 201
+        singles = []
+        for i in range(5):
+            async with http.post(f"{url}/orders/records", data=f"one-{i}".encode()) as answer:
+                assert answer.status == 200, await answer.text()
+                singles.append(await answer.json())
+        batch = [f"bulk-{i}".encode() for i in range(300)]
+        async with http.post(
+            f"{url}/orders/bulk", data=encode_batch(batch), headers={"Content-Type": CONTENT_TYPE}
+        ) as answer:
+            assert answer.status == 200, await answer.text()
+            bulk = (await answer.json())["records"]
+        async with http.get(f"{url}/orders/last") as answer:
+            assert (await answer.json())["dlsn"] == bulk[-1]["dlsn"]
+        async with http.post(f"{url}/orders/release") as answer:
+            assert (await answer.json()) == {"released": True}
+    acked = singles + bulk
+    assert [a["seq"] for a in acked] == list(range(305))
+    async with stream_env(cluster, "eu-west", namespace) as west:
+        reader = await west.reader("orders", follow=False)
+        async with reader:
+            records = [r async for r in reader]
+    assert [r.payload for r in records] == [f"one-{i}".encode() for i in range(5)] + batch
+    assert [str(r.dlsn) for r in records] == [a["dlsn"] for a in acked]
+
+
+async def test_a_proxy_redirects_to_the_owner_in_another_region_and_ownership_moves(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with (
+        write_proxy(cluster, "us-east") as east,
+        write_proxy(cluster, "eu-west") as west,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.put(f"{base(east, namespace)}/s") as created:
+            assert created.status == 201
+        async with http.post(f"{base(east, namespace)}/s/records", data=b"a") as answer:
+            assert answer.status == 200
+        # eu-west does not own it: a redirect to us-east, which aiohttp follows with the body
+        redirected = f"{base(west, namespace)}/s/records"
+        async with http.post(redirected, data=b"b", allow_redirects=False) as answer:
+            assert answer.status == 307
+            assert answer.headers["Location"].startswith(east.config.me.url)
+            assert (await answer.json())["owner"] == f"{east.config.me.name}@us-east"
+        async with http.post(redirected, data=b"b") as answer:
+            assert answer.status == 200 and (await answer.json())["seq"] == 1
+        async with http.post(f"{redirected}?hop=2", data=b"x") as answer:
+            assert answer.status == 400 and (await answer.json())["code"] == "bad_request"
+        # us-east gives the stream up; eu-west takes it on its next write; us-east redirects
+        async with http.post(f"{base(east, namespace)}/s/release") as answer:
+            assert (await answer.json())["released"] is True
+        async with http.post(redirected, data=b"c", allow_redirects=False) as answer:
+            assert answer.status == 200, await answer.text()
+            third = await answer.json()
+        assert third["seq"] == 2 and DLSN.parse(third["dlsn"]).segment == 2  # a new epoch
+        async with http.post(
+            f"{base(east, namespace)}/s/records", data=b"d", allow_redirects=False
+        ) as answer:
+            assert answer.status == 307
+            assert answer.headers["Location"].startswith(west.config.me.url)
+
+
+BAD_REQUESTS = [
+    ("POST", "/missing/records", b"x", {}, 404, "stream_not_found"),
+    ("POST", "/s/bulk", b"", {}, 400, "bad_request"),
+    ("POST", "/s/bulk", b"NOPE" + struct.pack(">I", 1), {}, 400, "bad_request"),
+    (
+        "POST",
+        "/s/bulk",
+        b"GLB1" + struct.pack(">I", 2) + struct.pack(">I", 1) + b"a",
+        {},
+        400,
+        "bad_request",
+    ),
+    ("POST", "/s/bulk", b"GLB1" + struct.pack(">II", 1, 2_000_000), {}, 413, "record_too_large"),
+    ("POST", "/s/records?txid=soon", b"x", {}, 400, "bad_request"),
+    ("POST", "/s/records?txid=1", b"x", {}, 400, "txid_out_of_order"),
+    ("POST", "/s/records", b"x" * (1024 * 1024 + 1), {}, 413, "record_too_large"),
+    ("POST", "/s/truncate?to=1.x.0", b"", {}, 400, "invalid_dlsn"),
+    ("POST", "/s/truncate", b"", {}, 400, "bad_request"),
+    ("GET", "/s/records", b"", {}, 405, "method_not_allowed"),
+    ("PUT", "/bad name!", b"", {}, 400, "invalid_stream_name"),
+    ("PUT", "/s", b"", {}, 409, "stream_exists"),
+    ("GET", "/s/nowhere", b"", {}, 404, "not_found"),
+]
+
+
+async def test_bad_requests_get_their_codes_and_harm_nothing(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    limits = Limits(request_bytes_max=4 * 1024 * 1024)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        url = base(east, namespace)
+        async with http.put(f"{url}/s") as created:
+            assert created.status == 201
+        async with http.post(f"{url}/s/records", data=b"kept") as answer:
+            assert answer.status == 200
+        for method, path, body, headers, status, code in BAD_REQUESTS:
+            async with http.request(method, url + path, data=body, headers=headers) as answer:
+                reply = await answer.json()
+                assert (answer.status, reply["code"]) == (status, code), (path, reply)
+                assert reply["message"] and reply["retriable"] is False
+        async with http.post(f"{url}/s/records", data=b"x" * (5 * 1024 * 1024)) as answer:
+            assert answer.status == 413 and (await answer.json())["code"] == "request_too_large"
+        async with http.post(f"{url}/s/records", data=b"still") as answer:
+            assert answer.status == 200 and (await answer.json())["seq"] == 1
+    async with stream_env(cluster, "us-east", namespace) as env:
+        reader = await env.reader("s", follow=False)
+        async with reader:
+            assert [r.payload async for r in reader] == [b"kept", b"still"]
+
+
+async def test_a_stream_over_its_bytes_in_flight_answers_over_capacity(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    limits = Limits(stream_inflight_bytes_max=64 * 1024)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        url = base(east, namespace)
+        async with http.put(f"{url}/s") as created:
+            assert created.status == 201
+
+        async def post() -> tuple[int, str]:
+            async with http.post(f"{url}/s/records", data=b"x" * 30_000) as answer:
+                return answer.status, (await answer.json()).get("code", "")
+
+        answers = await asyncio.gather(*(post() for _ in range(12)))
+        assert {code for status, code in answers if status == 429} == {"over_capacity"}
+        assert sum(status == 200 for status, _ in answers) >= 2
+        assert all(status in (200, 429) for status, _ in answers)
+        async with http.post(f"{url}/s/records", data=b"after") as answer:
+            assert answer.status == 200
