@@ -7,10 +7,12 @@ import asyncio
 import struct
 
 import aiohttp
+import pytest
 
 from cli.cluster.controller import Cluster
 from core.dlsn import DLSN
 from region.batch_format import CONTENT_TYPE, encode_batch
+from region.client import ProxyClient, ProxyError
 from region.write_proxy import Limits, WriteProxy
 from tests.support.proxies import write_proxy
 from tests.support.streams import fresh_namespace, stream_env
@@ -157,3 +159,32 @@ async def test_a_stream_over_its_bytes_in_flight_answers_over_capacity(cluster: 
         assert all(status in (200, 429) for status, _ in answers)
         async with http.post(f"{url}/s/records", data=b"after") as answer:
             assert answer.status == 200
+
+
+async def test_the_client_follows_ownership_and_retries_through_a_proxy_restart(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with write_proxy(cluster, "eu-west") as west:
+        async with write_proxy(cluster, "us-east") as east:
+            client = ProxyClient([east.config.me.url], namespace=namespace, deadline_s=30)
+            async with client:
+                await client.create("s")
+                first = await client.write("s", b"one")
+                assert (first.seq, first.dlsn) == (0, DLSN(1, 0, 0))
+                await east.ownership.release(namespace, "s")
+                async with (  # eu-west takes the stream
+                    aiohttp.ClientSession() as http,
+                    http.post(f"{base(west, namespace)}/s/records", data=b"two"),
+                ):
+                    pass
+                acked = await client.write_bulk("s", [b"three", b"four"])  # redirected
+                assert [a.seq for a in acked] == [2, 3]
+                assert client._owners["s"] == west.config.me.url
+        # us-east is gone; eu-west still owns the stream: the cached owner answers
+        async with ProxyClient([east.config.me.url, west.config.me.url], namespace) as client:
+            assert (await client.write("s", b"five")).seq == 4
+            assert (await client.last_dlsn("s")) is not None
+            with pytest.raises(ProxyError) as missing:
+                await client.write("missing", b"x")
+            assert missing.value.code == "stream_not_found" and missing.value.status == 404

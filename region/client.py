@@ -1,0 +1,161 @@
+"""globelog's Python client of the write proxies: async first, with a thin synchronous wrapper.
+
+    async with ProxyClient(["http://127.0.0.1:8101"], namespace="default") as client:
+        written = await client.write("orders", b"payload")     # Acked(dlsn, txid, seq)
+        acked = await client.write_bulk("orders", [b"a", b"b"])
+
+Routing: a stream's first request goes to its home on a hash ring over the given proxies of
+the client's region (the proxies agree on homes, so this is usually the owner); redirects are
+followed and the proxy that finally answered is remembered as the stream's owner. A request
+that fails with a retriable code is retried with backoff until `deadline_s`; the error of the
+last try is raised otherwise, as a GlobelogError with the proxy's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from uhashring import HashRing
+
+from core.dlsn import DLSN
+from core.errors import GlobelogError
+from region.batch_format import CONTENT_TYPE, encode_batch
+
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
+DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    dlsn: DLSN
+    txid: int
+    seq: int
+
+
+class ProxyError(GlobelogError):
+    """An error a proxy answered with: its stable code, retriable flag and HTTP status."""
+
+    def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+        self.retriable = retriable
+        self.status = status
+
+
+class ProxyUnreachableError(GlobelogError):
+    """No answer from the proxy (connection refused or reset, timeout, not JSON)."""
+
+    code = "proxy_unreachable"
+    retriable = True
+
+
+class ProxyClient:
+    def __init__(
+        self,
+        proxies: Sequence[str],
+        namespace: str = "default",
+        deadline_s: float = 30.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        if not proxies:
+            raise ValueError("ProxyClient needs at least one proxy URL, got none")
+        self.namespace = namespace
+        self.deadline_s = deadline_s
+        self._ring = HashRing(nodes=[p.rstrip("/") for p in proxies])
+        self._owners: dict[str, str] = {}  # stream -> the proxy that last served its writes
+        self._down: dict[str, float] = {}  # proxy -> until when it is passed over
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ProxyClient:
+        self._http = aiohttp.ClientSession(timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    # --------------------------------------------------------------------------- calls
+
+    async def create(self, stream: str) -> None:
+        await self._call("PUT", stream, "")
+
+    async def delete(self, stream: str) -> dict[str, Any]:
+        return dict(await self._call("DELETE", stream, ""))
+
+    async def describe(self, stream: str) -> dict[str, Any]:
+        return dict(await self._call("GET", stream, ""))
+
+    async def write(self, stream: str, payload: bytes, txid: int | None = None) -> Acked:
+        params = {} if txid is None else {"txid": str(txid)}
+        body = await self._call("POST", stream, "/records", data=payload, params=params)
+        return _acked(body)
+
+    async def write_bulk(self, stream: str, payloads: Sequence[bytes]) -> list[Acked]:
+        headers = {"Content-Type": CONTENT_TYPE}
+        data = encode_batch(payloads)
+        body = await self._call("POST", stream, "/bulk", data=data, headers=headers)
+        return [_acked(r) for r in body["records"]]
+
+    async def last_dlsn(self, stream: str) -> DLSN | None:
+        body = await self._call("GET", stream, "/last")
+        return None if body["dlsn"] is None else DLSN.parse(body["dlsn"])
+
+    # ------------------------------------------------------------------------ plumbing
+
+    def _proxy_for(self, stream: str) -> str:
+        """The stream's known owner, else its first proxy on the ring not recently down."""
+        owner = self._owners.get(stream)
+        if owner is not None:
+            return owner
+        now = time.monotonic()
+        candidates = [str(p["nodename"]) for p in self._ring.range(f"{self.namespace}/{stream}")]
+        up = [p for p in candidates if self._down.get(p, 0.0) <= now]
+        return (up or candidates)[0]
+
+    async def _call(self, method: str, stream: str, suffix: str, **kwargs: Any) -> Any:
+        if self._http is None:
+            raise RuntimeError("use `async with ProxyClient(...)` before calling it")
+        deadline = time.monotonic() + self.deadline_s
+        backoff = BACKOFF_FIRST_S
+        while True:
+            proxy = self._proxy_for(stream)
+            url = f"{proxy}/v1/namespaces/{self.namespace}/streams/{stream}{suffix}"
+            try:
+                async with self._http.request(method, url, **kwargs) as answer:
+                    body = await answer.json(content_type=None)
+                    if answer.status < 300:
+                        if answer.history:  # redirected: remember where it was served
+                            self._owners[stream] = (
+                                f"{answer.url.scheme}://{answer.url.host}:{answer.url.port}"
+                            )
+                        return body
+                    error: GlobelogError = ProxyError(
+                        body.get("code", "internal"),
+                        body.get("message", json.dumps(body)),
+                        bool(body.get("retriable")),
+                        answer.status,
+                    )
+            except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as err:
+                error = ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}")
+                self._down[proxy] = time.monotonic() + DOWN_FOR_S
+            self._owners.pop(stream, None)  # ask the ring (or be redirected) afresh
+            if not error.retriable or time.monotonic() + backoff > deadline:
+                raise error
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def _acked(body: dict[str, Any]) -> Acked:
+    return Acked(DLSN.parse(body["dlsn"]), int(body["txid"]), int(body["seq"]))
