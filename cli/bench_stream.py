@@ -17,15 +17,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cli.bench_figures import percentile
 from cli.bench_ledger import fsync_policy
 from cli.cluster.controller import Cluster
+from cli.plots import latency_over_time
 from cli.stream_commands import Session, session
 from core.records import Record
 from core.streams import StreamSettings, TransmitPolicy
@@ -50,6 +53,7 @@ class StreamWorkload:
     record_sizes: tuple[int, ...] = (100, 1024)
     tail_rate: int = 2000  # records/s of the paced writer in the tailing run
     tail_seconds: float = 5.0
+    plot: Path | None = None  # a PNG of delivery and commit latency over time
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,9 @@ async def bench_stream(cluster: Cluster, workload: StreamWorkload, progress: Pro
         tail, catch_up = await _tailing(s, remote, workload)
         lines += [tail.row(), catch_up.row()]
     gap = one.p50_ms() - base.p50_ms()
+    if workload.plot is not None:
+        _plot(workload, cluster.profile, tail, one)
+        lines.append(f"plot: {workload.plot}")
     lines += [
         "",
         f"commit p50 - ledger add p50 = {gap:+.2f} ms (records one at a time, same profile)",
@@ -230,6 +237,21 @@ async def _bulk_throughput(s: Session, size: int, seconds: float) -> Figures:
         records,
         elapsed,
         tuple(latencies),
+    )
+
+
+def _plot(workload: StreamWorkload, profile: str, tail: Figures, one: Figures) -> None:
+    assert workload.plot is not None
+    tail_at = [i / workload.tail_rate for i in range(len(tail.latencies_ms))]
+    one_at = list(itertools.accumulate(ms / 1000 for ms in one.latencies_ms))
+    latency_over_time(
+        workload.plot,
+        f"globelog bench stream (WAN profile {profile}): latency of each record over time",
+        {
+            f"writer {workload.region} -> reader {workload.reader_region}, "
+            f"{workload.tail_rate}/s paced": (tail_at, tail.latencies_ms),
+            f"commit in {workload.region}, one record at a time": (one_at, one.latencies_ms),
+        },
     )
 
 

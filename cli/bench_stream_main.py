@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reader-region", default="eu-west", help="where the tailing reader runs")
     parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
     parser.add_argument("--tail-rate", type=int, default=2000, help="records/s while tailing")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=Path("bench-stream.png"),
+        help="PNG of latency over time (default bench-stream.png)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("bench stream: " + "; ".join(problems))
     check_cluster_ports(cluster, args.use_running)
     workload = StreamWorkload(
-        args.region, args.reader_region, args.seconds, tail_rate=args.tail_rate
+        args.region, args.reader_region, args.seconds, tail_rate=args.tail_rate, plot=args.plot
     )
 
     def progress(line: str) -> None:
