@@ -259,6 +259,7 @@ class LogReader:
         entry = start.entry
         first_slot = start.slot
         lac_asked = False  # a reader that does not follow asks for the LAC once, at its end
+        moved = False  # the last long poll brought a newer LAC: the segment is still written
         while True:
             last = reader.lac
             if entry <= last:
@@ -269,6 +270,15 @@ class LogReader:
                 continue
             if reader.is_closed:
                 return _Outcome.NEXT
+            if moved and not self._changed.is_set():
+                # Tailing a segment that is being written: its metadata only changes when it
+                # completes, which a long poll that times out (or a new segment) shows.
+                moved, polled = await self._tail(reader)
+                if polled is not None and polled[0] == entry:  # the long poll brought it
+                    if await self._queue_records(segment, entry, [polled[1]], first_slot):
+                        return _Outcome.SEALED
+                    entry, first_slot = entry + 1, 0
+                continue
             refreshed = await self._refresh(segment)
             if refreshed is None:
                 await self._lost(segment, DLSN(segment.sequence, entry, 0), None, "it was deleted")
@@ -283,10 +293,12 @@ class LogReader:
                 await reader.read_lac()
                 lac_asked = True
                 continue
-            await self._tail(reader)
+            moved, _ = await self._tail(reader)
 
-    async def _tail(self, reader: LedgerReader) -> None:
-        """Waits for the entry after the LAC (long poll) or a change of the segment list."""
+    async def _tail(self, reader: LedgerReader) -> tuple[bool, tuple[int, bytes] | None]:
+        """Waits for the entry after the LAC (long poll) or a change of the segment list;
+        whether the LAC moved, and the entry the poll brought with it, if any."""
+        lac = reader.lac
         poll = asyncio.ensure_future(reader.wait_for_entry(self.config.long_poll_timeout_ms))
         changed = asyncio.ensure_future(self._changed.wait())
         try:
@@ -299,6 +311,10 @@ class LogReader:
             if not isinstance(err, EntryUnavailableError):
                 raise err
             await asyncio.sleep(BACKOFF_S_MIN)
+        polled = (
+            poll.result() if poll.done() and not poll.cancelled() and not poll.exception() else None
+        )
+        return reader.lac > lac, polled
 
     async def _refresh(self, segment: SegmentMetadata) -> SegmentMetadata | None:
         self._changed.clear()
@@ -310,7 +326,13 @@ class LogReader:
     ) -> bool:
         """Reads entries first..last and queues their user records; True at end of stream."""
         bodies = await self._read_entries(reader, segment, first, last)
-        for entry_id, body in zip(range(first, last + 1), bodies, strict=True):
+        return await self._queue_records(segment, first, bodies, slot)
+
+    async def _queue_records(
+        self, segment: SegmentMetadata, first: int, bodies: list[bytes | None], slot: int
+    ) -> bool:
+        """Queues the user records of entries first.. (their bodies); True at end of stream."""
+        for entry_id, body in enumerate(bodies, start=first):
             if body is None:
                 continue
             where = f"stream {self.stream!r} segment {segment.sequence} entry {entry_id}"
