@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
     actions = cluster.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="start (or complete) the cluster; idempotent")
+    up.add_argument(
+        "--no-services",
+        action="store_true",
+        help="only ZooKeeper, the WAN and the bookies (no write proxies)",
+    )
     up.add_argument("--profile", choices=None, default=None, help="WAN profile, e.g. ci|realistic")
     status = actions.add_parser("status", help="every process and its health")
     status.add_argument("--json", action="store_true")
@@ -84,7 +89,8 @@ def _cluster(args: argparse.Namespace) -> Cluster:
     profile = getattr(args, "profile", None) or meta.get("profile") or topology.wan.default_profile
     if profile not in topology.wan.profiles:
         raise ConfigError(f"--profile {profile!r}: expected one of {sorted(topology.wan.profiles)}")
-    return Cluster(topology, topology_path.resolve(), data_dir, profile)
+    services = not getattr(args, "no_services", False)
+    return Cluster(topology, topology_path.resolve(), data_dir, profile, services)
 
 
 def _print_status(report: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.cluster import plan, processes, wan
-from cli.cluster.probes import log_tail, wait_until, zookeeper_mode
+from cli.cluster.probes import log_tail, service_health, wait_until, zookeeper_mode
 from cli.cluster.processes import ProcessRecord, RunState
 from cli.tools import Tools
 from core.errors import ClusterError, GlobelogError
@@ -23,6 +23,7 @@ from global_meta import MetaStore
 ZK_READY_TIMEOUT_S = 60.0
 BOOKIE_READY_TIMEOUT_S = 120.0
 TOXIPROXY_READY_TIMEOUT_S = 20.0
+SERVICE_READY_TIMEOUT_S = 60.0
 INIT_TIMEOUT_S = 90.0
 
 
@@ -34,6 +35,7 @@ class Cluster:
     topology_path: Path
     data_dir: Path
     profile: str
+    services: bool = False  # also run globelog's services (the write proxies of every region)
 
 
 @dataclass(slots=True)
@@ -210,15 +212,32 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
         await publish(cluster, store)
         await _wait_bookies(cluster, store)
         report.phases_s["bookies"] = time.monotonic() - mark
+    if cluster.services:
+        mark = time.monotonic()
+        services = plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
+        _start_missing(cluster, services, report)
+        await _wait_services(cluster, services)
+        report.phases_s["services"] = time.monotonic() - mark
     _check_alive(cluster)
     report.phases_s["total"] = time.monotonic() - started
     return report
 
 
+async def _wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
+    async def serving() -> bool:
+        _check_alive(cluster)
+        answers = [await service_health(spec.ports[0]) for spec in specs]
+        return all(ok for ok, _ in answers)
+
+    await wait_until("write proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
+
+
 def down(cluster: Cluster, purge: bool = False) -> list[str]:
     """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
     records = _records(cluster)
-    order = sorted(records.values(), key=lambda r: {"bookie": 0, "toxiproxy": 1}.get(r.kind, 2))
+    # services first (they release their streams), then bookies, the WAN, ZooKeeper last
+    rank = {"write-proxy": 0, "bookie": 1, "toxiproxy": 2}
+    order = sorted(records.values(), key=lambda r: rank.get(r.kind, 3))
     stopped = []
     for record in order:
         if processes.run_state(record) is not RunState.DEAD:
@@ -286,6 +305,8 @@ async def _health(
         if bookie_id in registered[0]:
             return True, "registered writable"
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
+    if record.kind == "write-proxy":
+        return await service_health(record.ports[0])
     try:
         async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
             return True, f"version {await api.version()}"
@@ -319,12 +340,14 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     if record.kind == "bookie":
         return await _restart_bookie(cluster, tools, record)
     processes.stop(record)
-    spec = next(
-        s for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools) if s.name == name
-    )
+    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+    specs += plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
+    spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
     _save(cluster, records)
-    if record.kind == "toxiproxy":
+    if record.kind == "write-proxy":
+        await _wait_services(cluster, [spec])
+    elif record.kind == "toxiproxy":
         await _wait_toxiproxy(cluster)
         await wan.configure_wan(cluster.topology, cluster.profile)
     else:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.tools import Tools
 from core.routes import plan_routes
-from core.topology import Bookie, Topology, ZkNode
+from core.topology import Bookie, Proxy, Topology, ZkNode
 
 ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 LEDGERS_ROOT = "/ledgers"
+PROXY_ZK_SESSION_TIMEOUT_S = 4.0  # a dead proxy's streams are taken over after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +22,7 @@ class ProcessSpec:
     """One process of the cluster: what to write before starting it and how to start it."""
 
     name: str
-    kind: str  # "zookeeper" | "bookie" | "toxiproxy"
+    kind: str  # "zookeeper" | "bookie" | "toxiproxy" | "write-proxy"
     argv: tuple[str, ...]
     log: Path
     files: dict[Path, str] = field(default_factory=dict, hash=False)
@@ -163,3 +165,35 @@ def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[Proce
     specs.append(toxiproxy_spec(topology, data_dir, tools))
     specs += [bookie_spec(topology, b, data_dir, tools) for b in topology.bookies]
     return specs
+
+
+def write_proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path) -> ProcessSpec:
+    """A write proxy: `globelog serve write-proxy` in this Python, on this topology file."""
+    argv = (
+        sys.executable,
+        "-m",
+        "cli.main",
+        "serve",
+        "write-proxy",
+        "--region",
+        proxy.region,
+        "--name",
+        proxy.name,
+        "--topology",
+        str(topology_path),
+        "--zk-session-timeout-s",
+        str(PROXY_ZK_SESSION_TIMEOUT_S),
+    )
+    log = data_dir / "logs" / f"{proxy.name}.log"
+    return ProcessSpec(
+        proxy.name, "write-proxy", argv, log, {}, proxy.region, (proxy.endpoint.port,)
+    )
+
+
+def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> list[ProcessSpec]:
+    """globelog's own services of every region, started once the bookies are ready."""
+    return [
+        write_proxy_spec(topology_path, proxy, data_dir)
+        for region in topology.regions
+        for proxy in region.write_proxies
+    ]

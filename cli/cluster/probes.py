@@ -6,6 +6,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import aiohttp
+
 from core.errors import ClusterError
 from core.topology import Endpoint
 
@@ -36,6 +38,22 @@ async def zookeeper_mode(endpoint: Endpoint) -> str | None:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None
+
+
+async def service_health(port: int, host: str = "127.0.0.1") -> tuple[bool, str]:
+    """A globelog service's /v1/health: (answering, what it said or why not)."""
+    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.get(f"http://{host}:{port}/v1/health") as answer,
+        ):
+            body = await answer.json()
+            if answer.status != 200:
+                return False, f"health answered {answer.status}"
+            return True, f"serving, {len(body.get('owned', []))} stream(s) owned"
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        return False, f"not serving: {type(err).__name__}"
 
 
 async def wait_until(

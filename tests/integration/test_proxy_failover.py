@@ -1,0 +1,71 @@
+"""Write proxy processes (`globelog serve write-proxy`, started by `cluster up`) on the real
+cluster: the owner of a stream killed with SIGKILL, its writes resumed on another proxy."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cli.cluster import controller, processes
+from cli.cluster.controller import Cluster
+from cli.tools import Tools
+from region.client import Acked, ProxyClient
+from tests.support.streams import fresh_namespace, stream_env
+
+
+@pytest.fixture
+async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
+    """The session cluster with its write proxy processes, stopped again afterwards (other
+    tests run proxies in-process on the same ports)."""
+    with_services = dataclasses.replace(cluster, services=True)
+    await controller.up(with_services, tools)
+    try:
+        yield with_services
+    finally:
+        records = processes.load_state(cluster.data_dir)
+        for name, record in list(records.items()):
+            if record.kind == "write-proxy":
+                if processes.run_state(record) is not processes.RunState.DEAD:
+                    processes.stop(record)
+                del records[name]
+        processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))
+
+
+async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
+    services: Cluster, tools: Tools
+) -> None:
+    topology = services.topology
+    proxies = [p for region in topology.regions for p in region.write_proxies]
+    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    namespace = fresh_namespace()
+    acked: list[Acked] = []
+    async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
+        await client.create("s")
+        for i in range(50):
+            acked.append(await client.write("s", f"before-{i}".encode()))
+        owner = (await client.describe("s"))["owner"]
+        owner_name = owner.split("@")[0]
+        assert owner_name in urls, owner
+        await controller.fault(services, tools, "kill", owner_name)
+        killed_at = time.monotonic()
+        acked.append(await client.write("s", b"after-0"))  # retried until a proxy takes over
+        resumed_s = time.monotonic() - killed_at
+        for i in range(1, 50):
+            acked.append(await client.write("s", f"after-{i}".encode()))
+        new_owner = (await client.describe("s"))["owner"]
+    print(f"owner {owner} killed; {new_owner} acknowledged a write {resumed_s:.2f} s later")
+    assert new_owner.split("@")[0] != owner_name
+    assert [a.seq for a in acked] == list(range(100)), "every write once, in order"
+    assert acked[50].dlsn.segment > acked[49].dlsn.segment, "the new owner writes a new epoch"
+    async with stream_env(services, "us-west", namespace) as west:
+        reader = await west.reader("s", follow=False)
+        async with reader:
+            records = [r async for r in reader]
+    expected = [f"before-{i}".encode() for i in range(50)] + [
+        f"after-{i}".encode() for i in range(50)
+    ]
+    assert [r.payload for r in records] == expected
+    assert [r.dlsn for r in records] == [a.dlsn for a in acked]
