@@ -1,4 +1,4 @@
-"""`globelog serve write-proxy --region R`: one write proxy process, until SIGTERM or Ctrl-C.
+"""`globelog serve write-proxy|read-proxy --region R`: one proxy process, until SIGTERM or Ctrl-C.
 
 The proxy's name and port come from topology.yaml (the region's first write proxy unless
 --name picks another); it talks to the global ZooKeeper and to the bookies of its region's
@@ -19,6 +19,7 @@ from core.topology_loader import load_topology
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
 from region.ownership import OwnershipConfig
+from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
 from region.write_proxy import WriteProxy
 
@@ -33,16 +34,22 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     write.add_argument("--name", default=None, help="which of the region's write proxies")
     write.add_argument("--topology", type=Path, default=None)
     write.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    read = kinds.add_parser("read-proxy", help="a read proxy of --region")
+    read.add_argument("--region", required=True)
+    read.add_argument("--name", default=None, help="which of the region's read proxies")
+    read.add_argument("--topology", type=Path, default=None)
+    read.add_argument("--zk-session-timeout-s", type=float, default=10.0)
 
 
-def pick_proxy(topology: Topology, region: str, name: str | None) -> Proxy:
+def pick_proxy(topology: Topology, region: str, name: str | None, kind: str = "write") -> Proxy:
     if region not in topology.region_names:
         raise ConfigError(f"--region {region!r}: expected one of {list(topology.region_names)}")
-    in_region = topology.region(region).write_proxies
+    found = topology.region(region)
+    in_region = found.write_proxies if kind == "write" else found.read_proxies
     proxies = [p for p in in_region if name is None or p.name == name]
     if not proxies:
         names = [p.name for p in in_region]
-        raise ConfigError(f"--name {name!r}: the write proxies of {region} are {names}")
+        raise ConfigError(f"--name {name!r}: the {kind} proxies of {region} are {names}")
     return proxies[0]
 
 
@@ -54,10 +61,7 @@ async def serve_write_proxy(topology: Topology, proxy: Proxy, session_timeout_s:
         region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
     )
     config = OwnershipConfig(me, replication, topology.streams)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     async with (
         await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
@@ -71,9 +75,40 @@ async def serve_write_proxy(topology: Topology, proxy: Proxy, session_timeout_s:
             await server.stop()
 
 
+async def serve_read_proxy(topology: Topology, proxy: Proxy, session_timeout_s: float) -> None:
+    endpoint = proxy.endpoint
+    me = ProxyInfo(proxy.name, proxy.region, f"http://{endpoint.host}:{endpoint.port}")
+    ledger_config = LedgerConfig(
+        region=proxy.region,
+        min_regions_for_durability=topology.replication.min_regions_for_durability,
+    )
+    stop = _stop_on_signals()
+    async with (
+        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
+        await LedgerClient.connect(store, ledger_config) as ledgers,
+    ):
+        server = ReadProxy(me, store, ledgers)
+        await server.start(endpoint.host, endpoint.port)
+        print(f"read proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topology = load_topology(args.topology or default_topology)
-    proxy = pick_proxy(topology, args.region, args.name)
-    asyncio.run(serve_write_proxy(topology, proxy, args.zk_session_timeout_s))
+    kind = "write" if args.kind == "write-proxy" else "read"
+    proxy = pick_proxy(topology, args.region, args.name, kind)
+    serve = serve_write_proxy if kind == "write" else serve_read_proxy
+    asyncio.run(serve(topology, proxy, args.zk_session_timeout_s))
     return 0

@@ -35,7 +35,7 @@ class Cluster:
     topology_path: Path
     data_dir: Path
     profile: str
-    services: bool = False  # also run globelog's services (the write proxies of every region)
+    services: bool = False  # also run globelog's services (every region's write and read proxies)
 
 
 @dataclass(slots=True)
@@ -229,14 +229,14 @@ async def _wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> Non
         answers = [await service_health(spec.ports[0]) for spec in specs]
         return all(ok for ok, _ in answers)
 
-    await wait_until("write proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
+    await wait_until("proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
 
 
 def down(cluster: Cluster, purge: bool = False) -> list[str]:
     """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
     records = _records(cluster)
     # services first (they release their streams), then bookies, the WAN, ZooKeeper last
-    rank = {"write-proxy": 0, "bookie": 1, "toxiproxy": 2}
+    rank = {"write-proxy": 0, "read-proxy": 0, "bookie": 1, "toxiproxy": 2}
     order = sorted(records.values(), key=lambda r: rank.get(r.kind, 3))
     stopped = []
     for record in order:
@@ -305,7 +305,7 @@ async def _health(
         if bookie_id in registered[0]:
             return True, "registered writable"
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
-    if record.kind == "write-proxy":
+    if record.kind in ("write-proxy", "read-proxy"):
         return await service_health(record.ports[0])
     try:
         async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
@@ -345,7 +345,7 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
     _save(cluster, records)
-    if record.kind == "write-proxy":
+    if record.kind in ("write-proxy", "read-proxy"):
         await _wait_services(cluster, [spec])
     elif record.kind == "toxiproxy":
         await _wait_toxiproxy(cluster)

@@ -22,7 +22,7 @@ class ProcessSpec:
     """One process of the cluster: what to write before starting it and how to start it."""
 
     name: str
-    kind: str  # "zookeeper" | "bookie" | "toxiproxy" | "write-proxy"
+    kind: str  # "zookeeper" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy"
     argv: tuple[str, ...]
     log: Path
     files: dict[Path, str] = field(default_factory=dict, hash=False)
@@ -167,14 +167,14 @@ def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[Proce
     return specs
 
 
-def write_proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path) -> ProcessSpec:
-    """A write proxy: `globelog serve write-proxy` in this Python, on this topology file."""
+def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> ProcessSpec:
+    """A proxy (kind write-proxy or read-proxy): `globelog serve KIND` in this Python."""
     argv = (
         sys.executable,
         "-m",
         "cli.main",
         "serve",
-        "write-proxy",
+        kind,
         "--region",
         proxy.region,
         "--name",
@@ -193,7 +193,11 @@ def write_proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path) -> Proce
 def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> list[ProcessSpec]:
     """globelog's own services of every region, started once the bookies are ready."""
     return [
-        write_proxy_spec(topology_path, proxy, data_dir)
+        proxy_spec(topology_path, proxy, data_dir, kind)
         for region in topology.regions
-        for proxy in region.write_proxies
+        for kind, proxies in (
+            ("write-proxy", region.write_proxies),
+            ("read-proxy", region.read_proxies),
+        )
+        for proxy in proxies
     ]

@@ -51,7 +51,8 @@ async def service_health(port: int, host: str = "127.0.0.1") -> tuple[bool, str]
             body = await answer.json()
             if answer.status != 200:
                 return False, f"health answered {answer.status}"
-            return True, f"serving, {len(body.get('owned', []))} stream(s) owned"
+            streams = len(body.get("owned", body.get("streams", [])))
+            return True, f"serving, {streams} stream(s)"
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return False, f"not serving: {type(err).__name__}"
 

@@ -27,7 +27,7 @@ async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
     finally:
         records = processes.load_state(cluster.data_dir)
         for name, record in list(records.items()):
-            if record.kind == "write-proxy":
+            if record.kind in ("write-proxy", "read-proxy"):
                 if processes.run_state(record) is not processes.RunState.DEAD:
                     processes.stop(record)
                 del records[name]

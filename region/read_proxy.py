@@ -1,0 +1,231 @@
+"""The read proxy: serves a region's readers of many streams from one read-ahead per stream.
+
+HTTP API (docs/http-api.md), under /v1:
+    GET /v1/health
+    GET /v1/namespaces/{ns}/streams/{stream}/records?from_seq=N&max=M&wait_ms=W
+        a page of records from sequence id N (long poll: waits up to W ms for the first)
+        {"records": [{"dlsn", "txid", "seq", "write_time_ms", "region",
+                      "payload" | "payload_b64"}], "next_seq": N'}
+        instead of from_seq: from=earliest | dlsn:S.E.T | txid:T | time:MS (the first page)
+    GET /v1/namespaces/{ns}/streams/{stream}/tail?from_seq=N
+        the same records as newline-delimited JSON, streamed as they arrive, until the client
+        goes away
+Reads come from the bookies of the proxy's region first (its ledger client's read order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from core.dlsn import DLSN
+from core.errors import BadRequestError, GlobelogError, ReadTimeoutError
+from core.records import LogRecord
+from global_meta import MetaStore
+from global_meta.streams import StreamMetaStore
+from ledger import LedgerClient
+from reader.log_reader import LogReader, ReaderConfig
+from reader.positions import By, Position
+from region import registry
+from region.http_errors import error_response, http_error_response
+from region.stream_cache import StreamCache
+
+log = logging.getLogger(__name__)
+KIND = "read"
+PAGE_RECORDS_MAX = 10_000
+WAIT_MS_MAX = 30_000
+TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
+Handler = Any
+
+
+class ReadProxy:
+    def __init__(self, me: registry.ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> None:
+        self.me = me
+        self._store = store
+        self._ledgers = ledgers
+        self._caches: dict[tuple[str, str], StreamCache] = {}
+        self._starting: dict[tuple[str, str], asyncio.Lock] = {}
+        self._runner: web.AppRunner | None = None
+        self._stopping = False  # streamed tails end within TAIL_POLL_S once set
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors])
+        base = "/v1/namespaces/{ns}/streams/{stream}"
+        app.router.add_get("/v1/health", self._health)
+        app.router.add_get(base + "/records", self._records)
+        app.router.add_get(base + "/tail", self._tail)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        await registry.register(self._store, KIND, self.me)
+        log.info("read proxy %s serving at %s", self.me.name, self.me.url)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+        for cache in self._caches.values():
+            await cache.close()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except GlobelogError as err:
+            return error_response(err)
+        except web.HTTPException as err:
+            if err.status < 400:
+                raise
+            return http_error_response(err, request.path)
+
+    # ------------------------------------------------------------------------ handlers
+
+    async def _health(self, request: web.Request) -> web.Response:
+        cached = {f"{ns}/{s}": c.next_seq for (ns, s), c in self._caches.items()}
+        return _json({"name": self.me.name, "region": self.me.region, "streams": cached})
+
+    async def _records(self, request: web.Request) -> web.Response:
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        max_records = _bounded(request, "max", 1000, 1, PAGE_RECORDS_MAX)
+        wait_s = _bounded(request, "wait_ms", 1000, 0, WAIT_MS_MAX) / 1000
+        seq = await self._start_seq(request, ns, stream, wait_s)
+        if seq is None:
+            return _json({"records": [], "next_seq": None})
+        records = await self._page(ns, stream, seq, max_records, wait_s)
+        next_seq = records[-1].seq + 1 if records else seq
+        return _json({"records": [_record(r) for r in records], "next_seq": next_seq})
+
+    async def _tail(self, request: web.Request) -> web.StreamResponse:
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        seq = _bounded(request, "from_seq", 0, 0, 2**62)
+        await self._cache(ns, stream, seq)  # errors (unknown stream) before the 200
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        try:
+            while not self._stopping:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away
+                records = await self._page(ns, stream, seq, PAGE_RECORDS_MAX, TAIL_POLL_S)
+                if records:
+                    lines = "".join(json.dumps(_record(r)) + "\n" for r in records)
+                    await response.write(lines.encode())
+                    seq = records[-1].seq + 1
+        except ConnectionResetError:  # the client went away
+            pass
+        return response
+
+    # -------------------------------------------------------------------------- helpers
+
+    async def _start_seq(
+        self, request: web.Request, ns: str, stream: str, wait_s: float
+    ) -> int | None:
+        """The sequence id the request starts from: given, or found for its position."""
+        if "from_seq" in request.query:
+            return _bounded(request, "from_seq", 0, 0, 2**62)
+        position = _position(request.query.get("from", "earliest"))
+        reader = await LogReader.open(
+            self._streams(ns), self._ledgers, stream, position, ReaderConfig()
+        )
+        async with reader:
+            try:
+                first = await reader.read_next(timeout_s=max(wait_s, 0.001))
+            except ReadTimeoutError:
+                return None
+        return None if first is None else first.seq
+
+    async def _page(
+        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float
+    ) -> list[LogRecord]:
+        cache = await self._cache(ns, stream, seq)
+        if cache.covers(seq):
+            return await cache.read(seq, max_records, wait_s)
+        # Before what the cache holds: a reader of its own, for this page only.
+        reader = await LogReader.open(
+            self._streams(ns), self._ledgers, stream, Position(By.SEQ, seq), ReaderConfig()
+        )
+        records: list[LogRecord] = []
+        async with reader:
+            while len(records) < max_records:
+                try:
+                    record = await reader.read_next(timeout_s=wait_s if not records else 0.05)
+                except ReadTimeoutError:
+                    break
+                if record is None:
+                    break
+                records.append(record)
+        return records
+
+    async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
+        key = (ns, stream)
+        cache = self._caches.get(key)
+        if cache is not None and cache.started:
+            return cache
+        lock = self._starting.setdefault(key, asyncio.Lock())
+        async with lock:
+            cache = self._caches.get(key)
+            if cache is None:
+                cache = StreamCache(self._streams(ns), self._ledgers, stream)
+                await cache.start(seq)
+                self._caches[key] = cache
+        return cache
+
+    def _streams(self, namespace: str) -> StreamMetaStore:
+        return StreamMetaStore(self._store, namespace)
+
+
+def _record(record: LogRecord) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "dlsn": str(record.dlsn),
+        "txid": record.txid,
+        "seq": record.seq,
+        "write_time_ms": record.write_time_ms,
+        "region": record.writer_region,
+    }
+    try:
+        body["payload"] = record.payload.decode()
+    except UnicodeDecodeError:
+        body["payload_b64"] = base64.b64encode(record.payload).decode()
+    return body
+
+
+def _position(text: str) -> Position:
+    kind, _, value = text.partition(":")
+    try:
+        if kind == "earliest" and not value:
+            return Position.earliest()
+        if kind == "dlsn":
+            return Position(By.DLSN, DLSN.parse(value))
+        if kind in ("txid", "time", "seq"):
+            return Position({"txid": By.TXID, "time": By.TIME, "seq": By.SEQ}[kind], int(value))
+    except ValueError:
+        pass
+    raise BadRequestError(f"from={text!r}: expected earliest, dlsn:S.E.T, txid:N, time:MS or seq:N")
+
+
+def _bounded(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise BadRequestError(f"query parameter {name}={text!r}: expected an integer {low}..{high}")
+    return value
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
+    )
