@@ -17,6 +17,7 @@ class AddErrorKind(enum.Enum):
     CLOSED = "closed"  # the handle (or the ledger's metadata) is closed
     ENSEMBLE_CHANGE_FAILED = "ensemble_change_failed"  # no replacement, or metadata failed
     TOO_MANY_ENSEMBLE_CHANGES = "too_many_ensemble_changes"  # AddConfig.ensemble_changes_max
+    INTERNAL = "internal"  # a task of the writer died of an unexpected error (a bug)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,33 @@ class EnsembleChangeFailed:
     reason: str
 
 
-AddEvent = AddAcked | AddFailed | EnsembleChanged | EnsembleChangeFailed | Ticked
+@dataclass(frozen=True, slots=True)
+class SendSkipped:
+    """The driver did not send `SendAdd(entry_id, bookie)`: the entry completed (or failed)
+    before it went out. No answer will come, and none is owed: the send is forgotten, never
+    timed out (a send that never went out must not mark a healthy bookie failed)."""
+
+    entry_id: int
+    bookie: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCrashed:
+    """A task of the driver died of an error it did not turn into an event: the handle fails
+    (never a silent log line and a machine left waiting)."""
+
+    reason: str
+
+
+AddEvent = (
+    AddAcked
+    | AddFailed
+    | EnsembleChanged
+    | EnsembleChangeFailed
+    | SendSkipped
+    | TaskCrashed
+    | Ticked
+)
 
 # --------------------------------------------------------------------------------- actions
 

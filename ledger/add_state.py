@@ -11,8 +11,10 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   `ChangeEnsemble` from entry LAC+1. Completions wait for it, since the new ensemble's first
   entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
   bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
-- Fenced, unauthorized or a failed ensemble change end the handle: `FailAdds` for every
-  pending entry; later `submit` calls are refused (None) and `error` says why.
+- Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
+  end the handle: `FailAdds` for every pending entry and `FailClose` (so a close, asked
+  before or after, ends with the error); later `submit` calls are refused (None) and
+  `error` says why.
 - `begin_close()` waits for pending adds, then emits `CloseLedger(last_entry_id=LAC, length)`.
 """
 
@@ -38,6 +40,8 @@ from ledger.add_events import (
     FailAdds,
     FailClose,
     SendAdd,
+    SendSkipped,
+    TaskCrashed,
 )
 from ledger.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDeadlines
 from ledger.codes import INVALID_ENTRY_ID
@@ -222,6 +226,12 @@ class AddState:
                 self._on_ensemble_changed(event)
             case EnsembleChangeFailed():
                 self._on_change_failed(event)
+            case SendSkipped():
+                self._on_skipped(event)
+            case TaskCrashed():
+                self._fail(
+                    AddError(AddErrorKind.INTERNAL, f"a writer task crashed: {event.reason}")
+                )
             case Ticked():
                 self._on_tick()
 
@@ -253,6 +263,14 @@ class AddState:
             if pending is not None:
                 pending.sent_s.pop(index, None)
             self._positions_failed({index})
+
+    def _on_skipped(self, event: SendSkipped) -> None:
+        pending = self._pending.get(event.entry_id)
+        index = self._position(pending, event.bookie)
+        if pending is None or index is None:
+            self._straggler_answered(event.entry_id, event.bookie)
+        else:
+            pending.sent_s.pop(index, None)
 
     def _straggler_answered(self, entry_id: int, bookie: str) -> int | None:
         """Forgets a completed entry's outstanding send to `bookie`; its position, if any."""
@@ -370,8 +388,8 @@ class AddState:
         self._error = error
         if entries:
             self._emit(FailAdds(entries, error))
-        if self._phase is _Phase.CLOSING:
-            self._emit(FailClose(error))
+        # Always: a close() asked later (or already waiting) must end with this error too.
+        self._emit(FailClose(error))
         self._enter_terminal(_Phase.FAILED)
 
     def _enter_terminal(self, phase: _Phase) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from core.topology import Replication
 from ledger.bookie_client import BookieClient
 from ledger.entry import DigestType
+from ledger.errors import MetadataFormatError
 from ledger.handle_errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
 from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.metadata_store import (
@@ -37,6 +38,7 @@ class LedgerConfig:
     read_timeout_s: float = 5.0
     long_poll_timeout_ms: int = 1000
     explicit_lac_interval_s: float = 0.0  # 0: off; >0: send the LAC when no entry carries it
+    recovery_timeout_s: float = 30.0  # a recovery that has not closed the ledger by then fails
     min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
 
 
@@ -57,7 +59,7 @@ class LedgerContext:
 
     def replication_of(self, metadata: LedgerMetadata) -> Replication:
         stored = dict(metadata.custom_metadata).get(MIN_REGIONS_KEY)
-        min_regions = int(stored.decode()) if stored else self.config.min_regions_for_durability
+        min_regions = _min_regions(stored) if stored else self.config.min_regions_for_durability
         return Replication(
             metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum, min_regions
         )
@@ -117,3 +119,16 @@ def require_open(ledger_id: int) -> Callable[[LedgerMetadata], None]:
             )
 
     return check
+
+
+def _min_regions(stored: bytes) -> int:
+    """The ledger's own durability rule from its custom metadata; a clear error if malformed."""
+    try:
+        value = int(stored.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        value = 0
+    if value < 1:
+        raise MetadataFormatError(
+            f"ledger custom metadata {MIN_REGIONS_KEY}={stored!r}: expected a decimal integer >= 1"
+        )
+    return value

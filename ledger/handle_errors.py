@@ -40,6 +40,20 @@ class LedgerRecoveryError(LedgerHandleError):
     retriable = True
 
 
+class LedgerInternalError(LedgerHandleError):
+    """The handle failed because of a bug in globelog (a task died of an unexpected error)."""
+
+    code = "ledger_internal"
+
+
+class LedgerRecoveryTimeoutError(LedgerRecoveryError):
+    """Recovery did not finish within `LedgerConfig.recovery_timeout_s` (bookies out of reach);
+    the ledger stays IN_RECOVERY and may be recovered again later."""
+
+    code = "ledger_recovery_timeout"
+    retriable = True
+
+
 class EntryUnavailableError(LedgerHandleError):
     """No replica returned a valid copy right now (down, slow or corrupt replicas)."""
 
@@ -64,6 +78,7 @@ ADD_ERRORS: Mapping[AddErrorKind, type[LedgerHandleError]] = MappingProxyType(
         AddErrorKind.CLOSED: LedgerClosedError,
         AddErrorKind.ENSEMBLE_CHANGE_FAILED: EnsembleChangeError,
         AddErrorKind.TOO_MANY_ENSEMBLE_CHANGES: EnsembleChangeError,
+        AddErrorKind.INTERNAL: LedgerInternalError,
     }
 )
 

@@ -8,7 +8,9 @@ leaves the ledger IN_RECOVERY, and anyone may run it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 from core.errors import GlobelogError
 from ledger.add_events import (
@@ -24,7 +26,7 @@ from ledger.add_events import (
 )
 from ledger.context import LedgerContext, update_metadata, with_ensemble
 from ledger.entry import EntryCodec, master_key
-from ledger.handle_errors import LedgerRecoveryError
+from ledger.handle_errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
 from ledger.metadata import LedgerMetadata, LedgerState
 from ledger.metadata_store import VersionedMetadata
 from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
@@ -75,17 +77,48 @@ class _Recovery:
         self._ensemble = metadata.current_ensemble
         config = RecoveryConfig(read_timeout_s=context.config.read_timeout_s)
         self._state = RecoveryState(metadata, now_s=context.clock(), config=config)
-        self._runner: MachineRunner[RecoveryAction] = MachineRunner(self._state, self._execute)
+        self._runner: MachineRunner[RecoveryAction] = MachineRunner(
+            self._state, self._execute, lambda err: self._fail(f"a recovery task crashed: {err!r}")
+        )
+        self._failed: set[str] = set()  # bookies that failed a request of this recovery
+        self._waiting: dict[str, int] = {}  # bookie -> requests sent and not answered yet
         self._bodies: dict[tuple[int, str], bytes] = {}  # (entry, bookie) -> payload, unchosen
         self._recovered: dict[int, bytes] = {}  # entries to re-add
         self._done: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> VersionedMetadata:
         self._runner.pump()
+        timeout_s = self._context.config.recovery_timeout_s
         try:
-            return await self._done
+            async with asyncio.timeout(timeout_s):
+                return await self._done
+        except TimeoutError:
+            raise LedgerRecoveryTimeoutError(
+                f"ledger {self.ledger_id}: recovery did not finish within {timeout_s} s; "
+                f"bookies that did not answer: {self._describe_unanswered()}; the ledger stays "
+                "IN_RECOVERY and a later recovery can finish it"
+            ) from None
         finally:
             await self._runner.close()
+
+    def _describe_unanswered(self) -> str:
+        silent = self._failed | {b for b, n in self._waiting.items() if n > 0}
+        if not silent:
+            return "none (the metadata store was slow)"
+        view = self._context.placement.cluster.by_id
+        return ", ".join(f"{b} ({view[b].region})" if b in view else b for b in sorted(silent))
+
+    @contextlib.contextmanager
+    def _asking(self, bookie: str) -> Iterator[None]:
+        """Counts a request to `bookie` as unanswered until it returns (or fails)."""
+        self._waiting[bookie] = self._waiting.get(bookie, 0) + 1
+        try:
+            yield
+        except GlobelogError:
+            self._failed.add(bookie)
+            raise
+        finally:
+            self._waiting[bookie] -= 1
 
     def _execute(self, action: RecoveryAction) -> None:
         match action:
@@ -113,9 +146,10 @@ class _Recovery:
 
     async def _fence(self, bookie: str) -> None:
         try:
-            response = await self._context.bookies.read_last_entry(
-                bookie, self.ledger_id, fence=True, master_key=self._key
-            )
+            with self._asking(bookie):
+                response = await self._context.bookies.read_last_entry(
+                    bookie, self.ledger_id, fence=True, master_key=self._key
+                )
             entry = self._codec.decode_last_entry(response.body or b"")
         except GlobelogError as err:
             self._runner.feed(LacReadFailed(bookie, failure_kind(err)))
@@ -124,13 +158,14 @@ class _Recovery:
 
     async def _read(self, action: SendRead) -> None:
         try:
-            response = await self._context.bookies.read_entry(
-                action.bookie,
-                self.ledger_id,
-                action.entry_id,
-                fence=action.fence,
-                master_key=self._key,
-            )
+            with self._asking(action.bookie):
+                response = await self._context.bookies.read_entry(
+                    action.bookie,
+                    self.ledger_id,
+                    action.entry_id,
+                    fence=action.fence,
+                    master_key=self._key,
+                )
             entry = self._codec.decode_entry(response.body or b"", action.entry_id)
         except GlobelogError as err:
             self._runner.feed(EntryReadFailed(action.entry_id, action.bookie, failure_kind(err)))
@@ -146,9 +181,10 @@ class _Recovery:
             return
         body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
         try:
-            await self._context.bookies.add_entry(
-                action.bookie, self.ledger_id, action.entry_id, self._key, body, recovery=True
-            )
+            with self._asking(action.bookie):
+                await self._context.bookies.add_entry(
+                    action.bookie, self.ledger_id, action.entry_id, self._key, body, recovery=True
+                )
         except GlobelogError as err:
             self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(err)))
         else:
@@ -161,7 +197,7 @@ class _Recovery:
             ensemble = self._context.replace(
                 self._versioned.metadata, self._ensemble, action.bookies
             )
-        except PlacementError as err:
+        except (PlacementError, GlobelogError) as err:
             self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
             return
         self._ensemble = ensemble

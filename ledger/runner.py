@@ -32,9 +32,17 @@ class Machine(Protocol):
 class MachineRunner(Generic[A]):
     """Feeds `machine` and carries out its actions with `execute` (which must not block)."""
 
-    def __init__(self, machine: Machine, execute: Callable[[A], None]) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        execute: Callable[[A], None],
+        on_crash: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        """`on_crash` turns a task that died of an unexpected error into an event for the
+        machine (I8: a dead task must never leave the machine waiting)."""
         self.machine = machine
         self._execute = execute
+        self._on_crash = on_crash
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,9 +90,11 @@ class MachineRunner(Generic[A]):
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # Request tasks turn every error into an event; reaching here is a bug.
-            log.error("ledger request task failed", exc_info=task.exception())
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # Request tasks turn every expected error into an event; reaching here is a bug.
+            log.error("ledger request task failed", exc_info=error)
+            if self._on_crash is not None and not self._closed:
+                self._on_crash(error)
 
     async def close(self) -> None:
         """Stops the timer and cancels every request still running."""

@@ -25,6 +25,8 @@ from ledger.add_events import (
     FailAdds,
     FailClose,
     SendAdd,
+    SendSkipped,
+    TaskCrashed,
 )
 from ledger.add_state import AddConfig, AddState
 from ledger.context import LedgerContext, require_open, update_metadata, with_ensemble
@@ -42,6 +44,8 @@ from ledger.signals import Ticked, failure_kind
 from placement import PlacementError
 
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
+# An ensemble change that would keep the same bookies waits this long (doubling) to retry them.
+UNCHANGED_FIRST_S, UNCHANGED_MAX_S = 0.1, 2.0
 
 
 class LedgerWriter:
@@ -63,13 +67,16 @@ class LedgerWriter:
             now_s=context.clock(),
             config=config,
         )
-        self._runner: MachineRunner[AddAction] = MachineRunner(self._state, self._execute)
+        self._runner: MachineRunner[AddAction] = MachineRunner(
+            self._state, self._execute, self._task_crashed
+        )
         self._payloads: dict[int, bytes] = {}
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._submitted_s: dict[int, float] = {}  # entry -> when appended (add latency)
         self._room = asyncio.Event()
         self._room.set()
         self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
+        self._unchanged_backoff_s = UNCHANGED_FIRST_S
         self._piggybacked_lac = self._state.lac  # the LAC the newest entry carried
         self._explicit_lac = self._state.lac  # the newest LAC sent with WRITE_LAC
         interval_s = context.config.explicit_lac_interval_s
@@ -177,6 +184,9 @@ class LedgerWriter:
             if not future.done():
                 future.set_exception(LedgerClosedError(f"ledger {self.ledger_id}: abandoned"))
 
+    def _task_crashed(self, error: BaseException) -> None:
+        self._runner.feed(TaskCrashed(f"{type(error).__name__}: {error}"))
+
     # ------------------------------------------------------------------------ actions
 
     def _execute(self, action: AddAction) -> None:
@@ -198,7 +208,8 @@ class LedgerWriter:
         """Sends on an open connection without a task when it can; otherwise spawns `_send`."""
         payload = self._payloads.get(action.entry_id)
         if payload is None:
-            return  # completed meanwhile
+            self._skipped(action)
+            return
         body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
 
         def done(error: GlobelogError | None) -> None:
@@ -219,10 +230,17 @@ class LedgerWriter:
         if not sent:
             self._runner.spawn(self._send(action))
 
+    def _skipped(self, action: SendAdd) -> None:
+        """The entry completed (or failed) before this send went out: tell the machine, after
+        the actions it is running now, so it does not wait for an answer that cannot come."""
+        event = SendSkipped(action.entry_id, action.bookie)
+        asyncio.get_running_loop().call_soon(self._runner.feed, event)
+
     async def _send(self, action: SendAdd) -> None:
         payload = self._payloads.get(action.entry_id)
         if payload is None:
-            return  # completed meanwhile
+            self._skipped(action)
+            return
         body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
         try:
             await self._context.bookies.add_entry(
@@ -276,6 +294,15 @@ class LedgerWriter:
             ensemble = self._context.replace(
                 self._versioned.metadata, self._state.ensemble, action.bookies
             )
+            if tuple(ensemble) == tuple(self._state.ensemble):
+                # Placement kept the same bookies (no better one usable now): an ensemble that
+                # changes nothing is not written. Wait a little, then retry the same bookies.
+                await asyncio.sleep(self._unchanged_backoff_s)
+                self._unchanged_backoff_s = min(2 * self._unchanged_backoff_s, UNCHANGED_MAX_S)
+                self._context.metrics.ensemble_changes.add(1, {"outcome": "unchanged"})
+                self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+                return
+            self._unchanged_backoff_s = UNCHANGED_FIRST_S
             new = Ensemble(action.first_entry_id, ensemble)
 
             def change(metadata: LedgerMetadata) -> LedgerMetadata:

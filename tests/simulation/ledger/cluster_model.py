@@ -24,6 +24,7 @@ from ledger.add_events import (
     EnsembleChanged,
     EnsembleChangeFailed,
     FailAdds,
+    FailClose,
     SendAdd,
 )
 from ledger.entry import DigestType
@@ -253,6 +254,10 @@ class Client:
                 floor = -1 if self.lac is None else self.lac
                 assert all(e > floor for e in action.entry_ids), (action, self.lac)
                 self.failed |= set(action.entry_ids)
+                self.saw_fenced = self.saw_fenced or action.error.kind is AddErrorKind.FENCED
+            case FailClose():
+                # Emitted with every failure of the handle; the failure itself was checked
+                # with its FailAdds (or the handle had nothing pending).
                 self.saw_fenced = self.saw_fenced or action.error.kind is AddErrorKind.FENCED
             case CloseLedger():
                 self._close(action)
