@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Protocol
 
 SEPARATOR = "----"
 NO_ACTIONS = "(no actions)"
@@ -49,6 +50,35 @@ def parse_script(text: str, source: str) -> list[ScriptItem]:
         items.append(Block(i + 1, line, tuple(lines[i + 2 : j])))
         i = j
     return items
+
+
+class ScriptRunner(Protocol):
+    def run(self, command: str) -> list[str]: ...
+
+
+def run_blocks(text: str, source: str, runner: ScriptRunner) -> tuple[str, list[str]]:
+    """Runs every block of a script: the script re-rendered with the actual outputs, and a
+    description of each block whose output differs from the expected one."""
+    items = parse_script(text, source)
+    outputs: dict[int, list[str]] = {}
+    mismatches: list[str] = []
+    for item in items:
+        if not isinstance(item, Block):
+            continue
+        try:
+            actual = runner.run(item.command)
+        except Exception as err:
+            raise AssertionError(f"{source}:{item.line_no}: {item.command!r} raised") from err
+        outputs[item.line_no] = actual
+        if tuple(actual or [NO_ACTIONS]) != item.expected:
+            mismatches.append(
+                f"{source}:{item.line_no}: {item.command}\n"
+                + "  expected:\n"
+                + "".join(f"    {line}\n" for line in item.expected)
+                + "  actual:\n"
+                + "".join(f"    {line}\n" for line in actual or [NO_ACTIONS])
+            )
+    return render_script(items, outputs), mismatches
 
 
 def render_script(items: list[ScriptItem], outputs: dict[int, list[str]]) -> str:

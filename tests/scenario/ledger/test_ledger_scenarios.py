@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.scenario.ledger.runner import Runner
-from tests.scenario.ledger.script import NO_ACTIONS, Block, parse_script, render_script
+from tests.scenario.ledger.script import run_blocks
 
 pytestmark = pytest.mark.scenario
 
@@ -22,28 +22,7 @@ SCRIPTS = sorted(TESTDATA.glob("*.txt"))
 
 
 def run_script(text: str, source: str) -> tuple[str, list[str]]:
-    """The script re-rendered with actual outputs, and a description of each mismatch."""
-    items = parse_script(text, source)
-    runner = Runner()
-    outputs: dict[int, list[str]] = {}
-    mismatches: list[str] = []
-    for item in items:
-        if not isinstance(item, Block):
-            continue
-        try:
-            actual = runner.run(item.command)
-        except Exception as err:
-            raise AssertionError(f"{source}:{item.line_no}: {item.command!r} raised") from err
-        outputs[item.line_no] = actual
-        if tuple(actual or [NO_ACTIONS]) != item.expected:
-            mismatches.append(
-                f"{source}:{item.line_no}: {item.command}\n"
-                + "  expected:\n"
-                + "".join(f"    {line}\n" for line in item.expected)
-                + "  actual:\n"
-                + "".join(f"    {line}\n" for line in actual or [NO_ACTIONS])
-            )
-    return render_script(items, outputs), mismatches
+    return run_blocks(text, source, Runner())
 
 
 def test_the_scenarios_are_there() -> None:
