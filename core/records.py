@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from core.dlsn import DLSN, INT64_MAX
 from core.errors import InvalidRecordError, RecordTooLargeError
@@ -42,9 +43,11 @@ class Record:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class StoredRecord:
-    """One record as stored in an entry: its txid, flags and payload."""
+class StoredRecord(NamedTuple):
+    """One record as stored in an entry: its txid, flags and payload.
+
+    A named tuple, not a dataclass: one is made per record on the write and read paths.
+    """
 
     txid: int
     flags: RecordFlag

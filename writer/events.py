@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from core.dlsn import DLSN
 from core.records import StoredRecord
@@ -69,9 +70,11 @@ class TransmitEntry:
     first_position: int  # user records of the segment before this entry
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
-    """An acknowledged write: where it is, its txid and its sequence id (-1: end of stream)."""
+class Written(NamedTuple):
+    """An acknowledged write: where it is, its txid and its sequence id (-1: end of stream).
+
+    A named tuple, not a dataclass: one is made per acknowledged record.
+    """
 
     dlsn: DLSN
     txid: int
