@@ -45,6 +45,10 @@ BULK_CALLS_OUTSTANDING = 20
 DRAIN_S = 60.0
 
 
+RUNS = frozenset({"commit", "immediate", "batched", "bulk", "tail"})
+POLICY_RUNS = {TransmitPolicy.IMMEDIATE: "immediate", TransmitPolicy.SIZE: "batched"}
+
+
 @dataclass(frozen=True, slots=True)
 class StreamWorkload:
     region: str
@@ -54,6 +58,7 @@ class StreamWorkload:
     tail_rate: int = 2000  # records/s of the paced writer in the tailing run
     tail_seconds: float = 5.0
     plot: Path | None = None  # a PNG of delivery and commit latency over time
+    runs: frozenset[str] = RUNS  # which of RUNS to run
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,32 +102,48 @@ async def bench_stream(cluster: Cluster, workload: StreamWorkload, progress: Pro
         session(topology, workload.region, namespace) as s,
         session(topology, workload.reader_region, namespace) as remote,
     ):
-        progress("run 1: ledger adds one at a time (baseline)")
-        base = await _ledger_baseline(s)
-        lines.append(base.row())
-        progress("run 2: stream commit latency, one record at a time")
-        one = await _one_at_a_time(s)
-        lines.append(one.row())
+        runs = workload.runs
+        base = one = tail = None
+        if "commit" in runs:
+            progress("run 1: ledger adds one at a time (baseline)")
+            base = await _ledger_baseline(s)
+            lines.append(base.row())
+            progress("run 2: stream commit latency, one record at a time")
+            one = await _one_at_a_time(s)
+            lines.append(one.row())
         for size in workload.record_sizes:
             for policy in (TransmitPolicy.IMMEDIATE, TransmitPolicy.SIZE):
-                progress(f"run 3: {size} B records, {policy.value} transmit, {workload.seconds} s")
-                lines.append((await _throughput(s, size, policy, workload.seconds)).row())
-            progress(f"run 3: {size} B records, write_bulk of {BULK_RECORDS}, {workload.seconds} s")
-            lines.append((await _bulk_throughput(s, size, workload.seconds)).row())
-        progress(f"run 4: tailing from {workload.reader_region} at {workload.tail_rate} records/s")
-        tail, catch_up = await _tailing(s, remote, workload)
-        lines += [tail.row(), catch_up.row()]
-    gap = one.p50_ms() - base.p50_ms()
-    if workload.plot is not None:
-        _plot(workload, cluster.profile, tail, one)
-        lines.append(f"plot: {workload.plot}")
-    lines += [
-        "",
-        f"commit p50 - ledger add p50 = {gap:+.2f} ms (records one at a time, same profile)",
+                if POLICY_RUNS[policy] in runs:
+                    progress(
+                        f"run 3: {size} B records, {policy.value} transmit, {workload.seconds} s"
+                    )
+                    lines.append((await _throughput(s, size, policy, workload.seconds)).row())
+            if "bulk" in runs:
+                progress(
+                    f"run 3: {size} B records, write_bulk of {BULK_RECORDS}, {workload.seconds} s"
+                )
+                lines.append((await _bulk_throughput(s, size, workload.seconds)).row())
+        if "tail" in runs:
+            progress(
+                f"run 4: tailing from {workload.reader_region} at {workload.tail_rate} records/s"
+            )
+            tail, catch_up = await _tailing(s, remote, workload)
+            lines += [tail.row(), catch_up.row()]
+    lines.append("")
+    if base is not None and one is not None:
+        gap = one.p50_ms() - base.p50_ms()
+        lines.append(
+            f"commit p50 - ledger add p50 = {gap:+.2f} ms (records one at a time, same profile)"
+        )
+        if workload.plot is not None and tail is not None:
+            _plot(workload, cluster.profile, tail, one)
+            lines.append(f"plot: {workload.plot}")
+    lines.append(
         "batched = size transmit policy: 64 KiB buffer, 2 ms flush SLA; immediate = one entry "
         "per write; throughput runs keep a window of writes outstanding "
-        f"({WINDOW[TransmitPolicy.IMMEDIATE]} immediate, {WINDOW[TransmitPolicy.SIZE]} batched)",
-    ]
+        f"({WINDOW[TransmitPolicy.IMMEDIATE]} immediate, {WINDOW[TransmitPolicy.SIZE]} batched); "
+        f"write_bulk: {BULK_CALLS_OUTSTANDING} calls of {BULK_RECORDS} records outstanding"
+    )
     return "\n".join(lines)
 
 
@@ -208,7 +229,7 @@ async def _bulk_throughput(s: Session, size: int, seconds: float) -> Figures:
     _, writer = await _open(
         s, transmit=TransmitPolicy.SIZE, buffer_bytes=64 * 1024, flush_sla_s=0.002
     )
-    chunk = [Record(b"x" * size)] * BULK_RECORDS
+    chunk = [b"x" * size] * BULK_RECORDS  # bytes: records whose txids the writer assigns
     perf = time.perf_counter
     latencies: list[float] = []
     outstanding: deque[tuple[float, asyncio.Task[list[Written]]]] = deque()

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from cli.bench_ledger_options import bench_cluster, check_cluster_ports
-from cli.bench_stream import StreamWorkload, bench_stream
+from cli.bench_stream import RUNS, StreamWorkload, bench_stream
 from cli.cluster import controller
 from cli.tools import find_tools
 from core.errors import ConfigError
@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
     parser.add_argument("--tail-rate", type=int, default=2000, help="records/s while tailing")
     parser.add_argument(
+        "--runs",
+        default=",".join(sorted(RUNS)),
+        help=f"comma-separated, of {','.join(sorted(RUNS))} (default: all)",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         default=Path("bench-stream.png"),
@@ -49,11 +54,21 @@ def run(args: argparse.Namespace) -> int:
         problems.append(f"--seconds {args.seconds}: expected 1..{SECONDS_MAX}")
     if not 1 <= args.tail_rate <= 100_000:
         problems.append(f"--tail-rate {args.tail_rate}: expected 1..100000")
+    runs = frozenset(r.strip() for r in args.runs.split(",") if r.strip())
+    if not runs or runs - RUNS:
+        problems.append(
+            f"--runs {args.runs!r}: expected a comma-separated subset of {sorted(RUNS)}"
+        )
     if problems:
         raise ConfigError("bench stream: " + "; ".join(problems))
     check_cluster_ports(cluster, args.use_running)
     workload = StreamWorkload(
-        args.region, args.reader_region, args.seconds, tail_rate=args.tail_rate, plot=args.plot
+        args.region,
+        args.reader_region,
+        args.seconds,
+        tail_rate=args.tail_rate,
+        plot=args.plot,
+        runs=runs,
     )
 
     def progress(line: str) -> None:
