@@ -53,43 +53,29 @@ def pick_proxy(topology: Topology, region: str, name: str | None, kind: str = "w
     return proxies[0]
 
 
-async def serve_write_proxy(topology: Topology, proxy: Proxy, session_timeout_s: float) -> None:
+async def serve_proxy(
+    topology: Topology, proxy: Proxy, kind: str, session_timeout_s: float
+) -> None:
+    """Runs one proxy (kind "write" or "read") with its own ZooKeeper session and ledger
+    client until SIGTERM or SIGINT; then it stops (a write proxy releases its streams)."""
     endpoint = proxy.endpoint
     me = ProxyInfo(proxy.name, proxy.region, f"http://{endpoint.host}:{endpoint.port}")
     replication = topology.replication
     ledger_config = LedgerConfig(
         region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
     )
-    config = OwnershipConfig(me, replication, topology.streams)
     stop = _stop_on_signals()
     async with (
         await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
-        server = WriteProxy(config, store, ledgers)
+        server: WriteProxy | ReadProxy = (
+            WriteProxy(OwnershipConfig(me, replication, topology.streams), store, ledgers)
+            if kind == "write"
+            else ReadProxy(me, store, ledgers)
+        )
         await server.start(endpoint.host, endpoint.port)
-        print(f"write proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
-        try:
-            await stop.wait()
-        finally:
-            await server.stop()
-
-
-async def serve_read_proxy(topology: Topology, proxy: Proxy, session_timeout_s: float) -> None:
-    endpoint = proxy.endpoint
-    me = ProxyInfo(proxy.name, proxy.region, f"http://{endpoint.host}:{endpoint.port}")
-    ledger_config = LedgerConfig(
-        region=proxy.region,
-        min_regions_for_durability=topology.replication.min_regions_for_durability,
-    )
-    stop = _stop_on_signals()
-    async with (
-        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
-        await LedgerClient.connect(store, ledger_config) as ledgers,
-    ):
-        server = ReadProxy(me, store, ledgers)
-        await server.start(endpoint.host, endpoint.port)
-        print(f"read proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
+        print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
         try:
             await stop.wait()
         finally:
@@ -109,6 +95,5 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
     topology = load_topology(args.topology or default_topology)
     kind = "write" if args.kind == "write-proxy" else "read"
     proxy = pick_proxy(topology, args.region, args.name, kind)
-    serve = serve_write_proxy if kind == "write" else serve_read_proxy
-    asyncio.run(serve(topology, proxy, args.zk_session_timeout_s))
+    asyncio.run(serve_proxy(topology, proxy, kind, args.zk_session_timeout_s))
     return 0

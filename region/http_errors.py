@@ -8,6 +8,8 @@ library's writer object that raised them is finished.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -65,4 +67,26 @@ def http_error_response(err: web.HTTPException, path: str) -> web.Response:
         message = f"request body too large for {path!r}: {err.text}"
     return web.Response(
         status=err.status, body=error_body(code, message, False), content_type="application/json"
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error a handler raises, and aiohttp's own refusals, as globelog's JSON errors."""
+    try:
+        return await handler(request)
+    except errors.GlobelogError as err:
+        return error_response(err)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return http_error_response(err, request.path)
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
     )

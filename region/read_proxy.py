@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from core.dlsn import DLSN
-from core.errors import BadRequestError, GlobelogError, ReadTimeoutError
+from core.errors import BadRequestError, ReadTimeoutError
 from core.records import LogRecord
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
@@ -32,7 +32,7 @@ from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
-from region.http_errors import error_response, http_error_response
+from region.http_errors import error_middleware, json_response
 from region.stream_cache import StreamCache
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,6 @@ KIND = "read"
 PAGE_RECORDS_MAX = 10_000
 WAIT_MS_MAX = 30_000
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
-Handler = Any
 
 
 class ReadProxy:
@@ -54,7 +53,7 @@ class ReadProxy:
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors])
+        app = web.Application(middlewares=[error_middleware])
         base = "/v1/namespaces/{ns}/streams/{stream}"
         app.router.add_get("/v1/health", self._health)
         app.router.add_get(base + "/records", self._records)
@@ -75,23 +74,11 @@ class ReadProxy:
         for cache in self._caches.values():
             await cache.close()
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            response: web.StreamResponse = await handler(request)
-            return response
-        except GlobelogError as err:
-            return error_response(err)
-        except web.HTTPException as err:
-            if err.status < 400:
-                raise
-            return http_error_response(err, request.path)
-
     # ------------------------------------------------------------------------ handlers
 
     async def _health(self, request: web.Request) -> web.Response:
         cached = {f"{ns}/{s}": c.next_seq for (ns, s), c in self._caches.items()}
-        return _json({"name": self.me.name, "region": self.me.region, "streams": cached})
+        return json_response({"name": self.me.name, "region": self.me.region, "streams": cached})
 
     async def _records(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -99,10 +86,10 @@ class ReadProxy:
         wait_s = _bounded(request, "wait_ms", 1000, 0, WAIT_MS_MAX) / 1000
         seq = await self._start_seq(request, ns, stream, wait_s)
         if seq is None:
-            return _json({"records": [], "next_seq": None})
+            return json_response({"records": [], "next_seq": None})
         records = await self._page(ns, stream, seq, max_records, wait_s)
         next_seq = records[-1].seq + 1 if records else seq
-        return _json({"records": [_record(r) for r in records], "next_seq": next_seq})
+        return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -223,9 +210,3 @@ def _bounded(request: web.Request, name: str, default: int, low: int, high: int)
     if not low <= value <= high:
         raise BadRequestError(f"query parameter {name}={text!r}: expected an integer {low}..{high}")
     return value
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status, body=json.dumps(body).encode(), content_type="application/json"
-    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from core.records import Record
 from ledger import LedgerClient
 from region import registry
 from region.batch_format import decode_batch
-from region.http_errors import error_response, http_error_response
+from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
@@ -40,7 +40,6 @@ from writer.events import Written
 log = logging.getLogger(__name__)
 HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
 RING_TIMEOUT_S = 10.0
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,7 @@ class WriteProxy:
 
     def app(self) -> web.Application:
         app = web.Application(
-            client_max_size=self.limits.request_bytes_max, middlewares=[self._errors]
+            client_max_size=self.limits.request_bytes_max, middlewares=[error_middleware]
         )
         base = "/v1/namespaces/{ns}/streams"
         app.router.add_get("/v1/health", self._health)
@@ -103,62 +102,53 @@ class WriteProxy:
 
     # ---------------------------------------------------------------------- middleware
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except GlobelogError as err:
-            return error_response(err)
-        except web.HTTPException as err:
-            if err.status < 400:
-                raise
-            return http_error_response(err, request.path)
-
     # ------------------------------------------------------------------------ handlers
 
     async def _health(self, request: web.Request) -> web.Response:
         me = self.config.me
         owned = [f"{ns}/{stream}" for ns, stream in self.ownership.owned]
         ring = self._ring.names
-        return _json({"name": me.name, "region": me.region, "owned": owned, "ring": ring})
+        return json_response({"name": me.name, "region": me.region, "owned": owned, "ring": ring})
 
     async def _list(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])
-        return _json({"streams": await streams.list_streams()})
+        return json_response({"streams": await streams.list_streams()})
 
     async def _create(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])
         await streams.create_stream(request.match_info["stream"])
-        return _json({"created": request.match_info["stream"]}, status=201)
+        return json_response({"created": request.match_info["stream"]}, status=201)
 
     async def _describe(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])
-        return _json(await describe_stream(streams, request.match_info["stream"]))
+        return json_response(await describe_stream(streams, request.match_info["stream"]))
 
     async def _delete(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         await self.ownership.release(ns, stream)
         ledgers = await delete_stream(self.ownership.streams(ns), self._ledgers, stream)
-        return _json({"deleted": stream, "ledgers_deleted": ledgers})
+        return json_response({"deleted": stream, "ledgers_deleted": ledgers})
 
     async def _truncate(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         to = DLSN.parse(_query(request, "to"))
         result = await truncate(self.ownership.streams(ns), stream, to)
-        return _json({"truncated_to": str(to), "segments_truncated": list(result.truncated)})
+        return json_response(
+            {"truncated_to": str(to), "segments_truncated": list(result.truncated)}
+        )
 
     async def _release(self, request: web.Request) -> web.Response:
         released = await self.ownership.release(
             request.match_info["ns"], request.match_info["stream"]
         )
-        return _json({"released": released})
+        return json_response({"released": released})
 
     async def _last(self, request: web.Request) -> web.StreamResponse:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
         last = owned.writer.last_written
-        return _json(
+        return json_response(
             {"dlsn": None if last is None else str(last.dlsn), "txid": owned.writer.last_txid}
         )
 
@@ -172,7 +162,7 @@ class WriteProxy:
         written = await self._append(
             request, owned, len(payload), owned.writer.write(Record(payload, txid))
         )
-        return _json(_written(written))
+        return json_response(_written(written))
 
     async def _bulk(self, request: web.Request) -> web.StreamResponse:
         owned = await self._owner_of(request)
@@ -181,7 +171,7 @@ class WriteProxy:
         body = await request.read()
         payloads = decode_batch(body)
         results = await self._append(request, owned, len(body), owned.writer.write_bulk(payloads))
-        return _json({"records": [_written(w) for w in results]})
+        return json_response({"records": [_written(w) for w in results]})
 
     # -------------------------------------------------------------------------- helpers
 
@@ -235,12 +225,6 @@ def _redirect(request: web.Request, to: Redirect, hop: int) -> web.Response:
 
 def _written(written: Written) -> dict[str, Any]:
     return {"dlsn": str(written.dlsn), "txid": written.txid, "seq": written.seq}
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status, body=json.dumps(body).encode(), content_type="application/json"
-    )
 
 
 def _query(request: web.Request, name: str) -> str:

@@ -10,7 +10,7 @@ import aiohttp
 
 from cli.cluster.controller import Cluster
 from region.read_proxy import ReadProxy
-from tests.support.read_proxies import read_proxy
+from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
 
 

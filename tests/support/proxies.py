@@ -1,5 +1,5 @@
-"""Write proxies in the test process, on the test cluster, each with its own ZooKeeper
-session and ledger client as a proxy process has."""
+"""Write and read proxies in the test process, on the test cluster, each with its own
+ZooKeeper session and ledger client as a proxy process has."""
 
 from __future__ import annotations
 
@@ -11,31 +11,41 @@ from cli.cluster.controller import Cluster
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
 from region.ownership import OwnershipConfig
+from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
 from region.write_proxy import Limits, WriteProxy
 from tests.support.streams import REPLICATION
 
 
 @asynccontextmanager
-async def write_proxy(
-    cluster: Cluster, region: str, limits: Limits | None = None, **settings: Any
-) -> AsyncIterator[WriteProxy]:
-    proxy = cluster.topology.region(region).write_proxies[0]
+async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIterator[Any]:
+    found = cluster.topology.region(region)
+    proxy = (found.write_proxies if kind == "write" else found.read_proxies)[0]
     endpoint = proxy.endpoint
     me = ProxyInfo(proxy.name, region, f"http://{endpoint.host}:{endpoint.port}")
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
             await MetaStore.connect(cluster.topology.zk_connect, session_timeout_s=4.0)
         )
-        ledgers = await stack.enter_async_context(
-            await LedgerClient.connect(
-                store, LedgerConfig(region=region, min_regions_for_durability=2)
-            )
-        )
-        config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
-        server = WriteProxy(config, store, ledgers, limits)
+        config = LedgerConfig(region=region, min_regions_for_durability=2)
+        ledgers = await stack.enter_async_context(await LedgerClient.connect(store, config))
+        server = make(me, store, ledgers)
         await server.start(endpoint.host, endpoint.port)
         try:
             yield server
         finally:
             await server.stop()
+
+
+def write_proxy(
+    cluster: Cluster, region: str, limits: Limits | None = None
+) -> Any:  # an async context manager giving a WriteProxy
+    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> WriteProxy:
+        config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
+        return WriteProxy(config, store, ledgers, limits)
+
+    return _proxy(cluster, region, "write", make)
+
+
+def read_proxy(cluster: Cluster, region: str) -> Any:  # ... giving a ReadProxy
+    return _proxy(cluster, region, "read", ReadProxy)
