@@ -185,9 +185,7 @@ def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> 
         str(PROXY_ZK_SESSION_TIMEOUT_S),
     )
     log = data_dir / "logs" / f"{proxy.name}.log"
-    return ProcessSpec(
-        proxy.name, "write-proxy", argv, log, {}, proxy.region, (proxy.endpoint.port,)
-    )
+    return ProcessSpec(proxy.name, kind, argv, log, {}, proxy.region, (proxy.endpoint.port,))
 
 
 def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> list[ProcessSpec]:
