@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from uhashring import HashRing
@@ -29,8 +30,9 @@ from core.errors import GlobelogError
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
-BACKOFF_MAX_S = 1.0
+BACKOFF_MAX_S = 0.5
 DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
+REDIRECTS_MAX = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,32 +131,51 @@ class ProxyClient:
             raise RuntimeError("use `async with ProxyClient(...)` before calling it")
         deadline = time.monotonic() + self.deadline_s
         backoff = BACKOFF_FIRST_S
+        path = f"/v1/namespaces/{self.namespace}/streams/{stream}{suffix}"
         while True:
             proxy = self._proxy_for(stream)
-            url = f"{proxy}/v1/namespaces/{self.namespace}/streams/{stream}{suffix}"
-            try:
-                async with self._http.request(method, url, **kwargs) as answer:
-                    body = await answer.json(content_type=None)
-                    if answer.status < 300:
-                        if answer.history:  # redirected: remember where it was served
-                            self._owners[stream] = (
-                                f"{answer.url.scheme}://{answer.url.host}:{answer.url.port}"
-                            )
-                        return body
-                    error: GlobelogError = ProxyError(
-                        body.get("code", "internal"),
-                        body.get("message", json.dumps(body)),
-                        bool(body.get("retriable")),
-                        answer.status,
-                    )
-            except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as err:
-                error = ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}")
-                self._down[proxy] = time.monotonic() + DOWN_FOR_S
+            error = await self._try(method, proxy, path, stream, kwargs)
+            if not isinstance(error, GlobelogError):
+                return error
             self._owners.pop(stream, None)  # ask the ring (or be redirected) afresh
             if not error.retriable or time.monotonic() + backoff > deadline:
                 raise error
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _try(
+        self, method: str, proxy: str, path: str, stream: str, kwargs: dict[str, Any]
+    ) -> Any:
+        """One request, following redirects itself (so a dead owner is the one marked
+        down); the answer's body, or the error to retry or raise."""
+        assert self._http is not None
+        url = proxy + path
+        for _ in range(REDIRECTS_MAX + 1):
+            try:
+                async with self._http.request(
+                    method, url, allow_redirects=False, **kwargs
+                ) as answer:
+                    body = await answer.json(content_type=None)
+                    if answer.status == 307:
+                        url = answer.headers["Location"]
+                        target = urlsplit(url)
+                        proxy = f"{target.scheme}://{target.netloc}"
+                        self._owners[stream] = proxy
+                        continue
+                    if answer.status < 300:
+                        return body
+                    return ProxyError(
+                        body.get("code", "internal"),
+                        body.get("message", json.dumps(body)),
+                        bool(body.get("retriable")),
+                        answer.status,
+                    )
+            except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
+                self._down[proxy] = time.monotonic() + DOWN_FOR_S
+                return ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}")
+        return ProxyError(
+            "redirect_loop", f"{method} {path}: over {REDIRECTS_MAX} redirects", True, 307
+        )
 
 
 def _acked(body: dict[str, Any]) -> Acked:

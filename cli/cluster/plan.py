@@ -14,7 +14,7 @@ ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests r
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 LEDGERS_ROOT = "/ledgers"
-PROXY_ZK_SESSION_TIMEOUT_S = 4.0  # a dead proxy's streams are taken over after this
+PROXY_ZK_SESSION_TIMEOUT_S = 2.0  # a dead proxy's streams are taken over after this
 
 
 @dataclass(frozen=True, slots=True)
