@@ -38,6 +38,11 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         "--region", default=os.environ.get("GLOBELOG_REGION"), help="default: the first region"
     )
     parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="library mode: talk to ZooKeeper and the bookies, not to the region's proxies",
+    )
+    parser.add_argument(
         "--zk-session-timeout-s",
         type=float,
         default=10.0,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from typing import Any
 
-from cli import stream_args
+from cli import proxy_commands, stream_args
 from cli.stream_commands import (
     Session,
     print_segments,
@@ -23,6 +24,7 @@ from cli.tools import REPO_ROOT
 from cli.topology import load_checked_topology
 from core.dlsn import DLSN
 from core.errors import ConfigError
+from region.client import ProxyClient
 
 
 def _print_json(value: Any) -> None:
@@ -46,6 +48,11 @@ def run_stream_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit {args.limit}: expected >= 0")
     if not 0.4 <= args.zk_session_timeout_s <= 60:
         raise ConfigError(f"--zk-session-timeout-s {args.zk_session_timeout_s}: expected 0.4..60")
+
+    if not args.direct:
+        proxied = _via_proxies(args, topology, region, settings, position)
+        if proxied is not None:
+            return proxied
 
     async def work(s: Session) -> int:
         if command == "stream":
@@ -79,3 +86,62 @@ def run_stream_command(args: argparse.Namespace) -> int:
 
     status: int = run_in_session(topology, region, args.namespace, args.zk_session_timeout_s, work)
     return status
+
+
+PROXIED_ACTIONS = {"create", "delete", "list", "describe", "truncate"}
+WRITER_FLAGS = (
+    "transmit",
+    "buffer_bytes",
+    "flush_sla_ms",
+    "segment_roll_bytes",
+    "segment_roll_s",
+    "compression",
+    "lock_timeout_s",
+)
+
+
+def _via_proxies(
+    args: argparse.Namespace,
+    topology: Any,
+    region: str,
+    settings: Any,
+    position: Any,
+) -> int | None:
+    """Runs the command through the region's proxies when they answer: its exit status, or
+    None when it is for library mode (no proxy running, or a command they do not serve)."""
+    command = args.command
+    proxied = command in ("write", "read") or (
+        command == "stream" and args.action in PROXIED_ACTIONS
+    )
+    # Writer settings (other than --batch) are the library writer's; a proxy has its own.
+    tuned = command == "write" and any(getattr(args, flag) is not None for flag in WRITER_FLAGS)
+    if not proxied or tuned or (command == "write" and args.owner):
+        return None
+    write_url, read_url = proxy_commands.proxy_urls(topology, region)
+    url = read_url if command == "read" else write_url
+
+    async def main() -> int | None:
+        if not await proxy_commands.answers(url):
+            return None
+        assert url is not None
+        if command == "read":
+            return await proxy_commands.read_pages(
+                url, args.namespace, args.name, position, args.follow, args.limit, args.json,
+                sys.stdout,
+            )  # fmt: skip
+        async with ProxyClient([url], namespace=args.namespace) as client:
+            if command == "write":
+                return await proxy_commands.write_lines(
+                    client, args.name, args.batch, sys.stdin.buffer, sys.stdout, sys.stderr
+                )
+            if args.action == "truncate":
+                _print_json(await client.truncate(args.name, DLSN.parse(args.to)))
+            elif args.action == "list":
+                for name in await client.list_streams():
+                    print(name)
+            else:
+                _print_json(await proxy_commands.stream_action(client, args.action, args.name))
+            return 0
+
+    result: int | None = asyncio.run(main())
+    return result

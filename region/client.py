@@ -90,8 +90,20 @@ class ProxyClient:
 
     # --------------------------------------------------------------------------- calls
 
+    async def list_streams(self) -> list[str]:
+        if self._http is None:
+            raise RuntimeError("use `async with ProxyClient(...)` before calling it")
+        proxy = str(self._ring.get_node(self.namespace))
+        body = await self._try("GET", proxy, f"/v1/namespaces/{self.namespace}/streams", "", {})
+        if isinstance(body, GlobelogError):
+            raise body
+        return [str(name) for name in body["streams"]]
+
     async def create(self, stream: str) -> None:
         await self._call("PUT", stream, "")
+
+    async def truncate(self, stream: str, to: DLSN) -> dict[str, Any]:
+        return dict(await self._call("POST", stream, "/truncate", params={"to": str(to)}))
 
     async def delete(self, stream: str) -> dict[str, Any]:
         return dict(await self._call("DELETE", stream, ""))

@@ -4,6 +4,9 @@ cluster: the owner of a stream killed with SIGKILL, its writes resumed on anothe
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -69,3 +72,33 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
     ]
     assert [r.payload for r in records] == expected
     assert [r.dlsn for r in records] == [a.dlsn for a in acked]
+
+
+def test_the_cli_goes_through_the_proxies_when_they_run(services: Cluster) -> None:
+    namespace = fresh_namespace()
+
+    def globelog(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        command, *rest = args
+        verb = [command] if command != "stream" else [command, rest.pop(0)]
+        argv = [sys.executable, "-m", "cli.main", *verb, *rest, "--region", "us-east",
+                "--topology", str(services.topology_path), "--namespace", namespace]  # fmt: skip
+        return subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
+
+    assert globelog("stream", "create", "s").returncode == 0
+    first = globelog("write", "s", stdin=b"one\ntwo\n")
+    batch = globelog("write", "s", "--batch", stdin=b"three\nfour\n")
+    assert first.returncode == 0 and batch.returncode == 0, first.stderr + batch.stderr
+    acks = [json.loads(line) for line in (first.stdout + batch.stdout).splitlines()]
+    assert [a["seq"] for a in acks] == [0, 1, 2, 3]
+    # one writer (the proxy's) wrote all of it: one segment, not one per command
+    assert {a["dlsn"].split(".")[0] for a in acks} == {"1"}
+    described = json.loads(globelog("stream", "describe", "s").stdout)
+    assert described["owner"] == "wp-us-east@us-east"
+    through_proxy = globelog("read", "s", "--json")
+    direct = globelog("read", "s", "--json", "--direct")
+    assert through_proxy.stdout == direct.stdout
+    assert [json.loads(line)["payload"] for line in through_proxy.stdout.splitlines()] == [
+        "one", "two", "three", "four"
+    ]  # fmt: skip
+    refused = globelog("write", "s", stdin=b"five\n\nsix\n")
+    assert refused.returncode == 2 and b"stdin line 2 is empty" in refused.stderr
