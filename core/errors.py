@@ -219,6 +219,12 @@ class OverCapacityError(ServiceError):
     retriable = True
 
 
+class SeqMismatchError(StreamError):
+    """A conditional append named a sequence id other than the one it would land at."""
+
+    code = "seq_mismatch"
+
+
 class OwnerUnreachableError(ServiceError):
     """The stream's owner is known but cannot be reached to redirect to."""
 

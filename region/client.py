@@ -111,8 +111,18 @@ class ProxyClient:
     async def describe(self, stream: str) -> dict[str, Any]:
         return dict(await self._call("GET", stream, ""))
 
-    async def write(self, stream: str, payload: bytes, txid: int | None = None) -> Acked:
+    async def write(
+        self,
+        stream: str,
+        payload: bytes,
+        txid: int | None = None,
+        expected_seq: int | None = None,
+    ) -> Acked:
+        """Appends one record; with `expected_seq`, only if it lands at that sequence id
+        (ProxyError `seq_mismatch` otherwise)."""
         params = {} if txid is None else {"txid": str(txid)}
+        if expected_seq is not None:
+            params["expected_seq"] = str(expected_seq)
         body = await self._call("POST", stream, "/records", data=payload, params=params)
         return _acked(body)
 

@@ -17,17 +17,16 @@ that does not own the stream answers 307 to the one that does (or should).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from core.dlsn import DLSN
-from core.errors import BadRequestError, GlobelogError, OverCapacityError
+from core.errors import BadRequestError, GlobelogError, OverCapacityError, SeqMismatchError
 from core.records import Record
 from ledger import LedgerClient
 from region import registry
@@ -159,9 +158,19 @@ class WriteProxy:
         payload = await request.read()
         txid_text = request.query.get("txid")
         txid = None if txid_text is None else _int(txid_text, "txid")
-        written = await self._append(
-            request, owned, len(payload), owned.writer.write(Record(payload, txid))
-        )
+        record = Record(payload, txid)
+        expected_text = request.query.get("expected_seq")
+        if expected_text is None:
+            written = await self._append(
+                request, owned, len(payload), lambda: owned.writer.write(record)
+            )
+            return json_response(_written(written))
+        expected = _int(expected_text, "expected_seq")
+
+        def conditional() -> Awaitable[Written]:
+            return self._conditional(owned, record, expected)
+
+        written = await self._append(request, owned, len(payload), conditional)
         return json_response(_written(written))
 
     async def _bulk(self, request: web.Request) -> web.StreamResponse:
@@ -170,10 +179,28 @@ class WriteProxy:
             return owned
         body = await request.read()
         payloads = decode_batch(body)
-        results = await self._append(request, owned, len(body), owned.writer.write_bulk(payloads))
+        results = await self._append(
+            request, owned, len(body), lambda: owned.writer.write_bulk(payloads)
+        )
         return json_response({"records": [_written(w) for w in results]})
 
     # -------------------------------------------------------------------------- helpers
+
+    def _conditional(self, owned: Owned, record: Record, expected: int) -> Awaitable[Written]:
+        """A write that lands at sequence id `expected` or not at all: checked and accepted
+        with no await in between, so no other write of the stream can come first."""
+        writer = owned.writer
+        writer.check_write(record)
+        if writer.next_seq != expected:
+            raise SeqMismatchError(
+                f"stream {writer.stream!r}: the write expected sequence id {expected}; "
+                f"the next one is {writer.next_seq}"
+            )
+        if not writer.has_room:
+            raise OverCapacityError(
+                f"stream {writer.stream!r}: {writer.pending_writes} writes pending; retry later"
+            )
+        return writer.write_nowait(record)
 
     async def _owner_of(self, request: web.Request) -> Owned | web.StreamResponse:
         """This proxy's writer of the request's stream, or a redirect to where it is."""
@@ -190,20 +217,24 @@ class WriteProxy:
         return _redirect(request, resolved, hop + 1)
 
     async def _append(
-        self, request: web.Request, owned: Owned, size: int, write: Awaitable[Any]
+        self,
+        request: web.Request,
+        owned: Owned,
+        size: int,
+        start: Callable[[], Awaitable[Any]],
     ) -> Any:
+        """Starts a write (`start()`) unless the stream's bytes in flight would pass the limit;
+        its result. A writer that failed on it is dropped: the next request opens another."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limit = self.limits.stream_inflight_bytes_max
         if owned.inflight_bytes + size > limit:
-            if asyncio.iscoroutine(write):
-                write.close()
             raise OverCapacityError(
                 f"stream {ns}/{stream} has {owned.inflight_bytes} bytes in flight; a request of "
                 f"{size} bytes would pass the limit of {limit}; retry later"
             )
         owned.inflight_bytes += size
         try:
-            return await write
+            return await start()
         except GlobelogError as err:
             if owned.writer.failed:
                 self.ownership.forget(ns, stream, owned)

@@ -174,6 +174,11 @@ class LogWriter:
         return self._state.last_txid
 
     @property
+    def next_seq(self) -> int:
+        """The sequence id the next record written will get, if every pending write lands."""
+        return self._state.next_seq
+
+    @property
     def failed(self) -> bool:
         """The writer failed or was fenced: every later write fails; open a new one."""
         return self._state.error is not None
@@ -182,6 +187,14 @@ class LogWriter:
     def pending_writes(self) -> int:
         """Writes accepted and not yet acknowledged or failed."""
         return self._state.pending_writes
+
+    def check_write(self, record: Record) -> None:
+        """Raises the error a write of `record` would give now, changing nothing."""
+        self._state.check_write(record)
+
+    @property
+    def has_room(self) -> bool:
+        return self._state.room > 0
 
     def write_nowait(self, record: Record) -> asyncio.Future[Written]:
         """Accepts one record now (pipelined); the future gives its DLSN, txid and sequence

@@ -149,6 +149,12 @@ class LogWriterState:
         return self._pending_writes
 
     @property
+    def next_seq(self) -> int:
+        """The sequence id the next accepted record will get (if every pending write lands)."""
+        buffered = sum(1 for _, record in self._buffer if not record.flags)
+        return self._first_seq + self._position + buffered
+
+    @property
     def room(self) -> int:
         return self.settings.pending_writes_max - self._pending_writes
 

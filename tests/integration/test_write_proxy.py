@@ -188,3 +188,27 @@ async def test_the_client_follows_ownership_and_retries_through_a_proxy_restart(
             with pytest.raises(ProxyError) as missing:
                 await client.write("missing", b"x")
             assert missing.value.code == "stream_not_found" and missing.value.status == 404
+
+
+async def test_a_conditional_append_lands_at_its_sequence_id_or_not_at_all(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with (
+        write_proxy(cluster, "us-east") as east,
+        ProxyClient([east.config.me.url], namespace=namespace) as client,
+    ):
+        await client.create("s")
+        assert (await client.write("s", b"a", expected_seq=0)).seq == 0
+        with pytest.raises(ProxyError) as stale:
+            await client.write("s", b"b", expected_seq=0)
+        assert stale.value.code == "seq_mismatch" and stale.value.status == 409
+        assert "expected sequence id 0; the next one is 1" in str(stale.value)
+        racing = await asyncio.gather(
+            *(client.write("s", f"r{i}".encode(), expected_seq=1) for i in range(10)),
+            return_exceptions=True,
+        )
+        won = [r for r in racing if not isinstance(r, BaseException)]
+        lost = [r for r in racing if isinstance(r, ProxyError)]
+        assert len(won) == 1 and won[0].seq == 1
+        assert len(lost) == 9 and {e.code for e in lost} == {"seq_mismatch"}
