@@ -225,6 +225,13 @@ class SeqMismatchError(StreamError):
     code = "seq_mismatch"
 
 
+class SessionFencedError(StreamError):
+    """A session write named a session that a newer one (a new owner, or a client that fenced
+    the session) replaced; ask for the current session before writing again."""
+
+    code = "session_fenced"
+
+
 class OwnerUnreachableError(ServiceError):
     """The stream's owner is known but cannot be reached to redirect to."""
 

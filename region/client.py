@@ -74,6 +74,7 @@ class ProxyClient:
         self._ring = HashRing(nodes=[p.rstrip("/") for p in proxies])
         self._owners: dict[str, str] = {}  # stream -> the proxy that last served its writes
         self._down: dict[str, float] = {}  # proxy -> until when it is passed over
+        self._sessions: dict[str, int] = {}  # stream -> this client's write session
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
@@ -120,7 +121,9 @@ class ProxyClient:
     ) -> Acked:
         """Appends one record; with `expected_seq`, only if it lands at that sequence id
         (ProxyError `seq_mismatch` otherwise)."""
-        params = {} if txid is None else {"txid": str(txid)}
+        params = self._session_params(stream)
+        if txid is not None:
+            params["txid"] = str(txid)
         if expected_seq is not None:
             params["expected_seq"] = str(expected_seq)
         body = await self._call("POST", stream, "/records", data=payload, params=params)
@@ -129,8 +132,23 @@ class ProxyClient:
     async def write_bulk(self, stream: str, payloads: Sequence[bytes]) -> list[Acked]:
         headers = {"Content-Type": CONTENT_TYPE}
         data = encode_batch(payloads)
-        body = await self._call("POST", stream, "/bulk", data=data, headers=headers)
+        params = self._session_params(stream)
+        body = await self._call("POST", stream, "/bulk", data=data, headers=headers, params=params)
         return [_acked(r) for r in body["records"]]
+
+    async def start_session(self, stream: str) -> int:
+        """Starts session writes to `stream`: the owner writes a session marker, which fences
+        every earlier session (this client's and others'); later writes of this client carry
+        the new session id and fail with `session_fenced` once a newer session exists (a new
+        owner starts one on takeover)."""
+        body = await self._call("GET", stream, "/last", params={"fence_session": "1"})
+        session = int(body["session"])
+        self._sessions[stream] = session
+        return session
+
+    def _session_params(self, stream: str) -> dict[str, str]:
+        session = self._sessions.get(stream)
+        return {} if session is None else {"session": str(session)}
 
     async def last_dlsn(self, stream: str) -> DLSN | None:
         body = await self._call("GET", stream, "/last")

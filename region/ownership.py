@@ -39,6 +39,7 @@ class Redirect:
 @dataclass
 class Owned:
     writer: LogWriter
+    session: int  # the txid of the session marker this owner wrote last (session writes)
     inflight_bytes: int = 0
 
 
@@ -145,8 +146,14 @@ class Ownership:
             if elsewhere is None:
                 raise
             return elsewhere
-        owned = self._owned[key] = Owned(writer)
-        log.info("took ownership of %s/%s", *key)
+        try:
+            # A new owner starts a new write session: sessions of the previous owner are fenced.
+            session = await writer.mark_session()
+        except BaseException:
+            await writer.abandon()
+            raise
+        owned = self._owned[key] = Owned(writer, session)
+        log.info("took ownership of %s/%s (session %d)", *key, session)
         return owned
 
     def forget(self, namespace: str, stream: str, owned: Owned) -> None:

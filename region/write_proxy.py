@@ -26,7 +26,13 @@ from typing import Any
 from aiohttp import web
 
 from core.dlsn import DLSN
-from core.errors import BadRequestError, GlobelogError, OverCapacityError, SeqMismatchError
+from core.errors import (
+    BadRequestError,
+    GlobelogError,
+    OverCapacityError,
+    SeqMismatchError,
+    SessionFencedError,
+)
 from core.records import Record
 from ledger import LedgerClient
 from region import registry
@@ -146,9 +152,15 @@ class WriteProxy:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
+        if request.query.get("fence_session") in ("1", "true"):
+            owned.session = await owned.writer.mark_session()  # every older session is fenced
         last = owned.writer.last_written
         return json_response(
-            {"dlsn": None if last is None else str(last.dlsn), "txid": owned.writer.last_txid}
+            {
+                "dlsn": None if last is None else str(last.dlsn),
+                "txid": owned.writer.last_txid,
+                "session": owned.session,
+            }
         )
 
     async def _write(self, request: web.Request) -> web.StreamResponse:
@@ -159,6 +171,7 @@ class WriteProxy:
         txid_text = request.query.get("txid")
         txid = None if txid_text is None else _int(txid_text, "txid")
         record = Record(payload, txid)
+        _check_session(request, owned)
         expected_text = request.query.get("expected_seq")
         if expected_text is None:
             written = await self._append(
@@ -179,6 +192,7 @@ class WriteProxy:
             return owned
         body = await request.read()
         payloads = decode_batch(body)
+        _check_session(request, owned)
         results = await self._append(
             request, owned, len(body), lambda: owned.writer.write_bulk(payloads)
         )
@@ -241,6 +255,19 @@ class WriteProxy:
             raise err
         finally:
             owned.inflight_bytes -= size
+
+
+def _check_session(request: web.Request, owned: Owned) -> None:
+    """A session write (`session=ID`) is refused unless ID is the owner's current session."""
+    text = request.query.get("session")
+    if text is None:
+        return
+    session = _int(text, "session")
+    if session != owned.session:
+        raise SessionFencedError(
+            f"stream {owned.writer.stream!r}: write session {session} was fenced; the current "
+            f"session is {owned.session} (GET .../last?fence_session=1 starts a new one)"
+        )
 
 
 def _redirect(request: web.Request, to: Redirect, hop: int) -> web.Response:

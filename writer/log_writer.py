@@ -263,6 +263,17 @@ class LogWriter:
         self._state.flush()
         self._pump()
 
+    async def mark_session(self) -> int:
+        """Writes a session marker (a control record readers never see) once the writes before
+        it landed; its txid, above every earlier one: the id of a new write session."""
+        write_id = self._state.mark_session(_now_ms())
+        future: asyncio.Future[Written] = self._loop.create_future()
+        self._futures[write_id] = future
+        self._pump()
+        async with asyncio.timeout(self.config.close_timeout_s):
+            written = await future
+        return written.txid
+
     async def mark_end_of_stream(self) -> int:
         """Seals the stream (readers see its end, writers get end_of_stream); the last txid."""
         write_id = self._state.mark_end_of_stream(_now_ms())

@@ -65,6 +65,7 @@ from writer.events import (
 )
 
 CONTROL_PAYLOAD = b"control"
+SESSION_PAYLOAD = b"session"
 END_OF_STREAM_PAYLOAD = b"end-of-stream"
 
 
@@ -320,6 +321,20 @@ class LogWriterState:
             self._phase = Phase.CLOSING
             self._transmit_buffer(force=True)
         self._maybe_finish()
+
+    def mark_session(self, now_ms: int) -> int:
+        """Writes a control record whose txid is above every earlier one: a session id for
+        session writes (readers never see it); its write id, whose completion gives the txid."""
+        self.check_write(Record(b""))
+        txid = min(max(self._last_txid + 1, now_ms), TXID_MAX)
+        self._last_txid = txid
+        write_id = self._next_write_id
+        self._next_write_id += 1
+        self._pending_writes += 1
+        self._buffer.append((write_id, StoredRecord(txid, RecordFlag.CONTROL, SESSION_PAYLOAD)))
+        if self._phase is Phase.OPEN:
+            self._transmit_buffer()
+        return write_id
 
     def mark_end_of_stream(self, now_ms: int) -> int:
         """Seals the stream after the buffered records; the write id of the end record."""

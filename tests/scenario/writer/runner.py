@@ -3,7 +3,7 @@
 Machine:  new-writer [transmit=size|periodic|immediate] [buffer=N] [interval=S] [sla=S]
                      [roll-bytes=N] [roll-s=S] [max-txid=N] [pending-max=N] [now=S]
 Inputs:   write payload=TEXT [txid=N] [now-ms=N], batch n=N [size=N] [now-ms=N], flush,
-          close, eos [now-ms=N], state
+          close, eos [now-ms=N], session [now-ms=N], state
 Events:   acked t=N entry=E, failed t=N kind=K reason=TEXT, writer-failed kind=K reason=TEXT,
           segment-started seq=N first-seq=N now=S, tick now=S
 A refused input renders as `error <code>: <message>` and must change nothing.
@@ -101,7 +101,8 @@ class Runner:
             return [f"error {err.code}: {err}"]
 
     def _input(self, args: Args, state: LogWriterState) -> list[str]:
-        now_ms = args.integer("now-ms", NOW_MS) if args.name in ("write", "batch", "eos") else 0
+        timed = ("write", "batch", "eos", "session")
+        now_ms = args.integer("now-ms", NOW_MS) if args.name in timed else 0
         match args.name:
             case "write":
                 txid = args.integer("txid") if args.has("txid") else None
@@ -117,6 +118,8 @@ class Runner:
                 state.flush()
             case "close":
                 state.close()
+            case "session":
+                return [f"session w{state.mark_session(now_ms)}"]
             case "eos":
                 return [f"end-of-stream w{state.mark_end_of_stream(now_ms)}"]
             case "state":
