@@ -17,11 +17,10 @@ import contextlib
 import logging
 import os
 import socket
-import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from core.entry_format import Codec, encode_entry
 from core.errors import (
@@ -31,17 +30,15 @@ from core.errors import (
     WriterClosedError,
 )
 from core.records import Record
-from core.segments import SegmentMetadata, SegmentState
+from core.segments import SegmentMetadata
 from core.streams import (
-    LEDGER_PASSWORD,
-    LEDGER_SEGMENT_KEY,
-    LEDGER_STREAM_KEY,
     StreamSettings,
 )
 from core.topology import Replication
 from global_meta import SessionState
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerFencedError, LedgerWriter
+from writer.bulk import Batch, Run
 from writer.events import (
     CloseSegment,
     CompleteWrites,
@@ -60,6 +57,7 @@ from writer.events import (
     Written,
 )
 from writer.recovery import recover_segment
+from writer.segment_start import now_ms, start_segment
 from writer.state import LogWriterState, Phase, SegmentStart
 
 log = logging.getLogger(__name__)
@@ -113,7 +111,7 @@ class LogWriter:
         self._state = LogWriterState(stream, config.settings, start, self._clock_s)
         # What waits for each write: its own future, or the batch of a write_bulk call.
         self._futures: dict[int, asyncio.Future[Written]] = {}
-        self._runs: deque[_Run] = deque()  # bulk writes, oldest first
+        self._runs: deque[Run] = deque()  # bulk writes, oldest first
         self.last_written: Written | None = None  # the newest acknowledged write
         self._room = asyncio.Event()
         self._room.set()
@@ -160,7 +158,9 @@ class LogWriter:
             raise EndOfStreamError(
                 f"stream {stream!r} was sealed with an end of stream at {segments[-1].segment.last_dlsn}"
             )
-        segment, ledger, max_txid = await start_segment(streams, ledgers, stream, config, lock)
+        segment, ledger, max_txid = await start_segment(
+            streams, ledgers, stream, config.replication, config.region, lock
+        )
         return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)
 
     # ----------------------------------------------------------------------------- API
@@ -205,7 +205,7 @@ class LogWriter:
         """
         state = self._state
         self._advance_clock()
-        write_id = state.write(record, _now_ms())
+        write_id = state.write(record, now_ms())
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
         if state.room <= 0:
@@ -239,7 +239,7 @@ class LogWriter:
         self._state.check_batch(batch)
         if not batch:
             return []
-        waiter = _Batch(self._loop.create_future(), len(batch))
+        waiter = Batch(self._loop.create_future(), len(batch))
         state = self._state
         done = 0
         while done < len(batch):
@@ -249,9 +249,9 @@ class LogWriter:
                 state.check_batch(batch[done:])  # the writer may have failed meanwhile
             self._advance_clock()
             chunk = batch[done : done + state.room]
-            first_id = state.write_batch(chunk, _now_ms())
+            first_id = state.write_batch(chunk, now_ms())
             # One waiter per run of write ids: no future or callback per record.
-            self._runs.append(_Run(first_id, first_id + len(chunk), waiter, done))
+            self._runs.append(Run(first_id, first_id + len(chunk), waiter, done))
             done += len(chunk)
             if state.has_actions:  # full entries go out now, not at the end of the batch
                 self._pump()
@@ -266,7 +266,7 @@ class LogWriter:
     async def mark_session(self) -> int:
         """Writes a session marker (a control record readers never see) once the writes before
         it landed; its txid, above every earlier one: the id of a new write session."""
-        write_id = self._state.mark_session(_now_ms())
+        write_id = self._state.mark_session(now_ms())
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
         self._pump()
@@ -276,7 +276,7 @@ class LogWriter:
 
     async def mark_end_of_stream(self) -> int:
         """Seals the stream (readers see its end, writers get end_of_stream); the last txid."""
-        write_id = self._state.mark_end_of_stream(_now_ms())
+        write_id = self._state.mark_end_of_stream(now_ms())
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
         self._pump()
@@ -376,7 +376,7 @@ class LogWriter:
         payload = encode_entry(
             action.records,
             first_position=action.first_position,
-            write_time_ms=_now_ms(),
+            write_time_ms=now_ms(),
             region=self.config.region,
             codec=self._codec,
         )
@@ -454,8 +454,14 @@ class LogWriter:
     async def _roll(self, summary: SegmentSummary) -> None:
         async with asyncio.timeout(self.config.roll_timeout_s):
             await self._complete(summary)
+            config = self.config
             segment, ledger, _ = await start_segment(
-                self._streams, self._ledgers, self.stream, self.config, self._lock
+                self._streams,
+                self._ledgers,
+                self.stream,
+                config.replication,
+                config.region,
+                self._lock,
             )
         self._segment, self._ledger = segment, ledger
         started = segment.segment
@@ -467,7 +473,7 @@ class LogWriter:
             summary.last_txid,
             summary.last_dlsn,
             summary.record_count,
-            _now_ms(),
+            now_ms(),
             summary.end_of_stream,
         )
         self._segment = await self._streams.complete_segment(
@@ -533,70 +539,5 @@ class LogWriter:
                 await self._streams.release(self._lock)
 
 
-class _Batch:
-    """The results of one write_bulk call, completed when every record is acknowledged."""
-
-    __slots__ = ("future", "remaining", "results")
-
-    def __init__(self, future: asyncio.Future[list[Written]], count: int) -> None:
-        self.future = future
-        self.results: list[Written | None] = [None] * count
-        self.remaining = count
-
-    def done(self, index: int, written: Written) -> None:
-        self.results[index] = written
-        self.remaining -= 1
-        if self.remaining == 0 and not self.future.done():
-            self.future.set_result(self.results)  # type: ignore[arg-type]  # no None is left
-
-
-class _Run(NamedTuple):
-    """Write ids first_id..end_id-1 of a bulk write: its records from `offset` on."""
-
-    first_id: int
-    end_id: int
-    batch: _Batch
-    offset: int
-
-
-async def start_segment(
-    streams: StreamMetaStore,
-    ledgers: LedgerClient,
-    stream: str,
-    config: WriterConfig,
-    lock: OwnerLock,
-) -> tuple[VersionedSegment, LedgerWriter, int]:
-    """Creates the next segment's ledger and metadata: the owner's new epoch.
-
-    Its first sequence id and txid floor come from the stream's counters, which every
-    completion moved past the previous segment (and which outlive segments deleted by
-    retention)."""
-    counters = await streams.counters(stream)
-    sequence = counters.max_sequence + 1
-    custom = ((LEDGER_STREAM_KEY, stream.encode()), (LEDGER_SEGMENT_KEY, str(sequence).encode()))
-    ledger = await ledgers.create(config.replication, LEDGER_PASSWORD, custom)
-    segment = SegmentMetadata(
-        sequence=sequence,
-        ledger_id=ledger.ledger_id,
-        state=SegmentState.IN_PROGRESS,
-        first_txid=max(counters.max_txid, 0),
-        first_seq=counters.next_seq,
-        created_ms=_now_ms(),
-        writer_region=config.region,
-    )
-    try:
-        versioned = await streams.start_segment(stream, segment, counters, lock)
-    except BaseException:
-        await ledger.abandon()
-        with contextlib.suppress(GlobelogError):
-            await ledgers.delete(ledger.ledger_id)
-        raise
-    return versioned, ledger, counters.max_txid
-
-
 def _failure_kind(err: BaseException) -> FailureKind:
     return FailureKind.FENCED if isinstance(err, LedgerFencedError) else FailureKind.TRANSMIT
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
