@@ -62,6 +62,12 @@ def add_stream_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         sub.add_argument("name")
         add_common(sub)
     add_common(stream_sub.add_parser("list", help="the streams of a namespace"))
+    drain = stream_sub.add_parser(
+        "drain", help="stop --region's write proxies taking the stream's writes (--undo ends it)"
+    )
+    drain.add_argument("name")
+    drain.add_argument("--undo", action="store_true")
+    add_common(drain)
     trunc = stream_sub.add_parser("truncate", help="mark every record before a DLSN truncated")
     trunc.add_argument("name")
     trunc.add_argument("--to", required=True, metavar="DLSN")

@@ -25,6 +25,7 @@ from cli.topology import load_checked_topology
 from core.dlsn import DLSN
 from core.errors import ConfigError
 from region.client import ProxyClient
+from region.drain import set_drained
 
 
 def _print_json(value: Any) -> None:
@@ -64,6 +65,13 @@ def run_stream_command(args: argparse.Namespace) -> int:
             elif args.action == "list":
                 for name in await stream_admin(s, "list", None):
                     print(name)
+            elif args.action == "drain":
+                await s.streams.require(args.name)
+                changed = await set_drained(
+                    s.store, region, args.namespace, args.name, not args.undo
+                )
+                state = "undrained" if args.undo else "drained"
+                _print_json({state: args.name, "region": region, "changed": changed})
             else:
                 _print_json(await stream_admin(s, args.action, args.name))
             return 0

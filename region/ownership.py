@@ -14,13 +14,14 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from core.errors import GlobelogError, OwnershipError, OwnerUnreachableError
+from core.errors import GlobelogError, NoNodeError, OwnershipError, OwnerUnreachableError
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
-from region.registry import ProxyInfo, Ring, lookup
+from region.registry import ROOT as PROXIES_ROOT
+from region.registry import ProxyInfo, Ring, lookup, proxy_path
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Ownership:
         self._namespaces: dict[str, StreamMetaStore] = {}
         self._owned: dict[tuple[str, str], Owned] = {}
         self._opening: dict[tuple[str, str], asyncio.Task[Owned | Redirect]] = {}
+        self.drained: frozenset[tuple[str, str]] = frozenset()  # kept by the proxy's watch
 
     def streams(self, namespace: str) -> StreamMetaStore:
         streams = self._namespaces.get(namespace)
@@ -72,6 +74,9 @@ class Ownership:
     def owned(self) -> list[tuple[str, str]]:
         return sorted(self._owned)
 
+    def owned_keys(self) -> set[tuple[str, str]]:
+        return set(self._owned)
+
     def owned_here(self, namespace: str, stream: str) -> Owned | None:
         return self._owned.get((namespace, stream))
 
@@ -79,6 +84,8 @@ class Ownership:
         """This proxy's writer for the stream, taking ownership if it is the stream's home,
         or where to send the request."""
         key = (namespace, stream)
+        if key in self.drained:
+            return await self._elsewhere_than_here(key)
         owned = self._owned.get(key)
         if owned is not None:
             return owned
@@ -155,6 +162,40 @@ class Ownership:
         owned = self._owned[key] = Owned(writer, session)
         log.info("took ownership of %s/%s (session %d)", *key, session)
         return owned
+
+    async def _elsewhere_than_here(self, key: tuple[str, str]) -> Redirect:
+        """A drained stream's requests: to its owner in another region, or to a write proxy of
+        another region, which will take it once this proxy let it go."""
+        await self.release(*key)
+        streams = self.streams(key[0])
+        await streams.require(key[1])
+        owner = await self._owner_elsewhere(streams, key[1])
+        if owner is not None and not owner.owner.endswith(f"@{self.config.me.region}"):
+            return owner
+        for region in await self._store.children(PROXIES_ROOT):
+            if region == self.config.me.region:
+                continue
+            try:
+                names = await self._store.children(proxy_path(region, KIND))
+            except NoNodeError:
+                continue
+            for name in names:
+                info = await lookup(self._store, KIND, region, name)
+                if info is not None:
+                    return Redirect(
+                        info.url, f"{name}@{region} (drained in {self.config.me.region})"
+                    )
+        raise OwnerUnreachableError(
+            f"stream {key[0]}/{key[1]} is drained in {self.config.me.region} and no write proxy "
+            "of another region is alive"
+        )
+
+    async def release_drained(self) -> None:
+        """Releases every owned stream that is now drained here."""
+        for key in [k for k in self._owned if k in self.drained]:
+            with contextlib.suppress(GlobelogError, TimeoutError):
+                await self.release(*key)
+                log.info("released drained stream %s/%s", *key)
 
     def forget(self, namespace: str, stream: str, owned: Owned) -> None:
         """Drops a writer that failed or was fenced; the next request resolves afresh."""

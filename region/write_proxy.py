@@ -17,6 +17,7 @@ that does not own the stream answers 307 to the one that does (or should).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,7 @@ from core.records import Record
 from ledger import LedgerClient
 from region import registry
 from region.batch_format import decode_batch
+from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from writer.admin import delete_stream, describe_stream, truncate
@@ -70,6 +72,8 @@ class WriteProxy:
         self._ledgers = ledgers
         self._ring = registry.Ring(store, KIND, config.me.region)
         self.ownership = Ownership(config, store, ledgers, self._ring)
+        self._drain = DrainWatch(store, config.me.region)
+        self._drainer: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
 
     # ------------------------------------------------------------------------ lifecycle
@@ -96,10 +100,24 @@ class WriteProxy:
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
         await self._ring.start(RING_TIMEOUT_S)
+        await self._drain.start()
+        self._drainer = asyncio.get_running_loop().create_task(self._follow_drains())
         await registry.register(self._store, KIND, self.config.me)
         log.info("write proxy %s serving at %s", self.config.me.name, self.config.me.url)
 
+    async def _follow_drains(self) -> None:
+        """Releases the streams an operator drains in this region as soon as it says so."""
+        while True:
+            await self._drain.changed.wait()
+            self._drain.changed.clear()
+            self.ownership.drained = self._drain.drained
+            await self.ownership.release_drained()
+
     async def stop(self) -> None:
+        if self._drainer is not None:
+            self._drainer.cancel()
+            await asyncio.gather(self._drainer, return_exceptions=True)
+        await self._drain.stop()
         await self.ownership.release_all()
         await self._ring.stop()
         if self._runner is not None:

@@ -13,6 +13,7 @@ from cli.cluster.controller import Cluster
 from core.dlsn import DLSN
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient, ProxyError
+from region.drain import set_drained
 from region.write_proxy import Limits, WriteProxy
 from tests.support.proxies import write_proxy
 from tests.support.streams import fresh_namespace, stream_env
@@ -249,3 +250,32 @@ async def test_session_writes_are_fenced_by_a_newer_session_and_by_a_new_owner(
         reader = await env.reader("s", follow=False)
         async with reader:
             assert [r.payload async for r in reader] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_a_stream_drained_in_a_region_moves_to_another_and_comes_back(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with (
+        write_proxy(cluster, "us-east") as east,
+        write_proxy(cluster, "eu-west") as west,
+        ProxyClient([east.config.me.url], namespace=namespace) as client,
+        stream_env(cluster, "us-east", namespace) as env,
+    ):
+        await client.create("s")
+        assert (await client.write("s", b"a")).seq == 0
+        assert (await client.describe("s"))["owner"] == "wp-us-east@us-east"
+        assert await set_drained(env.store, "us-east", namespace, "s", True)
+        # us-east lets the stream go and sends its writes to eu-west, which takes it
+        acked = await client.write("s", b"b")
+        assert acked.seq == 1 and acked.dlsn.segment == 2
+        assert (await client.describe("s"))["owner"] == "wp-eu-west@eu-west"
+        assert (namespace, "s") not in east.ownership.owned_keys()
+        assert (namespace, "s") in west.ownership.owned_keys()
+        assert await set_drained(env.store, "us-east", namespace, "s", False)
+        assert not await set_drained(env.store, "us-east", namespace, "s", False)
+        assert (await client.write("s", b"c")).seq == 2  # stays with eu-west, the owner
+    async with stream_env(cluster, "us-west", namespace) as reader_env:
+        reader = await reader_env.reader("s", follow=False)
+        async with reader:
+            assert [r.payload async for r in reader] == [b"a", b"b", b"c"]
