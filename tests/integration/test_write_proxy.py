@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from cli.cluster.controller import Cluster
+from cli.cluster.probes import wait_until
 from core.dlsn import DLSN
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient, ProxyError
@@ -266,7 +267,12 @@ async def test_a_stream_drained_in_a_region_moves_to_another_and_comes_back(
         assert (await client.write("s", b"a")).seq == 0
         assert (await client.describe("s"))["owner"] == "wp-us-east@us-east"
         assert await set_drained(env.store, "us-east", namespace, "s", True)
-        # us-east lets the stream go and sends its writes to eu-west, which takes it
+
+        async def released() -> bool:  # the drain reaches us-east through its watch
+            return (namespace, "s") not in east.ownership.owned_keys()
+
+        await wait_until("us-east releasing the drained stream", released, 10.0)
+        # us-east let the stream go; it sends its writes to eu-west, which takes it
         acked = await client.write("s", b"b")
         assert acked.seq == 1 and acked.dlsn.segment == 2
         assert (await client.describe("s"))["owner"] == "wp-eu-west@eu-west"
