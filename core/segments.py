@@ -118,7 +118,7 @@ def decode_segment(data: bytes, where: str) -> SegmentMetadata:
             f"{where}: segment metadata is {type(body).__name__}, not an object"
         )
     version = body.get("version")
-    if version != SEGMENT_FORMAT_VERSION:
+    if type(version) is not int or version != SEGMENT_FORMAT_VERSION:  # not true, not 1.0
         raise SegmentMetadataError(
             f"{where}: segment format version {version!r}; this globelog reads {SEGMENT_FORMAT_VERSION}"
         )
@@ -134,12 +134,12 @@ def decode_segment(data: bytes, where: str) -> SegmentMetadata:
             first_txid=_int(body, "first_txid"),
             first_seq=_int(body, "first_seq"),
             created_ms=_int(body, "created_ms"),
-            writer_region=str(body["writer_region"]),
+            writer_region=_text(body, "writer_region"),
             last_txid=_int(body, "last_txid") if completed else -1,
             last_dlsn=None if last is None else DLSN.parse(str(last)),
             record_count=_int(body, "record_count") if completed else 0,
             completed_ms=_int(body, "completed_ms") if completed else 0,
-            end_of_stream=bool(body.get("end_of_stream", False)),
+            end_of_stream=_flag(body, "end_of_stream"),
             truncation=Truncation(body.get("truncation", "active")),
             min_active=None if min_active is None else DLSN.parse(str(min_active)),
         )
@@ -147,6 +147,20 @@ def decode_segment(data: bytes, where: str) -> SegmentMetadata:
         raise SegmentMetadataError(
             f"{where}: segment metadata field {err} is missing or invalid"
         ) from err
+
+
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key!r}={value!r} (expected a string)")
+    return value
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key!r}={value!r} (expected true or false)")
+    return value
 
 
 def _int(body: dict[str, Any], key: str) -> int:
