@@ -42,7 +42,14 @@ from ledger import (
     NoSuchLedgerMetadataError,
 )
 from reader.entry_search import search_segment
-from reader.positions import By, Position, check_not_truncated, segment_for, start_in_segment
+from reader.positions import (
+    By,
+    Position,
+    check_not_truncated,
+    check_seq_not_truncated,
+    segment_for,
+    start_in_segment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +192,12 @@ class LogReader:
             assert isinstance(self._start.value, DLSN)
             check_not_truncated(self.stream, self._start.value, segments, counters.max_sequence)
         index = segment_for(self._start, segments)
+        if self._start.by is By.SEQ:
+            assert isinstance(self._start.value, int)
+            found_segment = None if index is None else segments[index]
+            check_seq_not_truncated(
+                self.stream, self._start.value, found_segment, counters.next_seq
+            )
         if index is None:
             newest = max(segments[-1].sequence if segments else 0, counters.max_sequence)
             start = DLSN(newest + 1, 0, 0)  # beyond the end: the next segment's first record

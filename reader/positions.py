@@ -83,6 +83,24 @@ def check_not_truncated(
         )
 
 
+def check_seq_not_truncated(
+    stream: str, seq: int, found: SegmentMetadata | None, next_seq: int
+) -> None:
+    """Raises TruncatedPositionError when sequence id `seq` lies in a segment that was
+    truncated or deleted: `found` (the first segment holding a record at or after it) starts
+    later, or no segment is left although the stream got past `seq` (`next_seq`)."""
+    if found is not None and seq < found.first_seq:
+        raise TruncatedPositionError(
+            f"stream {stream!r}: sequence id {seq} is truncated; the first readable one is "
+            f"{found.first_seq} ({found.min_active or found.first_dlsn})"
+        )
+    if found is None and seq < next_seq:
+        raise TruncatedPositionError(
+            f"stream {stream!r}: sequence id {seq} is truncated; no record before "
+            f"sequence id {next_seq} is readable"
+        )
+
+
 def segment_for(position: Position, segments: Sequence[SegmentMetadata]) -> int | None:
     """The index in `segments` (oldest first) of the segment that holds the first record at or
     after `position`, as far as the metadata tells; None when it lies beyond every segment."""
