@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import bench_ledger_options, bench_stream_main, serve, stream_args
+from cli import bench_failover, bench_ledger_options, bench_stream_main, serve, stream_args
 from cli.cluster import controller, processes, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         "stream", help="stream write throughput, commit latency and tailing reads"
     )
     bench_stream_main.add_arguments(stream_bench)
+    failover_bench = bench_sub.add_parser(
+        "failover", help="time from killing a stream's owning write proxy to the next write"
+    )
+    bench_failover.add_arguments(failover_bench)
 
     ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
     ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -155,6 +159,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return _run_bench_ledger(args)
     if args.action == "stream":
         return bench_stream_main.run(args)
+    if args.action == "failover":
+        return bench_failover.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")
