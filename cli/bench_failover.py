@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cli.bench_figures import percentile
-from cli.bench_ledger_options import bench_cluster, check_cluster_ports
+from cli.bench_ledger_options import add_cluster_arguments, bench_cluster, check_cluster_ports
 from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.cluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
@@ -83,14 +82,7 @@ async def bench_failover(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topology", default=None, help="topology file (default topology.yaml)")
-    parser.add_argument(
-        "--use-running",
-        action="store_true",
-        help="use the cluster (with its proxies) running from --data-dir, not a temporary one",
-    )
-    parser.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
-    parser.add_argument("--profile", default=None, help="WAN profile, e.g. ci|realistic")
+    add_cluster_arguments(parser)
     parser.add_argument("--kills", type=int, default=20, help="owner proxies killed, one a round")
 
 

@@ -28,7 +28,8 @@ PORT_PROBE_TIMEOUT_S = 0.5
 DIGESTS = {"crc32": DigestType.CRC32, "crc32c": DigestType.CRC32C}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every benchmark shares: which cluster it runs on."""
     parser.add_argument("--topology", default=None, help="topology file (default topology.yaml)")
     parser.add_argument(
         "--use-running",
@@ -37,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
     parser.add_argument("--profile", default=None, help="WAN profile, e.g. ci|realistic")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_arguments(parser)
     parser.add_argument("--region", default="us-east", help="where the globelog client runs")
     parser.add_argument(
         "--replication", default=None, help="E/W/A/min_regions, e.g. 3/3/2/2 (default: topology's)"

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-from cli.bench_ledger_options import bench_cluster, check_cluster_ports
+from cli.bench_ledger_options import add_cluster_arguments, bench_cluster, check_cluster_ports
 from cli.bench_stream import RUNS, StreamWorkload, bench_stream
 from cli.cluster import controller
 from cli.tools import find_tools
@@ -20,14 +19,7 @@ SECONDS_MAX = 600
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topology", default=None, help="topology file (default topology.yaml)")
-    parser.add_argument(
-        "--use-running",
-        action="store_true",
-        help="use the cluster already running from --data-dir instead of a temporary one",
-    )
-    parser.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
-    parser.add_argument("--profile", default=None, help="WAN profile, e.g. ci|realistic")
+    add_cluster_arguments(parser)
     parser.add_argument("--region", default="us-east", help="where the writer runs")
     parser.add_argument("--reader-region", default="eu-west", help="where the tailing reader runs")
     parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
