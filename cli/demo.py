@@ -51,7 +51,7 @@ async def wan_matrix(cluster: Cluster) -> None:
                 address = next(
                     r.listen.address
                     for r in routes
-                    if r.from_region == source and r.to_region == target
+                    if r.kind == "bookie" and (r.from_region, r.to_region) == (source, target)
                 )
             samples = [await ping_bookie(address) for _ in range(PINGS_PER_LINK)]
             median_ms = statistics.median(samples[2:]) * 1000  # first pings warm the bookie

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli import bench_failover, bench_ledger_options, bench_stream_main, serve, stream_args
-from cli.cluster import controller, processes, wan
+from cli.cluster import controller, processes, regions, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
 from cli.topology import load_checked_topology as load_topology
@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     part = actions.add_parser("partition", help="cut the WAN link between two regions")
     part.add_argument("region_a")
     part.add_argument("region_b")
+    for action, text in (
+        ("region-down", "kill every process of a region (ZooKeeper node, bookies, proxies)"),
+        ("region-up", "restart every stopped process of a region and wait until it serves"),
+        ("isolate", "cut every WAN link of a region, ZooKeeper's included (`heal` restores)"),
+    ):
+        actions.add_parser(action, help=text).add_argument("region")
     heal = actions.add_parser("heal", help="restore WAN links (all, or between two regions)")
     heal.add_argument("region_a", nargs="?")
     heal.add_argument("region_b", nargs="?")
@@ -139,6 +145,8 @@ async def _run_cluster(args: argparse.Namespace) -> int:
     if args.action in ("kill", "pause", "resume", "restart"):
         print(await controller.fault(cluster, find_tools(), args.action, args.name))
         return 0
+    if args.action in ("region-down", "region-up", "isolate"):
+        return await _run_region_fault(cluster, args.action, args.region)
     known = set(cluster.topology.region_names)
     for region in (args.region_a, args.region_b):
         if region is not None and region not in known:
@@ -149,6 +157,19 @@ async def _run_cluster(args: argparse.Namespace) -> int:
         return 0
     routes = await wan.heal(cluster.topology, args.region_a, args.region_b)
     print(f"healed {len(routes)} routes")
+    return 0
+
+
+async def _run_region_fault(cluster: Cluster, action: str, region: str) -> int:
+    if action == "region-down":
+        names = await regions.region_down(cluster, region)
+        print(f"region {region} down: killed {len(names)} process(es): {' '.join(names) or '-'}")
+    elif action == "region-up":
+        names = await regions.region_up(cluster, find_tools(), region)
+        print(f"region {region} up: started {len(names)} process(es): {' '.join(names) or '-'}")
+    else:
+        cut = await regions.isolate(cluster, region)
+        print(f"isolated {region}: {cut} routes cut, ZooKeeper's included (`heal` restores)")
     return 0
 
 

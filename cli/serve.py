@@ -66,7 +66,9 @@ async def serve_proxy(
     )
     stop = _stop_on_signals()
     async with (
-        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
+        await MetaStore.connect(
+            topology.zk_connect_for(proxy.region), session_timeout_s=session_timeout_s
+        ) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
         server: WriteProxy | ReadProxy = (

@@ -232,6 +232,13 @@ class SessionFencedError(StreamError):
     code = "session_fenced"
 
 
+class ProducerSeqStaleError(StreamError):
+    """An idempotent write named a producer seq older than the window the owner remembers:
+    whether it landed is no longer known, so it is neither written nor answered."""
+
+    code = "producer_seq_stale"
+
+
 class OwnerUnreachableError(ServiceError):
     """The stream's owner is known but cannot be reached to redirect to."""
 

@@ -1,7 +1,9 @@
-"""WAN routes: which address each region uses to reach each bookie, and the published topology.
+"""WAN routes: which address each region uses to reach each bookie and ZooKeeper peer.
 
 Traffic between regions goes through one emulated WAN link (a toxiproxy proxy) per
-(source region, remote bookie); traffic inside a region goes straight to the bookie.
+(source region, remote bookie) and per (source region, remote ZooKeeper node, quorum port);
+traffic inside a region goes straight to its target. Clients talk to their own region's
+ZooKeeper nodes only, so ZooKeeper's quorum traffic is what pays the WAN, as in a deployment.
 """
 
 from __future__ import annotations
@@ -11,40 +13,62 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import MetadataError
-from core.topology import Bookie, Endpoint, Topology
+from core.topology import Endpoint, Topology
 
 TOPOLOGY_ZNODE = "/globelog/topology"  # where `cluster up` publishes it for every client
 PUBLISHED_FORMAT_VERSION = 1
 PUBLISHED_BYTES_MAX = 1 << 20
 
 
+ROUTE_KINDS = ("bookie", "zk-peer", "zk-election")
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One WAN link: clients in `from_region` reach `bookie` at `listen`."""
+    """One WAN link: processes in `from_region` reach `upstream` (of `target`) at `listen`."""
 
     name: str
+    kind: str  # one of ROUTE_KINDS
+    target: str  # the bookie's or ZooKeeper node's topology name
     from_region: str
-    bookie: Bookie
+    to_region: str
+    upstream: Endpoint
     listen: Endpoint
-
-    @property
-    def to_region(self) -> str:
-        return self.bookie.region
 
 
 def plan_routes(topology: Topology) -> list[Route]:
-    """Every cross-region route, with deterministic listen ports from `listen_port_base`."""
+    """Every cross-region route, with deterministic listen ports from `listen_port_base`.
+
+    Bookie routes come first and keep their ports whatever the ZooKeeper section says.
+    """
+    host = topology.wan.toxiproxy.host
+    targets = [("bookie", b.name, b.region, b.endpoint) for b in topology.bookies]
+    for node in topology.zookeeper:
+        peer = Endpoint(node.client.host, node.peer_port)
+        election = Endpoint(node.client.host, node.election_port)
+        targets += [("zk-peer", node.name, node.region, peer)]
+        targets += [("zk-election", node.name, node.region, election)]
     routes: list[Route] = []
     port = topology.wan.listen_port_base
-    host = topology.wan.toxiproxy.host
-    for region in topology.region_names:
-        for bookie in topology.bookies:
-            if bookie.region == region:
-                continue
-            name = f"{region}--{bookie.name}"
-            routes.append(Route(name, region, bookie, Endpoint(host, port)))
-            port += 1
+    for wanted in ROUTE_KINDS:
+        for region in topology.region_names:
+            for kind, target, to_region, upstream in targets:
+                if kind != wanted or to_region == region:
+                    continue
+                suffix = "" if kind == "bookie" else "-" + kind.removeprefix("zk-")
+                name = f"{region}--{target}{suffix}"
+                listen = Endpoint(host, port)
+                routes.append(Route(name, kind, target, region, to_region, upstream, listen))
+                port += 1
     return routes
+
+
+def route_to(routes: list[Route], from_region: str, kind: str, target: str) -> Route | None:
+    """The route processes in `from_region` take to `target`, None when it is local."""
+    for route in routes:
+        if (route.from_region, route.kind, route.target) == (from_region, kind, target):
+            return route
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +100,11 @@ class PublishedTopology:
 
 
 def publish_topology(topology: Topology) -> PublishedTopology:
-    routes = {(r.from_region, r.bookie.bookie_id): r.listen.address for r in plan_routes(topology)}
+    routes = {
+        (r.from_region, r.upstream.address): r.listen.address
+        for r in plan_routes(topology)
+        if r.kind == "bookie"
+    }
     addresses = {
         region: {
             b.bookie_id: routes.get((region, b.bookie_id), b.bookie_id) for b in topology.bookies

@@ -147,6 +147,19 @@ class Topology:
         """The ZooKeeper connect string for the whole ensemble."""
         return ",".join(node.client.address for node in self.zookeeper)
 
+    def zk_nodes_for(self, region: str) -> tuple[ZkNode, ...]:
+        """The ZooKeeper nodes a process of `region` talks to: its region's, else all of them."""
+        local = tuple(node for node in self.zookeeper if node.region == region)
+        return local or self.zookeeper
+
+    def zk_connect_for(self, region: str) -> str:
+        """The connect string of a process in `region`: its own region's ZooKeeper nodes.
+
+        As in a deployment, a region's clients do not cross the WAN to reach ZooKeeper; a
+        region cut off from the quorum loses its sessions.
+        """
+        return ",".join(node.client.address for node in self.zk_nodes_for(region))
+
     def region_pairs(self) -> list[tuple[str, str]]:
         names = self.region_names
         return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]

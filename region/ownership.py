@@ -204,6 +204,14 @@ class Ownership:
             task = asyncio.get_running_loop().create_task(owned.writer.abandon())
             task.add_done_callback(_log_failure)
 
+    async def drop_all(self) -> None:
+        """The session that held every lock expired: other proxies may own these streams now.
+        Each writer is abandoned (a new owner fences its ledger anyway); nothing is released,
+        as nothing is held any more."""
+        for key, owned in list(self._owned.items()):
+            self.forget(*key, owned)
+            log.warning("lost ownership of %s/%s with the ZooKeeper session", *key)
+
     async def release(self, namespace: str, stream: str) -> bool:
         """Closes this proxy's writer of the stream (its segment completed, lock released)."""
         owned = self._owned.pop((namespace, stream), None)

@@ -51,6 +51,7 @@ class ReadProxy:
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
         self._runner: web.AppRunner | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
+        self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware])
@@ -64,11 +65,14 @@ class ReadProxy:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
-        await registry.register(self._store, KIND, self.me)
+        self._membership = registry.Membership(self._store, KIND, self.me)
+        await self._membership.start()
         log.info("read proxy %s serving at %s", self.me.name, self.me.url)
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._membership is not None:
+            await self._membership.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for cache in self._caches.values():

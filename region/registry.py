@@ -10,14 +10,17 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from uhashring import HashRing
 
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
 from global_meta import MetaStore
+from global_meta.store import SessionState
 
 ROOT = "/globelog/proxies"
+REREGISTER_RETRY_S = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +59,83 @@ async def lookup(store: MetaStore, kind: str, region: str, name: str) -> ProxyIn
     except (ValueError, KeyError, TypeError):
         log.warning("proxy znode %s/%s/%s holds %r, not its JSON", region, kind, name, data)
         return None
+
+
+class Membership:
+    """A proxy's registration, kept across ZooKeeper sessions.
+
+    When the session expires (a partition, a pause past the timeout) the proxy's ephemeral
+    nodes are gone: its registration, and the ownership locks of its streams, which other
+    proxies may already have taken. `on_expired` lets the proxy drop what it no longer owns;
+    once the store has a new session, the proxy registers again and serves anew.
+    """
+
+    def __init__(
+        self,
+        store: MetaStore,
+        kind: str,
+        info: ProxyInfo,
+        on_expired: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._store = store
+        self._kind = kind
+        self.info = info
+        self._on_expired = on_expired
+        self._session = store.session_id
+        self._task: asyncio.Task[None] | None = None
+        self.expirations = 0
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._follow())
+        await asyncio.sleep(0)  # the task subscribes to session events before we register
+        await register(self._store, self._kind, self.info)
+
+    async def _follow(self) -> None:
+        async for event in self._store.session_events():
+            if event.state is SessionState.EXPIRED:
+                self.expirations += 1
+                log.warning(
+                    "%s proxy %s: ZooKeeper session %s expired; its registration and locks "
+                    "are gone",
+                    self._kind,
+                    self.info.name,
+                    _hex(self._session),
+                )
+                if self._on_expired is not None:
+                    await self._on_expired()
+            elif event.state is SessionState.CONNECTED and event.session_id != self._session:
+                await self._register_again()
+                self._session = event.session_id
+                log.info(
+                    "%s proxy %s registered again (session %s)",
+                    self._kind,
+                    self.info.name,
+                    _hex(self._session),
+                )
+
+    async def _register_again(self) -> None:
+        path = proxy_path(self.info.region, self._kind, self.info.name)
+        while True:
+            try:
+                stat = await self._store.exists(path)
+                if stat is not None and stat.ephemeral_owner == self._store.session_id:
+                    return  # registered by this session already
+                await register(self._store, self._kind, self.info)
+                return
+            except GlobelogError as err:  # the old node not yet gone, or ZooKeeper away again
+                log.warning("registering %s again: %s; retrying", self.info.name, err)
+                await asyncio.sleep(REREGISTER_RETRY_S)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                async with asyncio.timeout(5.0):
+                    await self._task
+
+
+def _hex(session: int | None) -> str:
+    return "none" if session is None else f"0x{session:x}"
 
 
 class Ring:

@@ -75,6 +75,7 @@ class WriteProxy:
         self._drain = DrainWatch(store, config.me.region)
         self._drainer: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
+        self._membership: registry.Membership | None = None
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -102,7 +103,10 @@ class WriteProxy:
         await self._ring.start(RING_TIMEOUT_S)
         await self._drain.start()
         self._drainer = asyncio.get_running_loop().create_task(self._follow_drains())
-        await registry.register(self._store, KIND, self.config.me)
+        self._membership = registry.Membership(
+            self._store, KIND, self.config.me, self.ownership.drop_all
+        )
+        await self._membership.start()
         log.info("write proxy %s serving at %s", self.config.me.name, self.config.me.url)
 
     async def _follow_drains(self) -> None:
@@ -114,6 +118,8 @@ class WriteProxy:
             await self.ownership.release_drained()
 
     async def stop(self) -> None:
+        if self._membership is not None:
+            await self._membership.stop()
         if self._drainer is not None:
             self._drainer.cancel()
             await asyncio.gather(self._drainer, return_exceptions=True)

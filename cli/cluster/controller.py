@@ -49,11 +49,11 @@ class UpReport:
         return self.phases_s.get("total", 0.0)
 
 
-def _records(cluster: Cluster) -> dict[str, ProcessRecord]:
+def load_records(cluster: Cluster) -> dict[str, ProcessRecord]:
     return processes.load_state(cluster.data_dir)
 
 
-def _save(cluster: Cluster, records: dict[str, ProcessRecord]) -> None:
+def save_records(cluster: Cluster, records: dict[str, ProcessRecord]) -> None:
     processes.save_state(
         cluster.data_dir,
         records,
@@ -62,7 +62,7 @@ def _save(cluster: Cluster, records: dict[str, ProcessRecord]) -> None:
 
 
 def _start_missing(cluster: Cluster, specs: list[plan.ProcessSpec], report: UpReport) -> None:
-    records = _records(cluster)
+    records = load_records(cluster)
     for spec in specs:
         record = records.get(spec.name)
         if record is not None and processes.run_state(record) is not RunState.DEAD:
@@ -77,7 +77,7 @@ def _start_missing(cluster: Cluster, specs: list[plan.ProcessSpec], report: UpRe
             )
         records[spec.name] = processes.start(spec)
         report.started.append(spec.name)
-    _save(cluster, records)
+    save_records(cluster, records)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -92,15 +92,17 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def _check_alive(cluster: Cluster) -> None:
     """Every recorded process still runs (one that died at start could hide behind a port)."""
-    dead = [r.name for r in _records(cluster).values() if processes.run_state(r) is RunState.DEAD]
+    dead = [
+        r.name for r in load_records(cluster).values() if processes.run_state(r) is RunState.DEAD
+    ]
     if dead:
-        logs = "".join(log_tail(_records(cluster)[name].log, 8) for name in dead[:2])
+        logs = "".join(log_tail(load_records(cluster)[name].log, 8) for name in dead[:2])
         raise ClusterError(f"process(es) {dead} exited during start-up:{logs}")
 
 
-async def _wait_zookeeper(cluster: Cluster) -> None:
+async def wait_zookeeper(cluster: Cluster) -> None:
     nodes = cluster.topology.zookeeper
-    records = _records(cluster)
+    records = load_records(cluster)
 
     async def serving() -> bool:
         modes = await asyncio.gather(*(zookeeper_mode(n.client) for n in nodes))
@@ -153,7 +155,7 @@ async def _wait_bookies(cluster: Cluster, store: MetaStore, names: set[str] | No
     """Waits until the bookies (all, or those named) are registered writable."""
     chosen = [b for b in cluster.topology.bookies if names is None or b.name in names]
     wanted = {b.bookie_id for b in chosen}
-    records = _records(cluster)
+    records = load_records(cluster)
 
     async def registered() -> bool:
         writable, _ = await registered_bookies(store)
@@ -198,7 +200,11 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
     first = [s for s in specs if s.kind in ("zookeeper", "toxiproxy")]
     _start_missing(cluster, first, report)
-    await _wait_zookeeper(cluster)
+    # ZooKeeper's quorum traffic crosses the WAN emulator: its routes come first.
+    await _wait_toxiproxy(cluster)
+    await wan.configure_wan(cluster.topology, cluster.profile)
+    report.phases_s["wan"] = time.monotonic() - started
+    await wait_zookeeper(cluster)
     report.phases_s["zookeeper"] = time.monotonic() - started
     async with await MetaStore.connect(cluster.topology.zk_connect) as store:
         mark = time.monotonic()
@@ -206,9 +212,6 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
         report.phases_s["metadata_init"] = time.monotonic() - mark
         mark = time.monotonic()
         _start_missing(cluster, [s for s in specs if s.kind == "bookie"], report)
-        await _wait_toxiproxy(cluster)
-        await wan.configure_wan(cluster.topology, cluster.profile)
-        report.phases_s["wan"] = time.monotonic() - mark
         await publish(cluster, store)
         await _wait_bookies(cluster, store)
         report.phases_s["bookies"] = time.monotonic() - mark
@@ -216,14 +219,14 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
         mark = time.monotonic()
         services = plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
         _start_missing(cluster, services, report)
-        await _wait_services(cluster, services)
+        await wait_services(cluster, services)
         report.phases_s["services"] = time.monotonic() - mark
     _check_alive(cluster)
     report.phases_s["total"] = time.monotonic() - started
     return report
 
 
-async def _wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
+async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
     async def serving() -> bool:
         _check_alive(cluster)
         answers = [await service_health(spec.ports[0]) for spec in specs]
@@ -234,7 +237,7 @@ async def _wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> Non
 
 def down(cluster: Cluster, purge: bool = False) -> list[str]:
     """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
-    records = _records(cluster)
+    records = load_records(cluster)
     # services first (they release their streams), then bookies, the WAN, ZooKeeper last
     rank = {"write-proxy": 0, "read-proxy": 0, "bookie": 1, "toxiproxy": 2}
     order = sorted(records.values(), key=lambda r: rank.get(r.kind, 3))
@@ -246,13 +249,13 @@ def down(cluster: Cluster, purge: bool = False) -> list[str]:
     if purge:
         shutil.rmtree(cluster.data_dir, ignore_errors=True)
     else:
-        _save(cluster, {})
+        save_records(cluster, {})
     return stopped
 
 
 async def status(cluster: Cluster) -> dict[str, Any]:
     """Every process's state and health, and every WAN route, as a JSON-able dict."""
-    records = _records(cluster)
+    records = load_records(cluster)
     result: dict[str, Any] = {
         "topology": cluster.topology.name,
         "data_dir": str(cluster.data_dir),
@@ -321,7 +324,7 @@ FAULT_SETTLE_TIMEOUT_S = 10.0
 
 async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     """kill | pause | resume | restart one process by its topology name."""
-    records = _records(cluster)
+    records = load_records(cluster)
     if name not in records:
         raise ClusterError(f"cluster {action}: no process {name!r}; known: {sorted(records)}")
     record = records[name]
@@ -344,47 +347,55 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     specs += plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
     spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
-    _save(cluster, records)
+    save_records(cluster, records)
     if record.kind in ("write-proxy", "read-proxy"):
-        await _wait_services(cluster, [spec])
+        await wait_services(cluster, [spec])
     elif record.kind == "toxiproxy":
         await _wait_toxiproxy(cluster)
         await wan.configure_wan(cluster.topology, cluster.profile)
     else:
-        await _wait_zookeeper(cluster)
+        await wait_zookeeper(cluster)
     return f"restart {name} (pid {record.pid} -> {records[name].pid})"
 
 
 async def _restart_bookie(cluster: Cluster, tools: Tools, record: ProcessRecord) -> str:
-    """Restarts a bookie and waits for a registration by its new ZooKeeper session.
+    processes.stop(record)
+    spec = next(
+        s
+        for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+        if s.name == record.name
+    )
+    await restart_bookies(cluster, [spec])
+    return f"restart {record.name} (pid {record.pid} -> {load_records(cluster)[record.name].pid})"
 
-    A killed bookie's registration outlives it until its session times out, so "registered"
-    alone would be satisfied by the dead process's node.
-    """
-    bookie_id = cluster.topology.bookie(record.name).bookie_id
-    znode = f"{plan.LEDGERS_ROOT}/available/{bookie_id}"
+
+async def restart_bookies(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
+    """Starts the (stopped) bookies and waits for registrations by their new ZooKeeper
+    sessions: a killed bookie's node outlives it until its session expires, so "registered"
+    alone would be satisfied by the dead process's node."""
+    znodes = {
+        s.name: f"{plan.LEDGERS_ROOT}/available/{cluster.topology.bookie(s.name).bookie_id}"
+        for s in specs
+    }
     async with await MetaStore.connect(cluster.topology.zk_connect) as store:
-        before = await store.exists(znode)
-        processes.stop(record)
-        spec = next(
-            s
-            for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
-            if s.name == record.name
-        )
-        records = _records(cluster)
-        records[record.name] = processes.start(spec)
-        _save(cluster, records)
+        before = {name: await store.exists(znode) for name, znode in znodes.items()}
+        records = load_records(cluster)
+        for spec in specs:
+            records[spec.name] = processes.start(spec)
+        save_records(cluster, records)
 
         async def registered_anew() -> bool:
-            stat = await store.exists(znode)
-            return stat is not None and (
-                before is None or stat.ephemeral_owner != before.ephemeral_owner
-            )
+            for name, znode in znodes.items():
+                stat, old = await store.exists(znode), before[name]
+                if stat is None or (
+                    old is not None and stat.ephemeral_owner == old.ephemeral_owner
+                ):
+                    return False
+            return True
 
         await wait_until(
-            f"bookie {record.name} registration",
+            "bookie registration",
             registered_anew,
             BOOKIE_READY_TIMEOUT_S,
-            lambda: log_tail(records[record.name].log),
+            lambda: "".join(log_tail(records[s.name].log, 8) for s in specs),
         )
-    return f"restart {record.name} (pid {record.pid} -> {records[record.name].pid})"

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.tools import Tools
-from core.routes import plan_routes
+from core.routes import plan_routes, route_to
 from core.topology import Bookie, Proxy, Topology, ZkNode
 
 ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
+ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2 s
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 LEDGERS_ROOT = "/ledgers"
@@ -38,9 +39,22 @@ def bookie_dir(data_dir: Path, bookie: Bookie) -> Path:
     return data_dir / "bookies" / bookie.name
 
 
-def metadata_service_uri(topology: Topology) -> str:
-    hosts = ";".join(node.client.address for node in topology.zookeeper)
+def metadata_service_uri(topology: Topology, region: str | None = None) -> str:
+    """BookKeeper's metadata URI: the region's own ZooKeeper nodes, or the whole ensemble."""
+    nodes = topology.zookeeper if region is None else topology.zk_nodes_for(region)
+    hosts = ";".join(node.client.address for node in nodes)
     return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
+
+
+def quorum_line(topology: Topology, node: ZkNode, peer: ZkNode) -> str:
+    """`peer`'s server line as `node` sees it: through the WAN when they are in two regions."""
+    routes = plan_routes(topology)
+    peer_route = route_to(routes, node.region, "zk-peer", peer.name)
+    election_route = route_to(routes, node.region, "zk-election", peer.name)
+    if peer_route is None or election_route is None:
+        return f"server.{peer.server_id}={peer.client.host}:{peer.peer_port}:{peer.election_port}"
+    host = peer_route.listen.host
+    return f"server.{peer.server_id}={host}:{peer_route.listen.port}:{election_route.listen.port}"
 
 
 def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tools) -> ProcessSpec:
@@ -48,7 +62,7 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
     lines = [
         f"tickTime={ZK_TICK_MS}",
         "initLimit=50",
-        "syncLimit=25",
+        f"syncLimit={ZK_SYNC_LIMIT_TICKS}",
         f"dataDir={home / 'data'}",
         f"clientPort={node.client.port}",
         f"clientPortAddress={node.client.host}",
@@ -57,10 +71,9 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
         "maxSessionTimeout=60000",
     ]
     if len(topology.zookeeper) > 1:
-        lines += [
-            f"server.{peer.server_id}={peer.client.host}:{peer.peer_port}:{peer.election_port}"
-            for peer in topology.zookeeper
-        ]
+        # Each node dials its remote peers through the WAN emulator, so a partition between
+        # two regions cuts their quorum traffic too.
+        lines += [quorum_line(topology, node, peer) for peer in topology.zookeeper]
     files = {
         home / "zoo.cfg": "\n".join(lines) + "\n",
         home / "data" / "myid": f"{node.server_id}\n",
@@ -89,7 +102,7 @@ def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path) -> str:
         "useHostNameAsBookieID=false",
         f"journalDirectories={home / 'journal'}",
         f"ledgerDirectories={home / 'ledgers'}",
-        f"metadataServiceUri={metadata_service_uri(topology)}",
+        f"metadataServiceUri={metadata_service_uri(topology, bookie.region)}",
         "httpServerEnabled=false",
         "zkTimeout=10000",
         # fsync the journal before every ack (BookKeeper's default, stated for benchmarks)

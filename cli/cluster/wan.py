@@ -54,7 +54,7 @@ class Toxiproxy:
         body = {
             "name": route.name,
             "listen": route.listen.address,
-            "upstream": route.bookie.endpoint.address,
+            "upstream": route.upstream.address,
             "enabled": True,
         }
         await self._call("POST", "/proxies", body, ok=(201, 409))
@@ -142,10 +142,11 @@ async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
         toxics = {t["name"]: t for t in (proxy or {}).get("toxics", [])}
         latency = toxics.get("wan-upstream", {}).get("attributes", {})
         status[route.name] = {
+            "kind": route.kind,
             "from_region": route.from_region,
             "to_region": route.to_region,
             "listen": route.listen.address,
-            "upstream": route.bookie.endpoint.address,
+            "upstream": route.upstream.address,
             "present": proxy is not None and bool(proxy.get("enabled")),
             "one_way_ms": latency.get("latency"),
             "jitter_ms": latency.get("jitter"),

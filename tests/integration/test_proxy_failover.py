@@ -3,38 +3,16 @@ cluster: the owner of a stream killed with SIGKILL, its writes resumed on anothe
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
-import pytest
-
-from cli.cluster import controller, processes
+from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from region.client import Acked, ProxyClient
 from tests.support.streams import fresh_namespace, stream_env
-
-
-@pytest.fixture
-async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
-    """The session cluster with its write proxy processes, stopped again afterwards (other
-    tests run proxies in-process on the same ports)."""
-    with_services = dataclasses.replace(cluster, services=True)
-    await controller.up(with_services, tools)
-    try:
-        yield with_services
-    finally:
-        records = processes.load_state(cluster.data_dir)
-        for name, record in list(records.items()):
-            if record.kind in ("write-proxy", "read-proxy"):
-                if processes.run_state(record) is not processes.RunState.DEAD:
-                    processes.stop(record)
-                del records[name]
-        processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))
 
 
 async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(

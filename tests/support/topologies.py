@@ -90,16 +90,19 @@ def topology_document(
     return {
         "name": "test-3-regions",
         "replication": {
-            "ensemble_size": 3,
-            "write_quorum": 3,
-            "ack_quorum": 2,
+            # the shipped default: 2/1/1 copies, writes go on with any one region down
+            "ensemble_size": 4,
+            "write_quorum": 4,
+            "ack_quorum": 3,
             "min_regions_for_durability": 2,
         },
         "zookeeper": zookeeper,
         "regions": regions,
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
-            "listen_port_base": free_port_block(len(REGIONS) * bookies, port_list),
+            "listen_port_base": free_port_block(
+                len(REGIONS) * (bookies + 2 * zk_nodes), port_list
+            ),
             "default_profile": "ci",
             "profiles": {"ci": links},
         },

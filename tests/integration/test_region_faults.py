@@ -1,0 +1,129 @@
+"""Whole-region faults on the real cluster with its proxy processes: a region isolated
+(ZooKeeper included) and a region down, with writes going on in the others."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from cli.cluster import regions, wan
+from cli.cluster.controller import Cluster
+from cli.cluster.probes import zookeeper_mode
+from cli.ledger_commands import audit_ledgers
+from cli.tools import Tools
+from core.errors import GlobelogError
+from global_meta import MetaStore
+from global_meta.streams import StreamMetaStore
+from region.client import Acked, ProxyClient
+from tests.support.streams import fresh_namespace, stream_env
+
+ZK_SETTLE_TIMEOUT_S = 30.0
+
+
+def write_proxy_url(cluster: Cluster, region: str) -> str:
+    proxy = cluster.topology.region(region).write_proxies[0]
+    return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
+
+
+async def read_all(cluster: Cluster, region: str, namespace: str) -> list[bytes]:
+    async with stream_env(cluster, region, namespace) as env:
+        reader = await env.reader("s", follow=False)
+        async with reader:
+            return [r.payload async for r in reader]
+
+
+async def owned_by(url: str) -> list[str]:
+    async with aiohttp.ClientSession() as http, http.get(url + "/v1/health") as answer:
+        body = await answer.json()
+        return list(body["owned"])
+
+
+async def zk_serving(cluster: Cluster, region: str) -> bool:
+    node = cluster.topology.zk_nodes_for(region)[0]
+    return await zookeeper_mode(node.client) is not None
+
+
+async def wait_for_zk(cluster: Cluster, region: str, serving: bool) -> None:
+    async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+        while await zk_serving(cluster, region) != serving:  # noqa: ASYNC110 - polling a server
+            await asyncio.sleep(0.2)
+
+
+async def test_an_isolated_region_loses_its_streams_and_its_zombie_writes_fail(
+    services: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    east = write_proxy_url(services, "us-east")
+    others = [write_proxy_url(services, r) for r in ("us-west", "eu-west")]
+    async with (
+        ProxyClient([east], namespace, deadline_s=30) as east_client,
+        ProxyClient(others, namespace, deadline_s=60) as west_client,
+        ProxyClient([east], namespace, deadline_s=3, request_timeout_s=3) as zombie_client,
+    ):
+        await east_client.create("s")
+        acked: list[Acked] = [await east_client.write("s", f"before-{i}".encode()) for i in range(20)]
+        assert (await east_client.describe("s"))["owner"] == "wp-us-east@us-east"
+        await regions.isolate(services, "us-east")
+        try:
+            await wait_for_zk(services, "us-east", serving=False)  # cut from the quorum
+            # The isolated owner still believes it owns s: whatever it tries is refused.
+            with pytest.raises(GlobelogError):
+                await zombie_client.write("s", b"zombie")
+            for i in range(20):
+                acked.append(await west_client.write("s", f"after-{i}".encode()))
+            new_owner = (await west_client.describe("s"))["owner"]
+        finally:
+            await wan.heal(services.topology)
+    assert not new_owner.endswith("@us-east"), new_owner
+    assert [a.seq for a in acked] == list(range(40)), "every acknowledged write once, in order"
+    await wait_for_zk(services, "us-east", serving=True)
+    expected = [f"before-{i}".encode() for i in range(20)] + [
+        f"after-{i}".encode() for i in range(20)
+    ]
+    assert await read_all(services, "eu-west", namespace) == expected
+    # Back in the quorum, the old owner has dropped the stream it lost with its session.
+    async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+        while True:
+            if f"{namespace}/s" not in await owned_by(write_proxy_url(services, "us-east")):
+                break
+            await asyncio.sleep(0.2)
+
+
+async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_regions(
+    services: Cluster, tools: Tools
+) -> None:
+    namespace = fresh_namespace()
+    west = write_proxy_url(services, "us-west")
+    survivors = [write_proxy_url(services, r) for r in ("us-east", "eu-west")]
+    async with ProxyClient([west], namespace, deadline_s=30) as west_client:
+        await west_client.create("s")
+        acked = [await west_client.write("s", f"before-{i}".encode()) for i in range(20)]
+        assert (await west_client.describe("s"))["owner"] == "wp-us-west@us-west"
+    killed = await regions.region_down(services, "us-west")
+    try:
+        assert {"zk-us-west", "wp-us-west", "rp-us-west"} <= set(killed)
+        async with ProxyClient(survivors, namespace, deadline_s=60) as client:
+            for i in range(20):
+                acked.append(await client.write("s", f"after-{i}".encode()))
+            owner = (await client.describe("s"))["owner"]
+        assert not owner.endswith("@us-west"), owner
+        assert [a.seq for a in acked] == list(range(40))
+        expected = [f"before-{i}".encode() for i in range(20)] + [
+            f"after-{i}".encode() for i in range(20)
+        ]
+        for region in ("us-east", "eu-west"):
+            assert await read_all(services, region, namespace) == expected, region
+        # Every ensemble of every segment, before and after the loss, spans two regions.
+        async with await MetaStore.connect(services.topology.zk_connect_for("us-east")) as store:
+            segments = await StreamMetaStore(store, namespace).segments("s")
+        ledger_ids = [v.segment.ledger_id for v in segments]
+        assert len(ledger_ids) >= 2, "the new owner wrote a new segment"
+        min_regions = services.topology.replication.min_regions_for_durability
+        reports, adhere = await audit_ledgers(services.topology, ledger_ids, min_regions)
+        assert adhere, reports
+    finally:
+        started = await regions.region_up(services, tools, "us-west")
+    assert set(killed) == set(started)
+    assert await read_all(services, "us-west", namespace) == expected
