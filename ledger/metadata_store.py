@@ -6,6 +6,7 @@ garbage collector (a ledger missing from /ledgers is garbage to a bookie).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from ledger.metadata import (
     short_ledger_id,
 )
 
+UNAVAILABLE_RETRY_S = 15.0  # a write retried through a lost ZooKeeper connection this long
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 1.0
 ID_ATTEMPTS_MAX = 8  # an id collides only if someone created that znode by hand
 
 
@@ -122,12 +125,39 @@ class LedgerMetadataStore:
     async def write(
         self, current: VersionedMetadata, metadata: LedgerMetadata
     ) -> VersionedMetadata:
-        """Compare-and-set from `current`; LedgerMetadataConflictError if it changed meanwhile."""
+        """Compare-and-set from `current`; LedgerMetadataConflictError if it changed meanwhile.
+
+        A lost ZooKeeper connection (a ZooKeeper node cut from its quorum, a client moving to
+        another node) leaves a write's fate unknown: it is retried for UNAVAILABLE_RETRY_S,
+        each time reading the node first, so a write that did land is recognised, not
+        mistaken for a conflict.
+        """
         path = ledger_path(current.ledger_id, self._root)
+        data = serialize_metadata(metadata)
+        deadline = asyncio.get_running_loop().time() + UNAVAILABLE_RETRY_S
+        backoff = BACKOFF_FIRST_S
+        while True:
+            try:
+                return await self._write_once(current, metadata, path, data)
+            except errors.MetadataUnavailableError:
+                if asyncio.get_running_loop().time() + backoff > deadline:
+                    raise
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+            try:
+                stored, stat = await self._store.get(path)
+            except errors.MetadataUnavailableError:
+                continue  # still away: try again until the deadline
+            except errors.NoNodeError as err:
+                raise NoSuchLedgerMetadataError(f"ledger {current.ledger_id}: deleted") from err
+            if stat.version > current.version and stored == data:
+                return VersionedMetadata(current.ledger_id, metadata, stat.version)  # it landed
+
+    async def _write_once(
+        self, current: VersionedMetadata, metadata: LedgerMetadata, path: str, data: bytes
+    ) -> VersionedMetadata:
         try:
-            stat = await self._store.set(
-                path, serialize_metadata(metadata), version=current.version
-            )
+            stat = await self._store.set(path, data, version=current.version)
         except errors.BadVersionError as err:
             raise LedgerMetadataConflictError(
                 f"ledger {current.ledger_id}: metadata changed since version {current.version}"

@@ -64,7 +64,8 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         proxies = [p for p in report["processes"].values() if p["kind"].endswith("-proxy")]
         assert sorted(p["kind"] for p in proxies) == ["read-proxy"] * 3 + ["write-proxy"] * 3
         assert all(p["healthy"] for p in proxies)
-        assert len(report["wan"]) == 12
+        routes = sorted(r["kind"] for r in report["wan"].values())
+        assert routes == ["bookie"] * 12 + ["zk-election"] * 6 + ["zk-peer"] * 6
         assert all(p["ports"] and p["log"] for p in report["processes"].values())
         assert processes_mentioning(str(tmp_path)), "the cluster's processes should be running"
     finally:

@@ -53,7 +53,7 @@ def test_the_repository_topology_is_the_documented_default() -> None:
 
 def test_generated_topology_loads_and_is_frozen() -> None:
     topology = parse_topology(yaml.safe_dump(base()))
-    assert topology.replication.ack_quorum == 2
+    assert topology.replication.ack_quorum == 3
     with pytest.raises(AttributeError):
         topology.name = "x"  # type: ignore[misc]
 
@@ -119,7 +119,7 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "replication.ack_quorum",
-        4,
+        5,
         "replication: need 1 <= ack_quorum <= write_quorum <= ensemble_size",
     ),
     (
@@ -214,7 +214,8 @@ def test_region_loss_summary_and_warning() -> None:
     surviving = parse_topology(yaml.safe_dump(doc))
     assert "up to 1 of 3 regions down" in region_loss_summary(surviving)
     assert region_loss_warning(surviving) is None
-    fragile = parse_topology(yaml.safe_dump(base()))  # E/W/A 3/3/2 over 2 bookies a region
+    doc["replication"].update(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    fragile = parse_topology(yaml.safe_dump(doc))  # E/W/A 3/3/2 over 2 bookies a region
     assert "up to 0 of 3 regions down" in region_loss_summary(fragile)
     warning = region_loss_warning(fragile)
     assert warning is not None and "cannot write through the loss of one region" in warning
