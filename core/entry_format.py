@@ -27,7 +27,16 @@ import zstandard
 
 from core.dlsn import DLSN
 from core.errors import EntryFormatError
-from core.records import ENTRY_RECORDS_BYTES_MAX, RecordFlag, StoredRecord
+from core.records import (
+    ENTRY_RECORDS_BYTES_MAX,
+    KNOWN_FLAGS,
+    NO_POSITION,
+    PRODUCER_PREFIX_BYTES,
+    LogRecord,
+    RecordFlag,
+    StoredRecord,
+    split_producer,
+)
 
 MAGIC = b"GL"
 FORMAT_VERSION = 1
@@ -39,7 +48,9 @@ REGION_BYTES_MAX = 255
 # Records of one entry fit ENTRY_RECORDS_BYTES_MAX; with per-record overhead the raw body of an
 # entry of tiny records is larger, so the decoder bounds it by this instead.
 RAW_BODY_BYTES_MAX = 4 * ENTRY_RECORDS_BYTES_MAX
-_KNOWN_FLAGS = int(RecordFlag.CONTROL | RecordFlag.END_OF_STREAM)
+_KNOWN_FLAGS = int(KNOWN_FLAGS)
+_NO_POSITION = int(NO_POSITION)
+_PRODUCER = int(RecordFlag.PRODUCER)
 ZSTD_LEVEL = 3
 
 
@@ -190,6 +201,11 @@ def _decode_records(raw: memoryview, count: int, where: str) -> tuple[StoredReco
                 f"{where}: record {index} has flags {flags:#x} and txid {txid}; "
                 f"expected flags within {_KNOWN_FLAGS:#x} and a txid >= 0"
             )
+        if flags & _PRODUCER and length < PRODUCER_PREFIX_BYTES:
+            raise EntryFormatError(
+                f"{where}: record {index} is an idempotent write of {length} bytes; expected "
+                f"at least {PRODUCER_PREFIX_BYTES} (producer id and seq)"
+            )
         records.append(StoredRecord(txid, RecordFlag(flags), bytes(raw[offset : offset + length])))
         offset += length
     if offset != end:
@@ -199,7 +215,7 @@ def _decode_records(raw: memoryview, count: int, where: str) -> tuple[StoredReco
 
 def user_record_count(records: Sequence[StoredRecord]) -> int:
     """How many of `records` take a position (everything but control and end-of-stream)."""
-    return sum(1 for r in records if not r.flags)
+    return sum(1 for r in records if not r.flags & _NO_POSITION)
 
 
 def log_records(
@@ -210,9 +226,27 @@ def log_records(
     found = []
     position = first_seq + entry.first_position
     for slot, record in enumerate(entry.records):
-        if record.flags:
+        if record.flags & _NO_POSITION:
             found.append((DLSN(sequence, entry_id, slot), record, -1))
         else:
             found.append((DLSN(sequence, entry_id, slot), record, position))
             position += 1
     return found
+
+
+def as_log_record(record: StoredRecord, dlsn: DLSN, seq: int, entry: DecodedEntry) -> LogRecord:
+    """A user record of `entry` as readers receive it (an idempotent write's producer prefix
+    moved out of its payload)."""
+    if record.flags & _PRODUCER:
+        producer, producer_seq, payload = split_producer(record.payload)
+        return LogRecord(
+            dlsn,
+            record.txid,
+            seq,
+            payload,
+            entry.write_time_ms,
+            entry.region,
+            producer,
+            producer_seq,
+        )
+    return LogRecord(dlsn, record.txid, seq, record.payload, entry.write_time_ms, entry.region)

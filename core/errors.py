@@ -239,6 +239,14 @@ class ProducerSeqStaleError(StreamError):
     code = "producer_seq_stale"
 
 
+class ProducerSeqInFlightError(ServiceError):
+    """An idempotent write's (producer, seq) is being written by an earlier request (a retry
+    that came too soon); retried, it is answered with where that write landed."""
+
+    code = "producer_seq_in_flight"
+    retriable = True
+
+
 class OwnerUnreachableError(ServiceError):
     """The stream's owner is known but cannot be reached to redirect to."""
 

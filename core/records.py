@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,9 +19,25 @@ class RecordFlag(enum.IntFlag):
     NONE = 0
     CONTROL = 0x1  # advances the LAC; never delivered to readers
     END_OF_STREAM = 0x2  # seals the stream; a reader sees the end, not a record
+    PRODUCER = 0x4  # an idempotent write: the payload starts with its producer id and seq
 
 
-KNOWN_FLAGS = RecordFlag.CONTROL | RecordFlag.END_OF_STREAM
+KNOWN_FLAGS = RecordFlag.CONTROL | RecordFlag.END_OF_STREAM | RecordFlag.PRODUCER
+NO_POSITION = RecordFlag.CONTROL | RecordFlag.END_OF_STREAM  # records that take no sequence id
+_PRODUCER = struct.Struct(">QQ")
+PRODUCER_PREFIX_BYTES = _PRODUCER.size
+
+
+def producer_payload(producer: int, seq: int, payload: bytes) -> bytes:
+    """The stored payload of an idempotent write: producer id u64 | producer seq u64 | payload."""
+    return _PRODUCER.pack(producer, seq) + payload
+
+
+def split_producer(stored: bytes) -> tuple[int, int, bytes]:
+    """(producer id, producer seq, payload) of a PRODUCER record's stored payload; the entry
+    decoder has checked that the prefix is there."""
+    producer, seq = _PRODUCER.unpack_from(stored)
+    return producer, seq, stored[PRODUCER_PREFIX_BYTES:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +46,7 @@ class Record:
 
     payload: bytes
     txid: int | None = None
+    producer: tuple[int, int] | None = None  # (producer id, producer seq): an idempotent write
 
     def check(self, stream: str) -> None:
         """Raises the error a writer gives for this record: size and txid range."""
@@ -76,3 +94,5 @@ class LogRecord:
     payload: bytes
     write_time_ms: int
     writer_region: str
+    producer_id: int | None = None  # set for idempotent writes
+    producer_seq: int | None = None

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from core.dlsn import DLSN
-from core.entry_format import decode_entry, log_records
+from core.entry_format import as_log_record, decode_entry, log_records
 from core.errors import (
     DataLossError,
     EndOfStreamError,
@@ -359,16 +359,7 @@ class LogReader:
                     return True
                 if record.is_control:
                     continue
-                await self._queue.put(
-                    LogRecord(
-                        dlsn,
-                        record.txid,
-                        seq,
-                        record.payload,
-                        decoded.write_time_ms,
-                        decoded.region,
-                    )
-                )
+                await self._queue.put(as_log_record(record, dlsn, seq, decoded))
         return False
 
     async def _read_entries(

@@ -40,6 +40,7 @@ class Acked:
     dlsn: DLSN
     txid: int
     seq: int
+    duplicate: bool = False  # an idempotent write that had landed before: where it landed
 
 
 class ProxyError(GlobelogError):
@@ -118,10 +119,14 @@ class ProxyClient:
         payload: bytes,
         txid: int | None = None,
         expected_seq: int | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> Acked:
         """Appends one record; with `expected_seq`, only if it lands at that sequence id
-        (ProxyError `seq_mismatch` otherwise)."""
+        (ProxyError `seq_mismatch` otherwise); with `producer` (producer id, producer seq),
+        at most once however often it is retried (see `Producer`)."""
         params = self._session_params(stream)
+        if producer is not None:
+            params["producer"], params["producer_seq"] = str(producer[0]), str(producer[1])
         if txid is not None:
             params["txid"] = str(txid)
         if expected_seq is not None:
@@ -129,12 +134,23 @@ class ProxyClient:
         body = await self._call("POST", stream, "/records", data=payload, params=params)
         return _acked(body)
 
-    async def write_bulk(self, stream: str, payloads: Sequence[bytes]) -> list[Acked]:
+    async def write_bulk(
+        self, stream: str, payloads: Sequence[bytes], producer: tuple[int, int] | None = None
+    ) -> list[Acked]:
+        """Appends the records in order; with `producer` (producer id, seq of the first
+        record; the others follow it), each at most once however often it is retried."""
         headers = {"Content-Type": CONTENT_TYPE}
         data = encode_batch(payloads)
         params = self._session_params(stream)
+        if producer is not None:
+            params["producer"], params["producer_seq"] = str(producer[0]), str(producer[1])
         body = await self._call("POST", stream, "/bulk", data=data, headers=headers, params=params)
         return [_acked(r) for r in body["records"]]
+
+    def producer(self, stream: str, producer_id: int | None = None, first_seq: int = 0) -> Producer:
+        """An idempotent producer of `stream`: a random producer id unless one is given (give
+        the same id and the next seq to go on after a restart)."""
+        return Producer(self, stream, producer_id, first_seq)
 
     async def start_session(self, stream: str) -> int:
         """Starts session writes to `stream`: the owner writes a session marker, which fences
@@ -218,5 +234,35 @@ class ProxyClient:
         )
 
 
+class Producer:
+    """Idempotent writes to one stream: every write carries this producer's id and the next
+    producer seq, so a write retried after a timeout, a redirect or an owner failover lands
+    at most once; a retry of one that had landed is answered with where (`duplicate`).
+
+    Writes of one producer are numbered in call order; a write that fails for good leaves a
+    gap, which is allowed. The owner remembers each producer's last writes (docs/http-api.md).
+    """
+
+    def __init__(
+        self, client: ProxyClient, stream: str, producer_id: int | None, first_seq: int
+    ) -> None:
+        self.client = client
+        self.stream = stream
+        self.producer_id = random.getrandbits(63) if producer_id is None else producer_id
+        self.next_seq = first_seq
+
+    async def write(self, payload: bytes) -> Acked:
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        return await self.client.write(self.stream, payload, producer=(self.producer_id, seq))
+
+    async def write_bulk(self, payloads: Sequence[bytes]) -> list[Acked]:
+        first, self.next_seq = self.next_seq, self.next_seq + len(payloads)
+        return await self.client.write_bulk(
+            self.stream, payloads, producer=(self.producer_id, first)
+        )
+
+
 def _acked(body: dict[str, Any]) -> Acked:
-    return Acked(DLSN.parse(body["dlsn"]), int(body["txid"]), int(body["seq"]))
+    return Acked(
+        DLSN.parse(body["dlsn"]), int(body["txid"]), int(body["seq"]), bool(body.get("duplicate"))
+    )

@@ -28,6 +28,7 @@ STATUS_BY_CODE = {
     errors.EndOfStreamError.code: 409,
     errors.SeqMismatchError.code: 409,
     errors.ProducerSeqStaleError.code: 409,
+    errors.ProducerSeqInFlightError.code: 409,
     errors.SessionFencedError.code: 409,
     errors.TruncatedPositionError.code: 410,
     errors.OverCapacityError.code: 429,

@@ -20,6 +20,8 @@ from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
+from region.idempotence import Idempotence, rebuild_table
+from region.producers import ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path
 from writer.log_writer import LogWriter, WriterConfig
@@ -41,6 +43,7 @@ class Redirect:
 class Owned:
     writer: LogWriter
     session: int  # the txid of the session marker this owner wrote last (session writes)
+    idempotence: Idempotence
     inflight_bytes: int = 0
 
 
@@ -159,7 +162,12 @@ class Ownership:
         except BaseException:
             await writer.abandon()
             raise
-        owned = self._owned[key] = Owned(writer, session)
+        streams_of = self.streams(key[0])
+
+        async def producers() -> ProducerTable:
+            return await rebuild_table(streams_of, self._ledgers, key[1], writer.next_seq)
+
+        owned = self._owned[key] = Owned(writer, session, Idempotence(producers))
         log.info("took ownership of %s/%s (session %d)", *key, session)
         return owned
 
@@ -201,6 +209,7 @@ class Ownership:
         """Drops a writer that failed or was fenced; the next request resolves afresh."""
         if self._owned.get((namespace, stream)) is owned:
             del self._owned[(namespace, stream)]
+            owned.idempotence.close()
             task = asyncio.get_running_loop().create_task(owned.writer.abandon())
             task.add_done_callback(_log_failure)
 
@@ -217,6 +226,7 @@ class Ownership:
         owned = self._owned.pop((namespace, stream), None)
         if owned is None:
             return False
+        owned.idempotence.close()
         async with asyncio.timeout(CLOSE_TIMEOUT_S):
             await owned.writer.close()
         return True

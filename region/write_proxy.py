@@ -41,6 +41,7 @@ from region.batch_format import decode_batch
 from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
+from region.producers import PRODUCER_SEQ_MAX, check_producer
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
 
@@ -194,9 +195,12 @@ class WriteProxy:
         payload = await request.read()
         txid_text = request.query.get("txid")
         txid = None if txid_text is None else _int(txid_text, "txid")
-        record = Record(payload, txid)
+        producer = _producer(request)
+        record = Record(payload, txid, producer)
         _check_session(request, owned)
         expected_text = request.query.get("expected_seq")
+        if producer is not None:
+            return await self._write_once(request, owned, record, producer, expected_text)
         if expected_text is None:
             written = await self._append(
                 request, owned, len(payload), lambda: owned.writer.write(record)
@@ -210,6 +214,29 @@ class WriteProxy:
         written = await self._append(request, owned, len(payload), conditional)
         return json_response(_written(written))
 
+    async def _write_once(
+        self,
+        request: web.Request,
+        owned: Owned,
+        record: Record,
+        producer: tuple[int, int],
+        expected_text: str | None,
+    ) -> web.Response:
+        """An idempotent write: appended unless (producer, seq) already landed, in which case
+        the answer is where it landed (`"duplicate": true`)."""
+        size = len(record.payload)
+
+        def start() -> Awaitable[Written]:
+            if expected_text is None:
+                return owned.writer.write(record)
+            return self._conditional(owned, record, _int(expected_text, "expected_seq"))
+
+        async def write(_: list[int]) -> list[Written]:
+            return [await self._append(request, owned, size, start)]
+
+        landed, duplicates = await owned.idempotence.write_once([producer], write)
+        return json_response({**_written(landed[0]), "duplicate": duplicates > 0})
+
     async def _bulk(self, request: web.Request) -> web.StreamResponse:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
@@ -217,10 +244,29 @@ class WriteProxy:
         body = await request.read()
         payloads = decode_batch(body)
         _check_session(request, owned)
-        results = await self._append(
-            request, owned, len(body), lambda: owned.writer.write_bulk(payloads)
-        )
-        return json_response({"records": [_written(w) for w in results]})
+        producer = _producer(request)
+        if producer is None:
+            results = await self._append(
+                request, owned, len(body), lambda: owned.writer.write_bulk(payloads)
+            )
+            return json_response({"records": [_written(w) for w in results]})
+        producer_id, first = producer
+        if first + len(payloads) - 1 > PRODUCER_SEQ_MAX:
+            raise BadRequestError(
+                f"producer_seq {first} + {len(payloads)} records passes {PRODUCER_SEQ_MAX}"
+            )
+        keys = [(producer_id, first + i) for i in range(len(payloads))]
+
+        async def write(todo: list[int]) -> list[Written]:
+            records = [Record(payloads[i], None, keys[i]) for i in todo]
+            size = sum(len(payloads[i]) for i in todo)
+            written: list[Written] = await self._append(
+                request, owned, size, lambda: owned.writer.write_bulk(records)
+            )
+            return written
+
+        landed, duplicates = await owned.idempotence.write_once(keys, write)
+        return json_response({"records": [_written(w) for w in landed], "duplicates": duplicates})
 
     # -------------------------------------------------------------------------- helpers
 
@@ -292,6 +338,24 @@ def _check_session(request: web.Request, owned: Owned) -> None:
             f"stream {owned.writer.stream!r}: write session {session} was fenced; the current "
             f"session is {owned.session} (GET .../last?fence_session=1 starts a new one)"
         )
+
+
+def _producer(request: web.Request) -> tuple[int, int] | None:
+    """(producer id, producer seq) of an idempotent write, None for a plain one."""
+    text, seq_text = request.query.get("producer"), request.query.get("producer_seq")
+    if text is None and seq_text is None:
+        return None
+    if text is None or seq_text is None:
+        raise BadRequestError(
+            f"{request.path}: an idempotent write names both producer and producer_seq; got "
+            f"producer={text!r}, producer_seq={seq_text!r}"
+        )
+    producer, seq = _int(text, "producer"), _int(seq_text, "producer_seq")
+    try:
+        check_producer(producer, seq)
+    except ValueError as err:
+        raise BadRequestError(f"{request.path}: {err}") from None
+    return producer, seq
 
 
 def _redirect(request: web.Request, to: Redirect, hop: int) -> web.Response:

@@ -13,6 +13,7 @@ import time
 
 from core.dlsn import DLSN
 from core.entry_format import decode_entry, user_record_count
+from core.records import NO_POSITION
 from core.streams import LEDGER_PASSWORD
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerReader
@@ -36,7 +37,7 @@ async def summarize(reader: LedgerReader, sequence: int) -> SegmentSummary:
     end_of_stream = any(r.is_end_of_stream for r in tail.records)
     entry_id, entry = last_entry, tail
     while True:
-        slots = [i for i, r in enumerate(entry.records) if not r.flags]
+        slots = [i for i, r in enumerate(entry.records) if not r.flags & NO_POSITION]
         if slots:
             last = entry.records[slots[-1]]
             dlsn = DLSN(sequence, entry_id, slots[-1])

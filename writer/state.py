@@ -39,11 +39,13 @@ from core.errors import (
 )
 from core.records import (
     ENTRY_RECORDS_BYTES_MAX,
+    NO_POSITION,
     RECORD_BYTES_MAX,
     TXID_MAX,
     Record,
     RecordFlag,
     StoredRecord,
+    producer_payload,
 )
 from core.streams import StreamSettings, TransmitPolicy
 from writer.events import (
@@ -152,7 +154,7 @@ class LogWriterState:
     @property
     def next_seq(self) -> int:
         """The sequence id the next accepted record will get (if every pending write lands)."""
-        buffered = sum(1 for _, record in self._buffer if not record.flags)
+        buffered = sum(1 for _, record in self._buffer if not record.flags & NO_POSITION)
         return self._first_seq + self._position + buffered
 
     @property
@@ -255,7 +257,14 @@ class LogWriterState:
         size = len(record.payload)
         if self._buffer_bytes + size > ENTRY_RECORDS_BYTES_MAX:
             self._transmit_buffer()  # the entry would overflow: send what is buffered first
-        self._buffer.append((write_id, StoredRecord(txid, RecordFlag.NONE, record.payload)))
+        if record.producer is None:
+            stored = StoredRecord(txid, RecordFlag.NONE, record.payload)
+        else:
+            stored = StoredRecord(
+                txid, RecordFlag.PRODUCER, producer_payload(*record.producer, record.payload)
+            )
+            size = len(stored.payload)
+        self._buffer.append((write_id, stored))
         self._buffer_bytes += size
         self._after_buffering()
         return write_id
@@ -279,6 +288,7 @@ class LogWriterState:
         no_flags = RecordFlag.NONE
         txid = self._last_txid
         for record in records:
+            flags = no_flags
             if isinstance(record, bytes):
                 payload, txid = record, floor
             else:
@@ -287,12 +297,15 @@ class LogWriterState:
                     txid = floor
                 else:
                     txid, floor = given, max(floor, given)
+                if record.producer is not None:
+                    flags = RecordFlag.PRODUCER
+                    payload = producer_payload(*record.producer, payload)
             size = len(payload)
             if buffered + size > ENTRY_RECORDS_BYTES_MAX:
                 self._buffer_bytes = buffered
                 self._transmit_buffer()  # the entry would overflow: send what is buffered first
                 buffer, buffered = self._buffer, self._buffer_bytes
-            buffer.append((write_id, StoredRecord(txid, no_flags, payload)))
+            buffer.append((write_id, StoredRecord(txid, flags, payload)))
             write_id += 1
             buffered += size
             if open_phase and buffered >= full_at:
@@ -384,7 +397,7 @@ class LogWriterState:
             if write_id < 0:
                 continue  # a control record: nobody waits for it
             dlsn = DLSN(segment, entry, slot)
-            if record.flags:
+            if record.flags & NO_POSITION:
                 results.append((write_id, Written(dlsn, record.txid, -1)))
             else:
                 results.append((write_id, Written(dlsn, record.txid, seq)))
@@ -469,7 +482,7 @@ class LogWriterState:
             self._begin_roll()
             return
         write_ids, records = zip(*self._buffer, strict=True)
-        user = len(records) - sum(1 for r in records if r.flags)
+        user = len(records) - sum(1 for r in records if r.flags & NO_POSITION)
         self._buffer = []
         self._segment_bytes += self._buffer_bytes
         self._buffer_bytes = 0

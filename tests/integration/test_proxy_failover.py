@@ -25,8 +25,9 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
     acked: list[Acked] = []
     async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
         await client.create("s")
+        producer = client.producer("s")
         for i in range(50):
-            acked.append(await client.write("s", f"before-{i}".encode()))
+            acked.append(await producer.write(f"before-{i}".encode()))
         owner = (await client.describe("s"))["owner"]
         owner_name = owner.split("@")[0]
         assert owner_name in urls, owner
@@ -34,6 +35,9 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
         killed_at = time.monotonic()
         acked.append(await client.write("s", b"after-0"))  # retried until a proxy takes over
         resumed_s = time.monotonic() - killed_at
+        # the last idempotent write retried on the new owner: answered, not written again
+        retried = await client.write("s", b"before-49", producer=(producer.producer_id, 49))
+        assert retried.duplicate and retried.dlsn == acked[49].dlsn
         for i in range(1, 50):
             acked.append(await client.write("s", f"after-{i}".encode()))
         new_owner = (await client.describe("s"))["owner"]

@@ -63,7 +63,9 @@ async def test_an_isolated_region_loses_its_streams_and_its_zombie_writes_fail(
         ProxyClient([east], namespace, deadline_s=3, request_timeout_s=3) as zombie_client,
     ):
         await east_client.create("s")
-        acked: list[Acked] = [await east_client.write("s", f"before-{i}".encode()) for i in range(20)]
+        acked: list[Acked] = [
+            await east_client.write("s", f"before-{i}".encode()) for i in range(20)
+        ]
         assert (await east_client.describe("s"))["owner"] == "wp-us-east@us-east"
         await regions.isolate(services, "us-east")
         try:

@@ -1,0 +1,106 @@
+"""A write proxy's idempotent writes for one owned stream: its producer table, rebuilt from
+the stream on first use after the proxy took the stream over, and the writes in flight.
+
+The table is rebuilt lazily, when the first idempotent write arrives, so a takeover (and the
+writes that name no producer) never waits for the scan; idempotent writes wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from core.errors import ProducerSeqInFlightError, TruncatedPositionError
+from global_meta.streams import StreamMetaStore
+from ledger import LedgerClient
+from reader.log_reader import LogReader, ReaderConfig
+from reader.positions import By, Position
+from region.producers import SCAN_RECORDS, ProducerTable
+from writer.events import Written
+
+log = logging.getLogger(__name__)
+REBUILD_TIMEOUT_S = 60.0
+
+Key = tuple[int, int]  # (producer id, producer seq)
+
+
+async def rebuild_table(
+    streams: StreamMetaStore,
+    ledgers: LedgerClient,
+    stream: str,
+    upto_seq: int,
+    scan_records: int = SCAN_RECORDS,
+) -> ProducerTable:
+    """The producer table of the stream's records before sequence id `upto_seq`, from its
+    last `scan_records` records (or all of them, when fewer remain after truncation)."""
+    table = ProducerTable()
+    if upto_seq == 0:
+        return table
+    start = Position(By.SEQ, max(0, upto_seq - scan_records))
+    config = ReaderConfig(follow=False)
+    try:
+        reader = await LogReader.open(streams, ledgers, stream, start, config)
+    except TruncatedPositionError:
+        reader = await LogReader.open(streams, ledgers, stream, Position.earliest(), config)
+    async with reader:
+        async for record in reader:
+            if record.seq >= upto_seq:
+                break
+            if record.producer_id is not None and record.producer_seq is not None:
+                written = Written(record.dlsn, record.txid, record.seq)
+                table.record(record.producer_id, record.producer_seq, written)
+    return table
+
+
+class Idempotence:
+    """One owned stream's producer table and its idempotent writes in flight."""
+
+    def __init__(self, build: Callable[[], Coroutine[Any, Any, ProducerTable]]) -> None:
+        self._build = build
+        self._building: asyncio.Task[ProducerTable] | None = None
+        self._inflight: set[Key] = set()
+
+    async def table(self) -> ProducerTable:
+        if self._building is None:
+            self._building = asyncio.get_running_loop().create_task(self._build())
+        async with asyncio.timeout(REBUILD_TIMEOUT_S):
+            try:
+                return await asyncio.shield(self._building)
+            except Exception:
+                self._building = None  # the next idempotent write tries again
+                raise
+
+    async def write_once(
+        self,
+        keys: Sequence[Key],
+        write: Callable[[list[int]], Awaitable[list[Written]]],
+    ) -> tuple[list[Written], int]:
+        """Writes the records of `keys` that have not landed yet (`write` gets their indices
+        and returns where they landed); (where every one of them is, how many had landed)."""
+        table = await self.table()
+        landed = [table.lookup(producer, seq) for producer, seq in keys]
+        todo = [i for i, where in enumerate(landed) if where is None]
+        busy = [keys[i] for i in todo if keys[i] in self._inflight]
+        if busy:
+            producer, seq = busy[0]
+            raise ProducerSeqInFlightError(
+                f"producer {producer:#x} seq {seq} is being written by an earlier request; "
+                "retry to get where it landed"
+            )
+        if todo:
+            claimed = [keys[i] for i in todo]
+            self._inflight.update(claimed)
+            try:
+                results = await write(todo)
+                for index, where in zip(todo, results, strict=True):
+                    table.record(*keys[index], where)
+                    landed[index] = where
+            finally:
+                self._inflight.difference_update(claimed)
+        return [where for where in landed if where is not None], len(keys) - len(todo)
+
+    def close(self) -> None:
+        if self._building is not None:
+            self._building.cancel()
