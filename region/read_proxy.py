@@ -182,6 +182,8 @@ def _record(record: LogRecord) -> dict[str, Any]:
         "write_time_ms": record.write_time_ms,
         "region": record.writer_region,
     }
+    if record.producer_id is not None:
+        body["producer_id"], body["producer_seq"] = record.producer_id, record.producer_seq
     try:
         body["payload"] = record.payload.decode()
     except UnicodeDecodeError:

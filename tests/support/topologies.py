@@ -100,9 +100,7 @@ def topology_document(
         "regions": regions,
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
-            "listen_port_base": free_port_block(
-                len(REGIONS) * (bookies + 2 * zk_nodes), port_list
-            ),
+            "listen_port_base": free_port_block(len(REGIONS) * (bookies + 2 * zk_nodes), port_list),
             "default_profile": "ci",
             "profiles": {"ci": links},
         },
