@@ -21,6 +21,7 @@ from ledger import LedgerClient, LedgerConfig
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
+from region.telemetry import install_prometheus
 from region.write_proxy import WriteProxy
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ async def serve_proxy(
     ledger_config = LedgerConfig(
         region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
     )
+    install_prometheus(f"globelog-{kind}-proxy", proxy.region, proxy.name)
     stop = _stop_on_signals()
     async with (
         await MetaStore.connect(

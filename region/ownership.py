@@ -24,6 +24,7 @@ from region.idempotence import Idempotence, rebuild_table
 from region.producers import ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path
+from region.telemetry import PROXY_METRICS
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ class Ownership:
 
         owned = self._owned[key] = Owned(writer, session, Idempotence(producers))
         log.info("took ownership of %s/%s (session %d)", *key, session)
+        PROXY_METRICS.ownership_changes.add(1, {"event": "taken"})
         return owned
 
     async def _elsewhere_than_here(self, key: tuple[str, str]) -> Redirect:
@@ -220,6 +222,7 @@ class Ownership:
         for key, owned in list(self._owned.items()):
             self.forget(*key, owned)
             log.warning("lost ownership of %s/%s with the ZooKeeper session", *key)
+            PROXY_METRICS.ownership_changes.add(1, {"event": "lost"})
 
     async def release(self, namespace: str, stream: str) -> bool:
         """Closes this proxy's writer of the stream (its segment completed, lock released)."""
@@ -227,6 +230,7 @@ class Ownership:
         if owned is None:
             return False
         owned.idempotence.close()
+        PROXY_METRICS.ownership_changes.add(1, {"event": "released"})
         async with asyncio.timeout(CLOSE_TIMEOUT_S):
             await owned.writer.close()
         return True

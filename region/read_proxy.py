@@ -19,6 +19,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +35,7 @@ from reader.positions import By, Position
 from region import registry
 from region.http_errors import error_middleware, json_response
 from region.stream_cache import StreamCache
+from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
 
 log = logging.getLogger(__name__)
 KIND = "read"
@@ -54,9 +56,10 @@ class ReadProxy:
         self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[error_middleware])
+        app = web.Application(middlewares=[metrics_middleware(KIND), error_middleware])
         base = "/v1/namespaces/{ns}/streams/{stream}"
         app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/metrics", metrics_handler)
         app.router.add_get(base + "/records", self._records)
         app.router.add_get(base + "/tail", self._tail)
         return app
@@ -137,9 +140,24 @@ class ReadProxy:
     async def _page(
         self, ns: str, stream: str, seq: int, max_records: int, wait_s: float
     ) -> list[LogRecord]:
+        records = await self._page_of(ns, stream, seq, max_records, wait_s)
+        if records:
+            now_ms = time.time() * 1000
+            labels = {"region": self.me.region}
+            PROXY_METRICS.delivered.add(len(records), labels)
+            for record in records:
+                delay_s = max(0.0, now_ms - record.write_time_ms) / 1000
+                PROXY_METRICS.delivery_latency.record(delay_s, labels)
+        return records
+
+    async def _page_of(
+        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float
+    ) -> list[LogRecord]:
         cache = await self._cache(ns, stream, seq)
         if cache.covers(seq):
+            PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
             return await cache.read(seq, max_records, wait_s)
+        PROXY_METRICS.cache_reads.add(1, {"result": "miss"})
         # Before what the cache holds: a reader of its own, for this page only.
         reader = await LogReader.open(
             self._streams(ns), self._ledgers, stream, Position(By.SEQ, seq), ReaderConfig()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from region.producers import PRODUCER_SEQ_MAX, check_producer
+from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
 
@@ -82,10 +84,12 @@ class WriteProxy:
 
     def app(self) -> web.Application:
         app = web.Application(
-            client_max_size=self.limits.request_bytes_max, middlewares=[error_middleware]
+            client_max_size=self.limits.request_bytes_max,
+            middlewares=[metrics_middleware(KIND), error_middleware],
         )
         base = "/v1/namespaces/{ns}/streams"
         app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/metrics", metrics_handler)
         app.router.add_get(base, self._list)
         app.router.add_put(base + "/{stream}", self._create)
         app.router.add_get(base + "/{stream}", self._describe)
@@ -317,8 +321,17 @@ class WriteProxy:
                 f"{size} bytes would pass the limit of {limit}; retry later"
             )
         owned.inflight_bytes += size
+        started = time.perf_counter()
         try:
-            return await start()
+            result = await start()
+            route = request.match_info.route.resource
+            labels = {"route": route.canonical if route is not None else "?"}
+            PROXY_METRICS.commit_latency.record(time.perf_counter() - started, labels)
+            PROXY_METRICS.written_bytes.add(size, labels)
+            PROXY_METRICS.written_records.add(
+                len(result) if isinstance(result, list) else 1, labels
+            )
+            return result
         except GlobelogError as err:
             if owned.writer.failed:
                 self.ownership.forget(ns, stream, owned)

@@ -4,14 +4,18 @@ cluster: the owner of a stream killed with SIGKILL, its writes resumed on anothe
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 
+import aiohttp
+import pytest
+
 from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
-from region.client import Acked, ProxyClient
+from region.client import Acked, ProxyClient, ProxyError
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -84,3 +88,33 @@ def test_the_cli_goes_through_the_proxies_when_they_run(services: Cluster) -> No
     ]  # fmt: skip
     refused = globelog("write", "s", stdin=b"five\n\nsix\n")
     assert refused.returncode == 2 and b"stdin line 2 is empty" in refused.stderr
+
+
+async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster) -> None:
+    topology = services.topology
+    write = topology.region("us-east").write_proxies[0].endpoint
+    read = topology.region("us-west").read_proxies[0].endpoint
+    namespace = fresh_namespace()
+    async with ProxyClient([f"http://{write.address}"], namespace) as client:
+        await client.create("s")
+        await client.write_bulk("s", [b"a", b"b", b"c"])
+        with pytest.raises(ProxyError):
+            await client.write("missing", b"x")
+    async with aiohttp.ClientSession() as http:
+        page = f"http://{read.address}/v1/namespaces/{namespace}/streams/s/records?from_seq=0"
+        async with http.get(page) as answer:
+            assert len((await answer.json())["records"]) == 3
+        async with http.get(f"http://{write.address}/metrics") as answer:
+            assert answer.status == 200 and answer.content_type == "text/plain"
+            written = await answer.text()
+        async with http.get(f"http://{read.address}/metrics") as answer:
+            served = await answer.text()
+    bulk = 'route="/v1/namespaces/{ns}/streams/{stream}/bulk"'
+    assert re.search(r"globelog_proxy_requests_total\{[^}]*" + re.escape(bulk), written)
+    assert "globelog_proxy_commit_latency_seconds_bucket" in written
+    assert re.search(r'globelog_proxy_errors_total\{[^}]*code="stream_not_found"', written)
+    assert re.search(r'globelog_proxy_ownership_changes_total\{[^}]*event="taken"', written)
+    assert "globelog_ledger_adds_total" in written, "the ledger client's instruments too"
+    delivered = re.search(r"globelog_proxy_delivered_records_total\{[^}]*\} (\d+)", served)
+    assert delivered is not None and int(delivered.group(1)) >= 3
+    assert "globelog_proxy_delivery_latency_seconds_bucket" in served

@@ -1,0 +1,140 @@
+"""The proxies' OpenTelemetry instruments, and `/metrics`, their Prometheus endpoint.
+
+Instruments come from OpenTelemetry's global meter, so they record nothing until a process
+installs a meter provider: `globelog serve` does (`install_prometheus`), with a Prometheus
+reader whose registry `/metrics` renders. Names (Prometheus form, docs/operations.md):
+
+    globelog_proxy_requests_total{kind, route, method, status}
+    globelog_proxy_request_latency_seconds{kind, route}            every request, end to end
+    globelog_proxy_commit_latency_seconds{route}                   accepted -> acknowledged
+    globelog_proxy_errors_total{kind, code}
+    globelog_proxy_written_bytes_total / globelog_proxy_written_records_total
+    globelog_proxy_ownership_changes_total{event}                  taken | released | lost
+    globelog_proxy_delivered_records_total / _delivery_latency_seconds{region}   read proxy
+    globelog_proxy_cache_reads_total{result}                       hit | miss (read proxy)
+
+plus the ledger client's own (globelog_ledger_*).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from opentelemetry import metrics
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyMetrics:
+    requests: metrics.Counter
+    request_latency: metrics.Histogram
+    commit_latency: metrics.Histogram
+    errors: metrics.Counter
+    written_bytes: metrics.Counter
+    written_records: metrics.Counter
+    ownership_changes: metrics.Counter
+    delivered: metrics.Counter
+    delivery_latency: metrics.Histogram
+    cache_reads: metrics.Counter
+
+    @classmethod
+    def create(cls) -> ProxyMetrics:
+        m = metrics.get_meter("globelog.proxy")
+
+        def histogram(name: str, description: str, buckets: tuple[float, ...]) -> metrics.Histogram:
+            return m.create_histogram(
+                name, unit="s", description=description,
+                explicit_bucket_boundaries_advisory=list(buckets),
+            )  # fmt: skip
+
+        return cls(
+            requests=m.create_counter("globelog.proxy.requests", description="HTTP requests"),
+            request_latency=histogram(
+                "globelog.proxy.request.latency",
+                "request received to answer sent",
+                LATENCY_BUCKETS_S,
+            ),
+            commit_latency=histogram(
+                "globelog.proxy.commit.latency", "write accepted to acknowledged", LATENCY_BUCKETS_S
+            ),
+            errors=m.create_counter("globelog.proxy.errors", description="errors by code"),
+            written_bytes=m.create_counter("globelog.proxy.written.bytes", unit="By"),
+            written_records=m.create_counter("globelog.proxy.written.records"),
+            ownership_changes=m.create_counter(
+                "globelog.proxy.ownership.changes", description="streams taken, released, lost"
+            ),
+            delivered=m.create_counter("globelog.proxy.delivered.records"),
+            delivery_latency=histogram(
+                "globelog.proxy.delivery.latency",
+                "record write time to served by a read proxy (clocks of one machine or NTP)",
+                DELIVERY_BUCKETS_S,
+            ),
+            cache_reads=m.create_counter("globelog.proxy.cache.reads", description="hit | miss"),
+        )
+
+
+PROXY_METRICS = ProxyMetrics.create()
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def metrics_middleware(kind: str) -> Middleware:
+    """Counts every request by route and status, errors by code, and times each request
+    (the outermost middleware: globelog's errors are answers by then)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            if status >= 400 and isinstance(response, web.Response):
+                record_error(kind, _error_code(response))
+            return response
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            labels = {"kind": kind, "route": route}
+            PROXY_METRICS.request_latency.record(time.perf_counter() - started, labels)
+            PROXY_METRICS.requests.add(1, {**labels, "method": request.method, "status": status})
+
+    return middleware
+
+
+def _error_code(response: web.Response) -> str:
+    try:
+        body = response.body
+        return str(json.loads(body)["code"]) if isinstance(body, bytes) else "unknown"
+    except (ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+def record_error(kind: str, code: str) -> None:
+    PROXY_METRICS.errors.add(1, {"kind": kind, "code": code})
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """Prometheus's text format of every instrument of this process."""
+    body = generate_latest(REGISTRY)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def install_prometheus(service: str, region: str, name: str) -> None:
+    """Makes this process's instruments record, readable at /metrics."""
+    resource = Resource.create(
+        {"service.name": service, "globelog.region": region, "service.instance.id": name}
+    )
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader()], resource=resource)
+    metrics.set_meter_provider(provider)
