@@ -56,6 +56,7 @@ class Written:
     acked: dict[int, Acked] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
     failed: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
 def _url(cluster: Cluster, region: str, kind: str) -> str:
@@ -72,8 +73,9 @@ async def _write(client: ProxyClient, written: Written, stop: asyncio.Event) -> 
         try:
             written.acked[number] = await producer.write(body)
             written.ack_times.append(time.monotonic())
-        except GlobelogError:
-            written.failed += 1  # its deadline passed; the next record goes on
+        except GlobelogError as err:
+            written.failed += 1  # given up (deadline or a final error); the next goes on
+            written.errors.append(f"record {number}: {err}")
         number += 1
         await asyncio.sleep(WRITE_INTERVAL_S)
 
@@ -198,6 +200,7 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
     return {
         "written": total,
         "failed_writes": written.failed,
+        "errors": written.errors,
         "failover_s": failover_s,
         "audit_ok": adhere,
         "regions": {
@@ -219,6 +222,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         f"up); owner failover {summary['failover_s']:.2f} s; durability audit "
         f"{'passed' if summary['audit_ok'] else 'FAILED'}"
     )
+    for error in summary["errors"][:3]:
+        print(f"  gave up: {error[:300]}")
     header = f"  {'region':<10}{'read':>8}{'lost':>6}{'dup':>5}{'p50 ms':>9}{'p99 ms':>9}"
     print(header)
     for region, row in summary["regions"].items():

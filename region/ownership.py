@@ -212,7 +212,8 @@ class Ownership:
         if self._owned.get((namespace, stream)) is owned:
             del self._owned[(namespace, stream)]
             owned.idempotence.close()
-            task = asyncio.get_running_loop().create_task(owned.writer.abandon())
+            abandoning = owned.writer.abandon(release_lock=True)
+            task = asyncio.get_running_loop().create_task(abandoning)
             task.add_done_callback(_log_failure)
 
     async def drop_all(self) -> None:

@@ -334,6 +334,7 @@ class WriteProxy:
             return result
         except GlobelogError as err:
             if owned.writer.failed:
+                log.warning("writer of %s/%s failed (%s); dropped, lock released", ns, stream, err)
                 self.ownership.forget(ns, stream, owned)
             raise err
         finally:

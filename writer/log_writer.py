@@ -304,11 +304,17 @@ class LogWriter:
         finally:
             await self._shutdown()
 
-    async def abandon(self) -> None:
-        """Stops without completing the segment, as a crashed writer would (tests, drills)."""
+    async def abandon(self, *, release_lock: bool = False) -> None:
+        """Stops without completing the segment, as a crashed writer would (tests, drills).
+
+        `release_lock`: also give up the ownership lock (still held if this writer's session
+        lives), so that another writer can take the stream at once: its recovery completes
+        the segment. A failed writer that keeps its lock would block the stream until its
+        process ends.
+        """
         self._feed(WriterFailed(FailureKind.CLOSED, "the writer was abandoned"))
         await self._ledger.abandon()
-        await self._shutdown(release=False)
+        await self._shutdown(release=release_lock)
 
     async def __aenter__(self) -> LogWriter:
         return self

@@ -12,6 +12,7 @@ import pytest
 from cli.cluster.controller import Cluster
 from cli.cluster.probes import wait_until
 from core.dlsn import DLSN
+from core.streams import LEDGER_PASSWORD
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient, ProxyError
 from region.drain import set_drained
@@ -285,3 +286,31 @@ async def test_a_stream_drained_in_a_region_moves_to_another_and_comes_back(
         reader = await reader_env.reader("s", follow=False)
         async with reader:
             assert [r.payload async for r in reader] == [b"a", b"b", b"c"]
+
+
+async def test_a_proxy_whose_writer_was_fenced_lets_the_stream_be_taken_again(
+    cluster: Cluster,
+) -> None:
+    """A failed writer gives its lock up: otherwise the stream stays locked by a live proxy
+    that no longer writes it, and every write fails until that proxy's process ends."""
+    namespace = fresh_namespace()
+    async with (
+        write_proxy(cluster, "us-east") as east,
+        ProxyClient([east.config.me.url], namespace=namespace, deadline_s=30) as client,
+    ):
+        await client.create("s")
+        first = await client.write("s", b"a")
+        owned = east.ownership.owned_here(namespace, "s")
+        assert owned is not None
+        async with stream_env(cluster, "us-west", namespace) as west:
+            # another client fences the proxy's ledger, as a new owner's recovery would
+            await west.ledgers.open(
+                owned.writer.segment.ledger_id, LEDGER_PASSWORD, recover_ledger=True
+            )
+        second = await client.write("s", b"b")  # fenced, dropped, taken again, written
+        assert second.dlsn.segment > first.dlsn.segment
+        assert east.ownership.owned_here(namespace, "s") is not owned
+    async with stream_env(cluster, "us-west", namespace) as west:
+        reader = await west.reader("s", follow=False)
+        async with reader:
+            assert [r.payload async for r in reader] == [b"a", b"b"]
