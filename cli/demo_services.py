@@ -80,9 +80,15 @@ async def _write(client: ProxyClient, written: Written, stop: asyncio.Event) -> 
         await asyncio.sleep(WRITE_INTERVAL_S)
 
 
-async def _read(url: str, received: Received, stop: asyncio.Event) -> None:
+async def tail_region(
+    url: str,
+    received: Received,
+    stop: asyncio.Event,
+    stream: str = STREAM,
+    namespace: str = NAMESPACE,
+) -> None:
     """Long-polls the region's read proxy; retries through the region's outage."""
-    path = f"{url}/v1/namespaces/{NAMESPACE}/streams/{STREAM}/records"
+    path = f"{url}/v1/namespaces/{namespace}/streams/{stream}/records"
     timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 5)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         while not stop.is_set():
@@ -148,7 +154,7 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
                 raise
         await local.last_dlsn(STREAM)  # us-east's proxy takes the stream
         readers = [
-            asyncio.create_task(_read(_url(cluster, r, "read"), received[r], stop_reading))
+            asyncio.create_task(tail_region(_url(cluster, r, "read"), received[r], stop_reading))
             for r in received
         ]
         writer = asyncio.create_task(_write(client, written, stop_writing))

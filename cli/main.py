@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import bench_failover, bench_ledger_options, bench_stream_main, serve, stream_args
+from cli import (
+    bench_failover,
+    bench_ledger_options,
+    bench_proxy,
+    bench_stream_main,
+    serve,
+    stream_args,
+)
 from cli.cluster import controller, processes, regions, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
@@ -47,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
         "failover", help="time from killing a stream's owning write proxy to the next write"
     )
     bench_failover.add_arguments(failover_bench)
+    proxy_bench = bench_sub.add_parser(
+        "proxy", help="write-proxy throughput, commit latency and delivery to every region"
+    )
+    bench_proxy.add_arguments(proxy_bench)
 
     ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
     ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -182,6 +193,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_stream_main.run(args)
     if args.action == "failover":
         return bench_failover.run(args)
+    if args.action == "proxy":
+        return bench_proxy.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")

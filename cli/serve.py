@@ -18,6 +18,7 @@ from core.topology import Proxy, Topology
 from core.topology_loader import load_topology
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
+from region import logs
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
@@ -35,11 +36,13 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     write.add_argument("--name", default=None, help="which of the region's write proxies")
     write.add_argument("--topology", type=Path, default=None)
     write.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    write.add_argument("--log-format", choices=["json", "text"], default="json")
     read = kinds.add_parser("read-proxy", help="a read proxy of --region")
     read.add_argument("--region", required=True)
     read.add_argument("--name", default=None, help="which of the region's read proxies")
     read.add_argument("--topology", type=Path, default=None)
     read.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    read.add_argument("--log-format", choices=["json", "text"], default="json")
 
 
 def pick_proxy(topology: Topology, region: str, name: str | None, kind: str = "write") -> Proxy:
@@ -95,9 +98,9 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 def run(args: argparse.Namespace, default_topology: Path) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topology = load_topology(args.topology or default_topology)
     kind = "write" if args.kind == "write-proxy" else "read"
     proxy = pick_proxy(topology, args.region, args.name, kind)
+    logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)
     asyncio.run(serve_proxy(topology, proxy, kind, args.zk_session_timeout_s))
     return 0

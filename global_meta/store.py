@@ -174,6 +174,13 @@ class MetaStore:
         )
         return str(created)
 
+    async def sync(self, path: str) -> None:
+        """Brings this client's ZooKeeper server up to date with the leader for `path`:
+        reads after it see every write committed before it (ZooKeeper's reads are otherwise
+        served from the server's possibly lagging copy, and servers of other regions lag by
+        a WAN round trip)."""
+        await self._await("sync", path, lambda: self._client.sync_async(path))
+
     async def ensure_path(self, path: str) -> None:
         """Creates `path` and its parents when missing (no-op when it exists)."""
         await self._await("ensure_path", path, lambda: self._client.ensure_path_async(path))

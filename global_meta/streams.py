@@ -276,9 +276,11 @@ class StreamMetaStore:
         return False
 
     async def owner(self, stream: str) -> str | None:
-        """Who holds the lock now ("owner@region"), or None."""
+        """Who holds the lock now ("owner@region"), or None. Synced first: a lock released
+        through another region's ZooKeeper server is not reported as still held."""
         lock_dir = f"{self.path(stream)}/lock"
         try:
+            await self.store.sync(lock_dir)
             lowest = _lowest(await self.store.children(lock_dir))
             if lowest is None:
                 return None

@@ -75,6 +75,15 @@ class Toxiproxy:
         else:
             await self._call("POST", f"/proxies/{proxy}/toxics", body)
 
+    async def set_enabled(self, route: Route, enabled: bool) -> None:
+        body = {
+            "name": route.name,
+            "listen": route.listen.address,
+            "upstream": route.upstream.address,
+            "enabled": enabled,
+        }
+        await self._call("POST", f"/proxies/{route.name}", body)
+
     async def remove_toxic(self, proxy: str, name: str) -> None:
         await self._call("DELETE", f"/proxies/{proxy}/toxics/{name}", ok=(204, 404))
 
@@ -105,10 +114,18 @@ def routes_between(topology: Topology, region_a: str, region_b: str) -> list[Rou
 
 
 async def partition(topology: Topology, region_a: str, region_b: str) -> list[Route]:
-    """Cuts the link both ways: bytes are held, never delivered, as in a real partition."""
+    """Cuts the link both ways. Bookie traffic is held, never delivered, as in a real
+    partition (a client waits for its own timeouts). ZooKeeper's quorum links are closed and
+    refused instead: ZooKeeper's leader election, given connections that hold messages
+    forever, keeps electing the unreachable node and the majority side stays without a
+    leader for minutes; with refused connections it elects within seconds, which is what a
+    real partition gives once TCP gives up."""
     routes = routes_between(topology, region_a, region_b)
     async with Toxiproxy(topology.wan.toxiproxy.address) as api:
         for route in routes:
+            if route.kind != "bookie":
+                await api.set_enabled(route, False)
+                continue
             for stream in ("upstream", "downstream"):
                 await api.set_toxic(
                     route.name, f"{PARTITION_TOXIC}-{stream}", "timeout", stream, {"timeout": 0}
@@ -127,6 +144,9 @@ async def heal(
     )
     async with Toxiproxy(topology.wan.toxiproxy.address) as api:
         for route in routes:
+            if route.kind != "bookie":
+                await api.set_enabled(route, True)
+                continue
             for stream in ("upstream", "downstream"):
                 await api.remove_toxic(route.name, f"{PARTITION_TOXIC}-{stream}")
     return routes
@@ -147,9 +167,10 @@ async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
             "to_region": route.to_region,
             "listen": route.listen.address,
             "upstream": route.upstream.address,
-            "present": proxy is not None and bool(proxy.get("enabled")),
+            "present": proxy is not None,
             "one_way_ms": latency.get("latency"),
             "jitter_ms": latency.get("jitter"),
-            "partitioned": any(name.startswith(PARTITION_TOXIC) for name in toxics),
+            "partitioned": any(name.startswith(PARTITION_TOXIC) for name in toxics)
+            or (proxy is not None and not proxy.get("enabled")),
         }
     return status

@@ -14,13 +14,15 @@ import pytest
 
 from cli.cluster import controller, processes
 from cli.cluster.controller import Cluster
-from cli.cluster.probes import log_tail
+from cli.cluster.probes import log_tail, wait_until
 from cli.cluster.processes import load_state
 from cli.tools import Tools, find_tools
 from core.topology_loader import load_topology
+from global_meta import MetaStore
 from tests.support.topologies import write_topology
 
 LOG_LINES_ON_FAILURE = 25
+SETTLE_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +59,26 @@ async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
                     processes.stop(record)
                 del records[name]
         processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))
+
+
+@pytest.fixture(autouse=True)
+async def settled_after(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """After a test that cut or stopped parts of the cluster, waits until every bookie is
+    registered writable again (a partition from ZooKeeper expires their sessions), so the
+    next test starts on a whole cluster."""
+    yield
+    names = set(request.fixturenames)
+    if not names & {"cluster", "services"}:
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    wanted = {b.bookie_id for b in cluster.topology.bookies}
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+
+        async def all_registered() -> bool:
+            writable, _ = await controller.registered_bookies(store)
+            return wanted <= writable
+
+        await wait_until("every bookie registered again", all_registered, SETTLE_TIMEOUT_S)
 
 
 @pytest.hookimpl(hookwrapper=True)
