@@ -152,12 +152,14 @@ class ProxyClient:
         the same id and the next seq to go on after a restart)."""
         return Producer(self, stream, producer_id, first_seq)
 
-    async def start_session(self, stream: str) -> int:
+    async def start_session(self, stream: str, exclusive: bool = False) -> int:
         """Starts session writes to `stream`: the owner writes a session marker, which fences
         every earlier session (this client's and others'); later writes of this client carry
         the new session id and fail with `session_fenced` once a newer session exists (a new
-        owner starts one on takeover)."""
-        body = await self._call("GET", stream, "/last", params={"fence_session": "1"})
+        owner starts one on takeover). An `exclusive` session also refuses every write that
+        carries no session, until a newer session replaces it."""
+        params = {"fence_session": "1", "exclusive": "1" if exclusive else "0"}
+        body = await self._call("GET", stream, "/last", params=params)
         session = int(body["session"])
         self._sessions[stream] = session
         return session
@@ -165,6 +167,12 @@ class ProxyClient:
     def _session_params(self, stream: str) -> dict[str, str]:
         session = self._sessions.get(stream)
         return {} if session is None else {"session": str(session)}
+
+    async def heartbeat(self, stream: str) -> dict[str, Any]:
+        """A control record through the owner (with this client's session, if any): what was
+        acknowledged before it is readable everywhere; the answer names the current session."""
+        params = self._session_params(stream)
+        return dict(await self._call("POST", stream, "/heartbeat", params=params))
 
     async def last_dlsn(self, stream: str) -> DLSN | None:
         body = await self._call("GET", stream, "/last")

@@ -46,6 +46,7 @@ class Owned:
     session: int  # the txid of the session marker this owner wrote last (session writes)
     idempotence: Idempotence
     inflight_bytes: int = 0
+    exclusive: bool = False  # the session is exclusive: writes without a session are refused
 
 
 @dataclass

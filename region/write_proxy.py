@@ -99,6 +99,7 @@ class WriteProxy:
         app.router.add_post(base + "/{stream}/truncate", self._truncate)
         app.router.add_post(base + "/{stream}/release", self._release)
         app.router.add_get(base + "/{stream}/last", self._last)
+        app.router.add_post(base + "/{stream}/heartbeat", self._heartbeat)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -183,12 +184,30 @@ class WriteProxy:
             return owned
         if request.query.get("fence_session") in ("1", "true"):
             owned.session = await owned.writer.mark_session()  # every older session is fenced
+            owned.exclusive = request.query.get("exclusive") in ("1", "true")
         last = owned.writer.last_written
         return json_response(
             {
                 "dlsn": None if last is None else str(last.dlsn),
                 "txid": owned.writer.last_txid,
                 "session": owned.session,
+                "exclusive": owned.exclusive,
+            }
+        )
+
+    async def _heartbeat(self, request: web.Request) -> web.StreamResponse:
+        """A control record through the owner: proves ownership, carries the readers' LAC
+        forward, and tells the client the stream's current session."""
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        _check_session(request, owned)
+        beat = await self._append(request, owned, 0, owned.writer.heartbeat)
+        return json_response(
+            {
+                "heartbeat_dlsn": str(beat.dlsn),
+                "session": owned.session,
+                "exclusive": owned.exclusive,
             }
         )
 
@@ -345,6 +364,11 @@ def _check_session(request: web.Request, owned: Owned) -> None:
     """A session write (`session=ID`) is refused unless ID is the owner's current session."""
     text = request.query.get("session")
     if text is None:
+        if owned.exclusive:
+            raise SessionFencedError(
+                f"stream {owned.writer.stream!r} is held by exclusive write session "
+                f"{owned.session}: a write must carry it (or start a newer session)"
+            )
         return
     session = _int(text, "session")
     if session != owned.session:

@@ -266,13 +266,21 @@ class LogWriter:
     async def mark_session(self) -> int:
         """Writes a session marker (a control record readers never see) once the writes before
         it landed; its txid, above every earlier one: the id of a new write session."""
+        return (await self._control()).txid
+
+    async def heartbeat(self) -> Written:
+        """Writes a control record (readers never see it) and waits for it: the writes before
+        it are acknowledged and readable in every region once it returns, and this writer
+        still owns the stream (a fenced one fails instead). Where the record landed."""
+        return await self._control()
+
+    async def _control(self) -> Written:
         write_id = self._state.mark_session(now_ms())
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
         self._pump()
         async with asyncio.timeout(self.config.close_timeout_s):
-            written = await future
-        return written.txid
+            return await future
 
     async def mark_end_of_stream(self) -> int:
         """Seals the stream (readers see its end, writers get end_of_stream); the last txid."""

@@ -8,7 +8,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from cli.cluster import regions, wan
+from cli.cluster import controller, regions, wan
 from cli.cluster.controller import Cluster
 from cli.cluster.probes import zookeeper_mode
 from cli.ledger_commands import audit_ledgers
@@ -129,3 +129,42 @@ async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_region
         started = await regions.region_up(services, tools, "us-west")
     assert set(killed) == set(started)
     assert await read_all(services, "us-west", namespace) == expected
+
+
+async def test_an_owner_paused_past_its_session_is_a_zombie_whose_writes_fail(
+    services: Cluster, tools: Tools
+) -> None:
+    namespace = fresh_namespace()
+    east = write_proxy_url(services, "us-east")
+    others = [write_proxy_url(services, r) for r in ("us-west", "eu-west")]
+    async with (
+        ProxyClient([east], namespace, deadline_s=30) as east_client,
+        ProxyClient(others, namespace, deadline_s=60) as other_client,
+    ):
+        await east_client.create("s")
+        acked = [await east_client.write("s", f"before-{i}".encode()) for i in range(10)]
+        await controller.fault(services, tools, "pause", "wp-us-east")
+        try:
+            # The zombie's request: accepted by its socket, answered only after it resumes.
+            zombie = asyncio.create_task(east_client.write("s", b"zombie"))
+            for i in range(10):
+                acked.append(await other_client.write("s", f"after-{i}".encode()))
+        finally:
+            await controller.fault(services, tools, "resume", "wp-us-east")
+        outcome = (await asyncio.gather(zombie, return_exceptions=True))[0]
+        new_owner = (await other_client.describe("s"))["owner"]
+    assert not new_owner.endswith("@us-east"), new_owner
+    assert [a.seq for a in acked] == list(range(20))
+    records = await read_all(services, "us-west", namespace)
+    expected = [f"before-{i}".encode() for i in range(10)] + [
+        f"after-{i}".encode() for i in range(10)
+    ]
+    if isinstance(outcome, BaseException):
+        assert records == expected  # the zombie's write failed: it is nowhere
+    else:
+        # answered after the resume, so by the new owner (redirected): it follows the others
+        assert outcome.seq == 20 and records == [*expected, b"zombie"], outcome
+    # the resumed proxy dropped the stream with its expired session
+    async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+        while f"{namespace}/s" in await owned_by(east):  # noqa: ASYNC110 - polling a server
+            await asyncio.sleep(0.2)

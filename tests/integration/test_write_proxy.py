@@ -314,3 +314,39 @@ async def test_a_proxy_whose_writer_was_fenced_lets_the_stream_be_taken_again(
         reader = await west.reader("s", follow=False)
         async with reader:
             assert [r.payload async for r in reader] == [b"a", b"b"]
+
+
+async def test_an_exclusive_session_refuses_writes_without_it_until_a_newer_session(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    async with (
+        write_proxy(cluster, "us-east") as east,
+        ProxyClient([east.config.me.url], namespace=namespace) as holder,
+        ProxyClient([east.config.me.url], namespace=namespace) as plain,
+    ):
+        await holder.create("s")
+        assert (await plain.write("s", b"before")).seq == 0
+        session = await holder.start_session("s", exclusive=True)
+        with pytest.raises(ProxyError) as refused:
+            await plain.write("s", b"no-session")
+        assert (
+            refused.value.code == "session_fenced"
+            and f"exclusive write session {session}" in str(refused.value)
+        )
+        held = await holder.write("s", b"held")
+        assert held.seq == 1
+        beat = await holder.heartbeat("s")
+        assert beat["session"] == session and beat["exclusive"] is True
+        assert DLSN.parse(beat["heartbeat_dlsn"]) > held.dlsn, "after what was written before"
+        assert (await holder.write("s", b"held-2")).seq == 2
+        newer = await plain.start_session("s")  # a newer, shared session ends the exclusive one
+        assert newer > session
+        assert (await plain.write("s", b"shared")).seq == 3
+        with pytest.raises(ProxyError) as fenced:
+            await holder.write("s", b"stale")
+        assert fenced.value.code == "session_fenced"
+    async with stream_env(cluster, "us-west", namespace) as west:
+        reader = await west.reader("s", follow=False)
+        async with reader:
+            assert [r.payload async for r in reader] == [b"before", b"held", b"held-2", b"shared"]
