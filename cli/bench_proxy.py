@@ -69,7 +69,8 @@ async def throughput(
         async def one_client() -> None:
             nonlocal records
             while time.monotonic() < deadline:
-                records += len(await client.write_bulk(stream, batch))
+                acked = await client.write_bulk(stream, batch)
+                records += len(acked)  # not `records += len(await ...)`: that reads first
 
         cpu_before, started = _cpu_s(pid), time.monotonic()
         await asyncio.gather(*(one_client() for _ in range(args.clients)))

@@ -215,7 +215,7 @@ def _decode_records(raw: memoryview, count: int, where: str) -> tuple[StoredReco
 
 def user_record_count(records: Sequence[StoredRecord]) -> int:
     """How many of `records` take a position (everything but control and end-of-stream)."""
-    return sum(1 for r in records if not r.flags & _NO_POSITION)
+    return sum(1 for r in records if not (r.flags and r.flags & _NO_POSITION))
 
 
 def log_records(
@@ -226,7 +226,7 @@ def log_records(
     found = []
     position = first_seq + entry.first_position
     for slot, record in enumerate(entry.records):
-        if record.flags & _NO_POSITION:
+        if record.flags and record.flags & _NO_POSITION:
             found.append((DLSN(sequence, entry_id, slot), record, -1))
         else:
             found.append((DLSN(sequence, entry_id, slot), record, position))

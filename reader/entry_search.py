@@ -49,7 +49,7 @@ async def search_segment(
         if position.by is By.TIME:
             return decoded.write_time_ms >= target
         if position.by is By.SEQ:
-            users = sum(1 for r in decoded.records if not r.flags & NO_POSITION)
+            users = sum(1 for r in decoded.records if not (r.flags and r.flags & NO_POSITION))
             return segment.first_seq + decoded.first_position + users > target
         # Control records count too: theirs is the writer's last txid when sent, so a
         # control entry reaches the target exactly when every later entry does (monotone).
@@ -64,7 +64,7 @@ async def search_segment(
     decoded = await entry(found)
     seq = segment.first_seq + decoded.first_position
     for slot, record in enumerate(decoded.records):
-        if record.flags & NO_POSITION:
+        if record.flags and record.flags & NO_POSITION:
             continue
         if position.by is By.SEQ and seq >= target:
             return DLSN(segment.sequence, found, slot)

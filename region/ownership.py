@@ -47,6 +47,7 @@ class Owned:
     idempotence: Idempotence
     inflight_bytes: int = 0
     exclusive: bool = False  # the session is exclusive: writes without a session are refused
+    flush_scheduled: bool = False  # a flush of the writer's buffer is due this loop turn
 
 
 @dataclass

@@ -37,7 +37,7 @@ async def summarize(reader: LedgerReader, sequence: int) -> SegmentSummary:
     end_of_stream = any(r.is_end_of_stream for r in tail.records)
     entry_id, entry = last_entry, tail
     while True:
-        slots = [i for i, r in enumerate(entry.records) if not r.flags & NO_POSITION]
+        slots = [i for i, r in enumerate(entry.records) if not (r.flags and r.flags & NO_POSITION)]
         if slots:
             last = entry.records[slots[-1]]
             dlsn = DLSN(sequence, entry_id, slots[-1])

@@ -154,7 +154,9 @@ class LogWriterState:
     @property
     def next_seq(self) -> int:
         """The sequence id the next accepted record will get (if every pending write lands)."""
-        buffered = sum(1 for _, record in self._buffer if not record.flags & NO_POSITION)
+        buffered = sum(
+            1 for _, record in self._buffer if not (record.flags and record.flags & NO_POSITION)
+        )
         return self._first_seq + self._position + buffered
 
     @property
@@ -397,7 +399,7 @@ class LogWriterState:
             if write_id < 0:
                 continue  # a control record: nobody waits for it
             dlsn = DLSN(segment, entry, slot)
-            if record.flags & NO_POSITION:
+            if record.flags and record.flags & NO_POSITION:
                 results.append((write_id, Written(dlsn, record.txid, -1)))
             else:
                 results.append((write_id, Written(dlsn, record.txid, seq)))
@@ -482,7 +484,7 @@ class LogWriterState:
             self._begin_roll()
             return
         write_ids, records = zip(*self._buffer, strict=True)
-        user = len(records) - sum(1 for r in records if r.flags & NO_POSITION)
+        user = len(records) - sum(1 for r in records if r.flags and r.flags & NO_POSITION)
         self._buffer = []
         self._segment_bytes += self._buffer_bytes
         self._buffer_bytes = 0
