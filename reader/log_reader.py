@@ -62,7 +62,11 @@ class ReaderConfig:
     follow: bool = True  # False: stop at the end of the stream as it is when reached
     readahead_entries: int = 32  # entries read per batch while catching up
     readahead_records_max: int = 10_000  # records decoded ahead of the caller
-    long_poll_timeout_ms: int = 1000
+    # A tailing reader's long poll asks one bookie; a bookie sometimes does not wake a long
+    # poll when its LAC moves (seen on BookKeeper 4.17 with the writer's local bookies: polls
+    # answered only at their timeout while entries kept arriving), so polls are kept short:
+    # that bounds the delay such a poll adds.
+    long_poll_timeout_ms: int = 200
     open_timeout_s: float = 30.0
 
 
