@@ -3,6 +3,7 @@ cluster: the owner of a stream killed with SIGKILL, its writes resumed on anothe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -49,6 +50,7 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
     assert new_owner.split("@")[0] != owner_name
     assert [a.seq for a in acked] == list(range(100)), "every write once, in order"
     assert acked[50].dlsn.segment > acked[49].dlsn.segment, "the new owner writes a new epoch"
+    await asyncio.sleep(0.2)  # past the flush SLA: the last entry's LAC has reached the bookies
     async with stream_env(services, "us-west", namespace) as west:
         reader = await west.reader("s", follow=False)
         async with reader:

@@ -28,6 +28,10 @@ def write_proxy_url(cluster: Cluster, region: str) -> str:
 
 
 async def read_all(cluster: Cluster, region: str, namespace: str) -> list[bytes]:
+    """Every record of the stream, read in `region` after the writer's flush SLA: a reader
+    sees the last acknowledged entry once a later entry or control record carries the LAC
+    past it (within the SLA), so a read at once may end one entry short."""
+    await asyncio.sleep(2 * cluster.topology.streams.flush_sla_s + 0.1)
     async with stream_env(cluster, region, namespace) as env:
         reader = await env.reader("s", follow=False)
         async with reader:
