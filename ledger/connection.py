@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from core.errors import ConfigError, GlobelogError
 from ledger.connection_errors import (
@@ -295,8 +296,8 @@ class BookieConnection(asyncio.Protocol):
     # ----------------------------------------------------------------------- protocol side
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport), transport
-        self._transport = transport
+        # A stream transport; uvloop's is one without subclassing asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._failure is not None:

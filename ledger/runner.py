@@ -44,7 +44,10 @@ class MachineRunner(Generic[A]):
         self._execute = execute
         self._on_crash = on_crash
         self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        # uvloop's call_at gives a plain Handle (no when()) for a time already past: the
+        # wake-up time is kept here instead
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -71,12 +74,13 @@ class MachineRunner(Generic[A]):
     def _arm(self) -> None:
         wakeup = self.machine.next_wakeup_s()
         if self._timer is not None:
-            if wakeup is not None and self._timer.when() == wakeup:
+            if wakeup is not None and self._timer_at == wakeup:
                 return
             self._timer.cancel()
             self._timer = None
         if wakeup is not None and not self._closed:
             self._timer = self._loop.call_at(wakeup, self._tick)
+            self._timer_at = wakeup
 
     def _tick(self) -> None:
         self._timer = None

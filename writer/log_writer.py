@@ -118,7 +118,10 @@ class LogWriter:
         self._blocked: deque[tuple[int, bytes]] = deque()  # transmits waiting for ledger room
         self._drainer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
+        # uvloop's call_at gives a plain Handle (no when()) for a time already past: the
+        # wake-up time is kept here instead
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0
         self._finished: asyncio.Future[None] = self._loop.create_future()
         self._released = False
         self._spawn(self._watch_session())
@@ -352,12 +355,13 @@ class LogWriter:
     def _arm(self) -> None:
         wakeup = self._state.next_wakeup_s()
         if self._timer is not None:
-            if wakeup is not None and self._timer.when() == wakeup:
+            if wakeup is not None and self._timer_at == wakeup:
                 return
             self._timer.cancel()
             self._timer = None
         if wakeup is not None:
             self._timer = self._loop.call_at(wakeup, self._tick)
+            self._timer_at = wakeup
 
     def _tick(self) -> None:
         self._timer = None
