@@ -105,6 +105,12 @@ class StreamMetaStore:
         return await self.store.exists(self.path(stream)) is not None
 
     async def require(self, stream: str) -> None:
+        """Raises StreamNotFoundError unless the stream exists. A miss is checked again after
+        a sync: a stream just created through another region's ZooKeeper server may not have
+        reached this client's server yet, and "does not exist" must be definitive."""
+        if await self.exists(stream):
+            return
+        await self.store.sync(self.path(stream))
         if not await self.exists(stream):
             raise self.not_found(stream)
 

@@ -61,6 +61,17 @@ async def lookup(store: MetaStore, kind: str, region: str, name: str) -> ProxyIn
         return None
 
 
+async def live_urls(store: MetaStore, kind: str, region: str) -> list[str]:
+    """The URLs of `region`'s live proxies of `kind` ("write" or "read"), from their
+    registrations: what a client needs instead of a seed list."""
+    try:
+        names = await store.children(proxy_path(region, kind))
+    except NoNodeError:
+        return []
+    found = [await lookup(store, kind, region, name) for name in names]
+    return [info.url for info in found if info is not None]
+
+
 class Membership:
     """A proxy's registration, kept across ZooKeeper sessions.
 

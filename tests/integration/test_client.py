@@ -8,8 +8,9 @@ import asyncio
 from cli.cluster.controller import Cluster
 from region.client import ProxyClient
 from region.client_extras import BatchingWriter, ReadClient, SyncProxyClient
+from region.registry import live_urls
 from tests.support.proxies import read_proxy, write_proxy
-from tests.support.streams import fresh_namespace
+from tests.support.streams import fresh_namespace, stream_env
 
 
 async def test_a_batching_writer_a_read_client_and_the_sync_wrapper(cluster: Cluster) -> None:
@@ -32,6 +33,9 @@ async def test_a_batching_writer_a_read_client_and_the_sync_wrapper(cluster: Clu
                 return sync.write("s", b"from-a-thread").seq
 
         assert await asyncio.to_thread(synchronous) == 2500
+        async with stream_env(cluster, "us-east", namespace) as env:  # proxies found in ZooKeeper
+            assert east.config.me.url in await live_urls(env.store, "write", "us-east")
+            assert reader_proxy.me.url in await live_urls(env.store, "read", "eu-west")
         async with ReadClient([reader_proxy.me.url], namespace) as reader:
             records = [r async for r in reader.read("s", from_seq=0, follow=False)]
             tail = reader.read("s", from_seq=2501)
