@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from core.errors import ProducerSeqInFlightError, TruncatedPositionError
+from core.errors import OverCapacityError, ProducerSeqInFlightError, TruncatedPositionError
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
@@ -65,12 +65,17 @@ class Idempotence:
     async def table(self) -> ProducerTable:
         if self._building is None:
             self._building = asyncio.get_running_loop().create_task(self._build())
-        async with asyncio.timeout(REBUILD_TIMEOUT_S):
-            try:
+        try:
+            async with asyncio.timeout(REBUILD_TIMEOUT_S):
                 return await asyncio.shield(self._building)
-            except Exception:
-                self._building = None  # the next idempotent write tries again
-                raise
+        except TimeoutError:
+            raise OverCapacityError(
+                f"rebuilding the stream's producer table from its last records took over "
+                f"{REBUILD_TIMEOUT_S:.0f} s; retry"
+            ) from None
+        except Exception:
+            self._building = None  # the next idempotent write tries again
+            raise
 
     async def write_once(
         self,
