@@ -103,6 +103,11 @@ class Ownership:
         elsewhere = await self._owner_elsewhere(streams, stream)
         if elsewhere is not None:
             return elsewhere
+        owned = self._owned.get(key)  # taken by this proxy while this request looked around
+        if owned is not None:
+            return owned
+        if key in self._opening:
+            return await self._take(key, streams)
         home = self._ring.home(f"{namespace}/{stream}")
         if hop == 0 and home is not None and home != self.config.me.name:
             info = await lookup(self._store, KIND, self.config.me.region, home)
@@ -116,6 +121,9 @@ class Ownership:
             return None
         name, _, region = owner.rpartition("@")
         if name == self.config.me.name and region == self.config.me.region:
+            key = (streams.namespace, stream)
+            if key in self._opening or key in self._owned:
+                return None  # this proxy is taking it right now: the caller waits for that
             # A lock of this proxy's that it does not hold: left by a previous incarnation
             # whose session has not expired yet. It goes with that session.
             raise OwnershipError(

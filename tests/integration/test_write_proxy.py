@@ -350,3 +350,20 @@ async def test_an_exclusive_session_refuses_writes_without_it_until_a_newer_sess
         reader = await west.reader("s", follow=False)
         async with reader:
             assert [r.payload async for r in reader] == [b"before", b"held", b"held-2", b"shared"]
+
+
+async def test_concurrent_first_writes_to_a_new_stream_all_land(cluster: Cluster) -> None:
+    """Requests that arrive while the proxy is taking the stream wait for it: none is told
+    that the stream is locked by this very proxy (`owner_exists`)."""
+    namespace = fresh_namespace()
+    async with write_proxy(cluster, "us-east") as east, aiohttp.ClientSession() as http:
+        url = base(east, namespace)
+        async with http.put(f"{url}/s") as created:
+            assert created.status == 201
+
+        async def post(i: int) -> tuple[int, str]:
+            async with http.post(f"{url}/s/records", data=f"r{i}".encode()) as answer:
+                return answer.status, await answer.text()
+
+        answers = await asyncio.gather(*(post(i) for i in range(30)))
+    assert all(status == 200 for status, _ in answers), answers
