@@ -13,14 +13,17 @@ import argparse
 import asyncio
 import dataclasses
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from cli.bench_figures import percentile
-from cli.bench_ledger_options import add_cluster_arguments, bench_cluster, check_cluster_ports
+from cli.bench_ledger_options import (
+    add_cluster_arguments,
+    bench_cluster,
+    check_cluster_ports,
+    on_bench_cluster,
+)
 from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.cluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
@@ -101,16 +104,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"globelog bench failover: {line}", file=sys.stderr, flush=True)
 
     async def main() -> str:
-        if args.use_running:
-            return await bench_failover(cluster, tools, args.kills, progress)
-        with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
-            temporary = dataclasses.replace(cluster, data_dir=Path(home) / "data")
-            try:
-                progress(f"cluster up with proxies: temporary data dir {temporary.data_dir}")
-                await controller.up(temporary, tools)
-                return await bench_failover(temporary, tools, args.kills, progress)
-            finally:
-                controller.down(temporary, purge=True)
+        return await on_bench_cluster(
+            cluster,
+            args.use_running,
+            tools,
+            progress,
+            lambda c: bench_failover(c, tools, args.kills, progress),
+        )
 
     print(asyncio.run(main()))
     return 0

@@ -6,15 +6,18 @@ Every bad flag is reported at once, as `--flag value: expected ...`, before anyt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
+import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cli.bench_adds import ENTRIES_MAX, SECONDS_MAX, AddWorkload
-from cli.cluster import processes
+from cli.cluster import controller, processes
 from cli.cluster.controller import Cluster
-from cli.tools import REPO_ROOT
+from cli.tools import REPO_ROOT, Tools
 from core.errors import ClusterError, ConfigError
 from core.topology import Replication, Topology
 from core.topology_loader import load_topology
@@ -161,3 +164,25 @@ def _answers(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+async def on_bench_cluster(
+    cluster: Cluster,
+    use_running: bool,
+    tools: Tools,
+    progress: Callable[[str], None],
+    bench: Callable[[Cluster], Awaitable[str]],
+) -> str:
+    """Runs `bench` on the running cluster, or on a temporary one brought up (with the
+    proxies when `cluster.services`) and torn down around it."""
+    if use_running:
+        return await bench(cluster)
+    with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
+        temporary = dataclasses.replace(cluster, data_dir=Path(home) / "data")
+        try:
+            with_proxies = " with proxies" if cluster.services else ""
+            progress(f"cluster up{with_proxies}: temporary data dir {temporary.data_dir}")
+            await controller.up(temporary, tools)
+            return await bench(temporary)
+        finally:
+            controller.down(temporary, purge=True)

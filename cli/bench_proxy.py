@@ -20,15 +20,18 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from cli.bench_figures import percentile
-from cli.bench_ledger_options import add_cluster_arguments, bench_cluster, check_cluster_ports
-from cli.cluster import controller
+from cli.bench_ledger_options import (
+    add_cluster_arguments,
+    bench_cluster,
+    check_cluster_ports,
+    on_bench_cluster,
+)
 from cli.cluster.controller import Cluster
 from cli.cluster.processes import load_state
 from cli.demo_services import Received, tail_region
@@ -215,16 +218,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"globelog bench proxy: {line}", file=sys.stderr, flush=True)
 
     async def main() -> str:
-        if args.use_running:
-            return await bench_proxy(cluster, args, progress)
-        with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
-            temporary = dataclasses.replace(cluster, data_dir=Path(home) / "data")
-            try:
-                progress(f"cluster up with proxies: temporary data dir {temporary.data_dir}")
-                await controller.up(temporary, tools)
-                return await bench_proxy(temporary, args, progress)
-            finally:
-                controller.down(temporary, purge=True)
+        return await on_bench_cluster(
+            cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
+        )
 
     print(asyncio.run(main()))
     return 0

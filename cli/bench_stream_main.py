@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
-import tempfile
 from pathlib import Path
 
-from cli.bench_ledger_options import add_cluster_arguments, bench_cluster, check_cluster_ports
+from cli.bench_ledger_options import (
+    add_cluster_arguments,
+    bench_cluster,
+    check_cluster_ports,
+    on_bench_cluster,
+)
 from cli.bench_stream import RUNS, StreamWorkload, bench_stream
-from cli.cluster import controller
 from cli.tools import find_tools
 from core.errors import ConfigError
 
@@ -67,16 +69,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"globelog bench stream: {line}", file=sys.stderr, flush=True)
 
     async def main() -> str:
-        if args.use_running:
-            return await bench_stream(cluster, workload, progress)
-        with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
-            temporary = dataclasses.replace(cluster, data_dir=Path(home) / "data")
-            try:
-                progress(f"cluster up: temporary data dir {temporary.data_dir}")
-                await controller.up(temporary, find_tools())
-                return await bench_stream(temporary, workload, progress)
-            finally:
-                controller.down(temporary, purge=True)
+        return await on_bench_cluster(
+            cluster,
+            args.use_running,
+            find_tools(),
+            progress,
+            lambda c: bench_stream(c, workload, progress),
+        )
 
     print(asyncio.run(main()))
     return 0

@@ -10,11 +10,11 @@ another region, which takes the stream. Removing the znode ends the drain.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
 from global_meta import MetaStore
+from region.registry import cancel_and_wait
 
 ROOT = "/globelog/drain"
 SEPARATOR = "~"  # never in a namespace or stream name
@@ -65,8 +65,4 @@ class DrainWatch:
             log.error("stopped following the drained streams of %s: %s", self.region, err)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(5.0):
-                    await self._task
+        await cancel_and_wait(self._task)

@@ -138,11 +138,16 @@ class Membership:
                 await asyncio.sleep(REREGISTER_RETRY_S)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(5.0):
-                    await self._task
+        await cancel_and_wait(self._task)
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None, timeout_s: float = 5.0) -> None:
+    """Cancels a follower task and waits (at most `timeout_s`) until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with asyncio.timeout(timeout_s):
+                await task
 
 
 def _hex(session: int | None) -> str:
@@ -177,11 +182,7 @@ class Ring:
             log.error("stopped following the %s proxies of %s: %s", self._kind, self.region, err)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(5.0):
-                    await self._task
+        await cancel_and_wait(self._task)
 
     @property
     def names(self) -> list[str]:
