@@ -34,7 +34,7 @@ from cli.bench_ledger_options import (
 )
 from cli.cluster.controller import Cluster
 from cli.cluster.processes import load_state
-from cli.demo_services import Received, tail_region
+from cli.proxy_probes import Received, proxy_url, tail_region
 from cli.tools import find_tools
 from core.errors import ConfigError
 from region.client import ProxyClient
@@ -50,12 +50,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def _url(cluster: Cluster, region: str, kind: str) -> str:
-    group = cluster.topology.region(region)
-    proxy = (group.write_proxies if kind == "write" else group.read_proxies)[0]
-    return f"http://{proxy.endpoint.address}"
-
-
 async def throughput(
     cluster: Cluster, namespace: str, size: int, args: argparse.Namespace
 ) -> dict[str, float]:
@@ -64,7 +58,7 @@ async def throughput(
     pid = load_state(cluster.data_dir)[proxy_name].pid
     batch = [os.urandom(size) for _ in range(args.batch)]
     records = 0
-    async with ProxyClient([_url(cluster, WRITER_REGION, "write")], namespace) as client:
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
         await client.create(stream)
         await client.write_bulk(stream, batch[:10])  # ownership taken, segment open
         deadline = time.monotonic() + args.seconds
@@ -88,7 +82,7 @@ async def throughput(
 
 async def commit_latency(cluster: Cluster, namespace: str, writes: int) -> list[float]:
     samples: list[float] = []
-    async with ProxyClient([_url(cluster, WRITER_REGION, "write")], namespace) as client:
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
         await client.create("commit")
         await client.write("commit", b"warm")
         for _ in range(writes):
@@ -102,11 +96,11 @@ async def delivery(cluster: Cluster, namespace: str, seconds: float) -> dict[str
     regions = cluster.topology.region_names
     received = {r: Received(r) for r in regions}
     stop = asyncio.Event()
-    async with ProxyClient([_url(cluster, WRITER_REGION, "write")], namespace) as client:
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
         await client.create("delivery")
         readers = [
             asyncio.create_task(
-                tail_region(_url(cluster, r, "read"), received[r], stop, "delivery", namespace)
+                tail_region(proxy_url(cluster, r, "read"), received[r], stop, "delivery", namespace)
             )
             for r in regions
         ]

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from cli.bench_figures import percentile
 from cli.cluster import controller, regions
 from cli.cluster.controller import Cluster
 from cli.ledger_commands import audit_ledgers
+from cli.proxy_probes import Received, proxy_url, tail_region
 from cli.tools import Tools
 from core.errors import ClusterError, GlobelogError
 from global_meta import MetaStore
@@ -36,19 +35,6 @@ DOWN_REGION = "us-west"
 WRITE_INTERVAL_S = 0.02
 STEADY_S = 4.0  # writes before, between and after the faults
 CATCH_UP_TIMEOUT_S = 90.0
-POLL_WAIT_MS = 1000
-READ_RETRY_S = 0.5
-
-
-@dataclass
-class Received:
-    """What one region's reader got: counts by record number, delivery latencies."""
-
-    region: str
-    counts: dict[int, int] = field(default_factory=dict)
-    latencies_s: list[float] = field(default_factory=list)
-    errors: int = 0
-    next_seq: int = 0
 
 
 @dataclass
@@ -57,12 +43,6 @@ class Written:
     ack_times: list[float] = field(default_factory=list)
     failed: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def _url(cluster: Cluster, region: str, kind: str) -> str:
-    group = cluster.topology.region(region)
-    proxy = (group.write_proxies if kind == "write" else group.read_proxies)[0]
-    return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
 
 
 async def _write(client: ProxyClient, written: Written, stop: asyncio.Event) -> None:
@@ -78,37 +58,6 @@ async def _write(client: ProxyClient, written: Written, stop: asyncio.Event) -> 
             written.errors.append(f"record {number}: {err}")
         number += 1
         await asyncio.sleep(WRITE_INTERVAL_S)
-
-
-async def tail_region(
-    url: str,
-    received: Received,
-    stop: asyncio.Event,
-    stream: str = STREAM,
-    namespace: str = NAMESPACE,
-) -> None:
-    """Long-polls the region's read proxy; retries through the region's outage."""
-    path = f"{url}/v1/namespaces/{namespace}/streams/{stream}/records"
-    timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 5)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
-        while not stop.is_set():
-            query = {"from_seq": str(received.next_seq), "wait_ms": str(POLL_WAIT_MS)}
-            try:
-                async with http.get(path, params=query) as answer:
-                    page = await answer.json()
-                    if answer.status != 200:
-                        raise aiohttp.ClientError(f"{answer.status}: {page.get('code')}")
-            except (aiohttp.ClientError, TimeoutError, ValueError):
-                received.errors += 1
-                await asyncio.sleep(READ_RETRY_S)
-                continue
-            now = time.time()
-            for record in page["records"]:
-                value = json.loads(record["payload"])
-                received.counts[value["n"]] = received.counts.get(value["n"], 0) + 1
-                received.latencies_s.append(now - value["t"])
-            if page["next_seq"] is not None:
-                received.next_seq = page["next_seq"]
 
 
 async def _owner(client: ProxyClient) -> str:
@@ -139,12 +88,12 @@ async def _audit(cluster: Cluster) -> tuple[int, bool]:
 
 async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
     """Runs the story, printing each step; returns the figures of the summary table."""
-    urls = [_url(cluster, r, "write") for r in cluster.topology.region_names]
+    urls = [proxy_url(cluster, r, "write") for r in cluster.topology.region_names]
     stop_writing, stop_reading = asyncio.Event(), asyncio.Event()
     written = Written()
     received = {r: Received(r) for r in cluster.topology.region_names}
     async with (
-        ProxyClient([_url(cluster, WRITER_REGION, "write")], NAMESPACE) as local,
+        ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], NAMESPACE) as local,
         ProxyClient(urls, NAMESPACE, deadline_s=30) as client,
     ):
         try:
@@ -154,7 +103,11 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
                 raise
         await local.last_dlsn(STREAM)  # us-east's proxy takes the stream
         readers = [
-            asyncio.create_task(tail_region(_url(cluster, r, "read"), received[r], stop_reading))
+            asyncio.create_task(
+                tail_region(
+                    proxy_url(cluster, r, "read"), received[r], stop_reading, STREAM, NAMESPACE
+                )
+            )
             for r in received
         ]
         writer = asyncio.create_task(_write(client, written, stop_writing))
