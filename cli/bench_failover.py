@@ -10,13 +10,13 @@ before the next round. Every acknowledged record is read back at the end, once a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
 import time
 import uuid
 from collections.abc import Callable
 
+from cli import event_loop
 from cli.bench_figures import percentile
 from cli.bench_ledger_options import (
     add_cluster_arguments,
@@ -112,5 +112,5 @@ def run(args: argparse.Namespace) -> int:
             lambda c: bench_failover(c, tools, args.kills, progress),
         )
 
-    print(asyncio.run(main()))
+    print(event_loop.run(main()))
     return 0

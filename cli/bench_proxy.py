@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from cli import event_loop
 from cli.bench_figures import percentile
 from cli.bench_ledger_options import (
     add_cluster_arguments,
@@ -216,5 +217,5 @@ def run(args: argparse.Namespace) -> int:
             cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
         )
 
-    print(asyncio.run(main()))
+    print(event_loop.run(main()))
     return 0

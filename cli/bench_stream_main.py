@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
+from cli import event_loop
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
@@ -77,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
             lambda c: bench_stream(c, workload, progress),
         )
 
-    print(asyncio.run(main()))
+    print(event_loop.run(main()))
     return 0

@@ -13,8 +13,7 @@ import logging
 import signal
 from pathlib import Path
 
-import uvloop
-
+from cli import event_loop
 from core.errors import ConfigError
 from core.topology import Proxy, Topology
 from core.topology_loader import load_topology
@@ -105,6 +104,5 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
     proxy = pick_proxy(topology, args.region, args.name, kind)
     logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)
     # uvloop: the proxies' event loop (HTTP parsing, bookie sockets, timers) on libuv
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve_proxy(topology, proxy, kind, args.zk_session_timeout_s))
+    event_loop.run(serve_proxy(topology, proxy, kind, args.zk_session_timeout_s))
     return 0

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
+from cli import event_loop
 from cli.ledger_commands import audit_ledgers
 from core.dlsn import DLSN
 from core.errors import DataLossError, InvalidRecordError
@@ -294,4 +295,4 @@ def run_in_session(
         async with session(topology, region, namespace, session_timeout_s) as s:
             return await work(s)
 
-    return asyncio.run(main())
+    return event_loop.run(main())

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
 
-from cli import proxy_commands, stream_args
+from cli import event_loop, proxy_commands, stream_args
 from cli.stream_commands import (
     Session,
     print_segments,
@@ -151,5 +150,5 @@ def _via_proxies(
                 _print_json(await proxy_commands.stream_action(client, args.action, args.name))
             return 0
 
-    result: int | None = asyncio.run(main())
+    result: int | None = event_loop.run(main())
     return result

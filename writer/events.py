@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -66,7 +67,7 @@ class TransmitEntry:
     """Append these records as one entry of the current segment's ledger."""
 
     transmit_id: int
-    records: tuple[StoredRecord, ...]
+    records: Sequence[StoredRecord]
     first_position: int  # user records of the segment before this entry
 
 

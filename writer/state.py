@@ -82,8 +82,8 @@ class Phase(enum.Enum):
 @dataclass(slots=True)
 class _Transmit:
     transmit_id: int
-    write_ids: tuple[int, ...]  # one per record; a control record's is -1
-    records: tuple[StoredRecord, ...]
+    write_ids: Sequence[int]  # one per record; a control record's is -1
+    records: Sequence[StoredRecord]
     user_records: int
 
 
@@ -117,8 +117,11 @@ class LogWriterState:
         self._acked_count = 0  # user records acknowledged in this segment
         self._next_write_id = 0
         self._next_transmit_id = 0
-        self._buffer: list[tuple[int, StoredRecord]] = []
+        # Buffered records, not yet transmitted; their write ids are consecutive and end just
+        # before _next_write_id. Control and end records among them take no sequence id.
+        self._buffer: list[StoredRecord] = []
         self._buffer_bytes = 0
+        self._buffer_unpositioned = 0
         self._in_flight: deque[_Transmit] = deque()
         self._pending_writes = 0  # accepted, not yet completed or failed
         self._acked_entry = -1  # the highest entry acknowledged in this segment
@@ -154,9 +157,7 @@ class LogWriterState:
     @property
     def next_seq(self) -> int:
         """The sequence id the next accepted record will get (if every pending write lands)."""
-        buffered = sum(
-            1 for _, record in self._buffer if not (record.flags and record.flags & NO_POSITION)
-        )
+        buffered = len(self._buffer) - self._buffer_unpositioned
         return self._first_seq + self._position + buffered
 
     @property
@@ -266,7 +267,7 @@ class LogWriterState:
                 txid, RecordFlag.PRODUCER, producer_payload(*record.producer, record.payload)
             )
             size = len(stored.payload)
-        self._buffer.append((write_id, stored))
+        self._buffer.append(stored)
         self._buffer_bytes += size
         self._after_buffering()
         return write_id
@@ -304,14 +305,14 @@ class LogWriterState:
                     payload = producer_payload(*record.producer, payload)
             size = len(payload)
             if buffered + size > ENTRY_RECORDS_BYTES_MAX:
-                self._buffer_bytes = buffered
+                self._buffer_bytes, self._next_write_id = buffered, write_id
                 self._transmit_buffer()  # the entry would overflow: send what is buffered first
                 buffer, buffered = self._buffer, self._buffer_bytes
-            buffer.append((write_id, StoredRecord(txid, flags, payload)))
+            buffer.append(StoredRecord(txid, flags, payload))
             write_id += 1
             buffered += size
             if open_phase and buffered >= full_at:
-                self._buffer_bytes = buffered
+                self._buffer_bytes, self._next_write_id = buffered, write_id
                 self._transmit_buffer()
                 buffer, buffered = self._buffer, self._buffer_bytes
                 open_phase = self._phase is Phase.OPEN
@@ -346,7 +347,8 @@ class LogWriterState:
         write_id = self._next_write_id
         self._next_write_id += 1
         self._pending_writes += 1
-        self._buffer.append((write_id, StoredRecord(txid, RecordFlag.CONTROL, SESSION_PAYLOAD)))
+        self._buffer.append(StoredRecord(txid, RecordFlag.CONTROL, SESSION_PAYLOAD))
+        self._buffer_unpositioned += 1
         if self._phase is Phase.OPEN:
             self._transmit_buffer()
         return write_id
@@ -361,7 +363,8 @@ class LogWriterState:
         self._next_write_id += 1
         self._pending_writes += 1
         stored = StoredRecord(txid, RecordFlag.END_OF_STREAM, END_OF_STREAM_PAYLOAD)
-        self._buffer.append((write_id, stored))
+        self._buffer.append(stored)
+        self._buffer_unpositioned += 1
         self._end_of_stream = True
         if self._phase is Phase.OPEN:
             self._transmit_buffer()
@@ -483,13 +486,29 @@ class LogWriterState:
         if self._roll_due() and not force:
             self._begin_roll()
             return
-        write_ids, records = zip(*self._buffer, strict=True)
-        user = len(records) - sum(1 for r in records if r.flags and r.flags & NO_POSITION)
-        self._buffer = []
-        self._segment_bytes += self._buffer_bytes
-        self._buffer_bytes = 0
-        self._flush_due_s = None
-        self._send(_Transmit(self._next_transmit_id, write_ids, records, user))
+        while self._buffer:
+            records = self._buffer
+            first_id = self._next_write_id - len(records)
+            if self._buffer_bytes <= ENTRY_RECORDS_BYTES_MAX:
+                sent_bytes, self._buffer = self._buffer_bytes, []
+            else:  # buffered while a segment rolled: more than one entry holds
+                cut = _entry_cut(records)
+                records, self._buffer = records[:cut], records[cut:]
+                sent_bytes = sum(len(r.payload) for r in records)
+            self._buffer_bytes = max(0, self._buffer_bytes - sent_bytes)
+            unpositioned = 0
+            if self._buffer_unpositioned:
+                unpositioned = sum(1 for r in records if r.flags and r.flags & NO_POSITION)
+                self._buffer_unpositioned -= unpositioned
+            self._segment_bytes += sent_bytes
+            self._flush_due_s = None
+            write_ids = range(first_id, first_id + len(records))
+            self._send(
+                _Transmit(self._next_transmit_id, write_ids, records, len(records) - unpositioned)
+            )
+            if self._buffer and not force and self._roll_due():
+                self._begin_roll()  # the rest goes into the next segment
+                return
 
     def _transmit_control(self) -> None:
         record = StoredRecord(self._last_txid, RecordFlag.CONTROL, CONTROL_PAYLOAD)
@@ -539,9 +558,10 @@ class LogWriterState:
 
     def _fail(self, kind: FailureKind, reason: str) -> None:
         write_ids = [w for t in self._in_flight for w in t.write_ids if w >= 0]
-        write_ids += [w for w, _ in self._buffer]
+        write_ids += range(self._next_write_id - len(self._buffer), self._next_write_id)
         self._in_flight.clear()
         self._buffer = []
+        self._buffer_bytes = self._buffer_unpositioned = 0
         self._pending_writes = 0
         self._error = (kind, reason)
         self._phase = Phase.FAILED
@@ -557,3 +577,13 @@ class LogWriterState:
         if kind is FailureKind.CLOSED:
             return WriterClosedError(f"{where}: {reason}")
         return WriteFailedError(f"{where}: {kind.value} failed: {reason}; reopen the writer")
+
+
+def _entry_cut(records: Sequence[StoredRecord]) -> int:
+    """How many of the records, from the first, fill one entry (at least one)."""
+    total = 0
+    for index, record in enumerate(records):
+        total += len(record.payload)
+        if total > ENTRY_RECORDS_BYTES_MAX:
+            return max(1, index)
+    return len(records)

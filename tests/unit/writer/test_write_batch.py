@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from core.errors import RecordTooLargeError, TxidOutOfOrderError
-from core.records import RECORD_BYTES_MAX, Record
+from core.records import ENTRY_RECORDS_BYTES_MAX, RECORD_BYTES_MAX, Record
 from core.streams import StreamSettings
-from writer.events import CompleteWrites, EntryAcked, TransmitEntry
+from writer.events import (
+    CompleteWrites,
+    EntryAcked,
+    RollSegment,
+    SegmentStarted,
+    Ticked,
+    TransmitEntry,
+)
 from writer.state import LogWriterState, SegmentStart
 
 pytestmark = pytest.mark.unit
@@ -17,7 +24,7 @@ NOW_MS = 1_700_000_000_000
 
 
 def machine(**settings: object) -> LogWriterState:
-    base = StreamSettings(buffer_bytes=1000, **settings)  # type: ignore[arg-type]
+    base = StreamSettings(**{"buffer_bytes": 1000, **settings})  # type: ignore[arg-type]
     return LogWriterState("s", base, SegmentStart(1, 0, -1), now_s=0.0)
 
 
@@ -80,3 +87,34 @@ def test_an_explicit_txid_below_the_time_does_not_pull_later_assigned_ones_down(
     state.flush()
     (entry,) = transmits(state)
     assert [r.txid for r in entry.records] == [5, NOW_MS, NOW_MS + 9, NOW_MS + 9]
+
+
+def test_writes_buffered_while_a_segment_rolls_go_out_as_entries_within_the_entry_limit() -> None:
+    """More than one entry's worth accepted during a roll is not sent as one oversized entry."""
+    state = machine(segment_roll_s=10.0, buffer_bytes=64 * 1024)
+    state.write(Record(b"first"), NOW_MS)
+    state.flush()
+    (first,) = transmits(state)
+    state.handle(EntryAcked(first.transmit_id, 0))
+    state.handle(Ticked(20.0))  # the segment is old: a control record, then the roll
+    (control,) = transmits(state)
+    state.handle(EntryAcked(control.transmit_id, 1))
+    assert any(isinstance(a, RollSegment) for a in state.take_actions())
+    payload = b"x" * 1000
+    count = 3 * ENTRY_RECORDS_BYTES_MAX // len(payload)
+    first_id = state.write_batch([payload] * count, NOW_MS)
+    assert transmits(state) == []  # held while the roll is under way
+    state.handle(SegmentStarted(2, 1, 20.0))
+    state.flush()
+    entries = transmits(state)
+    assert len(entries) >= 3
+    assert all(sum(len(r.payload) for r in e.records) <= ENTRY_RECORDS_BYTES_MAX for e in entries)
+    assert [e.first_position for e in entries][0] == 0
+    completed: list[int] = []
+    for entry_id, entry in enumerate(entries):
+        state.handle(EntryAcked(entry.transmit_id, entry_id))
+        for action in state.take_actions():
+            if isinstance(action, CompleteWrites):
+                completed += [write_id for write_id, _ in action.results]
+    assert completed == list(range(first_id, first_id + count))
+    assert state.pending_writes == 0
