@@ -24,6 +24,7 @@ from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
 from region.telemetry import install_prometheus
+from region.tracing import install_tracing
 from region.write_proxy import WriteProxy
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,26 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     write.add_argument("--topology", type=Path, default=None)
     write.add_argument("--zk-session-timeout-s", type=float, default=10.0)
     write.add_argument("--log-format", choices=["json", "text"], default="json")
+    _tracing_arguments(write)
     read = kinds.add_parser("read-proxy", help="a read proxy of --region")
     read.add_argument("--region", required=True)
     read.add_argument("--name", default=None, help="which of the region's read proxies")
     read.add_argument("--topology", type=Path, default=None)
     read.add_argument("--zk-session-timeout-s", type=float, default=10.0)
     read.add_argument("--log-format", choices=["json", "text"], default="json")
+    _tracing_arguments(read)
+
+
+def _tracing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace-sample",
+        type=float,
+        default=0.01,
+        help="share of requests traced (0..1); a caller's sampled traceparent is always traced",
+    )
+    parser.add_argument(
+        "--trace-file", type=Path, default=None, help="also append finished spans here (JSONL)"
+    )
 
 
 def pick_proxy(topology: Topology, region: str, name: str | None, kind: str = "write") -> Proxy:
@@ -59,7 +74,12 @@ def pick_proxy(topology: Topology, region: str, name: str | None, kind: str = "w
 
 
 async def serve_proxy(
-    topology: Topology, proxy: Proxy, kind: str, session_timeout_s: float
+    topology: Topology,
+    proxy: Proxy,
+    kind: str,
+    session_timeout_s: float,
+    trace_sample: float = 0.01,
+    trace_file: Path | None = None,
 ) -> None:
     """Runs one proxy (kind "write" or "read") with its own ZooKeeper session and ledger
     client until SIGTERM or SIGINT; then it stops (a write proxy releases its streams)."""
@@ -70,6 +90,7 @@ async def serve_proxy(
         region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
     )
     install_prometheus(f"globelog-{kind}-proxy", proxy.region, proxy.name)
+    install_tracing(f"globelog-{kind}-proxy", proxy.region, proxy.name, trace_sample, trace_file)
     stop = _stop_on_signals()
     async with (
         await MetaStore.connect(
@@ -78,7 +99,14 @@ async def serve_proxy(
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
         server: WriteProxy | ReadProxy = (
-            WriteProxy(OwnershipConfig(me, replication, topology.streams), store, ledgers)
+            WriteProxy(
+                # an unreachable owner's lock goes with its session (the same timeout as ours)
+                OwnershipConfig(
+                    me, replication, topology.streams, takeover_wait_s=2 * session_timeout_s + 1
+                ),
+                store,
+                ledgers,
+            )
             if kind == "write"
             else ReadProxy(me, store, ledgers)
         )
@@ -104,5 +132,11 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
     proxy = pick_proxy(topology, args.region, args.name, kind)
     logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)
     # uvloop: the proxies' event loop (HTTP parsing, bookie sockets, timers) on libuv
-    event_loop.run(serve_proxy(topology, proxy, kind, args.zk_session_timeout_s))
+    if not 0.0 <= args.trace_sample <= 1.0:
+        raise ConfigError(f"--trace-sample {args.trace_sample}: expected a share 0..1")
+    event_loop.run(
+        serve_proxy(
+            topology, proxy, kind, args.zk_session_timeout_s, args.trace_sample, args.trace_file
+        )
+    )
     return 0

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from opentelemetry import propagate
 from uhashring import HashRing
 
 from core.dlsn import DLSN
@@ -75,6 +76,8 @@ class ProxyClient:
         self._ring = HashRing(nodes=[p.rstrip("/") for p in proxies])
         self._owners: dict[str, str] = {}  # stream -> the proxy that last served its writes
         self._down: dict[str, float] = {}  # proxy -> until when it is passed over
+        self._names: dict[str, str] = {}  # proxy -> its name@region, from redirects to it
+        self._unreachable: dict[str, str] = {}  # stream -> the owner this client could not reach
         self._sessions: dict[str, int] = {}  # stream -> this client's write session
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._http: aiohttp.ClientSession | None = None
@@ -214,6 +217,18 @@ class ProxyClient:
         down); the answer's body, or the error to retry or raise."""
         assert self._http is not None
         url = proxy + path
+        unreachable = self._unreachable.get(stream)
+        if unreachable is not None:
+            # The proxies queue for the lock of an owner the client could not reach and take
+            # the stream as soon as the owner's session ends, instead of redirecting back to it.
+            kwargs = {
+                **kwargs,
+                "params": {**kwargs.get("params", {}), "unreachable_owner": unreachable},
+            }
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)  # the caller's trace (W3C traceparent), when it has one
+        if carrier:
+            kwargs = {**kwargs, "headers": {**kwargs.get("headers", {}), **carrier}}
         for _ in range(REDIRECTS_MAX + 1):
             try:
                 async with self._http.request(
@@ -225,8 +240,11 @@ class ProxyClient:
                         target = urlsplit(url)
                         proxy = f"{target.scheme}://{target.netloc}"
                         self._owners[stream] = proxy
+                        if isinstance(body.get("owner"), str):
+                            self._names[proxy] = body["owner"]
                         continue
                     if answer.status < 300:
+                        self._unreachable.pop(stream, None)
                         return body
                     return ProxyError(
                         body.get("code", "internal"),
@@ -236,6 +254,9 @@ class ProxyClient:
                     )
             except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
                 self._down[proxy] = time.monotonic() + DOWN_FOR_S
+                name = self._names.get(proxy)
+                if name is not None and stream:
+                    self._unreachable[stream] = name
                 return ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}")
         return ProxyError(
             "redirect_loop", f"{method} {path}: over {REDIRECTS_MAX} redirects", True, 307

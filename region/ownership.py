@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from region.producers import ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path
 from region.telemetry import PROXY_METRICS
+from region.tracing import TRACER
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,9 @@ class OwnershipConfig:
     me: ProxyInfo
     replication: Replication
     settings: StreamSettings = field(default_factory=StreamSettings)
+    # How long a proxy waits for the lock of an owner its client could not reach (the owner's
+    # ZooKeeper session ends and takes the lock); it then takes the stream at once.
+    takeover_wait_s: float = 5.0
 
 
 class Ownership:
@@ -86,9 +91,17 @@ class Ownership:
     def owned_here(self, namespace: str, stream: str) -> Owned | None:
         return self._owned.get((namespace, stream))
 
-    async def resolve(self, namespace: str, stream: str, hop: int) -> Owned | Redirect:
+    async def resolve(
+        self, namespace: str, stream: str, hop: int, unreachable: str | None = None
+    ) -> Owned | Redirect:
         """This proxy's writer for the stream, taking ownership if it is the stream's home,
-        or where to send the request."""
+        or where to send the request.
+
+        `unreachable`: the owner ("name@region") the client could not reach. While it still
+        holds the lock, this proxy queues for the lock (up to `takeover_wait_s`) instead of
+        redirecting the client back to it, and takes the stream the moment the owner's session
+        ends (no polling by the client); another live owner is redirected to as usual.
+        """
         key = (namespace, stream)
         if key in self.drained:
             return await self._elsewhere_than_here(key)
@@ -101,19 +114,30 @@ class Ownership:
         streams = self.streams(namespace)
         await streams.require(stream)
         elsewhere = await self._owner_elsewhere(streams, stream)
-        if elsewhere is not None:
+        if elsewhere is not None and elsewhere.owner != unreachable:
             return elsewhere
         owned = self._owned.get(key)  # taken by this proxy while this request looked around
         if owned is not None:
             return owned
         if key in self._opening:
             return await self._take(key, streams)
+        if elsewhere is not None:  # held by the owner the client could not reach
+            # Not sent to the ring's home: that is often the unreachable owner itself.
+            return await self._take(key, streams, self.config.takeover_wait_s)
+        home = await self._home_elsewhere(namespace, stream, hop)
+        if home is not None:
+            return home
+        return await self._take(key, streams)
+
+    async def _home_elsewhere(self, namespace: str, stream: str, hop: int) -> Redirect | None:
+        """The stream's home proxy in this region when that is another live proxy and the
+        request was not redirected yet."""
         home = self._ring.home(f"{namespace}/{stream}")
         if hop == 0 and home is not None and home != self.config.me.name:
             info = await lookup(self._store, KIND, self.config.me.region, home)
             if info is not None:
                 return Redirect(info.url, f"{home}@{info.region} (home on the ring)")
-        return await self._take(key, streams)
+        return None
 
     async def _owner_elsewhere(self, streams: StreamMetaStore, stream: str) -> Redirect | None:
         owner = await streams.owner(stream)
@@ -139,11 +163,14 @@ class Ownership:
             )
         return Redirect(info.url, owner)
 
-    async def _take(self, key: tuple[str, str], streams: StreamMetaStore) -> Owned | Redirect:
-        """One opening per stream, however many requests wait for it."""
+    async def _take(
+        self, key: tuple[str, str], streams: StreamMetaStore, wait_s: float = 0.0
+    ) -> Owned | Redirect:
+        """One opening per stream, however many requests wait for it; `wait_s`: how long
+        it queues for the lock of an owner that is going."""
         task = self._opening.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(key, streams))
+            task = asyncio.get_running_loop().create_task(self._open(key, streams, wait_s))
             self._opening[key] = task
             task.add_done_callback(lambda done: self._opened(key, done))
         return await asyncio.shield(task)
@@ -153,15 +180,22 @@ class Ownership:
         if not task.cancelled():
             task.exception()  # retrieved: the requests that waited for it got it too
 
-    async def _open(self, key: tuple[str, str], streams: StreamMetaStore) -> Owned | Redirect:
+    async def _open(
+        self, key: tuple[str, str], streams: StreamMetaStore, wait_s: float
+    ) -> Owned | Redirect:
+        settings = self.config.settings
+        if wait_s > 0:
+            settings = dataclasses.replace(settings, lock_timeout_s=wait_s)
         config = WriterConfig(
             region=self.config.me.region,
             replication=self.config.replication,
-            settings=self.config.settings,
+            settings=settings,
             owner=self.config.me.name,
         )
         try:
-            writer = await LogWriter.open(streams, self._ledgers, key[1], config)
+            with TRACER.start_as_current_span("globelog.take_ownership") as span:
+                span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
+                writer = await LogWriter.open(streams, self._ledgers, key[1], config)
         except OwnershipError:
             elsewhere = await self._owner_elsewhere(streams, key[1])  # lost a race: the winner
             if elsewhere is None:

@@ -36,6 +36,7 @@ from region import registry
 from region.http_errors import error_middleware, json_response
 from region.stream_cache import StreamCache
 from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
+from region.tracing import TRACER, traces_handler, tracing_middleware
 
 log = logging.getLogger(__name__)
 KIND = "read"
@@ -56,10 +57,13 @@ class ReadProxy:
         self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[metrics_middleware(KIND), error_middleware])
+        app = web.Application(
+            middlewares=[tracing_middleware(KIND), metrics_middleware(KIND), error_middleware]
+        )
         base = "/v1/namespaces/{ns}/streams/{stream}"
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", metrics_handler)
+        app.router.add_get("/debug/traces", traces_handler)
         app.router.add_get(base + "/records", self._records)
         app.router.add_get(base + "/tail", self._tail)
         return app
@@ -156,7 +160,10 @@ class ReadProxy:
         cache = await self._cache(ns, stream, seq)
         if cache.covers(seq):
             PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
-            return await cache.read(seq, max_records, wait_s)
+            with TRACER.start_as_current_span("globelog.read.cache") as span:
+                cached = await cache.read(seq, max_records, wait_s)
+                span.set_attributes({"globelog.seq": seq, "globelog.records": len(cached)})
+                return cached
         PROXY_METRICS.cache_reads.add(1, {"result": "miss"})
         # Before what the cache holds: a reader of its own, for this page only.
         reader = await LogReader.open(

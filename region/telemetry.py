@@ -101,7 +101,7 @@ def metrics_middleware(kind: str) -> Middleware:
             response = await handler(request)
             status = response.status
             if status >= 400 and isinstance(response, web.Response):
-                record_error(kind, _error_code(response))
+                record_error(kind, error_code(response))
             return response
         finally:
             resource = request.match_info.route.resource
@@ -113,9 +113,10 @@ def metrics_middleware(kind: str) -> Middleware:
     return middleware
 
 
-def _error_code(response: web.Response) -> str:
+def error_code(response: web.StreamResponse) -> str:
+    """The globelog error code of an error answer's JSON body ("unknown" without one)."""
     try:
-        body = response.body
+        body = getattr(response, "body", None)
         return str(json.loads(body)["code"]) if isinstance(body, bytes) else "unknown"
     except (ValueError, KeyError, TypeError):
         return "unknown"

@@ -45,11 +45,13 @@ from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from region.producers import PRODUCER_SEQ_MAX, check_producer
 from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
+from region.tracing import TRACER, traces_handler, tracing_middleware
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
 
 log = logging.getLogger(__name__)
 HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
+OWNER_TEXT_MAX = 512  # the `unreachable_owner` parameter: name@region
 RING_TIMEOUT_S = 10.0
 
 
@@ -86,11 +88,12 @@ class WriteProxy:
     def app(self) -> web.Application:
         app = web.Application(
             client_max_size=self.limits.request_bytes_max,
-            middlewares=[metrics_middleware(KIND), error_middleware],
+            middlewares=[tracing_middleware(KIND), metrics_middleware(KIND), error_middleware],
         )
         base = "/v1/namespaces/{ns}/streams"
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", metrics_handler)
+        app.router.add_get("/debug/traces", traces_handler)
         app.router.add_get(base, self._list)
         app.router.add_put(base + "/{stream}", self._create)
         app.router.add_get(base + "/{stream}", self._describe)
@@ -314,7 +317,14 @@ class WriteProxy:
         """This proxy's writer of the request's stream, or a redirect to where it is."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         hop = _int(request.query.get("hop", "0"), "hop")
-        resolved = await self.ownership.resolve(ns, stream, hop)
+        # A client that could not reach the stream's owner names it (see Ownership.resolve).
+        unreachable = request.query.get("unreachable_owner")
+        if unreachable is not None and not 0 < len(unreachable) <= OWNER_TEXT_MAX:
+            raise BadRequestError(
+                f"unreachable_owner is {len(unreachable)} characters; expected the owner "
+                f"(name@region) the client could not reach, 1..{OWNER_TEXT_MAX} characters"
+            )
+        resolved = await self.ownership.resolve(ns, stream, hop, unreachable)
         if isinstance(resolved, Owned):
             return resolved
         if hop >= HOPS_MAX:
@@ -343,9 +353,13 @@ class WriteProxy:
         owned.inflight_bytes += size
         started = time.perf_counter()
         try:
-            accepting = asyncio.ensure_future(start())
-            self._flush_soon(owned)
-            result = await accepting
+            with TRACER.start_as_current_span("globelog.commit") as span:
+                accepting = asyncio.ensure_future(start())
+                self._flush_soon(owned)
+                result = await accepting
+                if span.is_recording():
+                    records = len(result) if isinstance(result, list) else 1
+                    span.set_attributes({"globelog.records": records, "globelog.bytes": size})
             route = request.match_info.route.resource
             labels = {"route": route.canonical if route is not None else "?"}
             PROXY_METRICS.commit_latency.record(time.perf_counter() - started, labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -120,3 +121,90 @@ async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster
     delivered = re.search(r"globelog_proxy_delivered_records_total\{[^}]*\} (\d+)", served)
     assert delivered is not None and int(delivered.group(1)) >= 3
     assert "globelog_proxy_delivery_latency_seconds_bucket" in served
+
+
+async def test_a_proxy_told_the_owner_is_unreachable_queues_for_its_lock_and_takes_over(
+    services: Cluster, tools: Tools
+) -> None:
+    """A request naming the owner the client could not reach waits at another proxy for the
+    owner's session to end and is then served there (one request, no client polling); the
+    same request naming a live owner is sent to it after the wait, and the owner keeps it."""
+    topology = services.topology
+    proxies = [p for region in topology.regions for p in region.write_proxies]
+    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    namespace = fresh_namespace()
+    records = f"/v1/namespaces/{namespace}/streams/s/records"
+    async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
+        await client.create("s")
+        await client.write("s", b"first")
+        owner = (await client.describe("s"))["owner"]
+        owner_name = owner.split("@")[0]
+        other = next(name for name in urls if name != owner_name)
+        async with aiohttp.ClientSession() as http:
+            # a live owner named unreachable: after the wait, redirected to it; nothing moved
+            async with http.post(
+                urls[other] + records,
+                data=b"x",
+                params={"unreachable_owner": owner},
+                allow_redirects=False,
+            ) as answer:
+                assert answer.status == 307, await answer.text()
+                assert (await answer.json())["owner"] == owner
+            assert (await client.describe("s"))["owner"] == owner
+            await client.write("s", b"second")
+
+            await controller.fault(services, tools, "kill", owner_name)
+            async with http.post(
+                urls[other] + records,
+                data=b"third",
+                params={"unreachable_owner": owner},
+                allow_redirects=False,
+            ) as answer:
+                body = await answer.json()
+                assert answer.status == 200, body  # not a redirect to the dead owner
+        assert (await client.describe("s"))["owner"].split("@")[0] == other
+        assert (await client.write("s", b"fourth")).seq == 3
+
+
+async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
+    services: Cluster,
+) -> None:
+    """A write carrying a sampled W3C traceparent is traced at each proxy it reached: the
+    server span (continuing the caller's span), its redirect or its commit, in /debug/traces."""
+    topology = services.topology
+    proxies = [p for region in topology.regions for p in region.write_proxies]
+    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    namespace = fresh_namespace()
+    async with ProxyClient(list(urls.values()), namespace) as client:
+        await client.create("s")
+        await client.write("s", b"first")
+        owner_name = (await client.describe("s"))["owner"].split("@")[0]
+    other = next(name for name in urls if name != owner_name)
+    trace_id, caller_span = os.urandom(16).hex(), os.urandom(8).hex()
+    headers = {"traceparent": f"00-{trace_id}-{caller_span}-01"}
+    route = "/v1/namespaces/{ns}/streams/{stream}/records"
+    async with aiohttp.ClientSession() as http:
+        path = f"/v1/namespaces/{namespace}/streams/s/records"
+        async with http.post(urls[other] + path, data=b"traced", headers=headers) as answer:
+            assert answer.status == 200, await answer.text()  # redirected to the owner
+        spans = {}
+        for name in (other, owner_name):
+            async with http.get(
+                urls[name] + "/debug/traces", params={"trace_id": trace_id}
+            ) as answer:
+                spans[name] = (await answer.json())["spans"]
+        async with http.get(urls[other] + "/debug/traces", params={"trace_id": "xyz"}) as answer:
+            assert answer.status == 400
+            assert "32 lowercase hex digits" in (await answer.json())["message"]
+    (redirect,) = spans[other]
+    assert redirect["name"] == f"POST {route}" and redirect["kind"] == "SERVER"
+    assert redirect["parent_span_id"] == caller_span
+    assert redirect["attributes"]["http.response.status_code"] == 307
+    assert redirect["attributes"]["globelog.stream"] == "s"
+    by_name = {s["name"]: s for s in spans[owner_name]}
+    server, commit = by_name[f"POST {route}"], by_name["globelog.commit"]
+    assert server["parent_span_id"] == caller_span
+    assert server["attributes"]["http.response.status_code"] == 200
+    assert commit["parent_span_id"] == server["span_id"]
+    assert commit["attributes"]["globelog.records"] == 1
+    assert commit["duration_ms"] <= server["duration_ms"]
