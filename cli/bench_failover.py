@@ -10,6 +10,8 @@ before the next round. Every acknowledged record is read back at the end, once a
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import dataclasses
 import sys
 import time
@@ -30,6 +32,7 @@ from cli.cluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
 from cli.stream_commands import session
 from cli.tools import Tools, find_tools
 from core.errors import ConfigError
+from global_meta import MetaStore
 from reader.log_reader import LogReader, ReaderConfig
 from region.client import Acked, ProxyClient
 
@@ -48,29 +51,40 @@ async def bench_failover(
     ]
     namespace = f"failover{uuid.uuid4().hex[:6]}"
     samples: list[float] = []
+    expiries: list[float] = []  # kill -> the owner's lock gone (its session expired)
     acked: list[Acked] = []
     owners: list[str] = []
-    async with ProxyClient(urls, namespace=namespace, deadline_s=60) as client:
+    async with (
+        ProxyClient(urls, namespace=namespace, deadline_s=60) as client,
+        session(topology, topology.region_names[0], namespace) as s,
+    ):
         await client.create("s")
-        for round_no in range(1, kills + 1):
-            for i in range(WRITES_PER_ROUND):
-                acked.append(await client.write("s", f"{round_no}-{i}".encode()))
-            owner = str((await client.describe("s"))["owner"]).split("@")[0]
-            await controller.fault(cluster, tools, "kill", owner)
-            killed_at = time.monotonic()
-            acked.append(await client.write("s", f"{round_no}-after".encode()))
-            samples.append(time.monotonic() - killed_at)
-            owners.append(owner)
-            progress(
-                f"round {round_no}/{kills}: killed {owner}; writes resumed after {samples[-1]:.2f} s"
-            )
-            await controller.fault(cluster, tools, "restart", owner)
-    async with session(topology, topology.region_names[0], namespace) as s:
+        acked.append(await client.write("s", b"first"))  # the stream's lock directory exists
+        locks = LockWatch(s.streams.store, f"{s.streams.path('s')}/lock")
+        async with locks:
+            for round_no in range(1, kills + 1):
+                for i in range(WRITES_PER_ROUND):
+                    acked.append(await client.write("s", f"{round_no}-{i}".encode()))
+                owner = str((await client.describe("s"))["owner"]).split("@")[0]
+                held = locks.lowest()
+                await controller.fault(cluster, tools, "kill", owner)
+                killed_at = time.monotonic()
+                acked.append(await client.write("s", f"{round_no}-after".encode()))
+                samples.append(time.monotonic() - killed_at)
+                expiries.append(locks.gone_at(held, killed_at) - killed_at)
+                owners.append(owner)
+                progress(
+                    f"round {round_no}/{kills}: killed {owner}; its lock went after "
+                    f"{expiries[-1]:.2f} s; writes resumed after {samples[-1]:.2f} s"
+                )
+                await controller.fault(cluster, tools, "restart", owner)
         reader = await LogReader.open(s.streams, s.ledgers, "s", None, ReaderConfig(follow=False))
         async with reader:
             seqs = [r.seq async for r in reader]
     intact = seqs == [a.seq for a in acked] == list(range(len(acked)))
     ordered = sorted(samples)
+    expired = sorted(expiries)
+    after = sorted(total - gone for total, gone in zip(samples, expiries, strict=True))
     return "\n".join(
         [
             f"globelog bench failover: topology {topology.name}, WAN profile {cluster.profile}, "
@@ -78,6 +92,10 @@ async def bench_failover(
             f"kills: {kills} (SIGKILL of the owning write proxy, one at a time, restarted after)",
             f"kill -> next acknowledged write: median {percentile(ordered, 50):.2f} s, "
             f"p90 {percentile(ordered, 90):.2f} s, min {ordered[0]:.2f} s, max {ordered[-1]:.2f} s",
+            f"  of which kill -> lock gone (session expiry): median {percentile(expired, 50):.2f} s, "
+            f"max {expired[-1]:.2f} s; lock gone -> acknowledged write (takeover: fencing, "
+            f"recovery, new segment, session marker, the write): median "
+            f"{percentile(after, 50):.2f} s, max {after[-1]:.2f} s",
             f"owners killed: {', '.join(sorted(set(owners)))}",
             f"records acknowledged {len(acked)}, read back once and in order: {intact}",
         ]
@@ -114,3 +132,39 @@ def run(args: argparse.Namespace) -> int:
 
     print(event_loop.run(main()))
     return 0
+
+
+class LockWatch:
+    """The stream's lock nodes as they change, with the time of each change."""
+
+    def __init__(self, store: MetaStore, lock_dir: str) -> None:
+        self._store = store
+        self._lock_dir = lock_dir
+        self._changes: list[tuple[float, list[str]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LockWatch:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _watch(self) -> None:
+        async for names in self._store.watch_children(self._lock_dir):
+            self._changes.append((time.monotonic(), names))
+
+    def lowest(self) -> str | None:
+        """The lock node holding the stream now (as last seen)."""
+        names = self._changes[-1][1] if self._changes else []
+        return min(names) if names else None
+
+    def gone_at(self, name: str | None, since: float) -> float:
+        """When `name` was first seen gone after `since` (now if it has not been)."""
+        for at, names in self._changes:
+            if at >= since and name not in names:
+                return at
+        return time.monotonic()

@@ -15,7 +15,7 @@ ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 LEDGERS_ROOT = "/ledgers"
-PROXY_ZK_SESSION_TIMEOUT_S = 2.0  # a dead proxy's streams are taken over after this
+PROXY_ZK_SESSION_TIMEOUT_S = 1.5  # a dead proxy's streams are taken over after this
 
 
 @dataclass(frozen=True, slots=True)
