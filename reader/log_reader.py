@@ -190,33 +190,7 @@ class LogReader:
         return [v.segment for v in await self._streams.segments(self.stream)]
 
     async def _resolve(self) -> DLSN:
-        segments = await self._segments()
-        counters = await self._streams.counters(self.stream)
-        if self._start.by is By.DLSN:  # the DLSN asked for, before any adjustment
-            assert isinstance(self._start.value, DLSN)
-            check_not_truncated(self.stream, self._start.value, segments, counters.max_sequence)
-        index = segment_for(self._start, segments)
-        if self._start.by is By.SEQ:
-            assert isinstance(self._start.value, int)
-            found_segment = None if index is None else segments[index]
-            check_seq_not_truncated(
-                self.stream, self._start.value, found_segment, counters.next_seq
-            )
-        if index is None:
-            newest = max(segments[-1].sequence if segments else 0, counters.max_sequence)
-            start = DLSN(newest + 1, 0, 0)  # beyond the end: the next segment's first record
-        else:
-            segment = segments[index]
-            found = start_in_segment(self._start, segment)
-            if found is None:
-                reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
-                last = reader.lac if reader.is_closed else await reader.read_lac()
-                found = await search_segment(reader, segment, self._start, last)
-                if self._start.by is not By.SEQ and segment.min_active is not None:
-                    found = max(found, segment.min_active)
-            start = found
-        check_not_truncated(self.stream, start, segments, counters.max_sequence)
-        return start
+        return await resolve_position(self._streams, self._ledgers, self.stream, self._start)
 
     # ------------------------------------------------------------------------ reading
 
@@ -411,3 +385,36 @@ class LogReader:
                 str(last),
             )
         )
+
+
+async def resolve_position(
+    streams: StreamMetaStore, ledgers: LedgerClient, stream: str, position: Position
+) -> DLSN:
+    """The DLSN of the first record at or after `position` (the next segment's first one
+    when it lies beyond every record). TruncatedPositionError for a position before the first
+    active record (by DLSN and seq; txid and time positions there start at that record)."""
+    segments = [v.segment for v in await streams.segments(stream)]
+    counters = await streams.counters(stream)
+    if position.by is By.DLSN:  # the DLSN asked for, before any adjustment
+        assert isinstance(position.value, DLSN)
+        check_not_truncated(stream, position.value, segments, counters.max_sequence)
+    index = segment_for(position, segments)
+    if position.by is By.SEQ:
+        assert isinstance(position.value, int)
+        found_segment = None if index is None else segments[index]
+        check_seq_not_truncated(stream, position.value, found_segment, counters.next_seq)
+    if index is None:
+        newest = max(segments[-1].sequence if segments else 0, counters.max_sequence)
+        start = DLSN(newest + 1, 0, 0)  # beyond the end: the next segment's first record
+    else:
+        segment = segments[index]
+        found = start_in_segment(position, segment)
+        if found is None:
+            reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+            last = reader.lac if reader.is_closed else await reader.read_lac()
+            found = await search_segment(reader, segment, position, last)
+            if position.by is not By.SEQ and segment.min_active is not None:
+                found = max(found, segment.min_active)
+        start = found
+    check_not_truncated(stream, start, segments, counters.max_sequence)
+    return start

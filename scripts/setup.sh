@@ -57,10 +57,10 @@ toxiproxy() {
 python_venv() {
   local stamp="$ROOT/.venv/.globelog-installed"
   if [ -f "$stamp" ] && [ "$stamp" -nt "$ROOT/pyproject.toml" ]; then return; fi
-  say "creating the Python venv (.venv) and installing globelog[dev]"
+  say "creating the Python venv (.venv) and installing globelog[dev,spark] (PySpark builds locally: a few minutes)"
   [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip
-  "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[dev]"
+  "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[dev,spark]"
   touch "$stamp"
 }
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["tests.support.cluster_fixtures"]
+
 LAYER_BY_DIRECTORY = {
     "unit": "unit",
     "scenario": "scenario",

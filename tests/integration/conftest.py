@@ -5,7 +5,6 @@ A test that needs the tools and finds them missing fails: it never silently pass
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,31 +15,11 @@ from cli.cluster import controller, processes
 from cli.cluster.controller import Cluster
 from cli.cluster.probes import log_tail, wait_until
 from cli.cluster.processes import load_state
-from cli.tools import Tools, find_tools
-from core.topology_loader import load_topology
+from cli.tools import Tools
 from global_meta import MetaStore
-from tests.support.topologies import write_topology
 
 LOG_LINES_ON_FAILURE = 25
 SETTLE_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="session")
-def tools() -> Tools:
-    return find_tools()
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[Cluster]:
-    home = tmp_path_factory.mktemp("cluster")
-    topology_path = write_topology(home)
-    topology = load_topology(topology_path)
-    cluster = Cluster(topology, topology_path, home / "data", "ci")
-    try:
-        asyncio.run(controller.up(cluster, tools))
-        yield cluster
-    finally:
-        controller.down(cluster)
 
 
 @pytest.fixture

@@ -1,0 +1,199 @@
+"""Reads of a fixed part of a stream, cut into entry ranges that are read independently (by
+different processes, in any order): the batch reads of globelog's Spark data source.
+
+    ranges = await plan_ranges(streams, ledgers, "orders", Position(By.TXID, t0), None, 256)
+    async for records in read_range(ledgers, ranges[3]):   # lists of LogRecord, in order
+        ...
+
+`plan_ranges` fixes the end when it runs (an in-progress segment up to its LAC then), so the
+ranges describe the same records however late they are read. Each range is one segment's
+entries first..last, delivering records from `start` (inclusive) to `end` (exclusive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from core.dlsn import DLSN
+from core.entry_format import as_log_record, decode_entry, log_records
+from core.errors import DataLossError, InvalidRecordError, TruncatedPositionError
+from core.records import LogRecord
+from core.segments import SegmentMetadata, Truncation
+from core.streams import LEDGER_PASSWORD
+from global_meta.streams import StreamMetaStore
+from ledger import EntryMissingError, EntryUnavailableError, LedgerClient, LedgerReader
+from reader.log_reader import resolve_position
+from reader.positions import Position
+
+ENTRIES_PER_READ = 64  # entries asked of the bookies at once
+RECORDS_PER_BATCH = 4096  # records handed over at once
+UNAVAILABLE_RETRIES_MAX = 8  # about 10 s of backoff before a range read gives up
+BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRange:
+    """Entries first_entry..last_entry of one segment; the records in [start, end)."""
+
+    stream: str
+    segment: int  # the segment's sequence number
+    ledger_id: int
+    first_entry: int
+    last_entry: int  # inclusive
+    first_seq: int  # of the segment's first record: sequence ids count on from it
+    start: DLSN  # the first record delivered
+    end: DLSN | None  # the first record not delivered; None: every record up to last_entry
+
+    @property
+    def entries(self) -> int:
+        return self.last_entry - self.first_entry + 1
+
+
+async def plan_ranges(
+    streams: StreamMetaStore,
+    ledgers: LedgerClient,
+    stream: str,
+    start: Position,
+    end: Position | None,
+    entries_per_range: int,
+) -> list[EntryRange]:
+    """The ranges holding the stream's records from `start` up to `end` (exclusive; None:
+    the last record acknowledged now), in stream order. An empty list when nothing is there.
+
+    Raises StreamNotFoundError, or TruncatedPositionError for a start before the first record
+    still readable (it names that record).
+    """
+    if entries_per_range < 1:
+        raise InvalidRecordError(f"entries per range is {entries_per_range}; expected >= 1")
+    await streams.require(stream)
+    begin = await resolve_position(streams, ledgers, stream, start)
+    stop: DLSN | None = None
+    if end is not None:
+        try:
+            stop = await resolve_position(streams, ledgers, stream, end)
+        except TruncatedPositionError:
+            return []  # the end lies before every readable record
+        if stop <= begin:
+            return []
+    ranges: list[EntryRange] = []
+    for versioned in await streams.segments(stream):
+        segment = versioned.segment
+        if segment.sequence < begin.segment or segment.truncation is Truncation.TRUNCATED:
+            continue
+        if stop is not None and segment.sequence > stop.segment:
+            break
+        last = await last_readable_entry(ledgers, segment)
+        first = begin.entry if segment.sequence == begin.segment else 0
+        if segment.min_active is not None:
+            first = max(first, segment.min_active.entry)
+        if stop is not None and segment.sequence == stop.segment:
+            last = min(last, stop.entry if stop.slot > 0 else stop.entry - 1)
+        for low in range(first, last + 1, entries_per_range):
+            high = min(last, low + entries_per_range - 1)
+            ranges.append(
+                EntryRange(
+                    stream,
+                    segment.sequence,
+                    segment.ledger_id,
+                    low,
+                    high,
+                    segment.first_seq,
+                    max(begin, segment.min_active or begin),
+                    stop,
+                )
+            )
+    return ranges
+
+
+async def last_readable_entry(ledgers: LedgerClient, segment: SegmentMetadata) -> int:
+    """The last entry holding user records (completed), or the LAC now (in progress)."""
+    if not segment.is_in_progress:
+        return -1 if segment.last_dlsn is None else segment.last_dlsn.entry
+    reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+    return reader.lac if reader.is_closed else await reader.read_lac()
+
+
+async def read_range(
+    ledgers: LedgerClient, part: EntryRange, entries_per_read: int = ENTRIES_PER_READ
+) -> AsyncIterator[list[LogRecord]]:
+    """The range's user records in stream order, a list per batch of entries read.
+
+    An entry no bookie has raises DataLossError naming the lost range: a batch read of a
+    fixed range is not complete without it.
+    """
+    batch: list[LogRecord] = []
+    bodies = _bodies(
+        ledgers,
+        part.stream,
+        part.segment,
+        part.ledger_id,
+        part.first_entry,
+        part.last_entry,
+        entries_per_read,
+    )
+    async for entry_id, body in bodies:
+        where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
+        decoded = decode_entry(body, where)
+        for dlsn, record, seq in log_records(decoded, part.segment, entry_id, part.first_seq):
+            if record.is_control or record.is_end_of_stream or dlsn < part.start:
+                continue
+            if part.end is not None and dlsn >= part.end:
+                break
+            batch.append(as_log_record(record, dlsn, seq, decoded))
+        if len(batch) >= RECORDS_PER_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def read_entry_bodies(
+    ledgers: LedgerClient, stream: str, segment: SegmentMetadata, first: int, last: int
+) -> AsyncIterator[tuple[int, bytes]]:
+    """The segment's entries first..last, (entry id, body), read in batches."""
+    return _bodies(
+        ledgers, stream, segment.sequence, segment.ledger_id, first, last, ENTRIES_PER_READ
+    )
+
+
+async def _bodies(
+    ledgers: LedgerClient,
+    stream: str,
+    segment: int,
+    ledger_id: int,
+    first: int,
+    last: int,
+    entries_per_read: int,
+) -> AsyncIterator[tuple[int, bytes]]:
+    if first > last:
+        return
+    reader = await ledgers.open(ledger_id, LEDGER_PASSWORD)
+    for low in range(first, last + 1, entries_per_read):
+        high = min(last, low + entries_per_read - 1)
+        where = (stream, segment, ledger_id)
+        for entry_id, body in enumerate(await _read_entries(reader, where, low, high), start=low):
+            yield entry_id, body
+
+
+async def _read_entries(
+    reader: LedgerReader, where: tuple[str, int, int], low: int, high: int
+) -> list[bytes]:
+    stream, segment, ledger_id = where
+    for attempt in range(UNAVAILABLE_RETRIES_MAX + 1):
+        try:
+            return list(await reader.read_entries(low, high))
+        except EntryMissingError as err:
+            first, last = DLSN(segment, low, 0), DLSN(segment, high, 0)
+            raise DataLossError(
+                f"stream {stream!r} segment {segment} (ledger {ledger_id}) entries "
+                f"{low}..{high}: no bookie has them ({err})",
+                str(first),
+                str(last),
+            ) from err
+        except EntryUnavailableError:
+            if attempt == UNAVAILABLE_RETRIES_MAX:
+                raise
+            await asyncio.sleep(min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2**attempt))
+    raise AssertionError("unreachable")

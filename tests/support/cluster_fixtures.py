@@ -1,0 +1,36 @@
+"""The session's real local cluster (ZooKeeper x3, six bookies, WAN emulation), shared by the
+integration and Spark tests (registered in tests/conftest.py).
+
+A test that needs the tools and finds them missing fails: it never silently passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from cli.cluster import controller
+from cli.cluster.controller import Cluster
+from cli.tools import Tools, find_tools
+from core.topology_loader import load_topology
+from tests.support.topologies import write_topology
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    return find_tools()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("cluster")
+    topology_path = write_topology(home)
+    topology = load_topology(topology_path)
+    cluster = Cluster(topology, topology_path, home / "data", "ci")
+    try:
+        asyncio.run(controller.up(cluster, tools))
+        yield cluster
+    finally:
+        controller.down(cluster)
