@@ -150,6 +150,14 @@ class ProxyClient:
         body = await self._call("POST", stream, "/bulk", data=data, headers=headers, params=params)
         return [_acked(r) for r in body["records"]]
 
+    async def producer_last_seq(self, stream: str, producer_id: int) -> int | None:
+        """The highest seq of the idempotent producer that landed in the stream (None when
+        the stream does not know the producer): a producer writing its seqs in order resumes
+        after it."""
+        body = await self._call("GET", stream, f"/producers/{producer_id}")
+        last = body.get("last_seq")
+        return None if last is None else int(last)
+
     def producer(self, stream: str, producer_id: int | None = None, first_seq: int = 0) -> Producer:
         """An idempotent producer of `stream`: a random producer id unless one is given (give
         the same id and the next seq to go on after a restart)."""

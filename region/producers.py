@@ -60,6 +60,11 @@ class ProducerTable:
             )
         return None
 
+    def last_seq(self, producer: int) -> int | None:
+        """The highest seq of the producer that landed, or None for a producer not known."""
+        known = self._producers.get(producer)
+        return None if known is None else known.last_seq
+
     def record(self, producer: int, seq: int, written: Written) -> None:
         """Remembers that (producer, seq) landed at `written`."""
         known = self._producers.get(producer)

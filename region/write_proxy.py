@@ -103,6 +103,7 @@ class WriteProxy:
         app.router.add_post(base + "/{stream}/truncate", self._truncate)
         app.router.add_post(base + "/{stream}/release", self._release)
         app.router.add_get(base + "/{stream}/last", self._last)
+        app.router.add_get(base + "/{stream}/producers/{producer}", self._producer)
         app.router.add_post(base + "/{stream}/heartbeat", self._heartbeat)
         return app
 
@@ -198,6 +199,21 @@ class WriteProxy:
                 "exclusive": owned.exclusive,
             }
         )
+
+    async def _producer(self, request: web.Request) -> web.StreamResponse:
+        """Where an idempotent producer stands: the highest seq of it that landed (null when
+        the stream does not know it). A producer that writes its seqs in order resumes after
+        it: every lower seq landed."""
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        producer = _int(request.match_info["producer"], "producer")
+        try:
+            check_producer(producer, 0)
+        except ValueError as err:
+            raise BadRequestError(f"{request.path}: {err}") from None
+        table = await owned.idempotence.table()
+        return json_response({"producer": producer, "last_seq": table.last_seq(producer)})
 
     async def _heartbeat(self, request: web.Request) -> web.StreamResponse:
         """A control record through the owner: proves ownership, carries the readers' LAC

@@ -62,6 +62,11 @@ async def test_a_retry_after_ownership_moved_is_not_duplicated(cluster: Cluster)
             assert (await client.describe("s"))["owner"].endswith("@eu-west")
             fresh = await client.write("s", b"p5", producer=(7, 5))
             assert not fresh.duplicate and fresh.seq == acked[4].seq + 1 > plain.seq
+            # where each producer stands, as a restarted producer asks before it resumes
+            assert await client.producer_last_seq("s", 7) == 5
+            assert await client.producer_last_seq("s", 8) is None
+            with pytest.raises(ProxyError, match="producer id -1 is outside"):
+                await client.producer_last_seq("s", -1)
     records = await read_back(cluster, namespace)
     assert [r[0] for r in records] == [b"plain"] + [f"p{i}".encode() for i in range(6)]
 

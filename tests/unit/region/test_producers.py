@@ -61,3 +61,11 @@ def test_the_least_recently_seen_producer_is_forgotten_first() -> None:
 def test_out_of_range_numbers_are_named(producer: int, seq: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_producer(producer, seq)
+
+
+def test_the_last_seq_of_a_producer_is_its_highest_landed_one() -> None:
+    table = ProducerTable(window=4)
+    assert table.last_seq(9) is None
+    for seq in (0, 1, 3, 2):
+        table.record(9, seq, Written(DLSN(1, seq, 0), seq, seq))
+    assert table.last_seq(9) == 3
