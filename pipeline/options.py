@@ -28,7 +28,9 @@ READ_OPTIONS = frozenset(
     | {f"{edge}{kind}" for edge in ("starting", "ending") for kind in POSITION_KINDS}
 )
 STREAMING_OPTIONS = frozenset({"maxrecordspertrigger", "maxbytespertrigger"})
-SPARK_OPTIONS = frozenset({"path"})  # passed by Spark itself
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})  # set by Spark itself
+SINK_OPTIONS = frozenset({"stream", "namespace", "topology", "region", "proxies"})
+PROXY_URL = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?/?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +176,47 @@ def _int(
         problems.append(f"{key} is {text!r}; expected an integer {low}..{high}")
         return default
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """Where rows go: one stream of one namespace, through these write proxies (none given:
+    the region's live proxies, from ZooKeeper)."""
+
+    topology_path: Path
+    region: str
+    namespace: str
+    stream: str
+    proxies: tuple[str, ...]
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """The options of a write; ConfigError naming every problem."""
+    given = {str(k).lower(): str(v) for k, v in options.items()}
+    problems: list[str] = []
+    for key in sorted(set(given) - SINK_OPTIONS - SPARK_OPTIONS):
+        problems.append(f"unknown option {key!r}; expected one of {sorted(SINK_OPTIONS)}")
+    stream = given.get("stream")
+    if stream is None:
+        problems.append("no stream given; expected option stream=NAME")
+    elif not STREAM_NAME.fullmatch(stream):
+        problems.append(f"stream name {stream!r}; expected letters, digits, '_', '.', '-'")
+    topology_path = Path(
+        given.get("topology") or os.environ.get("GLOBELOG_TOPOLOGY", "topology.yaml")
+    )
+    region = given.get("region")
+    try:
+        topology = load_topology(topology_path)
+        region = region or topology.region_names[0]
+        if region not in topology.region_names:
+            problems.append(f"region {region!r}; expected one of {list(topology.region_names)}")
+    except GlobelogError as err:
+        problems.append(f"topology {str(topology_path)!r} cannot be used: {err}")
+    proxies = tuple(p.strip().rstrip("/") for p in given.get("proxies", "").split(",") if p.strip())
+    for url in proxies:
+        if not PROXY_URL.fullmatch(url):
+            problems.append(f"proxy {url!r}; expected http://HOST:PORT")
+    if problems:
+        raise ConfigError("globelog sink: " + "; ".join(problems))
+    assert stream is not None and region is not None
+    return SinkOptions(topology_path, region, given.get("namespace", "default"), stream, proxies)

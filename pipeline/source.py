@@ -12,14 +12,21 @@ range; Spark's workers read their partitions in parallel from the bookies.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from pyspark import TaskContext
+from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -28,11 +35,15 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BinaryType, StringType, StructType
 
+from core.errors import ConfigError
 from pipeline.batch import SCHEMA, ReadTask, plan_now, read_rows
-from pipeline.options import SourceOptions, parse_source_options
+from pipeline.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from pipeline.sink import SinkResult, append_rows, producer_id
 from pipeline.streaming import Offsets, initial_offsets, latest_offsets, plan_batch
+
+FAILPOINT_PROPERTY = "globelog.sink.failpoint"
 
 
 class RangePartition(InputPartition):
@@ -56,6 +67,14 @@ class GlobelogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return GlobelogStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options, column = _sink(self.options, schema, overwrite)
+        return GlobelogBatchWriter(options, column, uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options, column = _sink(self.options, schema, overwrite)
+        return GlobelogStreamWriter(options, column)
 
 
 class GlobelogBatchReader(DataSourceReader):
@@ -124,3 +143,113 @@ class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, the records stay in the log."""
+
+
+# ------------------------------------------------------------------------------ the sink
+
+
+def _sink(options: Any, schema: StructType, overwrite: bool) -> tuple[SinkOptions, int]:
+    """The sink's options and the index of the payload column, checked on the driver."""
+    problems: list[str] = []
+    if overwrite:
+        problems.append("a stream is append-only: write with mode('append'), not overwrite")
+    names = [field.name for field in schema.fields]
+    column = -1
+    if "payload" not in names:
+        problems.append(f"no column 'payload' (binary or string); the columns are {names}")
+    else:
+        column = names.index("payload")
+        kind = schema.fields[column].dataType
+        if not isinstance(kind, BinaryType | StringType):
+            problems.append(f"column 'payload' is {kind.simpleString()}; expected binary or string")
+    try:
+        parsed = parse_sink_options(options)
+    except ConfigError as err:
+        problems.append(str(err).removeprefix("globelog sink: "))
+    if problems:
+        raise ConfigError("globelog sink: " + "; ".join(problems))
+    return parsed, column
+
+
+def _payloads(rows: Iterator[Row], column: int) -> Iterator[bytes]:
+    for index, row in enumerate(rows):
+        value = row[column]
+        if isinstance(value, bytes | bytearray):
+            yield bytes(value)
+        elif isinstance(value, str):
+            yield value.encode()
+        else:
+            raise ValueError(
+                f"globelog sink: row {index} of the partition has payload {value!r}; "
+                "expected bytes or a string (not null)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SinkCommit(WriterCommitMessage):
+    result: SinkResult
+
+
+class GlobelogBatchWriter(DataSourceWriter):
+    """df.write.format("globelog"): each task one producer, derived from this write's id and
+    the partition, so a task Spark runs again skips what its earlier attempt wrote."""
+
+    def __init__(self, options: SinkOptions, column: int, write_id: str) -> None:
+        self.options = options
+        self.column = column
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        context = _task()
+        producer = producer_id("batch", self.write_id, context.partitionId())
+        rows = _payloads(iterator, self.column)
+        return SinkCommit(append_rows(self.options, rows, producer, _failpoint(context)))
+
+
+class GlobelogStreamWriter(DataSourceStreamWriter):
+    """writeStream.format("globelog"): each task one producer, derived from the query's id
+    (kept in its checkpoint), the micro-batch id and the partition, so a micro-batch replayed
+    after a restart skips what was written the first time."""
+
+    def __init__(self, options: SinkOptions, column: int) -> None:
+        self.options = options
+        self.column = column
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        context = _task()
+        query = context.getLocalProperty("sql.streaming.queryId")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if query is None or batch is None:
+            raise RuntimeError(
+                "globelog sink: the task does not name its streaming query and batch "
+                f"(sql.streaming.queryId={query!r}, streaming.sql.batchId={batch!r})"
+            )
+        producer = producer_id("stream", query, batch, context.partitionId())
+        rows = _payloads(iterator, self.column)
+        return SinkCommit(append_rows(self.options, rows, producer, _failpoint(context)))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every row is acknowledged by the stream once its task ended."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo in an append-only log; a replay of the batch skips what landed."""
+
+
+def _failpoint(context: TaskContext) -> int | None:
+    """Rows after which the first attempt of a task fails, when the job's local property
+    FAILPOINT_PROPERTY is "PARTITION:ROWS" for this task's partition (fault-injection tests
+    of a pipeline's recovery; docs/spark.md)."""
+    text = context.getLocalProperty(FAILPOINT_PROPERTY)
+    if not text or context.attemptNumber() != 0:
+        return None
+    partition, _, rows = text.partition(":")
+    if not (partition.isdigit() and rows.isdigit()):
+        raise ValueError(f"{FAILPOINT_PROPERTY} is {text!r}; expected PARTITION:ROWS")
+    return int(rows) if int(partition) == context.partitionId() else None
+
+
+def _task() -> TaskContext:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("globelog sink: write() runs in a Spark task only")
+    return context

@@ -5,39 +5,19 @@ A test that needs the tools and finds them missing fails: it never silently pass
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from cli.cluster import controller, processes
+from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.cluster.probes import log_tail, wait_until
 from cli.cluster.processes import load_state
-from cli.tools import Tools
 from global_meta import MetaStore
 
 LOG_LINES_ON_FAILURE = 25
 SETTLE_TIMEOUT_S = 60.0
-
-
-@pytest.fixture
-async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
-    """The session cluster with its write proxy processes, stopped again afterwards (other
-    tests run proxies in-process on the same ports)."""
-    with_services = dataclasses.replace(cluster, services=True)
-    await controller.up(with_services, tools)
-    try:
-        yield with_services
-    finally:
-        records = processes.load_state(cluster.data_dir)
-        for name, record in list(records.items()):
-            if record.kind in ("write-proxy", "read-proxy"):
-                if processes.run_state(record) is not processes.RunState.DEAD:
-                    processes.stop(record)
-                del records[name]
-        processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,12 @@ A test that needs the tools and finds them missing fails: it never silently pass
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from cli.cluster import controller
+from cli.cluster import controller, processes
 from cli.cluster.controller import Cluster
 from cli.tools import Tools, find_tools
 from core.topology_loader import load_topology
@@ -34,3 +35,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[
         yield cluster
     finally:
         controller.down(cluster)
+
+
+@pytest.fixture
+async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
+    """The session cluster with its write proxy processes, stopped again afterwards (other
+    tests run proxies in-process on the same ports)."""
+    with_services = dataclasses.replace(cluster, services=True)
+    await controller.up(with_services, tools)
+    try:
+        yield with_services
+    finally:
+        records = processes.load_state(cluster.data_dir)
+        for name, record in list(records.items()):
+            if record.kind in ("write-proxy", "read-proxy"):
+                if processes.run_state(record) is not processes.RunState.DEAD:
+                    processes.stop(record)
+                del records[name]
+        processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))

@@ -16,8 +16,13 @@ ALLOWED: dict[str, set[str]] = {
     "writer": {"ledger", "global_meta", "placement", "core"},
     "reader": {"ledger", "global_meta", "placement", "core"},
     "region": {"writer", "reader", "ledger", "global_meta", "placement", "core"},
-    "pipeline": {"reader", "writer", "global_meta", "core"},
+    # the pipeline's sink writes through the write proxies: their client only (NARROW below)
+    "pipeline": {"region", "reader", "writer", "global_meta", "core"},
     "cli": {"region", "pipeline", "writer", "reader", "ledger", "global_meta", "placement", "core"},
+}
+# Arrows that allow only some modules of the imported package.
+NARROW: dict[tuple[str, str], set[str]] = {
+    ("pipeline", "region"): {"region.client", "region.registry"},
 }
 FOREIGN_ONLY_IN = {"kazoo": "global_meta", "pyspark": "pipeline"}
 # Packages used only through their top-level API (`from ledger import X`, an `__all__`).
@@ -82,6 +87,32 @@ def test_imports_follow_the_layer_arrows(package: str, path: Path) -> None:
     assert violations(package, imports_of(path)) == [], path.relative_to(REPO)
 
 
+def modules_imported(path: Path, package: str) -> set[str]:
+    """The full names of the modules of `package` that `path` imports."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == package)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] == package
+        ):
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "path"), modules(), ids=lambda v: str(v).replace(str(REPO), "")
+)
+def test_narrow_arrows_import_only_their_modules(package: str, path: Path) -> None:
+    for (importer, imported), allowed in NARROW.items():
+        if package == importer:
+            assert modules_imported(path, imported) <= allowed, path.relative_to(REPO)
+
+
 @pytest.mark.parametrize(
     ("package", "path"), modules(), ids=lambda v: str(v).replace(str(REPO), "")
 )
@@ -113,3 +144,11 @@ def test_the_checker_catches_upward_and_foreign_imports(tmp_path: Path) -> None:
         "imports writer; reader may import ['core', 'global_meta', 'ledger', 'placement']",
         "imports kazoo; only global_meta may",
     ]
+
+
+def test_the_narrow_arrow_checker_catches_other_modules(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from region.client import ProxyClient\nimport region.write_proxy\n")
+    assert modules_imported(sample, "region") - NARROW[("pipeline", "region")] == {
+        "region.write_proxy"
+    }
