@@ -90,13 +90,18 @@ async def stream_truncate(s: Session, name: str, to: DLSN) -> dict[str, Any]:
 
 
 async def stream_retention(s: Session, name: str, ttl_s: float, dry_run: bool) -> dict[str, Any]:
-    result = await apply_retention(s.streams, s.ledgers, name, ttl_s, dry_run=dry_run)
+    archive = s.topology.archive_uri is not None  # archiving on: only archived segments go
+    result = await apply_retention(
+        s.streams, s.ledgers, name, ttl_s, dry_run=dry_run, archive_required=archive
+    )
     return {
         "stream": name,
         "ttl_s": ttl_s,
         "dry_run": dry_run,
+        "archive_required": archive,
         "expired": [describe_segment(seg) for seg in result.expired],
         "segments_kept": result.kept,
+        "waiting_for_archive": result.waiting_for_archive,
     }
 
 

@@ -178,6 +178,13 @@ class TruncatedPositionError(StreamError):
     code = "position_truncated"
 
 
+class ArchiveCheckError(StreamError):
+    """A segment's archived copy does not hold exactly the segment's records; the segment
+    is not marked archived (so retention keeps its ledger)."""
+
+    code = "archive_check_failed"
+
+
 class DataLossError(StreamError):
     """Records in `first`..`last` (DLSN text) cannot be served by any bookie: lost data.
 

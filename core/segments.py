@@ -4,6 +4,8 @@ A segment is a contiguous piece of a stream held in one ledger. Its metadata is 
 data, JSON with a format version (docs/metadata.md), rewritten only by compare-and-set:
   in progress -> completed (by its writer on roll or close, or by the next owner's recovery)
   truncation: active -> partially truncated (min_active set) -> truncated.
+  tiering: in the bookies -> archived (a Parquet copy recorded, ledger kept) -> archived only
+           (the ledger deleted by retention; readers read the archive).
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ class Truncation(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ArchiveRef:
+    """Where a completed segment's records were copied (globelog spark archive): a Parquet
+    dataset (a directory or a Hadoop filesystem URI) holding `records` rows."""
+
+    uri: str
+    records: int
+    archived_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentMetadata:
     """One segment. `first_seq` is the sequence id of its first record (dense, stream-wide).
 
@@ -52,6 +64,13 @@ class SegmentMetadata:
     end_of_stream: bool = False
     truncation: Truncation = Truncation.ACTIVE
     min_active: DLSN | None = None  # partially truncated: the first DLSN still readable
+    archive: ArchiveRef | None = None  # a copy in cold storage
+    ledger_deleted: bool = False  # the bookies no longer hold it: only the archive does
+
+    @property
+    def archived_only(self) -> bool:
+        """True when the segment's records are read from its archive, not the bookies."""
+        return self.ledger_deleted and self.archive is not None
 
     @property
     def is_in_progress(self) -> bool:
@@ -104,6 +123,14 @@ def encode_segment(segment: SegmentMetadata) -> bytes:
         }
     if segment.min_active is not None:
         body["min_active"] = str(segment.min_active)
+    if segment.archive is not None:
+        body["archive"] = {
+            "uri": segment.archive.uri,
+            "records": segment.archive.records,
+            "archived_ms": segment.archive.archived_ms,
+        }
+    if segment.ledger_deleted:
+        body["ledger_deleted"] = True
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -142,11 +169,21 @@ def decode_segment(data: bytes, where: str) -> SegmentMetadata:
             end_of_stream=_flag(body, "end_of_stream"),
             truncation=Truncation(body.get("truncation", "active")),
             min_active=None if min_active is None else DLSN.parse(str(min_active)),
+            archive=_archive(body.get("archive")),
+            ledger_deleted=_flag(body, "ledger_deleted"),
         )
     except (KeyError, ValueError, InvalidDlsnError) as err:
         raise SegmentMetadataError(
             f"{where}: segment metadata field {err} is missing or invalid"
         ) from err
+
+
+def _archive(value: Any) -> ArchiveRef | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"'archive'={value!r} (expected an object)")
+    return ArchiveRef(_text(value, "uri"), _int(value, "records"), _int(value, "archived_ms"))
 
 
 def _text(body: dict[str, Any], key: str) -> str:

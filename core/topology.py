@@ -121,6 +121,7 @@ class Topology:
     streams: StreamSettings = field(
         default_factory=StreamSettings
     )  # writer defaults (topology.yaml `streams:`)
+    archive_uri: str | None = None  # tiered storage (topology.yaml `archive:`), docs/spark.md
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:

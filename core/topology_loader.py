@@ -6,6 +6,7 @@ Each problem names its YAML path, what was received and what was expected:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,10 +155,15 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(str(file), [f"cannot read the file: {err.strerror}"]) from err
     except UnicodeDecodeError as err:
         raise TopologyError(str(file), [f"not UTF-8 text: {err}"]) from err
-    return parse_topology(text, str(file))
+    topology = parse_topology(text, str(file))
+    if topology.archive_uri is not None and not _has_scheme(topology.archive_uri):
+        # A relative archive directory lives beside the topology file that names it.
+        uri = str((file.parent / topology.archive_uri).resolve())
+        topology = dataclasses.replace(topology, archive_uri=uri)
+    return topology
 
 
-TOP_KEYS = {"name", "replication", "zookeeper", "regions", "wan", "streams"}
+TOP_KEYS = {"name", "replication", "zookeeper", "regions", "wan", "streams", "archive"}
 
 
 def _parse_document(document: Any, p: _Problems) -> Topology | None:
@@ -171,12 +177,36 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     zookeeper = _parse_zookeeper(root.get("zookeeper"), p, set(region_names))
     wan = _parse_wan(root.get("wan"), p, region_names)
     streams = parse_streams(root.get("streams"), p)
+    archive_uri = _parse_archive(root.get("archive"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
     if None in (name, replication, wan, streams) or p.items:
         return None
     assert name is not None and replication is not None and wan is not None
     assert streams is not None
-    return Topology(name, replication, tuple(zookeeper), tuple(regions), wan, streams)
+    return Topology(name, replication, tuple(zookeeper), tuple(regions), wan, streams, archive_uri)
+
+
+def _parse_archive(node: Any, p: _Problems) -> str | None:
+    """`archive: {uri: ...}`: where `globelog spark archive` copies completed segments."""
+    if node is None:
+        return None
+    m = p.mapping(node, "archive", {"uri"})
+    if m is None:
+        return None
+    uri = m.get("uri")
+    if not isinstance(uri, str) or not uri.strip():
+        p.add(
+            "archive.uri",
+            f"expected a directory or a Hadoop filesystem URI (file:, hdfs:, s3a:, ...), "
+            f"got {uri!r}",
+        )
+        return None
+    return uri.strip()
+
+
+def _has_scheme(uri: str) -> bool:
+    scheme, sep, _ = uri.partition("://")
+    return bool(sep) and scheme.replace("+", "").isalnum()
 
 
 REPLICATION_KEYS = {"ensemble_size", "write_quorum", "ack_quorum", "min_regions_for_durability"}

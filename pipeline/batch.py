@@ -105,5 +105,5 @@ async def _next(batches: AsyncGenerator[list[LogRecord], None]) -> list[LogRecor
 async def _batches(task: ReadTask) -> AsyncGenerator[list[LogRecord], None]:
     topology = load_topology(task.topology_path)
     async with read_session(topology, task.region, task.namespace) as session:
-        async for records in read_range(session.ledgers, task.part):
+        async for records in read_range(session.ledgers, task.part, streams=session.streams):
             yield records

@@ -13,12 +13,11 @@ record that would pass either limit (a batch holds at least one record).
 from __future__ import annotations
 
 from core.dlsn import DLSN
-from core.entry_format import decode_entry, log_records
 from pipeline.batch import ReadTask
 from pipeline.options import SourceOptions
 from reader.log_reader import resolve_position
 from reader.positions import By, Position
-from reader.ranges import last_readable_entry, plan_ranges, read_entry_bodies
+from reader.ranges import last_readable_entry, plan_ranges, read_range, segment_range
 from reader.session import ReadSession, read_session
 
 Offsets = dict[str, str]
@@ -88,22 +87,14 @@ async def _admit(
         if segment.sequence == end.segment:
             last = min(last, end.entry if end.slot else end.entry - 1)
         first = begin.entry if segment.sequence == begin.segment else 0
-        async for entry_id, body in read_entry_bodies(
-            session.ledgers, stream, segment, first, last
-        ):
-            decoded = decode_entry(body, f"stream {stream!r} segment {segment.sequence}")
-            for dlsn, record, _ in log_records(
-                decoded, segment.sequence, entry_id, segment.first_seq
-            ):
-                if dlsn < begin or record.is_control or record.is_end_of_stream:
-                    continue
-                if dlsn >= end:
-                    return end
+        part = segment_range(stream, segment, first, last, begin, end)
+        async for batch in read_range(session.ledgers, part, streams=session.streams):
+            for record in batch:
                 over = (max_records is not None and records + 1 > max_records) or (
                     max_bytes is not None and size + len(record.payload) > max_bytes
                 )
                 if over and records > 0:
-                    return dlsn
+                    return record.dlsn
                 records += 1
                 size += len(record.payload)
     return end

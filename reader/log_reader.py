@@ -41,6 +41,7 @@ from ledger import (
     LedgerReader,
     NoSuchLedgerMetadataError,
 )
+from reader.archive import ArchivedRange, find_archived, read_archived_async
 from reader.entry_search import search_segment
 from reader.positions import (
     By,
@@ -68,6 +69,18 @@ class ReaderConfig:
     # that bounds the delay such a poll adds.
     long_poll_timeout_ms: int = 200
     open_timeout_s: float = 30.0
+
+
+ARCHIVE_ENTRIES_PER_READ = 256  # entries of an archived segment read at once
+
+
+class _MovedToArchive(Exception):  # noqa: N818 (a signal inside the reader, not an error)
+    """The segment being read was archived and its ledger deleted: read on from the archive."""
+
+    def __init__(self, segment: SegmentMetadata, position: DLSN) -> None:
+        super().__init__(segment.sequence)
+        self.segment = segment
+        self.position = position
 
 
 class _Outcome(enum.Enum):
@@ -242,9 +255,36 @@ class LogReader:
 
     async def _read_segment(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
         """Delivers the segment's records from `start`; what comes after them."""
+        if segment.archived_only:
+            return await self._read_archive(segment, start)
+        try:
+            return await self._read_ledger(segment, start)
+        except _MovedToArchive as moved:  # retention deleted the ledger while we read it
+            return await self._read_archive(moved.segment, moved.position)
+
+    async def _read_archive(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
+        """Delivers an archived segment's records from `start` (its ledger is deleted)."""
+        last = -1 if segment.last_dlsn is None else segment.last_dlsn.entry
+        step = max(ARCHIVE_ENTRIES_PER_READ, self.config.readahead_entries)
+        for low in range(start.entry, last + 1, step):
+            part = ArchivedRange.of(self.stream, segment, low, min(last, low + step - 1))
+            for record in await read_archived_async(part):
+                if record.dlsn >= start:
+                    await self._queue.put(record)
+        return _Outcome.SEALED if segment.end_of_stream else _Outcome.NEXT
+
+    async def _archived_since(self, segment: SegmentMetadata, position: DLSN) -> None:
+        """Raises _MovedToArchive when the segment's ledger went to its archive (reading
+        goes on there from `position`)."""
+        refreshed = await self._refresh(segment)
+        if refreshed is not None and refreshed.archived_only:
+            raise _MovedToArchive(refreshed, position)
+
+    async def _read_ledger(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
         try:
             reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
         except NoSuchLedgerMetadataError:
+            await self._archived_since(segment, start)
             await self._lost(segment, start, None, "its ledger is gone")
             return _Outcome.NEXT
         entry = start.entry
@@ -316,7 +356,7 @@ class LogReader:
         self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int, slot: int
     ) -> bool:
         """Reads entries first..last and queues their user records; True at end of stream."""
-        bodies = await self._read_entries(reader, segment, first, last)
+        bodies = await self._read_entries(reader, segment, first, last, slot)
         return await self._queue_records(segment, first, bodies, slot)
 
     async def _queue_records(
@@ -341,13 +381,14 @@ class LogReader:
         return False
 
     async def _read_entries(
-        self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int
+        self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int, slot: int
     ) -> list[bytes | None]:
         """The entries' bodies; None for each one no bookie has (reported as a lost range)."""
         for attempt in range(UNAVAILABLE_RETRIES_MAX + 1):
             try:
                 return list(await reader.read_entries(first, last))
             except EntryMissingError:
+                await self._archived_since(segment, DLSN(segment.sequence, first, slot))
                 break
             except EntryUnavailableError:
                 if attempt == UNAVAILABLE_RETRIES_MAX:
@@ -410,9 +451,12 @@ async def resolve_position(
         segment = segments[index]
         found = start_in_segment(position, segment)
         if found is None:
-            reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
-            last = reader.lac if reader.is_closed else await reader.read_lac()
-            found = await search_segment(reader, segment, position, last)
+            if segment.archived_only:
+                found = await asyncio.to_thread(find_archived, stream, segment, position)
+            else:
+                reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+                last = reader.lac if reader.is_closed else await reader.read_lac()
+                found = await search_segment(reader, segment, position, last)
             if position.by is not By.SEQ and segment.min_active is not None:
                 found = max(found, segment.min_active)
         start = found

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.dlsn import DLSN
 from core.entry_format import as_log_record, decode_entry, log_records
@@ -23,8 +23,15 @@ from core.records import LogRecord
 from core.segments import SegmentMetadata, Truncation
 from core.streams import LEDGER_PASSWORD
 from global_meta.streams import StreamMetaStore
-from ledger import EntryMissingError, EntryUnavailableError, LedgerClient, LedgerReader
-from reader.log_reader import resolve_position
+from ledger import (
+    EntryMissingError,
+    EntryUnavailableError,
+    LedgerClient,
+    LedgerReader,
+    NoSuchLedgerMetadataError,
+)
+from reader.archive import ArchivedRange, read_archived_async
+from reader.log_reader import ARCHIVE_ENTRIES_PER_READ, resolve_position
 from reader.positions import Position
 
 ENTRIES_PER_READ = 64  # entries asked of the bookies at once
@@ -45,6 +52,7 @@ class EntryRange:
     first_seq: int  # of the segment's first record: sequence ids count on from it
     start: DLSN  # the first record delivered
     end: DLSN | None  # the first record not delivered; None: every record up to last_entry
+    archive_uri: str | None = None  # set when the bookies no longer hold it (tiering)
 
     @property
     def entries(self) -> int:
@@ -92,19 +100,20 @@ async def plan_ranges(
             last = min(last, stop.entry if stop.slot > 0 else stop.entry - 1)
         for low in range(first, last + 1, entries_per_range):
             high = min(last, low + entries_per_range - 1)
-            ranges.append(
-                EntryRange(
-                    stream,
-                    segment.sequence,
-                    segment.ledger_id,
-                    low,
-                    high,
-                    segment.first_seq,
-                    max(begin, segment.min_active or begin),
-                    stop,
-                )
-            )
+            start_at = max(begin, segment.min_active or begin)
+            ranges.append(segment_range(stream, segment, low, high, start_at, stop))
     return ranges
+
+
+def segment_range(
+    stream: str, segment: SegmentMetadata, first: int, last: int, start: DLSN, end: DLSN | None
+) -> EntryRange:
+    """Entries first..last of `segment`, delivering the records in [start, end)."""
+    archive = segment.archive.uri if segment.archived_only and segment.archive else None
+    return EntryRange(
+        stream, segment.sequence, segment.ledger_id, first, last, segment.first_seq, start, end,
+        archive,
+    )  # fmt: skip
 
 
 async def last_readable_entry(ledgers: LedgerClient, segment: SegmentMetadata) -> int:
@@ -116,13 +125,21 @@ async def last_readable_entry(ledgers: LedgerClient, segment: SegmentMetadata) -
 
 
 async def read_range(
-    ledgers: LedgerClient, part: EntryRange, entries_per_read: int = ENTRIES_PER_READ
+    ledgers: LedgerClient,
+    part: EntryRange,
+    entries_per_read: int = ENTRIES_PER_READ,
+    streams: StreamMetaStore | None = None,
 ) -> AsyncIterator[list[LogRecord]]:
     """The range's user records in stream order, a list per batch of entries read.
 
     An entry no bookie has raises DataLossError naming the lost range: a batch read of a
-    fixed range is not complete without it.
+    fixed range is not complete without it. Given `streams`, a ledger that retention deleted
+    after the range was planned is first looked for in the segment's archive.
     """
+    if part.archive_uri is not None:
+        async for records in _read_archived_range(part):
+            yield records
+        return
     batch: list[LogRecord] = []
     bodies = _bodies(
         ledgers,
@@ -133,29 +150,57 @@ async def read_range(
         part.last_entry,
         entries_per_read,
     )
-    async for entry_id, body in bodies:
-        where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
-        decoded = decode_entry(body, where)
-        for dlsn, record, seq in log_records(decoded, part.segment, entry_id, part.first_seq):
-            if record.is_control or record.is_end_of_stream or dlsn < part.start:
-                continue
-            if part.end is not None and dlsn >= part.end:
-                break
-            batch.append(as_log_record(record, dlsn, seq, decoded))
-        if len(batch) >= RECORDS_PER_BATCH:
+    next_entry = part.first_entry
+    try:
+        async for entry_id, body in bodies:
+            where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
+            decoded = decode_entry(body, where)
+            for dlsn, record, seq in log_records(decoded, part.segment, entry_id, part.first_seq):
+                if record.is_control or record.is_end_of_stream or dlsn < part.start:
+                    continue
+                if part.end is not None and dlsn >= part.end:
+                    break
+                batch.append(as_log_record(record, dlsn, seq, decoded))
+            next_entry = entry_id + 1
+            if len(batch) >= RECORDS_PER_BATCH:
+                yield batch
+                batch = []
+    except (DataLossError, NoSuchLedgerMetadataError):
+        uri = None if streams is None else await _archive_of(streams, part)
+        if uri is None:
+            raise
+        if batch:
             yield batch
-            batch = []
+        rest = replace(part, first_entry=next_entry, archive_uri=uri)
+        async for records in _read_archived_range(rest):
+            yield records
+        return
     if batch:
         yield batch
 
 
-def read_entry_bodies(
-    ledgers: LedgerClient, stream: str, segment: SegmentMetadata, first: int, last: int
-) -> AsyncIterator[tuple[int, bytes]]:
-    """The segment's entries first..last, (entry id, body), read in batches."""
-    return _bodies(
-        ledgers, stream, segment.sequence, segment.ledger_id, first, last, ENTRIES_PER_READ
-    )
+async def _archive_of(streams: StreamMetaStore, part: EntryRange) -> str | None:
+    """The segment's archive, when its ledger was deleted after being archived."""
+    versioned = await streams.segment(part.stream, part.segment)
+    segment = None if versioned is None else versioned.segment
+    if segment is None or not segment.archived_only or segment.archive is None:
+        return None
+    return segment.archive.uri
+
+
+async def _read_archived_range(part: EntryRange) -> AsyncIterator[list[LogRecord]]:
+    assert part.archive_uri is not None, part
+    step = ARCHIVE_ENTRIES_PER_READ
+    for low in range(part.first_entry, part.last_entry + 1, step):
+        high = min(part.last_entry, low + step - 1)
+        archived = ArchivedRange(part.stream, part.segment, part.archive_uri, low, high)
+        records = [
+            r
+            for r in await read_archived_async(archived)
+            if r.dlsn >= part.start and (part.end is None or r.dlsn < part.end)
+        ]
+        if records:
+            yield records
 
 
 async def _bodies(

@@ -16,7 +16,7 @@ from typing import Any
 
 from core.dlsn import DLSN
 from core.errors import InvalidRecordError
-from core.segments import SegmentMetadata, Truncation
+from core.segments import ArchiveRef, SegmentMetadata, Truncation
 from global_meta.streams import StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, NoSuchLedgerMetadataError
 
@@ -40,6 +40,8 @@ def describe_segment(segment: SegmentMetadata) -> dict[str, Any]:
         "completed_ms": segment.completed_ms or None,
         "writer_region": segment.writer_region,
         "end_of_stream": segment.end_of_stream,
+        "archive": None if segment.archive is None else segment.archive.uri,
+        "ledger_deleted": segment.ledger_deleted,
     }
 
 
@@ -125,6 +127,9 @@ class RetentionResult:
     expired: tuple[SegmentMetadata, ...]  # deleted (or, in a dry run, to be deleted)
     kept: int
     dry_run: bool
+    # With an archive required: the first expired segment not archived yet (retention stops
+    # there until `globelog spark archive` copies it), or None.
+    waiting_for_archive: int | None = None
 
 
 async def apply_retention(
@@ -135,23 +140,59 @@ async def apply_retention(
     *,
     dry_run: bool = False,
     now_ms: int | None = None,
+    archive_required: bool = False,
 ) -> RetentionResult:
     """Deletes completed segments completed more than `ttl_s` ago, oldest first, stopping at
-    the first segment that is newer or in progress (so no hole opens in the middle)."""
+    the first segment that is newer or in progress (so no hole opens in the middle).
+
+    With `archive_required` (the topology configures an archive), only archived segments
+    expire, and only their ledgers go: the segment is marked `ledger_deleted` first (readers
+    turn to its archive), then its ledger is deleted. Retention stops at the first expired
+    segment that is not archived yet.
+    """
     if ttl_s <= 0:
         raise InvalidRecordError(f"retention TTL is {ttl_s} s; expected > 0")
     await streams.require(stream)
     cutoff_ms = (now_ms if now_ms is not None else int(time.time() * 1000)) - int(ttl_s * 1000)
     segments = await streams.segments(stream)
     expired: list[VersionedSegment] = []
+    waiting = None
     for versioned in segments:
         segment = versioned.segment
         if segment.is_in_progress or segment.completed_ms > cutoff_ms:
             break
+        if archive_required and segment.ledger_deleted:
+            continue  # expired earlier: only its archive is left
+        if archive_required and segment.archive is None:
+            waiting = segment.sequence
+            break
         expired.append(versioned)
     if not dry_run:
         for versioned in expired:
-            await streams.delete_segment(stream, versioned)
+            if archive_required:
+                deleted = replace(versioned.segment, ledger_deleted=True)
+                await streams.update_segment(stream, versioned, deleted)
+            else:
+                await streams.delete_segment(stream, versioned)
             with contextlib.suppress(NoSuchLedgerMetadataError):
                 await ledgers.delete(versioned.segment.ledger_id)
-    return RetentionResult(tuple(v.segment for v in expired), len(segments) - len(expired), dry_run)
+    kept = len(segments) - len(expired)
+    return RetentionResult(tuple(v.segment for v in expired), kept, dry_run, waiting)
+
+
+async def mark_archived(
+    streams: StreamMetaStore, stream: str, sequence: int, archive: ArchiveRef
+) -> SegmentMetadata:
+    """Records a completed segment's checked Parquet copy in its metadata (compare-and-set)."""
+    versioned = await streams.segment(stream, sequence)
+    if versioned is None:
+        raise InvalidRecordError(f"stream {stream!r} has no segment {sequence} to mark archived")
+    segment = versioned.segment
+    if segment.is_in_progress:
+        raise InvalidRecordError(
+            f"stream {stream!r} segment {sequence} is in progress; only completed segments "
+            "are archived"
+        )
+    marked = replace(segment, archive=archive)
+    await streams.update_segment(stream, versioned, marked)
+    return marked

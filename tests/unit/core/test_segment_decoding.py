@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from core.dlsn import DLSN
 from core.errors import SegmentMetadataError
-from core.segments import SegmentMetadata, SegmentState, decode_segment, encode_segment
+from core.segments import (
+    ArchiveRef,
+    SegmentMetadata,
+    SegmentState,
+    decode_segment,
+    encode_segment,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -32,6 +40,16 @@ def test_a_good_segment_round_trips() -> None:
     assert decode_segment(encode_segment(GOOD), "/s/3") == GOOD
 
 
+def test_an_archived_segment_whose_ledger_was_deleted_round_trips() -> None:
+    done = GOOD.completed(120, DLSN(3, 9, 1), 25, 1_700_000_100_000, eos=False)
+    archived = replace(done, archive=ArchiveRef("s3a://cold/ns/s/segment-3", 25, 1_700_000_200_000))
+    assert not archived.archived_only, "archived, but the bookies still hold it"
+    deleted = replace(archived, ledger_deleted=True)
+    assert deleted.archived_only
+    assert decode_segment(encode_segment(deleted), "/s/3") == deleted
+    assert "archive" not in json.loads(encode_segment(done)), "absent until archived"
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
@@ -43,6 +61,10 @@ def test_a_good_segment_round_trips() -> None:
         ({"writer_region": 5}, "'writer_region'=5"),
         ({"end_of_stream": "no"}, "'end_of_stream'='no'"),
         ({"state": "paused"}, "'paused'"),
+        ({"archive": "s3a://cold"}, "'archive'='s3a://cold'"),
+        ({"archive": {"uri": "/cold", "records": "25", "archived_ms": 1}}, "'records'='25'"),
+        ({"archive": {"records": 25, "archived_ms": 1}}, "'uri'"),
+        ({"ledger_deleted": 1}, "'ledger_deleted'=1"),
     ],
 )
 def test_almost_right_metadata_is_refused_with_its_field(

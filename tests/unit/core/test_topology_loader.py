@@ -174,6 +174,9 @@ CASES: list[tuple[str, Any, str]] = [
         "wan.profiles.ci[0].one_way_ms: expected whole milliseconds",
     ),
     ("wan.toxiproxy", DELETE, "wan.toxiproxy: expected a mapping, got None"),
+    ("archive", "/cold", "archive: expected a mapping, got '/cold'"),
+    ("archive", {"uri": ""}, "archive.uri: expected a directory or a Hadoop filesystem URI"),
+    ("archive", {"url": "/cold"}, "archive.url: unknown key; expected one of ['uri']"),
 ]
 
 
@@ -225,6 +228,16 @@ def test_region_loss_summary_and_warning() -> None:
 def test_the_shipped_topology_writes_through_the_loss_of_any_one_region() -> None:
     shipped = load_topology(Path(__file__).resolve().parents[3] / "topology.yaml")
     assert region_loss_warning(shipped) is None, region_loss_warning(shipped)
+
+
+def test_an_archive_directory_is_found_beside_its_topology_and_a_uri_is_kept(
+    tmp_path: Path,
+) -> None:
+    for uri, expected in (("cold", str(tmp_path / "cold")), ("s3a://bucket/gl", "s3a://bucket/gl")):
+        doc = base() | {"archive": {"uri": uri}}
+        (tmp_path / "t.yaml").write_text(yaml.safe_dump(doc))
+        assert load_topology(tmp_path / "t.yaml").archive_uri == expected
+    assert load_topology(REPO / "topology.yaml").archive_uri is None, "archiving is opt-in"
 
 
 def test_invalid_yaml_and_unreadable_files(tmp_path: Path) -> None:
