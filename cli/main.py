@@ -17,6 +17,7 @@ from cli import (
     bench_proxy,
     bench_stream_main,
     serve,
+    spark_main,
     stream_args,
 )
 from cli.cluster import controller, processes, regions, wan
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true")
 
     stream_args.add_stream_commands(commands)
+    spark_main.add_spark_commands(commands)
     serve.add_arguments(commands)
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
@@ -260,6 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         if args.command == "serve":
             return serve.run(args, REPO_ROOT / "topology.yaml")
+        if args.command == "spark":
+            from cli.spark_main import run_spark_command
+
+            return run_spark_command(args)
         if args.command in ("stream", "write", "read", "segments"):
             from cli.stream_main import run_stream_command
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -28,6 +29,38 @@ def latency_over_time(
     axes.set_yscale("log")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="upper right", markerscale=4)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def delivery_report_plot(path: Path, report: Any) -> Path:
+    """The delivery report (pipeline/report.py): per-minute throughput by writer region above,
+    each region's delivery lag over the observation below; returns `path`."""
+    figure, (rates, lags) = plt.subplots(2, 1, figsize=(10, 7), dpi=100)
+    regions = sorted({m.writer_region for m in report.minutes})
+    for region in regions:
+        minutes = [m for m in report.minutes if m.writer_region == region]
+        rates.plot(
+            [m.minute for m in minutes], [m.records / 60 for m in minutes], "o-", label=region
+        )
+    rates.set_title(f"stream {report.stream!r}: throughput per minute, by writer region")
+    rates.set_ylabel("records/s")
+    rates.grid(True, alpha=0.3)
+    if regions:
+        rates.legend(loc="upper right")
+    for region, points in sorted(report.lag_points.items()):
+        lags.plot([p[0] for p in points], [max(p[1], 0.1) for p in points], ".", markersize=3,
+                  alpha=0.6, label=region)  # fmt: skip
+    lags.set_title(f"delivery lag to a tailing reader per region ({report.observed_s:g} s)")
+    lags.set_xlabel("time since the first observation (s)")
+    lags.set_ylabel("lag (ms)")
+    lags.set_yscale("log")
+    lags.grid(True, which="both", alpha=0.3)
+    if report.lag_points:
+        lags.legend(loc="upper right", markerscale=4)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
