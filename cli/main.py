@@ -15,6 +15,7 @@ from cli import (
     bench_failover,
     bench_ledger_options,
     bench_proxy,
+    bench_spark,
     bench_stream_main,
     serve,
     spark_main,
@@ -59,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         "proxy", help="write-proxy throughput, commit latency and delivery to every region"
     )
     bench_proxy.add_arguments(proxy_bench)
+    spark_bench = bench_sub.add_parser(
+        "spark", help="the globelog data source's read throughput against a Parquet scan"
+    )
+    bench_spark.add_arguments(spark_bench)
 
     ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
     ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -197,6 +202,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_failover.run(args)
     if args.action == "proxy":
         return bench_proxy.run(args)
+    if args.action == "spark":
+        return bench_spark.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")

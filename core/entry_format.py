@@ -51,6 +51,11 @@ RAW_BODY_BYTES_MAX = 4 * ENTRY_RECORDS_BYTES_MAX
 _KNOWN_FLAGS = int(KNOWN_FLAGS)
 _NO_POSITION = int(NO_POSITION)
 _PRODUCER = int(RecordFlag.PRODUCER)
+_END_OF_STREAM = int(RecordFlag.END_OF_STREAM)
+_PRODUCER_PREFIX = struct.Struct(">QQ")  # an idempotent write's producer id and seq
+# Every valid flags value, made once: an enum constructor call per record decoded shows in
+# profiles of the read path.
+_FLAGS = {value: RecordFlag(value) for value in range(_KNOWN_FLAGS + 1)}
 ZSTD_LEVEL = 3
 
 
@@ -125,6 +130,89 @@ def _compress(raw: bytes, codec: Codec) -> tuple[bytes, Codec]:
 
 def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
     """The records of one entry; EntryFormatError (naming `where`) for anything malformed."""
+    head, raw = _open_entry(data, where)
+    records = _decode_records(raw, head.count, where)
+    return DecodedEntry(head.first_position, head.write_time_ms, head.region, records, head.codec)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryHead:
+    first_position: int
+    write_time_ms: int
+    region: str
+    count: int  # records, control records included
+    codec: Codec
+
+
+@dataclass(slots=True)
+class EntryColumns:
+    """An entry's user records as columns (decode_entry_columns): what a columnar reader
+    (the Spark data source) needs without an object per record."""
+
+    head: EntryHead
+    slots: list[int]  # each user record's index among the entry's records
+    txids: list[int]
+    payloads: list[bytes]
+    producers: list[tuple[int, int, int]]  # (index in these columns, producer id, seq)
+    sealed: bool  # the entry holds an end-of-stream record
+
+
+def decode_entry_columns(data: bytes, where: str = "entry") -> EntryColumns:
+    """The user records of one entry as columns, checked as strictly as decode_entry."""
+    head, raw = _open_entry(data, where)
+    slots: list[int] = []
+    txids: list[int] = []
+    payloads: list[bytes] = []
+    producers: list[tuple[int, int, int]] = []
+    sealed = False
+    offset = 0
+    unpack = _RECORD.unpack_from
+    size = _RECORD.size
+    end = len(raw)
+    for index in range(head.count):
+        if offset + size > end:
+            raise EntryFormatError(f"{where}: record {index} of {head.count} is cut short")
+        txid, flags, length = unpack(raw, offset)
+        offset += size
+        if offset + length > end or txid < 0 or flags & ~_KNOWN_FLAGS:
+            _refuse_record(where, index, txid, flags, length, end - offset)
+        if flags:
+            if flags & _PRODUCER and length < PRODUCER_PREFIX_BYTES:
+                _refuse_record(where, index, txid, flags, length, end - offset)
+            if flags & _NO_POSITION:
+                sealed = sealed or bool(flags & _END_OF_STREAM)
+                offset += length
+                continue
+            producer, producer_seq = _PRODUCER_PREFIX.unpack_from(raw, offset)
+            producers.append((len(txids), producer, producer_seq))
+            offset += PRODUCER_PREFIX_BYTES
+            length -= PRODUCER_PREFIX_BYTES
+        slots.append(index)
+        txids.append(txid)
+        payloads.append(bytes(raw[offset : offset + length]))
+        offset += length
+    if offset != end:
+        raise EntryFormatError(f"{where}: {end - offset} bytes follow the last record")
+    return EntryColumns(head, slots, txids, payloads, producers, sealed)
+
+
+def _refuse_record(where: str, index: int, txid: int, flags: int, length: int, left: int) -> None:
+    """Raises the error decode_entry gives for this record (the same checks, same order)."""
+    if length > left:
+        raise EntryFormatError(f"{where}: record {index} claims {length} bytes; {left} remain")
+    if flags & ~_KNOWN_FLAGS or txid < 0:
+        raise EntryFormatError(
+            f"{where}: record {index} has flags {flags:#x} and txid {txid}; "
+            f"expected flags within {_KNOWN_FLAGS:#x} and a txid >= 0"
+        )
+    raise EntryFormatError(
+        f"{where}: record {index} is an idempotent write of {length} bytes; expected "
+        f"at least {PRODUCER_PREFIX_BYTES} (producer id and seq)"
+    )
+
+
+def _open_entry(data: bytes, where: str) -> tuple[EntryHead, memoryview]:
+    """The entry's header and its raw (decompressed) body, every length checked."""
     view = memoryview(data)
     if len(view) < HEADER_BYTES:
         raise EntryFormatError(
@@ -158,8 +246,7 @@ def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
     except UnicodeDecodeError:
         raise EntryFormatError(f"{where}: the writer region is not UTF-8") from None
     raw = _decompress(view[body_at:], codec, raw_len, where)
-    records = _decode_records(raw, count, where)
-    return DecodedEntry(first_position, write_time_ms, region, records, codec)
+    return EntryHead(first_position, write_time_ms, region, count, codec), raw
 
 
 def _decompress(stored: memoryview, codec: Codec, raw_len: int, where: str) -> memoryview:
@@ -206,7 +293,7 @@ def _decode_records(raw: memoryview, count: int, where: str) -> tuple[StoredReco
                 f"{where}: record {index} is an idempotent write of {length} bytes; expected "
                 f"at least {PRODUCER_PREFIX_BYTES} (producer id and seq)"
             )
-        records.append(StoredRecord(txid, RecordFlag(flags), bytes(raw[offset : offset + length])))
+        records.append(StoredRecord(txid, _FLAGS[flags], bytes(raw[offset : offset + length])))
         offset += length
     if offset != end:
         raise EntryFormatError(f"{where}: {end - offset} bytes follow the last record")
@@ -237,7 +324,7 @@ def log_records(
 def as_log_record(record: StoredRecord, dlsn: DLSN, seq: int, entry: DecodedEntry) -> LogRecord:
     """A user record of `entry` as readers receive it (an idempotent write's producer prefix
     moved out of its payload)."""
-    if record.flags & _PRODUCER:
+    if record.flags and record.flags & _PRODUCER:
         producer, producer_seq, payload = split_producer(record.payload)
         return LogRecord(
             dlsn,

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from core.errors import ConfigError
-from pipeline.batch import SCHEMA, ReadTask, plan_now, read_rows
+from pipeline.batch import SCHEMA, ReadTask, plan_now, read_arrow
 from pipeline.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from pipeline.sink import SinkResult, append_rows, producer_id
 from pipeline.streaming import Offsets, initial_offsets, latest_offsets, plan_batch
@@ -84,11 +84,11 @@ class GlobelogBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return _partitions(plan_now(self.options))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         task = getattr(partition, "task", None)
         if task is None:
             return iter(())
-        return read_rows(task)
+        return read_arrow(task)
 
 
 def _partitions(tasks: list[ReadTask]) -> Sequence[InputPartition]:
@@ -137,9 +137,9 @@ class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return _partitions(asyncio.run(plan_batch(self.options, dict(start), dict(end))))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         task = getattr(partition, "task", None)
-        return iter(()) if task is None else read_rows(task)
+        return iter(()) if task is None else read_arrow(task)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, the records stay in the log."""

@@ -48,23 +48,27 @@ class ArchivedRange:
         return cls(stream, segment.sequence, segment.archive.uri, first, last)
 
 
-def _table(uri: str, first_entry: int, last_entry: int, where: str) -> Any:
+def archived_table(part: ArchivedRange) -> Any:
+    """Entries first..last of an archived segment as an Arrow table of ARCHIVE_COLUMNS in
+    stream order, write_time as UTC microseconds. Blocking; DataLossError when unreadable."""
     import pyarrow as pa  # imported on first use: only archived reads need it
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
+    where = f"stream {part.stream!r} segment {part.segment}"
     try:
-        dataset = ds.dataset(uri, format="parquet")
+        dataset = ds.dataset(part.uri, format="parquet")
         entry = ds.field("entry")
         table = dataset.to_table(
-            columns=[c for c in ARCHIVE_COLUMNS if c != "dlsn"],
-            filter=(entry >= first_entry) & (entry <= last_entry),
+            columns=list(ARCHIVE_COLUMNS),
+            filter=(entry >= part.first_entry) & (entry <= part.last_entry),
         )
-        # Milliseconds since the epoch, whatever timestamp encoding the writer chose.
-        millis = table.column("write_time").cast(pa.timestamp("ms")).cast(pa.int64())
-        table = table.set_column(table.schema.get_field_index("write_time"), "write_time", millis)
+        # Whatever timestamp encoding the archive's writer chose (Spark: INT96 or micros).
+        micros = pc.cast(table.column("write_time"), pa.timestamp("us", tz="UTC"), safe=False)
+        table = table.set_column(table.schema.get_field_index("write_time"), "write_time", micros)
     except (OSError, ValueError) as err:  # pyarrow's errors derive from these
         raise DataLossError(
-            f"{where}: the archive {uri} cannot be read: {err}", where, where
+            f"{where}: the archive {part.uri} cannot be read: {err}", where, where
         ) from err
     return table.sort_by([("entry", "ascending"), ("slot", "ascending")])
 
@@ -75,9 +79,13 @@ def read_archived(part: ArchivedRange) -> list[LogRecord]:
     Blocking (file or network reads): call it from a thread in an event loop
     (`read_archived_async`). DataLossError when the archive is unreadable.
     """
-    where = f"stream {part.stream!r} segment {part.segment}"
-    table = _table(part.uri, part.first_entry, part.last_entry, where)
-    return _records(table.to_pydict())
+    import pyarrow as pa
+
+    table = archived_table(part)
+    millis = table.column("write_time").cast(pa.int64()).to_pylist()
+    columns = table.to_pydict()
+    columns["write_time"] = [None if m is None else m // 1000 for m in millis]
+    return _records(columns)
 
 
 def _records(columns: dict[str, list[Any]]) -> list[LogRecord]:
@@ -107,10 +115,13 @@ def find_archived(stream: str, segment: SegmentMetadata, position: Position) -> 
     or the position after its last record when none qualifies. Blocking, like read_archived."""
     assert segment.archive is not None and position.by is not By.DLSN, (segment, position)
     last = segment.last_dlsn.entry if segment.last_dlsn is not None else -1
-    where = f"stream {stream!r} segment {segment.sequence}"
-    table = _table(segment.archive.uri, 0, last, where)
-    column = {By.TXID: "txid", By.SEQ: "seq", By.TIME: "write_time"}[position.by]
-    values = table.column(column).to_pylist()
+    table = archived_table(ArchivedRange.of(stream, segment, 0, last))
+    if position.by is By.TIME:
+        import pyarrow as pa
+
+        values = [m // 1000 for m in table.column("write_time").cast(pa.int64()).to_pylist()]
+    else:
+        values = table.column("txid" if position.by is By.TXID else "seq").to_pylist()
     target = position.value
     assert isinstance(target, int)
     for i, value in enumerate(values):

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from core.dlsn import DLSN
 from core.entry_format import as_log_record, decode_entry, log_records
 from core.errors import DataLossError, InvalidRecordError, TruncatedPositionError
-from core.records import LogRecord
+from core.records import NO_POSITION, LogRecord
 from core.segments import SegmentMetadata, Truncation
 from core.streams import LEDGER_PASSWORD
 from global_meta.streams import StreamMetaStore
@@ -30,12 +31,11 @@ from ledger import (
     LedgerReader,
     NoSuchLedgerMetadataError,
 )
-from reader.archive import ArchivedRange, read_archived_async
+from reader.archive import ArchivedRange, read_archived
 from reader.log_reader import ARCHIVE_ENTRIES_PER_READ, resolve_position
 from reader.positions import Position
 
 ENTRIES_PER_READ = 64  # entries asked of the bookies at once
-RECORDS_PER_BATCH = 4096  # records handed over at once
 UNAVAILABLE_RETRIES_MAX = 8  # about 10 s of backoff before a range read gives up
 BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 2.0
 
@@ -124,59 +124,98 @@ async def last_readable_entry(ledgers: LedgerClient, segment: SegmentMetadata) -
     return reader.lac if reader.is_closed else await reader.read_lac()
 
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class RangeDecoder(Protocol[T_co]):
+    """Turns a range's entries (or, once retention deleted its ledger, its archive) into
+    batches of some kind: LogRecord lists here, Arrow record batches in the data source."""
+
+    def from_entries(self, part: EntryRange, bodies: list[tuple[int, bytes]]) -> T_co | None:
+        """The records in [part.start, part.end) of these entries (id, body); None: none."""
+        ...
+
+    def from_archive(self, part: EntryRange, archived: ArchivedRange) -> T_co | None:
+        """The same from an archived segment's copy (blocking: run in a thread)."""
+        ...
+
+
+class LogRecordDecoder:
+    """Batches as lists of LogRecord (the library's)."""
+
+    def from_entries(
+        self, part: EntryRange, bodies: list[tuple[int, bytes]]
+    ) -> list[LogRecord] | None:
+        batch: list[LogRecord] = []
+        start, end = part.start, part.end
+        first_checked = start.entry if start.segment == part.segment else -1
+        last_checked = end.entry if end is not None and end.segment == part.segment else 1 << 62
+        for entry_id, body in bodies:
+            where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
+            decoded = decode_entry(body, where)
+            # Only the entries holding the range's start or end need a DLSN comparison.
+            at_start = entry_id <= first_checked
+            at_end = entry_id >= last_checked
+            for dlsn, record, seq in log_records(decoded, part.segment, entry_id, part.first_seq):
+                if (record.flags and record.flags & NO_POSITION) or (at_start and dlsn < start):
+                    continue
+                if at_end and end is not None and dlsn >= end:
+                    break
+                batch.append(as_log_record(record, dlsn, seq, decoded))
+        return batch or None
+
+    def from_archive(self, part: EntryRange, archived: ArchivedRange) -> list[LogRecord] | None:
+        records = [
+            r
+            for r in read_archived(archived)
+            if r.dlsn >= part.start and (part.end is None or r.dlsn < part.end)
+        ]
+        return records or None
+
+
 async def read_range(
     ledgers: LedgerClient,
     part: EntryRange,
     entries_per_read: int = ENTRIES_PER_READ,
     streams: StreamMetaStore | None = None,
 ) -> AsyncIterator[list[LogRecord]]:
-    """The range's user records in stream order, a list per batch of entries read.
+    """The range's user records in stream order, a list per batch of entries read."""
+    async for batch in read_range_as(ledgers, part, LogRecordDecoder(), entries_per_read, streams):
+        yield batch
+
+
+async def read_range_as(
+    ledgers: LedgerClient,
+    part: EntryRange,
+    decoder: RangeDecoder[T],
+    entries_per_read: int = ENTRIES_PER_READ,
+    streams: StreamMetaStore | None = None,
+) -> AsyncIterator[T]:
+    """The range's user records in stream order, as the decoder's batches, one per read.
 
     An entry no bookie has raises DataLossError naming the lost range: a batch read of a
     fixed range is not complete without it. Given `streams`, a ledger that retention deleted
     after the range was planned is first looked for in the segment's archive.
     """
     if part.archive_uri is not None:
-        async for records in _read_archived_range(part):
-            yield records
+        async for batch in _read_archived_range(part, decoder):
+            yield batch
         return
-    batch: list[LogRecord] = []
-    bodies = _bodies(
-        ledgers,
-        part.stream,
-        part.segment,
-        part.ledger_id,
-        part.first_entry,
-        part.last_entry,
-        entries_per_read,
-    )
     next_entry = part.first_entry
     try:
-        async for entry_id, body in bodies:
-            where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
-            decoded = decode_entry(body, where)
-            for dlsn, record, seq in log_records(decoded, part.segment, entry_id, part.first_seq):
-                if record.is_control or record.is_end_of_stream or dlsn < part.start:
-                    continue
-                if part.end is not None and dlsn >= part.end:
-                    break
-                batch.append(as_log_record(record, dlsn, seq, decoded))
-            next_entry = entry_id + 1
-            if len(batch) >= RECORDS_PER_BATCH:
-                yield batch
-                batch = []
+        async for bodies in _bodies(ledgers, part, entries_per_read):
+            decoded = decoder.from_entries(part, bodies)
+            next_entry = bodies[-1][0] + 1
+            if decoded is not None:
+                yield decoded
     except (DataLossError, NoSuchLedgerMetadataError):
         uri = None if streams is None else await _archive_of(streams, part)
         if uri is None:
             raise
-        if batch:
-            yield batch
         rest = replace(part, first_entry=next_entry, archive_uri=uri)
-        async for records in _read_archived_range(rest):
-            yield records
-        return
-    if batch:
-        yield batch
+        async for batch in _read_archived_range(rest, decoder):
+            yield batch
 
 
 async def _archive_of(streams: StreamMetaStore, part: EntryRange) -> str | None:
@@ -188,38 +227,29 @@ async def _archive_of(streams: StreamMetaStore, part: EntryRange) -> str | None:
     return segment.archive.uri
 
 
-async def _read_archived_range(part: EntryRange) -> AsyncIterator[list[LogRecord]]:
+async def _read_archived_range(part: EntryRange, decoder: RangeDecoder[T]) -> AsyncIterator[T]:
     assert part.archive_uri is not None, part
     step = ARCHIVE_ENTRIES_PER_READ
     for low in range(part.first_entry, part.last_entry + 1, step):
         high = min(part.last_entry, low + step - 1)
         archived = ArchivedRange(part.stream, part.segment, part.archive_uri, low, high)
-        records = [
-            r
-            for r in await read_archived_async(archived)
-            if r.dlsn >= part.start and (part.end is None or r.dlsn < part.end)
-        ]
-        if records:
-            yield records
+        batch = await asyncio.to_thread(decoder.from_archive, part, archived)
+        if batch is not None:
+            yield batch
 
 
 async def _bodies(
-    ledgers: LedgerClient,
-    stream: str,
-    segment: int,
-    ledger_id: int,
-    first: int,
-    last: int,
-    entries_per_read: int,
-) -> AsyncIterator[tuple[int, bytes]]:
+    ledgers: LedgerClient, part: EntryRange, entries_per_read: int
+) -> AsyncIterator[list[tuple[int, bytes]]]:
+    """The range's entries (id, body), a list per read."""
+    first, last = part.first_entry, part.last_entry
     if first > last:
         return
-    reader = await ledgers.open(ledger_id, LEDGER_PASSWORD)
+    reader = await ledgers.open(part.ledger_id, LEDGER_PASSWORD)
+    where = (part.stream, part.segment, part.ledger_id)
     for low in range(first, last + 1, entries_per_read):
         high = min(last, low + entries_per_read - 1)
-        where = (stream, segment, ledger_id)
-        for entry_id, body in enumerate(await _read_entries(reader, where, low, high), start=low):
-            yield entry_id, body
+        yield list(enumerate(await _read_entries(reader, where, low, high), start=low))
 
 
 async def _read_entries(

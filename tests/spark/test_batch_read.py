@@ -150,3 +150,13 @@ def test_an_unknown_stream_is_named(spark: SparkSession, cluster: Cluster) -> No
     with pytest.raises(Exception, match="missing-stream") as caught:
         load(spark, cluster, fresh_namespace(), stream="missing-stream").collect()
     assert "does not exist" in str(caught.value) or "not found" in str(caught.value)
+
+
+def test_the_arrow_batches_have_the_schema_spark_expects(spark: SparkSession) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from pipeline.batch import SCHEMA, arrow_schema
+
+    expected = to_arrow_schema(StructType.fromDDL(SCHEMA), timezone="UTC")
+    assert arrow_schema().equals(expected), (arrow_schema(), expected)
