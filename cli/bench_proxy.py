@@ -23,7 +23,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from cli import event_loop
 from cli.bench_figures import percentile
@@ -34,7 +33,7 @@ from cli.bench_ledger_options import (
     on_bench_cluster,
 )
 from cli.cluster.controller import Cluster
-from cli.cluster.processes import load_state
+from cli.cluster.processes import cpu_seconds, load_state
 from cli.proxy_probes import Received, proxy_url, tail_region
 from cli.tools import find_tools
 from core.errors import ConfigError
@@ -42,13 +41,6 @@ from region.client import ProxyClient
 
 WRITER_REGION = "us-east"
 DELIVERY_RATE_PER_S = 200
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 async def throughput(
@@ -70,9 +62,9 @@ async def throughput(
                 acked = await client.write_bulk(stream, batch)
                 records += len(acked)  # not `records += len(await ...)`: that reads first
 
-        cpu_before, started = _cpu_s(pid), time.monotonic()
+        cpu_before, started = cpu_seconds(pid), time.monotonic()
         await asyncio.gather(*(one_client() for _ in range(args.clients)))
-        elapsed, cpu = time.monotonic() - started, _cpu_s(pid) - cpu_before
+        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
     return {
         "records_per_s": records / elapsed,
         "mb_per_s": records * size / elapsed / 1e6,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import os
+import random
 import statistics
 import sys
 import tempfile
@@ -19,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cli import event_loop
@@ -29,6 +33,7 @@ from cli.bench_ledger_options import (
     on_bench_cluster,
 )
 from cli.cluster.controller import Cluster
+from cli.cluster.processes import cpu_seconds, descendants, load_state
 from cli.tools import find_tools
 from core.errors import ConfigError
 from global_meta import MetaStore
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = bench_cluster(args, problems)
     checks = (
         (1000 <= args.records <= 50_000_000, f"--records {args.records}: expected 1000..50000000"),
-        (1 <= args.size <= 1 << 20, f"--size {args.size}: expected 1..1048576"),
+        (12 <= args.size <= 65536, f"--size {args.size}: expected 12..65536"),
         (1 <= args.repeat <= 20, f"--repeat {args.repeat}: expected 1..20"),
         (1 <= args.cores <= 64, f"--cores {args.cores}: expected 1..64"),
         (
@@ -128,12 +133,20 @@ async def write_stream(
             ),
         )
         began = time.perf_counter()
-        filler = b"x" * max(0, workload.size - 12)
+        noise = random.Random(7).randbytes(1 << 20)  # incompressible, as most payloads are
+        tail = max(0, workload.size - 12)
         for low in range(0, workload.records, BULK):
             high = min(workload.records, low + BULK)
-            await writer.write_bulk([b"%012d" % i + filler for i in range(low, high)])
+            await writer.write_bulk(
+                [b"%012d" % i + _slice(noise, i * 7919, tail) for i in range(low, high)]
+            )
         await writer.close()
         return time.perf_counter() - began
+
+
+def _slice(noise: bytes, at: int, size: int) -> bytes:
+    at %= len(noise) - size
+    return noise[at : at + size]
 
 
 def _touch_every_column(df: Any) -> tuple[int, int]:
@@ -157,6 +170,7 @@ class ReadFigure:
     seconds: list[float]
     records: int
     payload_bytes: int
+    cpu: CpuSplit  # CPU seconds per million records read
 
     def rate(self) -> tuple[float, float, float]:
         """Median, slowest and fastest records/s."""
@@ -164,25 +178,68 @@ class ReadFigure:
         return statistics.median(rates), min(rates), max(rates)
 
 
+@dataclass(frozen=True, slots=True)
+class CpuSplit:
+    """CPU seconds spent during the timed reads: Spark's JVM, its Python workers, bookies."""
+
+    spark_jvm: float
+    python_workers: float
+    bookies: float
+
+
+class CpuMeter:
+    def __init__(self, cluster: Cluster) -> None:
+        self.bookies = [r.pid for r in load_state(cluster.data_dir).values() if r.kind == "bookie"]
+
+    def sample(self) -> CpuSplit:
+        jvm = workers = 0.0
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(OSError):  # a worker that ended meanwhile
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                used = cpu_seconds(pid, children=True)
+                if name == "java":
+                    jvm += used
+                elif name.startswith("python"):
+                    workers += used
+        bookies = 0.0
+        for pid in self.bookies:
+            with contextlib.suppress(OSError):
+                bookies += cpu_seconds(pid)
+        return CpuSplit(jvm, workers, bookies)
+
+
 def _measure(
-    name: str, load: Callable[[], Any], workload: SparkWorkload, progress: Callable[[str], None]
+    name: str,
+    load: Callable[[], Any],
+    workload: SparkWorkload,
+    meter: CpuMeter,
+    progress: Callable[[str], None],
 ) -> ReadFigure:
     df = load()
     partitions = df.rdd.getNumPartitions()
     _touch_every_column(df)  # warm: Python workers started, classes loaded
     seconds = []
     records = payload = 0
+    before = meter.sample()
     for i in range(workload.repeat):
         began = time.perf_counter()
         records, payload = _touch_every_column(load())
         seconds.append(time.perf_counter() - began)
         progress(f"{name} read {i + 1}/{workload.repeat}: {records / seconds[-1]:,.0f} rec/s")
+    after = meter.sample()
     if records != workload.records:
         raise AssertionError(f"{name}: read {records} records; {workload.records} were written")
-    return ReadFigure(name, partitions, seconds, records, payload)
+    read = workload.records * workload.repeat / 1e6  # millions of records read
+    cpu = CpuSplit(
+        (after.spark_jvm - before.spark_jvm) / read,
+        (after.python_workers - before.python_workers) / read,
+        (after.bookies - before.bookies) / read,
+    )
+    return ReadFigure(name, partitions, seconds, records, payload, cpu)
 
 
 def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[str], None]) -> str:
+    from cli.bench_spark_ceiling import CeilingSource
     from pipeline import spark_session
     from pipeline.archive import ArchiveJob, archive_stream
 
@@ -190,6 +247,7 @@ def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[s
     progress(f"writing {workload.records:,} records of {workload.size} B to {stream!r}")
     write_s = asyncio.run(write_stream(cluster, namespace, stream, workload))
     progress(f"written in {write_s:.1f} s ({workload.records / write_s:,.0f} rec/s)")
+    meter = CpuMeter(cluster)
     spark = spark_session("globelog-bench-spark", f"local[{workload.cores}]")
     try:
         with tempfile.TemporaryDirectory(prefix="globelog-archive-") as cold:
@@ -213,11 +271,22 @@ def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[s
             def from_parquet() -> Any:
                 return spark.read.parquet(*(o.uri for o in archived))
 
-            bookies = _measure("bookies", from_bookies, workload, progress)
-            parquet = _measure("parquet", from_parquet, workload, progress)
+            def ceiling() -> Any:
+                return (
+                    spark.read.format(CeilingSource.name())
+                    .option("rows", str(workload.records))
+                    .option("size", str(workload.size))
+                    .option("partitions", str(bookies.partitions))
+                    .load()
+                )
+
+            bookies = _measure("bookies", from_bookies, workload, meter, progress)
+            parquet = _measure("parquet", from_parquet, workload, meter, progress)
+            spark.dataSource.register(CeilingSource)
+            api = _measure("api-limit", ceiling, workload, meter, progress)
     finally:
         spark.stop()
-    return _table(cluster, workload, write_s, archive_s, [bookies, parquet])
+    return _table(cluster, workload, write_s, archive_s, [bookies, parquet, api])
 
 
 def _table(
@@ -236,15 +305,23 @@ def _table(
         f"{workload.repeat} timed runs after one warm-up",
         f"   written in {write_s:.1f} s; archived to Parquet (zstd) in {archive_s:.1f} s",
         f"   {'source':<10} {'partitions':>10} {'median rec/s':>13} {'min':>10} {'max':>10} "
-        f"{'MB/s':>7}",
+        f"{'MB/s':>7}   CPU s per 1M records: {'spark JVM':>9} {'py workers':>10} {'bookies':>7}",
     ]
     for f in figures:
         median, low, high = f.rate()
         mb_s = median * (f.payload_bytes / f.records) / 1e6
         lines.append(
             f"   {f.name:<10} {f.partitions:>10} {median:>13,.0f} {low:>10,.0f} {high:>10,.0f} "
-            f"{mb_s:>7.1f}"
+            f"{mb_s:>7.1f}   {'':>21} {f.cpu.spark_jvm:>9.2f} {f.cpu.python_workers:>10.2f} "
+            f"{f.cpu.bookies:>7.2f}"
         )
-    ratio = figures[0].rate()[0] / figures[1].rate()[0]
-    lines.append(f"   bookies / parquet: {ratio:.2f}x (target >= 0.5x)")
+    bookies, parquet, api = (f.rate()[0] for f in figures)
+    lines.append(
+        f"   bookies / parquet: {bookies / parquet:.2f}x (target >= 0.5x); "
+        f"api-limit / parquet: {api / parquet:.2f}x; bookies / api-limit: {bookies / api:.2f}x"
+    )
+    lines.append(
+        "   (api-limit: a Python data source yielding prebuilt Arrow batches of the same shape: "
+        "the fastest any Python data source reads here)"
+    )
     return "\n".join(lines)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from core.entry_format import decode_entry_columns
-from core.topology_loader import load_topology
 from pipeline.options import SourceOptions
+from pipeline.worker_loop import worker_loop
 from reader.archive import ArchivedRange, archived_table
 from reader.ranges import ENTRIES_PER_READ, EntryRange, plan_ranges, read_range_as
-from reader.session import read_session
+from reader.session import ReadSession, read_session
 
 SCHEMA = (
     "stream string, dlsn string, segment long, entry long, slot long, txid long, seq long, "
@@ -65,32 +65,15 @@ def plan_now(options: SourceOptions) -> list[ReadTask]:
 
 def read_arrow(task: ReadTask) -> Iterator[Any]:
     """The partition as Arrow record batches of SCHEMA (what Spark's Python data source takes
-    without converting row by row), one per read of entries, stepping the async reader from
-    this (synchronous) worker thread."""
-    batches = _batches(task)
-    with asyncio.Runner() as runner:
-        try:
-            while True:
-                try:
-                    yield runner.run(_next(batches))
-                except StopAsyncIteration:
-                    return
-        finally:
-            runner.run(batches.aclose())
+    without converting row by row), one per read of entries, read over this worker process's
+    shared connections (pipeline/worker_loop.py)."""
+    decoder = ArrowDecoder()
 
+    def batches(session: ReadSession) -> AsyncIterator[Any]:
+        return read_range_as(session.ledgers, task.part, decoder, ENTRIES_PER_READ, session.streams)
 
-async def _next(batches: AsyncGenerator[Any, None]) -> Any:
-    return await anext(batches)
-
-
-async def _batches(task: ReadTask) -> AsyncGenerator[Any, None]:
-    topology = load_topology(task.topology_path)
-    async with read_session(topology, task.region, task.namespace) as session:
-        decoder = ArrowDecoder()
-        async for batch in read_range_as(
-            session.ledgers, task.part, decoder, ENTRIES_PER_READ, session.streams
-        ):
-            yield batch
+    key = (task.topology_path, task.region, task.namespace)
+    return worker_loop().iterate(key, batches)
 
 
 def arrow_schema() -> Any:

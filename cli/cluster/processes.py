@@ -38,6 +38,39 @@ class ProcessRecord:
     ports: tuple[int, ...] = ()
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of a live process so far (with `children`, also those of
+    its children that ended and were waited for)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLOCK_TICKS
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children, their children, ...)."""
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            parent_of[int(entry.name)] = int(fields[1])
+    below: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, up in parent_of.items() if up == parent]
+        below += children
+        frontier += children
+    return below
+
+
 def _proc_state(pid: int) -> str | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -1,0 +1,89 @@
+"""One event loop and one read session per Spark Python worker process, shared by its tasks.
+
+Spark calls a data source's `read()` synchronously, once per input partition, in long-lived
+Python worker processes. Connecting to ZooKeeper and the bookies costs ~100 ms, as much as
+reading a whole partition of small records, so a worker keeps its connections: an event loop
+runs in a daemon thread, sessions are opened on it once per (topology, region, namespace),
+and each task's async iterator is stepped from the task's thread. A task that fails drops
+the session it used (the next task connects afresh), so a broken connection is never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+from core.topology_loader import load_topology
+from reader.session import ReadSession, read_session
+
+T = TypeVar("T")
+SessionKey = tuple[str, str, str]  # topology path, region, namespace
+
+
+class WorkerLoop:
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="globelog-worker-loop", daemon=True
+        )
+        self._thread.start()
+        self._sessions: dict[SessionKey, tuple[contextlib.AsyncExitStack, ReadSession]] = {}
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _session(self, key: SessionKey) -> ReadSession:
+        if key not in self._sessions:
+            stack = contextlib.AsyncExitStack()
+            topology = load_topology(key[0])
+            session = await stack.enter_async_context(read_session(topology, key[1], key[2]))
+            self._sessions[key] = (stack, session)
+        return self._sessions[key][1]
+
+    async def _drop(self, key: SessionKey) -> None:
+        held = self._sessions.pop(key, None)
+        if held is not None:
+            with contextlib.suppress(Exception):
+                await held[0].aclose()
+
+    def iterate(
+        self, key: SessionKey, make: Callable[[ReadSession], AsyncIterator[T]]
+    ) -> Iterator[T]:
+        """The items of `make(session)`, stepped on the worker's loop from this thread."""
+
+        async def start() -> AsyncIterator[T]:
+            return make(await self._session(key))
+
+        items = self._run(start())
+        try:
+            while True:
+                try:
+                    yield self._run(_anext(items))
+                except StopAsyncIteration:
+                    return
+        except BaseException:
+            self._run(self._drop(key))
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                self._run(_aclose(items))
+
+
+async def _anext(items: AsyncIterator[T]) -> T:
+    return await anext(items)
+
+
+async def _aclose(items: AsyncIterator[Any]) -> None:
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()
+
+
+@functools.cache
+def worker_loop() -> WorkerLoop:
+    """This process's worker loop, started on first use."""
+    return WorkerLoop()
