@@ -69,14 +69,15 @@ def run_spark_command(args: argparse.Namespace) -> int:
                 f"no archive root: give --to URI or add `archive: {{uri: ...}}` to {topology_path}"
             )
     elif args.action == "retention":
-        ttl_s = duration_s(args.ttl)
+        ttl_s = _duration("--ttl", args.ttl)
         if ttl_s <= 0:
             raise ConfigError(f"--ttl {args.ttl!r}: expected a positive duration")
         for name in args.stream or []:
             check_name(name)
     else:
         check_name(args.stream)
-        since_s, observe_s = duration_s(args.since), duration_s(args.observe)
+        since_s = _duration("--since", args.since)
+        observe_s = _duration("--observe", args.observe)
         if since_s <= 0 or observe_s < 0:
             raise ConfigError(
                 f"--since {args.since!r} --observe {args.observe!r}: expected since > 0 and "
@@ -94,6 +95,13 @@ def run_spark_command(args: argparse.Namespace) -> int:
         return _report(spark, args, topology_path, since_s, observe_s)
     finally:
         spark.stop()
+
+
+def _duration(flag: str, text: str) -> float:
+    try:
+        return duration_s(text)
+    except ConfigError as err:
+        raise ConfigError(f"{flag}: {err}") from None
 
 
 def _archive(spark: Any, args: argparse.Namespace, topology_path: Path, region: str) -> int:
