@@ -149,20 +149,6 @@ def _slice(noise: bytes, at: int, size: int) -> bytes:
     return noise[at : at + size]
 
 
-def _touch_every_column(df: Any) -> tuple[int, int]:
-    """Records and payload bytes, by an aggregate that reads every column."""
-    from pyspark.sql import functions as sf
-
-    row = df.agg(
-        sf.count("*").alias("n"),
-        sf.sum(sf.length("payload")).alias("bytes"),
-        sf.max("dlsn"), sf.sum("segment"), sf.sum("entry"), sf.sum("slot"), sf.sum("txid"),
-        sf.sum("seq"), sf.max("writer_region"), sf.max("write_time"), sf.max("producer_id"),
-        sf.max("producer_seq"),
-    ).collect()[0]  # fmt: skip
-    return int(row.n), int(row.bytes)
-
-
 @dataclass(frozen=True, slots=True)
 class ReadFigure:
     name: str
@@ -215,21 +201,14 @@ def _measure(
     meter: CpuMeter,
     progress: Callable[[str], None],
 ) -> ReadFigure:
-    df = load()
-    partitions = df.rdd.getNumPartitions()
-    _touch_every_column(df)  # warm: Python workers started, classes loaded
-    seconds = []
-    records = payload = 0
+    from pipeline.read_bench import timed_reads
+
     before = meter.sample()
-    for i in range(workload.repeat):
-        began = time.perf_counter()
-        records, payload = _touch_every_column(load())
-        seconds.append(time.perf_counter() - began)
-        progress(f"{name} read {i + 1}/{workload.repeat}: {records / seconds[-1]:,.0f} rec/s")
+    partitions, seconds, records, payload = timed_reads(name, load, workload.repeat, progress)
     after = meter.sample()
     if records != workload.records:
         raise AssertionError(f"{name}: read {records} records; {workload.records} were written")
-    read = workload.records * workload.repeat / 1e6  # millions of records read
+    read = workload.records * (workload.repeat + 1) / 1e6  # millions of records read, warm-up too
     cpu = CpuSplit(
         (after.spark_jvm - before.spark_jvm) / read,
         (after.python_workers - before.python_workers) / read,
@@ -239,9 +218,9 @@ def _measure(
 
 
 def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[str], None]) -> str:
-    from cli.bench_spark_ceiling import CeilingSource
     from pipeline import spark_session
     from pipeline.archive import ArchiveJob, archive_stream
+    from pipeline.read_bench import CeilingSource
 
     namespace, stream = f"bench{uuid.uuid4().hex[:8]}", "spark-read"
     progress(f"writing {workload.records:,} records of {workload.size} B to {stream!r}")
