@@ -35,6 +35,11 @@ class _Record:
     failure_s: float | None = None
     slow_s: float | None = None
     pending: int = 0
+    # The sorted latencies within the TTL, kept until a sample arrives or the oldest of them
+    # passes the TTL: read ordering asks for quantiles once per candidate bookie per read.
+    sorted_cache: tuple[float, ...] | None = None
+    cache_from_s: float = 0.0
+    cache_valid_until_s: float = 0.0
 
 
 class BookieHealth:
@@ -54,7 +59,9 @@ class BookieHealth:
 
     def record_latency(self, bookie_id: str, latency_s: float, now_s: float) -> None:
         assert latency_s >= 0 and math.isfinite(latency_s), latency_s
-        self._record(bookie_id, now_s).samples.append((now_s, latency_s))
+        record = self._record(bookie_id, now_s)
+        record.samples.append((now_s, latency_s))
+        record.sorted_cache = None
 
     def set_pending_requests(self, bookie_id: str, count: int) -> None:
         """This client's outstanding requests to the bookie, as its connection counts them."""
@@ -91,10 +98,27 @@ class BookieHealth:
     ) -> float | None:
         """Nearest-rank quantile of recent latencies; None with fewer than `samples_min`."""
         assert 0 < quantile <= 1, quantile
-        samples = sorted(self.latencies_s(bookie_id, now_s))
+        samples = self._sorted_latencies(bookie_id, now_s)
         if len(samples) < max(1, samples_min):
             return None
         return samples[math.ceil(quantile * len(samples)) - 1]
+
+    def _sorted_latencies(self, bookie_id: str, now_s: float) -> tuple[float, ...]:
+        record = self._records.get(bookie_id)
+        if record is None:
+            return ()
+        cached = record.sorted_cache
+        if cached is not None and record.cache_from_s <= now_s < record.cache_valid_until_s:
+            return cached
+        horizon_s = now_s - self.config.history_ttl_s
+        fresh = [(at_s, latency) for at_s, latency in record.samples if at_s > horizon_s]
+        latencies = tuple(sorted(latency for _, latency in fresh))
+        # Valid until the oldest sample used leaves the TTL (or a new one arrives).
+        record.sorted_cache = latencies
+        record.cache_from_s = now_s
+        oldest_s = min((at_s for at_s, _ in fresh), default=now_s)
+        record.cache_valid_until_s = oldest_s + self.config.history_ttl_s
+        return latencies
 
     def expire(self, now_s: float) -> None:
         """Forget history older than the TTL; keep bookies with requests still pending."""
@@ -103,6 +127,7 @@ class BookieHealth:
             record = self._records[bookie_id]
             while record.samples and record.samples[0][0] <= horizon_s:
                 record.samples.popleft()
+                record.sorted_cache = None
             if record.pending == 0 and record.last_seen_s <= horizon_s:
                 del self._records[bookie_id]
 

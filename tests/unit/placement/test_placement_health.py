@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from placement import BookieHealth, HealthConfig
 from placement.health import HISTORY_TTL_S, LATENCY_SAMPLES_MAX
@@ -85,3 +89,22 @@ def test_pending_requests_need_no_history_and_zero_clears_them() -> None:
     health.set_pending_requests("b", 0)
     health.expire(0.0)
     assert health.tracked == 0
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.floats(0, 200), st.floats(0, 5)), min_size=1, max_size=60),
+    st.sampled_from([0.5, 0.9, 0.99, 1.0]),
+)
+def test_cached_quantiles_equal_quantiles_recomputed_from_the_samples(
+    steps: list[tuple[bool, float, float]], quantile: float
+) -> None:
+    health = BookieHealth(HealthConfig(history_ttl_s=30.0, latency_samples_max=16))
+    samples: list[tuple[float, float]] = []
+    for is_sample, now_s, latency_s in steps:
+        if is_sample:
+            health.record_latency("b", latency_s, now_s)
+            samples = [*samples, (now_s, latency_s)][-16:]
+            continue
+        fresh = sorted(lat for at_s, lat in samples if at_s > now_s - 30.0)
+        expected = fresh[math.ceil(quantile * len(fresh)) - 1] if fresh else None
+        assert health.latency_quantile_s("b", quantile, now_s) == expected
