@@ -11,7 +11,7 @@ from pathlib import Path
 from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.demo_ledger import ledger_demo
-from cli.demo_services import print_summary, services_demo
+from cli.demo_services import NAMESPACE, STREAM, print_summary, services_demo
 from cli.tools import REPO_ROOT, find_tools
 from cli.topology import load_checked_topology as load_topology
 from core.errors import ClusterError, GlobelogError
@@ -96,6 +96,15 @@ async def demo() -> None:
                 f"demo: {lost} records lost, {duplicated} duplicated, audit ok "
                 f"{summary['audit_ok']}: this is a bug, please report it"
             )
+
+        step(
+            f"pipeline: {STREAM!r} on Spark: read with the data source, archived to Parquet, "
+            "ledgers deleted by retention, read again; the throughput report"
+        )
+        from cli.demo_pipeline import pipeline_demo
+
+        archive = DEMO_DATA_DIR / "archive"
+        await asyncio.to_thread(pipeline_demo, cluster, NAMESPACE, STREAM, archive)
     finally:
         step("cluster down")
         stopped = controller.down(cluster, purge=True)
