@@ -39,12 +39,15 @@ class Route:
 def plan_routes(topology: Topology) -> list[Route]:
     """Every cross-region route, with deterministic listen ports from `listen_port_base`.
 
-    Bookie routes come first and keep their ports whatever the ZooKeeper section says.
+    Bookie routes come first and keep their ports whatever the ZooKeeper section says. A
+    route to a ZooKeeper node's peer (leader) port ends at the node's peer relay (see
+    `peer_relays`), not at the port itself.
     """
     host = topology.wan.toxiproxy.host
     targets = [("bookie", b.name, b.region, b.endpoint) for b in topology.bookies]
+    relays = {relay.node: relay.listen for relay in peer_relays(topology)}
     for node in topology.zookeeper:
-        peer = Endpoint(node.client.host, node.peer_port)
+        peer = relays[node.name]
         election = Endpoint(node.client.host, node.election_port)
         targets += [("zk-peer", node.name, node.region, peer)]
         targets += [("zk-election", node.name, node.region, election)]
@@ -61,6 +64,40 @@ def plan_routes(topology: Topology) -> list[Route]:
                 routes.append(Route(name, kind, target, region, to_region, upstream, listen))
                 port += 1
     return routes
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRelay:
+    """Forwards WAN connections to a ZooKeeper node's peer port, retrying the connect.
+
+    A ZooKeeper follower connects to its new leader's peer port the moment it decides to
+    follow, which can be a WAN one-way delay before the leader opens that port. Directly, the
+    connect is refused and the follower retries; through the WAN emulator it is accepted and
+    then closed, which the follower takes as a failed leader: it starts another election
+    while the leader waits for it, and the two can miss each other for as long as the
+    region stays down. The relay, in the node's own region, waits for the port instead.
+    """
+
+    node: str  # the ZooKeeper node's topology name
+    region: str
+    listen: Endpoint
+    upstream: Endpoint  # the node's peer port
+
+
+def peer_relays(topology: Topology) -> list[PeerRelay]:
+    """One relay per ZooKeeper node, on the ports after every WAN route's."""
+    host = topology.wan.toxiproxy.host
+    regions = len(topology.region_names)
+    routes = regions * len(topology.bookies) - len(topology.bookies)
+    routes += 2 * sum(regions - 1 for _ in topology.zookeeper)
+    port = topology.wan.listen_port_base + routes
+    return [
+        PeerRelay(
+            node.name, node.region, Endpoint(host, port + i),
+            Endpoint(node.client.host, node.peer_port),
+        )
+        for i, node in enumerate(topology.zookeeper)
+    ]  # fmt: skip
 
 
 def route_to(routes: list[Route], from_region: str, kind: str, target: str) -> Route | None:

@@ -198,7 +198,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     report = UpReport()
     started = time.monotonic()
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
-    first = [s for s in specs if s.kind in ("zookeeper", "toxiproxy")]
+    first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]
     _start_missing(cluster, first, report)
     # ZooKeeper's quorum traffic crosses the WAN emulator: its routes come first.
     await _wait_toxiproxy(cluster)
@@ -310,11 +310,23 @@ async def _health(
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
     if record.kind in ("write-proxy", "read-proxy"):
         return await service_health(record.ports[0])
+    if record.kind == "zk-relay":
+        return await _port_open(record.ports[0])
     try:
         async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
             return True, f"version {await api.version()}"
     except Exception as err:  # noqa: BLE001
         return False, f"API not answering: {err!r}"
+
+
+async def _port_open(port: int) -> tuple[bool, str]:
+    try:
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except (OSError, TimeoutError) as err:
+        return False, f"port {port} not accepting: {err!r}"
+    writer.close()
+    return True, f"accepting on {port}"
 
 
 FAULT_SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.tools import Tools
-from core.routes import plan_routes, route_to
+from core.routes import PeerRelay, peer_relays, plan_routes, route_to
 from core.topology import Bookie, Proxy, Topology, ZkNode
 
 ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
@@ -23,7 +23,7 @@ class ProcessSpec:
     """One process of the cluster: what to write before starting it and how to start it."""
 
     name: str
-    kind: str  # "zookeeper" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy"
+    kind: str  # "zookeeper" | "zk-relay" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy"
     argv: tuple[str, ...]
     log: Path
     files: dict[Path, str] = field(default_factory=dict, hash=False)
@@ -172,9 +172,24 @@ def shell_conf(topology: Topology) -> str:
     return f"metadataServiceUri={metadata_service_uri(topology)}\nzkTimeout=10000\n"
 
 
+def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:
+    """A ZooKeeper node's peer relay (core/routes.PeerRelay), in the node's region."""
+    argv = (
+        sys.executable, "-m", "cli.cluster.peer_relay", relay.listen.address,
+        relay.upstream.address,
+    )  # fmt: skip
+    log = data_dir / "logs" / f"{relay.node}-relay.log"
+    return ProcessSpec(
+        f"{relay.node}-relay", "zk-relay", argv, log, {}, relay.region, (relay.listen.port,)
+    )
+
+
 def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[ProcessSpec]:
-    """Every process of the cluster, in start order: ZooKeeper, WAN emulator, bookies."""
+    """Every process of the cluster, in start order: ZooKeeper and its peer relays, the WAN
+    emulator, bookies."""
     specs = [zookeeper_spec(topology, node, data_dir, tools) for node in topology.zookeeper]
+    if len(topology.zookeeper) > 1:
+        specs += [relay_spec(relay, data_dir) for relay in peer_relays(topology)]
     specs.append(toxiproxy_spec(topology, data_dir, tools))
     specs += [bookie_spec(topology, b, data_dir, tools) for b in topology.bookies]
     return specs

@@ -24,7 +24,7 @@ from cli.tools import Tools
 from core.errors import ClusterError
 
 KILL_SETTLE_TIMEOUT_S = 10.0
-START_PHASES = (("zookeeper",), ("bookie",), ("write-proxy", "read-proxy"))
+START_PHASES = (("zookeeper", "zk-relay"), ("bookie",), ("write-proxy", "read-proxy"))
 
 
 def _check_region(cluster: Cluster, region: str) -> None:
@@ -78,7 +78,7 @@ async def region_up(cluster: Cluster, tools: Tools, region: str) -> list[str]:
             for spec in chosen:
                 records[spec.name] = processes.start(spec)
             save_records(cluster, records)
-            if kinds == ("zookeeper",):
+            if "zookeeper" in kinds:
                 await wait_zookeeper(cluster)
             else:
                 await wait_services(cluster, chosen)

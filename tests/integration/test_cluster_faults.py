@@ -22,7 +22,7 @@ async def test_status_reports_every_process_healthy(cluster: Cluster) -> None:
     report = await controller.status(cluster)
     assert report["healthy"], report
     kinds = sorted(p["kind"] for p in report["processes"].values())
-    assert kinds == ["bookie"] * 6 + ["toxiproxy"] + ["zookeeper"] * 3
+    assert kinds == ["bookie"] * 6 + ["toxiproxy"] + ["zk-relay"] * 3 + ["zookeeper"] * 3
     modes = sorted(p["detail"] for p in report["processes"].values() if p["kind"] == "zookeeper")
     assert modes == ["mode follower", "mode follower", "mode leader"]
     kinds_of_routes = sorted(route["kind"] for route in report["wan"].values())

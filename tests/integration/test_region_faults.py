@@ -172,3 +172,38 @@ async def test_an_owner_paused_past_its_session_is_a_zombie_whose_writes_fail(
     async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
         while f"{namespace}/s" in await owned_by(east):  # noqa: ASYNC110 - polling a server
             await asyncio.sleep(0.2)
+
+
+async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seconds(
+    cluster: Cluster, tools: Tools
+) -> None:
+    """Regression: a follower used to decide to follow a new leader a WAN delay before that
+    leader opened its peer port, got the connection through the WAN emulator closed, and the
+    two remaining nodes kept missing each other (no quorum for minutes). Twice, so each of two
+    leaders is taken down, with WAN latencies of the `realistic` shape when the topology has
+    them (slower links widen that race)."""
+    profile = "realistic" if "realistic" in cluster.topology.wan.profiles else cluster.profile
+    await wan.configure_wan(cluster.topology, profile)
+    try:
+        for _ in range(2):
+            modes = {
+                node.region: await zookeeper_mode(node.client)
+                for node in cluster.topology.zookeeper
+            }
+            leader = next(region for region, mode in modes.items() if mode == "leader")
+            await regions.region_down(cluster, leader)
+            try:
+                # Until they notice, the others still call themselves followers of the dead
+                # leader: wait for one of them to lead and the other to follow it.
+                others = [n for n in cluster.topology.zookeeper if n.region != leader]
+                async with asyncio.timeout(10.0):
+                    modes_now = ["-"]
+                    while sorted(modes_now) != ["follower", "leader"]:
+                        await asyncio.sleep(0.1)  # polling servers
+                        modes_now = [await zookeeper_mode(n.client) or "-" for n in others]
+            finally:
+                await regions.region_up(cluster, tools, leader)
+            for region in cluster.topology.region_names:
+                await wait_for_zk(cluster, region, serving=True)
+    finally:
+        await wan.configure_wan(cluster.topology, cluster.profile)

@@ -100,9 +100,19 @@ def topology_document(
         "regions": regions,
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
-            "listen_port_base": free_port_block(len(REGIONS) * (bookies + 2 * zk_nodes), port_list),
+            # every WAN route, then a peer relay per ZooKeeper node (core/routes.py)
+            "listen_port_base": free_port_block(
+                len(REGIONS) * (bookies + 2 * zk_nodes) + zk_nodes, port_list
+            ),
             "default_profile": "ci",
-            "profiles": {"ci": links},
+            "profiles": {
+                "ci": links,
+                # the same shape at real distances (tests that need a slow WAN switch to it)
+                "realistic": [
+                    {**link, "one_way_ms": 10 * link["one_way_ms"], "jitter_ms": 4}
+                    for link in links
+                ],
+            },
         },
     }
 
