@@ -13,18 +13,17 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import sys
 import time
 import uuid
 from collections.abc import Callable
 
-from cli import event_loop
 from cli.bench_figures import percentile
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
+    bench_progress,
     check_cluster_ports,
-    on_bench_cluster,
+    run_on_bench_cluster,
 )
 from cli.cluster import controller
 from cli.cluster.controller import Cluster
@@ -118,19 +117,14 @@ def run(args: argparse.Namespace) -> int:
     check_cluster_ports(cluster, args.use_running)
     tools = find_tools()
 
-    def progress(line: str) -> None:
-        print(f"globelog bench failover: {line}", file=sys.stderr, flush=True)
-
-    async def main() -> str:
-        return await on_bench_cluster(
-            cluster,
-            args.use_running,
-            tools,
-            progress,
-            lambda c: bench_failover(c, tools, args.kills, progress),
-        )
-
-    print(event_loop.run(main()))
+    progress = bench_progress("failover")
+    run_on_bench_cluster(
+        cluster,
+        args.use_running,
+        tools,
+        progress,
+        lambda c: bench_failover(c, tools, args.kills, progress),
+    )
     return 0
 
 

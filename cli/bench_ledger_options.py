@@ -9,11 +9,13 @@ import argparse
 import dataclasses
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cli import event_loop
 from cli.bench_adds import ENTRIES_MAX, SECONDS_MAX, AddWorkload
 from cli.cluster import controller, processes
 from cli.cluster.controller import Cluster
@@ -164,6 +166,26 @@ def _answers(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def bench_progress(name: str) -> Callable[[str], None]:
+    """Progress lines of `globelog bench NAME`, on stderr (the report goes to stdout)."""
+
+    def progress(line: str) -> None:
+        print(f"globelog bench {name}: {line}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def run_on_bench_cluster(
+    cluster: Cluster,
+    use_running: bool,
+    tools: Tools,
+    progress: Callable[[str], None],
+    bench: Callable[[Cluster], Awaitable[str]],
+) -> None:
+    """Runs `bench` (see on_bench_cluster) on globelog's event loop and prints its report."""
+    print(event_loop.run(on_bench_cluster(cluster, use_running, tools, progress, bench)))
 
 
 async def on_bench_cluster(

@@ -19,18 +19,17 @@ import asyncio
 import dataclasses
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
 
-from cli import event_loop
 from cli.bench_figures import percentile
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
+    bench_progress,
     check_cluster_ports,
-    on_bench_cluster,
+    run_on_bench_cluster,
 )
 from cli.cluster.controller import Cluster
 from cli.cluster.processes import cpu_seconds, load_state
@@ -201,13 +200,8 @@ def run(args: argparse.Namespace) -> int:
     check_cluster_ports(cluster, args.use_running)
     tools = find_tools()
 
-    def progress(line: str) -> None:
-        print(f"globelog bench proxy: {line}", file=sys.stderr, flush=True)
-
-    async def main() -> str:
-        return await on_bench_cluster(
-            cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
-        )
-
-    print(event_loop.run(main()))
+    progress = bench_progress("proxy")
+    run_on_bench_cluster(
+        cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
+    )
     return 0

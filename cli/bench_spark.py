@@ -16,7 +16,6 @@ import dataclasses
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -25,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli import event_loop
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
+    bench_progress,
     check_cluster_ports,
-    on_bench_cluster,
+    run_on_bench_cluster,
 )
 from cli.cluster.controller import Cluster
 from cli.cluster.processes import cpu_seconds, descendants, load_state
@@ -91,19 +90,14 @@ def run(args: argparse.Namespace) -> int:
         args.records, args.size, args.repeat, args.cores, args.entries_per_partition, args.region
     )
 
-    def progress(line: str) -> None:
-        print(f"globelog bench spark: {line}", file=sys.stderr, flush=True)
-
-    async def main() -> str:
-        return await on_bench_cluster(
-            cluster,
-            args.use_running,
-            find_tools(),
-            progress,
-            lambda c: asyncio.to_thread(bench_spark, c, workload, progress),
-        )
-
-    print(event_loop.run(main()))
+    progress = bench_progress("spark")
+    run_on_bench_cluster(
+        cluster,
+        args.use_running,
+        find_tools(),
+        progress,
+        lambda c: asyncio.to_thread(bench_spark, c, workload, progress),
+    )
     return 0
 
 

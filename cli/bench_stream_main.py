@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from cli import event_loop
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
+    bench_progress,
     check_cluster_ports,
-    on_bench_cluster,
+    run_on_bench_cluster,
 )
 from cli.bench_stream import RUNS, StreamWorkload, bench_stream
 from cli.tools import find_tools
@@ -65,17 +64,12 @@ def run(args: argparse.Namespace) -> int:
         runs=runs,
     )
 
-    def progress(line: str) -> None:
-        print(f"globelog bench stream: {line}", file=sys.stderr, flush=True)
-
-    async def main() -> str:
-        return await on_bench_cluster(
-            cluster,
-            args.use_running,
-            find_tools(),
-            progress,
-            lambda c: bench_stream(c, workload, progress),
-        )
-
-    print(event_loop.run(main()))
+    progress = bench_progress("stream")
+    run_on_bench_cluster(
+        cluster,
+        args.use_running,
+        find_tools(),
+        progress,
+        lambda c: bench_stream(c, workload, progress),
+    )
     return 0

@@ -29,6 +29,10 @@ def latency_over_time(
     axes.set_yscale("log")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="upper right", markerscale=4)
+    return _save(figure, path)
+
+
+def _save(figure: Any, path: Path) -> Path:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
@@ -61,8 +65,4 @@ def delivery_report_plot(path: Path, report: Any) -> Path:
     lags.grid(True, which="both", alpha=0.3)
     if report.lag_points:
         lags.legend(loc="upper right", markerscale=4)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return _save(figure, path)

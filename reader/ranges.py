@@ -246,6 +246,10 @@ async def _bodies(
     if first > last:
         return
     reader = await ledgers.open(part.ledger_id, LEDGER_PASSWORD)
+    if not reader.is_closed and reader.lac < last:
+        # A range of a segment still being written was planned up to the LAC then; this
+        # handle is new and has not learnt it yet.
+        await reader.read_lac()
     where = (part.stream, part.segment, part.ledger_id)
     for low in range(first, last + 1, entries_per_read):
         high = min(last, low + entries_per_read - 1)

@@ -160,3 +160,28 @@ def test_the_arrow_batches_have_the_schema_spark_expects(spark: SparkSession) ->
 
     expected = to_arrow_schema(StructType.fromDDL(SCHEMA), timezone="UTC")
     assert arrow_schema().equals(expected), (arrow_schema(), expected)
+
+
+def test_a_batch_read_of_a_segment_still_being_written_returns_what_is_acknowledged(
+    spark: SparkSession, cluster: Cluster
+) -> None:
+    """Regression: each task opened the segment's ledger afresh, knew no LAC, and refused
+    to read entries the plan had seen acknowledged (ReadBeyondLacError)."""
+    namespace = fresh_namespace()
+
+    async def scenario() -> list[tuple[object, ...]]:
+        async with stream_env(cluster, "us-east", namespace) as env:
+            await env.streams.create_stream("live")
+            writer = await env.writer("live", flush_sla_s=0.05)
+            try:
+                for low in range(0, 600, 100):
+                    await writer.write_bulk([f"live-{i}".encode() for i in range(low, low + 100)])
+                await asyncio.sleep(0.3)  # the flush SLA's control record carries the LAC on
+                df = load(spark, cluster, namespace, stream="live", entriesPerPartition="2")
+                return await asyncio.to_thread(as_records, df)
+            finally:
+                await writer.close()
+
+    rows = asyncio.run(scenario())
+    assert [bytes(r[4]) for r in rows] == [f"live-{i}".encode() for i in range(600)]
+    assert {r[1].split(".")[0] for r in rows} == {"1"}, "one segment, still in progress"
