@@ -203,20 +203,7 @@ def report_json(report: Any, plot: Path) -> dict[str, Any]:
 
 def report_text(report: Any, plot: Path) -> str:
     lines = [f"== delivery report: stream {report.stream!r} since {report.since:%Y-%m-%d %H:%M:%S}"]
-    lines.append(
-        f"delivery lag (write timestamp -> a tailing reader in the region, "
-        f"{report.observed_s:g} s observed):"
-    )
-    if not report.lags:
-        lines.append("  no record was written while the readers watched: no lag figures")
-    else:
-        lines.append(f"  {'region':<10} {'records':>8} {'p50 ms':>8} {'p90 ms':>8} "
-                     f"{'p99 ms':>8} {'max ms':>8}")  # fmt: skip
-        for lag in report.lags:
-            lines.append(
-                f"  {lag.region:<10} {lag.records:>8} {lag.p50_ms:>8.1f} {lag.p90_ms:>8.1f} "
-                f"{lag.p99_ms:>8.1f} {lag.max_ms:>8.1f}"
-            )
+    lines += _lag_lines(report)
     lines.append("throughput per minute (by write timestamp and writer region):")
     if not report.minutes:
         lines.append("  no record in the window")
@@ -227,3 +214,23 @@ def report_text(report: Any, plot: Path) -> str:
         )
     lines.append(f"plot: {plot}")
     return "\n".join(lines)
+
+
+def _lag_lines(report: Any) -> list[str]:
+    if report.observed_s <= 0:
+        return ["delivery lag: not observed (--observe 0)"]
+    lines = [
+        f"delivery lag (write timestamp -> a tailing reader in the region, "
+        f"{report.observed_s:g} s observed):"
+    ]
+    if not report.lags:
+        return [*lines, "  no record was written while the readers watched: no lag figures"]
+    lines.append(
+        f"  {'region':<10} {'records':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    )
+    for lag in report.lags:
+        lines.append(
+            f"  {lag.region:<10} {lag.records:>8} {lag.p50_ms:>8.1f} {lag.p90_ms:>8.1f} "
+            f"{lag.p99_ms:>8.1f} {lag.max_ms:>8.1f}"
+        )
+    return lines

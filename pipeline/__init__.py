@@ -30,7 +30,11 @@ def spark_session(app: str, master: str | None = None) -> Any:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     submitted = SparkConf().get("spark.master", None)
     master = master or submitted or "local[*]"
-    builder = SparkSession.builder.appName(app).master(master)
+    builder = (
+        SparkSession.builder.appName(app)
+        .master(master)
+        .config("spark.ui.showConsoleProgress", "false")  # globelog's jobs print their own
+    )
     if master.startswith("local"):
         builder = (
             builder.config("spark.driver.host", "127.0.0.1")

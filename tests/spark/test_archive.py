@@ -1,6 +1,7 @@
 """Tiered storage on the real cluster: completed segments archived to Parquet by the Spark
 job, their ledgers deleted by retention, and every reader (the library reader, a position
-search, the data source in batch and streaming) still returning the same records."""
+search, the data source in batch and in streaming with admission control) still returning
+the same records."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ledger import NoSuchLedgerMetadataError
 from pipeline.archive import ArchiveJob, archive_stream
 from reader.positions import By, Position
 from tests.spark.test_batch_read import as_records, expected, load, write_stream
+from tests.spark.test_stream_read import output_seqs, run_available_now, stream_of
 from tests.support.streams import fresh_namespace, stream_env
 from writer.admin import RetentionResult, apply_retention
 
@@ -84,6 +86,10 @@ def test_a_read_across_archived_and_deleted_segments_returns_the_same_records(
         endingSeq=str(middle.seq + 7),
     )  # fmt: skip
     assert [r[3] for r in as_records(ranged)] == list(range(middle.seq, middle.seq + 7))
+    streamed = stream_of(spark, cluster, namespace, stream="events", maxRecordsPerTrigger="700")
+    batches = run_available_now(streamed, tmp_path / "out", tmp_path / "checkpoint")
+    assert max(batches) <= 700 and sum(batches) == len(records), batches
+    assert output_seqs(spark, tmp_path / "out") == [r.seq for r in records]
 
 
 def test_retention_with_an_archive_configured_keeps_segments_not_archived_yet(
