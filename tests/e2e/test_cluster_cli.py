@@ -48,11 +48,11 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     try:
         up = globelog("cluster", *common, "up")
         assert up.returncode == 0, up.stderr
-        assert "cluster up in" in up.stdout and "started 16" in up.stdout
+        assert "cluster up in" in up.stdout and "started 19" in up.stdout
 
         again = globelog("cluster", *common, "up")
         assert again.returncode == 0, again.stderr
-        assert "started 0, already running 16" in again.stdout
+        assert "started 0, already running 19" in again.stdout
 
         status = globelog("cluster", *common, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
@@ -60,6 +60,8 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert report["healthy"]
         zk = [p for p in report["processes"].values() if p["kind"] == "zookeeper"]
         assert len(zk) == 3 and all(p["healthy"] for p in zk)
+        relays = [p for p in report["processes"].values() if p["kind"] == "zk-relay"]
+        assert len(relays) == 3 and all(p["healthy"] for p in relays)
         assert sum(p["kind"] == "bookie" for p in report["processes"].values()) == 6
         proxies = [p for p in report["processes"].values() if p["kind"].endswith("-proxy")]
         assert sorted(p["kind"] for p in proxies) == ["read-proxy"] * 3 + ["write-proxy"] * 3
@@ -71,7 +73,7 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     finally:
         down = globelog("cluster", *common, "down")
     assert down.returncode == 0, down.stderr
-    assert "stopped 16 process(es)" in down.stdout
+    assert "stopped 19 process(es)" in down.stdout
     assert processes_mentioning(str(tmp_path)) == []
     after = globelog("cluster", *common, "status", "--json")
     assert after.returncode == 3 and not json.loads(after.stdout)["healthy"]
