@@ -17,6 +17,7 @@ from cli import (
     bench_proxy,
     bench_spark,
     bench_stream_main,
+    failover_main,
     serve,
     spark_main,
     stream_args,
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
     stream_args.add_stream_commands(commands)
     spark_main.add_spark_commands(commands)
+    failover_main.add_failover_commands(commands)
     serve.add_arguments(commands)
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
@@ -269,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         if args.command == "serve":
             return serve.run(args, REPO_ROOT / "topology.yaml")
+        if args.command == "failover":
+            return failover_main.run_failover_command(args)
         if args.command == "spark":
             from cli.spark_main import run_spark_command
 

@@ -1,0 +1,212 @@
+"""The failover checker on hand-written histories: a clean one passes; each anomaly is found
+and names the operations that show it; malformed lines are refused with their line number."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import ConfigError
+from verify.checker import KINDS, check, summarise
+from verify.history import Op, encode_op, read_history
+
+pytestmark = pytest.mark.unit
+
+REGIONS = ("us-east", "us-west", "eu-west")
+
+
+class History:
+    """Builds a history line by line, with a clock that moves 0.1 s per operation."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+
+    def add(self, **op: Any) -> None:
+        self.lines.append({"time": round(0.1 * len(self.lines), 1), **op})
+
+    def send(
+        self, value: int, dlsn: str | None, outcome: str = "ok", idempotent: bool = False
+    ) -> None:
+        self.add(process="w0", type="invoke", f="send", stream="s", value=value,
+                 idempotent=idempotent)  # fmt: skip
+        done: dict[str, Any] = {"process": "w0", "type": outcome, "f": "send", "stream": "s"}
+        self.add(**done, value=value, **({"dlsn": dlsn} if dlsn else {}))
+
+    def poll(self, process: str, records: list[tuple[str, int]]) -> None:
+        self.add(process=process, type="ok", f="poll", stream="s", region="eu-west",
+                 records=[list(r) for r in records])  # fmt: skip
+
+    def finals(self, records: list[tuple[str, int]], **per_region: list[tuple[str, int]]) -> None:
+        for region in REGIONS:
+            chosen = per_region.get(region.replace("-", "_"), records)
+            self.add(process=f"final-{region}", type="ok", f="final", stream="s", region=region,
+                     records=[list(r) for r in chosen])  # fmt: skip
+
+    def ops(self) -> list[Op]:
+        return read_history(encode_op(line) for line in self.lines)
+
+
+def clean() -> History:
+    h = History()
+    for i in range(3):
+        h.send(i, f"1.{i}.0")
+    h.poll("r0", [("1.0.0", 0), ("1.1.0", 1)])
+    h.add(process="nemesis", type="info", f="fault", fault="kill-write-proxy", value="kill wp")
+    h.send(3, "2.0.0")
+    h.poll("r0", [("1.2.0", 2), ("2.0.0", 3)])
+    h.add(process="auditor", type="ok", f="audit", stream="s", segment=1, value=True)
+    h.finals([("1.0.0", 0), ("1.1.0", 1), ("1.2.0", 2), ("2.0.0", 3)])
+    return h
+
+
+def kinds(h: History) -> dict[str, int]:
+    return {kind: n for kind, n in check(h.ops()).counts().items() if n}
+
+
+def test_a_clean_history_passes_with_every_count_zero_and_its_liveness() -> None:
+    report = check(clean().ops())
+    assert report.valid and report.anomalies == []
+    assert report.counts() == dict.fromkeys(KINDS, 0)
+    assert report.operations["send ok"] == 4 and report.operations["final ok"] == 3
+    [window] = report.unavailability_s["kill-write-proxy"]
+    assert window == pytest.approx(0.2)  # the fault, then the send's invoke and ack
+    assert summarise(report.unavailability_s["kill-write-proxy"]) == (window, window, 0)
+
+
+def test_an_acknowledged_send_missing_in_one_region_is_lost_there() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.send(1, "1.1.0")
+    h.finals([("1.0.0", 0), ("1.1.0", 1)], us_west=[("1.0.0", 0)])
+    report = check(h.ops())
+    lost = [a for a in report.anomalies if a.kind == "lost"]
+    assert len(lost) == 1 and "value 1" in lost[0].detail and "us-west" in lost[0].detail
+    assert [op.f for op in lost[0].ops] == ["send", "final"]
+    assert lost[0].ops[1].region == "us-west"
+    assert kinds(h) == {"lost": 1, "region-divergence": 1}
+    assert not report.valid
+
+
+def test_an_ack_past_its_segments_end_is_a_fenced_owners_ack() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.send(1, "1.1.0")  # a zombie owner acknowledged this in the segment the new owner sealed
+    h.send(2, "2.0.0")
+    h.finals([("1.0.0", 0), ("2.0.0", 2)])
+    report = check(h.ops())
+    assert kinds(h) == {"fenced-ack": 1}
+    [anomaly] = report.anomalies
+    assert "value 1 acknowledged at 1.1.0, past its segment's end" in anomaly.detail
+
+
+def test_a_value_at_two_positions_is_a_duplicate_counted_by_how_it_was_sent() -> None:
+    for idempotent, kind in ((True, "duplicate-idempotent"), (False, "duplicate-plain")):
+        h = History()
+        h.send(0, "1.0.0", idempotent=idempotent)
+        h.finals([("1.0.0", 0), ("1.1.0", 0)])
+        report = check(h.ops())
+        assert kinds(h) == {kind: 1}, kind
+        assert report.valid is (kind == "duplicate-plain")
+        assert "value 0 at 1.0.0, 1.1.0" in report.anomalies[0].detail
+
+
+def test_one_dlsn_with_two_values_is_an_inconsistent_offset() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.poll("r0", [("1.0.0", 7)])
+    h.finals([("1.0.0", 0)])
+    report = check(h.ops())
+    assert kinds(h)["inconsistent-offset"] == 1
+    anomaly = next(a for a in report.anomalies if a.kind == "inconsistent-offset")
+    assert "1.0.0 holds values [0, 7]" in anomaly.detail
+    assert {op.f for op in anomaly.ops} == {"send", "poll"}
+
+
+def test_a_value_read_after_its_send_failed_is_an_aborted_read() -> None:
+    h = History()
+    h.send(0, None, outcome="fail")
+    h.finals([("1.0.0", 0)])
+    assert kinds(h) == {"aborted-read": 1}
+    h = History()
+    h.send(0, None, outcome="info")  # may have happened: reading it is fine
+    h.finals([("1.0.0", 0)])
+    assert kinds(h) == {}
+
+
+def test_polls_going_back_or_passing_over_records_are_reported() -> None:
+    h = History()
+    for i in range(4):
+        h.send(i, f"1.{i}.0")
+    h.poll("r0", [("1.0.0", 0), ("1.1.0", 1)])
+    h.poll("r0", [("1.0.0", 0)])  # back
+    h.poll("r1", [("1.0.0", 0), ("1.3.0", 3)])  # past 1.1.0 and 1.2.0
+    h.finals([(f"1.{i}.0", i) for i in range(4)])
+    report = check(h.ops())
+    assert kinds(h) == {"nonmonotonic-poll": 1, "poll-skip": 1}
+    skip = next(a for a in report.anomalies if a.kind == "poll-skip")
+    assert "r1 went from 1.0.0 to 1.3.0, past 2 record(s) from 1.1.0" in skip.detail
+
+
+def test_regions_that_disagree_and_a_failed_audit_are_reported() -> None:
+    h = History()
+    h.finals([("1.0.0", 0), ("1.1.0", 1)], eu_west=[("1.0.0", 0), ("1.1.0", 2)])
+    h.add(process="auditor", type="ok", f="audit", stream="s", segment=4, value=False,
+          detail="entry 0..9 in 1 region")  # fmt: skip
+    report = check(h.ops())
+    assert kinds(h) == {"region-divergence": 1, "durability": 1, "inconsistent-offset": 1}
+    divergence = next(a for a in report.anomalies if a.kind == "region-divergence")
+    assert "record 1 (1.1.0=2 vs 1.1.0=1)" in divergence.detail
+    assert "eu-west: 2 records; us-east, us-west: 2 records" in divergence.detail
+    durability = next(a for a in report.anomalies if a.kind == "durability")
+    assert durability.detail == "segment 4: entry 0..9 in 1 region"
+
+
+def test_a_fault_with_no_acknowledged_send_after_it_never_ended() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.add(process="nemesis", type="info", f="fault", fault="region-down", value="us-west")
+    h.send(1, None, outcome="info")
+    report = check(h.ops())
+    assert report.unavailability_s == {"region-down": [None]}
+    assert summarise(report.unavailability_s["region-down"]) == (None, None, 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("{not json", "history line 1: not JSON"),
+        ("[1, 2]", "history line 1: expected an object"),
+        ('{"time": 1, "process": "w", "type": "done", "f": "send"}', "type 'done'"),
+        ('{"time": "x", "process": "w", "type": "ok", "f": "send"}', "time 'x'"),
+        ('{"time": 1, "process": "w", "type": "ok", "f": "send", "dlsn": "1.x"}', "dlsn"),
+        ('{"time": 1, "process": "w", "type": "ok", "f": "poll", "records": [[1, 2]]}', "record"),
+    ],
+)
+def test_malformed_history_lines_are_refused_with_their_line(line: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match="history line 1") as refused:
+        read_history([line])
+    assert expected in str(refused.value)
+
+
+def test_failover_check_reports_and_exits_by_validity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli.main import main
+
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("\n".join(encode_op(line) for line in clean().lines) + "\n")
+    broken = clean()
+    broken.send(9, "2.1.0")  # acknowledged, in no final read
+    bad.write_text("\n".join(encode_op(line) for line in broken.lines) + "\n")
+    assert main(["failover", "check", str(good)]) == 0
+    text = capsys.readouterr().out
+    assert "lost                        0" in text and "valid: no guarantee broken" in text
+    assert "kill-write-proxy         1 fault(s): median 0.20 s" in text
+    assert main(["failover", "check", str(bad), "--json"]) == 4
+    body = json.loads(capsys.readouterr().out)
+    assert body["valid"] is False and body["anomalies"]["lost"] == 1
+    assert main(["failover", "check", str(tmp_path / "missing.jsonl")]) == 1
+    assert "cannot be read" in capsys.readouterr().err

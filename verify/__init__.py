@@ -1,0 +1,1 @@
+"""Verification of globelog runs: failover histories and the checker of DESIGN.md §5."""

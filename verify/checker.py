@@ -1,0 +1,285 @@
+"""The failover checker: the invariants of DESIGN.md §5 over a recorded history (history.py).
+
+Every anomaly names the operations that show it. Kinds (each count, 0 included, is a result):
+    lost                 an acknowledged send absent from some region's final read
+    fenced-ack           an acknowledged send absent from the final reads at a position its
+                         segment no longer reaches: an owner acknowledged after it was fenced
+    duplicate-idempotent a value read at two positions, sent with a producer id
+    duplicate-plain      the same for a plain send (a retried send may land twice: reported,
+                         but it breaks no guarantee of plain writes)
+    inconsistent-offset  one DLSN holding two values (reads and acknowledgements)
+    aborted-read         a value read whose send failed definitively
+    nonmonotonic-poll    a reader's polls going back in a stream
+    poll-skip            a reader passing over a record the final reads hold
+    region-divergence    two regions' final reads of a stream that differ
+    durability           a segment whose ensemble audit failed
+Liveness: for each fault, the time to the first acknowledged send completed after it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from core.dlsn import DLSN
+from verify.history import Op
+
+KINDS = (
+    "lost",
+    "fenced-ack",
+    "duplicate-idempotent",
+    "duplicate-plain",
+    "inconsistent-offset",
+    "aborted-read",
+    "nonmonotonic-poll",
+    "poll-skip",
+    "region-divergence",
+    "durability",
+)
+# Guarantees broken by an anomaly of each kind; duplicate-plain breaks none.
+VIOLATIONS = frozenset(KINDS) - {"duplicate-plain"}
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    stream: str | None
+    ops: tuple[Op, ...]
+    detail: str
+
+    def describe(self) -> str:
+        shown = "; ".join(op.describe() for op in self.ops[:4])
+        more = f" (+{len(self.ops) - 4} more)" if len(self.ops) > 4 else ""
+        return f"{self.kind}: {self.detail} [{shown}{more}]"
+
+
+@dataclass(slots=True)
+class CheckReport:
+    anomalies: list[Anomaly] = field(default_factory=list)
+    operations: dict[str, int] = field(default_factory=dict)
+    unavailability_s: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        found = {kind: 0 for kind in KINDS}
+        for anomaly in self.anomalies:
+            found[anomaly.kind] += 1
+        return found
+
+    @property
+    def valid(self) -> bool:
+        return not any(a.kind in VIOLATIONS for a in self.anomalies)
+
+
+@dataclass(slots=True)
+class _Send:
+    invoke: Op | None = None
+    done: Op | None = None
+
+
+def check(history: list[Op]) -> CheckReport:
+    report = CheckReport()
+    sends: dict[tuple[str, int], _Send] = defaultdict(_Send)
+    finals: dict[tuple[str, str], Op] = {}  # (stream, region) -> the last final read
+    reads: list[Op] = []  # ok polls and finals
+    for op in history:
+        if op.f == "send" and op.stream is not None and type(op.value) is int:
+            entry = sends[(op.stream, op.value)]
+            if op.type == "invoke":
+                entry.invoke = op
+            else:
+                entry.done = op
+        elif op.f in ("poll", "final") and op.type == "ok" and op.stream is not None:
+            reads.append(op)
+            if op.f == "final" and op.region is not None:
+                finals[(op.stream, op.region)] = op
+        elif op.f == "audit" and op.type == "ok" and op.value is False:
+            report.anomalies.append(
+                Anomaly("durability", op.stream, (op,), f"segment {op.segment}: {op.detail}")
+            )
+    report.operations = _operation_counts(history)
+    _check_positions(report, sends, reads)
+    _check_finals(report, sends, finals)
+    _check_polls(report, reads, finals)
+    report.unavailability_s = unavailability(history)
+    return report
+
+
+def _operation_counts(history: list[Op]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for op in history:
+        if op.type != "invoke":
+            counts[f"{op.f} {op.type}"] += 1
+    return dict(sorted(counts.items()))
+
+
+def _check_positions(
+    report: CheckReport, sends: dict[tuple[str, int], _Send], reads: list[Op]
+) -> None:
+    """One value per DLSN, one DLSN per value, no value of a failed send."""
+    at: dict[tuple[str, DLSN], dict[int, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    where: dict[tuple[str, int], dict[DLSN, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    for (stream, value), send in sends.items():
+        done = send.done
+        if done is not None and done.type == "ok" and done.dlsn is not None:
+            at[(stream, done.dlsn)][value].append(done)
+            where[(stream, value)][done.dlsn].append(done)
+    for op in reads:
+        assert op.stream is not None
+        for dlsn, value in op.records:
+            at[(op.stream, dlsn)][value].append(op)
+            where[(op.stream, value)][dlsn].append(op)
+    for (stream, dlsn), values in sorted(at.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if len(values) > 1:
+            ops = tuple(ops[0] for ops in values.values())
+            report.anomalies.append(
+                Anomaly(
+                    "inconsistent-offset",
+                    stream,
+                    ops,
+                    f"{dlsn} holds values {sorted(values)}",
+                )
+            )
+    for (stream, value), positions in sorted(where.items()):
+        known = sends.get((stream, value))
+        if len(positions) > 1:
+            idempotent = known is not None and known.invoke is not None and known.invoke.idempotent
+            kind = "duplicate-idempotent" if idempotent else "duplicate-plain"
+            ops = tuple(ops[0] for ops in positions.values())
+            report.anomalies.append(
+                Anomaly(
+                    kind,
+                    stream,
+                    ops,
+                    f"value {value} at {', '.join(str(d) for d in sorted(positions))}",
+                )
+            )
+        if known is not None and known.done is not None and known.done.type == "fail":
+            first_read = next(op for ops in positions.values() for op in ops if op.f != "send")
+            report.anomalies.append(
+                Anomaly(
+                    "aborted-read",
+                    stream,
+                    (known.done, first_read),
+                    f"value {value} was read though its send failed",
+                )
+            )
+
+
+def _check_finals(
+    report: CheckReport, sends: dict[tuple[str, int], _Send], finals: dict[tuple[str, str], Op]
+) -> None:
+    """Every acknowledged value in every region's final read; the regions agree."""
+    by_stream: dict[str, list[Op]] = defaultdict(list)
+    for (stream, _), op in sorted(finals.items()):
+        by_stream[stream].append(op)
+    for stream, ops in by_stream.items():
+        groups: dict[tuple[tuple[DLSN, int], ...], list[Op]] = defaultdict(list)
+        for op in ops:
+            groups[op.records].append(op)
+        if len(groups) > 1:
+            heads = [members[0] for members in groups.values()]
+            sizes = "; ".join(
+                f"{', '.join(str(op.region) for op in members)}: {len(records)} records"
+                for records, members in groups.items()
+            )
+            report.anomalies.append(
+                Anomaly(
+                    "region-divergence",
+                    stream,
+                    tuple(heads),
+                    f"{len(groups)} different final reads ({sizes}); first difference at "
+                    f"{_first_difference(heads[0].records, heads[1].records)}",
+                )
+            )
+    values_of = {op.index: {value for _, value in op.records} for op in finals.values()}
+    for (stream, value), send in sorted(sends.items()):
+        done = send.done
+        if done is None or done.type != "ok":
+            continue
+        missing = [op for op in by_stream.get(stream, []) if value not in values_of[op.index]]
+        if not missing:
+            continue
+        if done.dlsn is not None and _segment_ended_before(done.dlsn, missing[0]):
+            kind, why = "fenced-ack", f"acknowledged at {done.dlsn}, past its segment's end"
+        else:
+            kind, why = "lost", "acknowledged"
+        regions = ", ".join(str(op.region) for op in missing)
+        report.anomalies.append(
+            Anomaly(kind, stream, (done, *missing), f"value {value} {why}; missing in {regions}")
+        )
+
+
+def _segment_ended_before(dlsn: DLSN, final: Op) -> bool:
+    """True when the final read has records after `dlsn`'s segment and that segment's last
+    record it holds (if any) is before `dlsn`: the segment was sealed short of it."""
+    later = any(d.segment > dlsn.segment for d, _ in final.records)
+    same = [d for d, _ in final.records if d.segment == dlsn.segment]
+    return later and (not same or max(same) < dlsn)
+
+
+def _first_difference(a: tuple[tuple[DLSN, int], ...], b: tuple[tuple[DLSN, int], ...]) -> str:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"record {index} ({x[0]}={x[1]} vs {y[0]}={y[1]})"
+    return f"record {min(len(a), len(b))} (one read ends there)"
+
+
+def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, str], Op]) -> None:
+    """A reader's polls move forward and pass over nothing the final reads hold."""
+    reference: dict[str, list[DLSN]] = {}
+    for (stream, _), op in sorted(finals.items()):
+        reference.setdefault(stream, [d for d, _ in op.records])
+    last: dict[tuple[str, str], tuple[DLSN, Op]] = {}
+    for op in reads:
+        if op.f != "poll":
+            continue
+        assert op.stream is not None
+        key = (op.process, op.stream)
+        for dlsn, _ in op.records:
+            previous = last.get(key)
+            if previous is not None:
+                before, seen_in = previous
+                if dlsn <= before:
+                    report.anomalies.append(
+                        Anomaly(
+                            "nonmonotonic-poll",
+                            op.stream,
+                            (seen_in, op),
+                            f"{op.process} read {dlsn} after {before}",
+                        )
+                    )
+                else:
+                    skipped = [d for d in reference.get(op.stream, []) if before < d < dlsn]
+                    if skipped:
+                        report.anomalies.append(
+                            Anomaly(
+                                "poll-skip",
+                                op.stream,
+                                (seen_in, op),
+                                f"{op.process} went from {before} to {dlsn}, past "
+                                f"{len(skipped)} record(s) from {skipped[0]}",
+                            )
+                        )
+            last[key] = (dlsn, op)
+
+
+def unavailability(history: list[Op]) -> dict[str, list[float | None]]:
+    """Per fault kind, the seconds from each fault to the first send acknowledged after it
+    (None: none was)."""
+    acked = sorted(op.time for op in history if op.f == "send" and op.type == "ok")
+    found: dict[str, list[float | None]] = defaultdict(list)
+    for op in history:
+        if op.f != "fault" or op.type == "invoke":
+            continue
+        after = next((t for t in acked if t > op.time), None)
+        found[op.fault or str(op.value)].append(None if after is None else after - op.time)
+    return dict(found)
+
+
+def summarise(windows: list[float | None]) -> tuple[float | None, float | None, int]:
+    """Median and max of the windows that ended, and how many never did."""
+    ended = [w for w in windows if w is not None]
+    if not ended:
+        return None, None, len(windows)
+    return statistics.median(ended), max(ended), len(windows) - len(ended)
