@@ -108,3 +108,33 @@ def test_an_archive_job_without_an_archive_root_says_where_to_configure_one(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape("no `archive: {uri: ...}` section")):
         archive_stream(spark, ArchiveJob(cluster.topology_path, "raw", fresh_namespace()))
+
+
+def test_a_reader_open_across_the_deletion_reads_every_record_on_through_the_archive(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    namespace = fresh_namespace()
+    records = asyncio.run(write_stream(cluster, namespace, "moving", 1500))
+    first_segment = [r for r in records if r.dlsn.segment == records[0].dlsn.segment]
+    assert len(first_segment) > 100
+
+    async def read_across_the_deletion() -> list[LogRecord]:
+        async with stream_env(cluster, "us-west", namespace) as env:
+            # A reader that reads ahead one entry (and a few records) at a time.
+            reader = await env.reader(
+                "moving", follow=False, readahead_entries=1, readahead_records_max=8
+            )
+            async with reader:
+                got = [await reader.read_next(10.0) for _ in range(40)]
+                job = ArchiveJob(cluster.topology_path, "moving", namespace, root=str(tmp_path))
+                await asyncio.to_thread(archive_stream, spark, job)
+                result = await apply_retention(
+                    env.streams, env.ledgers, "moving", 1.0, now_ms=FAR_FUTURE_MS,
+                    archive_required=True,
+                )  # fmt: skip
+                assert result.expired, "the segments being read were deleted from the bookies"
+                async for record in reader:
+                    got.append(record)
+                return [r for r in got if r is not None]
+
+    assert asyncio.run(read_across_the_deletion()) == records
