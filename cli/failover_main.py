@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
+from cli.failover_run import FAULT_KINDS
+from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check, summarise
 from verify.history import load_history
 
@@ -17,6 +20,16 @@ from verify.history import load_history
 def add_failover_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     failover = commands.add_parser("failover", help="check a failover run's history")
     actions = failover.add_subparsers(dest="action", required=True)
+    runner = actions.add_parser(
+        "run", help="workload + nemesis + checker on the running cluster (with its proxies)"
+    )
+    runner.add_argument("--topology", default=None)
+    runner.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
+    runner.add_argument("--seed", type=int, default=1)
+    runner.add_argument("--time", default="60s", help="how long the workload runs")
+    runner.add_argument("--faults", default=",".join(FAULT_KINDS))
+    runner.add_argument("--rate", type=float, default=20.0, help="sends/s per producer")
+    runner.add_argument("--out", type=Path, default=Path("failover-run"))
     checker = actions.add_parser("check", help="run the checker alone on a history file")
     checker.add_argument("history", type=Path)
     checker.add_argument("--json", action="store_true")
@@ -24,8 +37,47 @@ def add_failover_commands(commands: argparse._SubParsersAction[argparse.Argument
 
 
 def run_failover_command(args: argparse.Namespace) -> int:
+    if args.action == "run":
+        return _run(args)
     report = check(load_history(args.history))
     print(report_json(report) if args.json else report_text(report, args.show))
+    return 0 if report.valid else 4
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cli import event_loop
+    from cli.bench_ledger_options import bench_progress
+    from cli.cluster import processes
+    from cli.cluster.controller import Cluster
+    from cli.failover_run import RunConfig, failover_run
+    from cli.stream_args import duration_s
+    from cli.tools import REPO_ROOT, find_tools
+    from cli.topology import load_checked_topology
+
+    data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
+    meta = processes.load_meta(data_dir)
+    topology_path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml")
+    topology = load_checked_topology(topology_path)
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    problems = [f"--faults: {f!r} is not one of {list(FAULT_KINDS)}" for f in faults
+                if f not in FAULT_KINDS]  # fmt: skip
+    seconds = duration_s(args.time)
+    if not 10 <= seconds <= 86_400:
+        problems.append(f"--time {args.time!r}: expected 10s..24h")
+    if not 0.1 <= args.rate <= 1000:
+        problems.append(f"--rate {args.rate}: expected 0.1..1000 sends/s")
+    if not faults:
+        problems.append("--faults: expected at least one kind")
+    if problems:
+        raise ConfigError("failover run: " + "; ".join(problems))
+    profile = meta.get("profile") or topology.wan.default_profile
+    cluster = Cluster(topology, topology_path.resolve(), data_dir, profile, services=True)
+    cfg = RunConfig(args.seed, seconds, faults, args.rate, out=args.out)
+    progress = bench_progress("failover")  # the benchmarks' stderr format
+
+    history, report = event_loop.run(failover_run(cluster, find_tools(), cfg, progress))
+    print(report_text(report, 5))
+    print(f"history: {history}; report: {args.out / 'report.json'}")
     return 0 if report.valid else 4
 
 

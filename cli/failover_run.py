@@ -1,0 +1,232 @@
+"""`globelog failover run`: a workload, a nemesis and the checker on a running cluster.
+
+Producers in every region append unique values to several streams through the write proxies
+(every other region's producer idempotent), readers in every region tail them through their
+read proxy, and the nemesis applies faults from the cluster's own controls on a schedule drawn
+from the seed. Every operation goes to the history (verify/history.py) as it is invoked and as
+it completes. After the last fault is healed, every region reads every stream in full (library
+readers), every segment's ensembles are audited, and the checker (verify/checker.py) reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from cli.cluster import controller, regions, wan
+from cli.cluster.controller import Cluster
+from cli.ledger_commands import audit_ledgers
+from cli.proxy_probes import proxy_url
+from cli.tools import Tools
+from core.errors import GlobelogError
+from reader.log_reader import LogReader, ReaderConfig
+from reader.session import read_session
+from region.client import ProxyClient
+from region.client_extras import ReadClient
+from verify.checker import CheckReport, check
+from verify.history import encode_op, load_history
+
+FAULT_KINDS = ("kill-write-proxy", "pause-write-proxy", "kill-bookie", "partition", "region-down")
+STREAMS = 3
+QUIET_S = 3.0  # between faults
+HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-bookie": 4.0,
+          "partition": 6.0, "region-down": 6.0}  # fmt: skip
+SEND_DEADLINE_S = 20.0
+
+
+@dataclass
+class RunConfig:
+    seed: int = 1
+    seconds: float = 60.0
+    faults: tuple[str, ...] = FAULT_KINDS
+    rate: float = 20.0  # sends per second per producer
+    namespace: str = "failover"
+    out: Path = Path("failover-run")
+
+
+@dataclass
+class Recorder:
+    file: TextIO
+    began: float = field(default_factory=time.monotonic)
+    lines: int = 0
+
+    def add(self, **op: Any) -> None:
+        op["time"] = round(time.monotonic() - self.began, 4)
+        self.file.write(encode_op(op) + "\n")
+        self.lines += 1
+
+
+async def _produce(
+    cluster: Cluster, cfg: RunConfig, region: str, index: int, rec: Recorder,
+    values: list[int], stop: asyncio.Event,
+) -> None:  # fmt: skip
+    urls = [proxy_url(cluster, region, "write")] + [
+        proxy_url(cluster, r, "write") for r in cluster.topology.region_names if r != region
+    ]
+    idempotent = index % 2 == 0
+    process = f"w-{region}"
+    async with ProxyClient(urls, cfg.namespace, deadline_s=SEND_DEADLINE_S) as client:
+        producers = {f"s{i}": client.producer(f"s{i}") for i in range(STREAMS)}
+        while not stop.is_set():
+            values[0] += 1
+            value = values[0]
+            stream = f"s{value % STREAMS}"
+            rec.add(process=process, type="invoke", f="send", stream=stream, value=value,
+                    idempotent=idempotent)  # fmt: skip
+            try:
+                payload = str(value).encode()
+                if idempotent:
+                    acked = await producers[stream].write(payload)
+                else:
+                    acked = await client.write(stream, payload)
+                rec.add(process=process, type="ok", f="send", stream=stream, value=value,
+                        dlsn=str(acked.dlsn))  # fmt: skip
+            except GlobelogError as err:
+                rec.add(process=process, type="info", f="send", stream=stream, value=value,
+                        detail=f"{err.code}: {err}"[:200])  # fmt: skip
+            await asyncio.sleep(1 / cfg.rate)
+
+
+async def _tail(cluster: Cluster, cfg: RunConfig, region: str, stream: str, rec: Recorder) -> None:
+    process = f"r-{region}-{stream}"
+    async with ReadClient([proxy_url(cluster, region, "read")], cfg.namespace) as reader:
+        async for record in reader.read(stream, from_seq=0):
+            rec.add(process=process, type="ok", f="poll", stream=stream, region=region,
+                    records=[[str(record.dlsn), int(record.payload)]])  # fmt: skip
+
+
+async def _owner(cluster: Cluster, cfg: RunConfig, stream: str) -> str | None:
+    urls = [proxy_url(cluster, r, "write") for r in cluster.topology.region_names]
+    with contextlib.suppress(GlobelogError, OSError):
+        async with ProxyClient(urls, cfg.namespace, deadline_s=5) as client:
+            owner = (await client.describe(stream)).get("owner")
+            return None if owner is None else str(owner).split("@")[0]
+    return None
+
+
+async def _nemesis(
+    cluster: Cluster, tools: Tools, cfg: RunConfig, rec: Recorder, rng: random.Random,
+    deadline: float,
+) -> None:  # fmt: skip
+    names = cluster.topology.region_names
+    while time.monotonic() + QUIET_S + max(HOLD_S.values()) < deadline:
+        await asyncio.sleep(QUIET_S)
+        kind = rng.choice(cfg.faults)
+        hold = HOLD_S[kind]
+        heal: Callable[[], Awaitable[Any]]
+        if kind in ("kill-write-proxy", "pause-write-proxy"):
+            target = await _owner(cluster, cfg, f"s{rng.randrange(STREAMS)}")
+            if target is None:
+                continue
+            action = "kill" if kind == "kill-write-proxy" else "pause"
+            await controller.fault(cluster, tools, action, target)
+            undo = "restart" if action == "kill" else "resume"
+            heal = functools.partial(controller.fault, cluster, tools, undo, target)
+            what = f"{action} {target}"
+        elif kind == "kill-bookie":
+            target = rng.choice([b.name for b in cluster.topology.bookies])
+            await controller.fault(cluster, tools, "kill", target)
+            heal = functools.partial(controller.fault, cluster, tools, "restart", target)
+            what = f"kill {target}"
+        elif kind == "partition":
+            a, b = rng.sample(names, 2)
+            await wan.partition(cluster.topology, a, b)
+            heal = functools.partial(wan.heal, cluster.topology, a, b)
+            what = f"partition {a} {b}"
+        else:
+            region = rng.choice(names)
+            await regions.region_down(cluster, region)
+            heal = functools.partial(regions.region_up, cluster, tools, region)
+            what = f"region-down {region}"
+        rec.add(process="nemesis", type="info", f="fault", fault=kind, value=what)
+        await asyncio.sleep(hold)
+        await heal()
+        rec.add(process="nemesis", type="info", f="heal", fault=kind, value=what)
+
+
+async def _final_reads(cluster: Cluster, cfg: RunConfig, rec: Recorder) -> list[int]:
+    ledger_ids: list[int] = []
+    for region in cluster.topology.region_names:
+        async with read_session(cluster.topology, region, cfg.namespace) as session:
+            for i in range(STREAMS):
+                stream = f"s{i}"
+                reader = await LogReader.open(
+                    session.streams, session.ledgers, stream, None, ReaderConfig(follow=False)
+                )
+                async with reader:
+                    records = [[str(r.dlsn), int(r.payload)] async for r in reader]
+                rec.add(process=f"final-{region}", type="ok", f="final", stream=stream,
+                        region=region, records=records)  # fmt: skip
+                if region == cluster.topology.region_names[0]:
+                    segments = await session.streams.segments(stream)
+                    ledger_ids += [v.segment.ledger_id for v in segments]
+    return ledger_ids
+
+
+async def failover_run(
+    cluster: Cluster, tools: Tools, cfg: RunConfig, progress: Callable[[str], None]
+) -> tuple[Path, CheckReport]:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    history_path = cfg.out / "history.jsonl"
+    rng = random.Random(cfg.seed)
+    with history_path.open("w", encoding="utf-8") as file:
+        rec = Recorder(file)
+        async with ProxyClient(
+            [proxy_url(cluster, r, "write") for r in cluster.topology.region_names],
+            cfg.namespace, deadline_s=30,
+        ) as admin:  # fmt: skip
+            for i in range(STREAMS):
+                with contextlib.suppress(GlobelogError):
+                    await admin.create(f"s{i}")
+        stop = asyncio.Event()
+        values = [0]
+        deadline = time.monotonic() + cfg.seconds
+        loop = asyncio.get_running_loop()
+        workers = [
+            loop.create_task(_produce(cluster, cfg, region, i, rec, values, stop))
+            for i, region in enumerate(cluster.topology.region_names)
+        ]
+        readers = [
+            loop.create_task(_tail(cluster, cfg, region, f"s{i}", rec))
+            for region in cluster.topology.region_names
+            for i in range(STREAMS)
+        ]
+        progress(f"workload on {STREAMS} streams in every region; faults {', '.join(cfg.faults)}")
+        try:
+            await _nemesis(cluster, tools, cfg, rec, rng, deadline)
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        finally:
+            stop.set()
+            await asyncio.gather(*workers, return_exceptions=True)
+            await wan.heal(cluster.topology)
+        await asyncio.sleep(2.0)  # readers catch up to the last acknowledged sends
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        progress(f"{values[0]} sends; final reads in every region and ensemble audits")
+        ledger_ids = await _final_reads(cluster, cfg, rec)
+        min_regions = cluster.topology.replication.min_regions_for_durability
+        reports, adhere = await audit_ledgers(cluster.topology, ledger_ids, min_regions)
+        rec.add(process="auditor", type="ok", f="audit", value=bool(adhere),
+                detail=f"{len(reports)} segment ledgers audited")  # fmt: skip
+    report = check(load_history(history_path))
+    (cfg.out / "report.json").write_text(
+        json.dumps(
+            {
+                "counts": report.counts(),
+                "valid": report.valid,
+                "operations": report.operations,
+                "unavailability_s": report.unavailability_s,
+            },
+            indent=1,
+        )
+    )
+    return history_path, report
