@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from cli.failover_run import FAULT_KINDS
@@ -46,7 +47,6 @@ def run_failover_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from cli import event_loop
-    from cli.bench_ledger_options import bench_progress
     from cli.cluster import processes
     from cli.cluster.controller import Cluster
     from cli.failover_run import RunConfig, failover_run
@@ -72,12 +72,22 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("failover run: " + "; ".join(problems))
     profile = meta.get("profile") or topology.wan.default_profile
     cluster = Cluster(topology, topology_path.resolve(), data_dir, profile, services=True)
+
+    def progress(line: str) -> None:
+        print(f"globelog failover run: {line}", file=sys.stderr, flush=True)
+
     cfg = RunConfig(args.seed, seconds, faults, args.rate, out=args.out)
-    progress = bench_progress("failover")  # the benchmarks' stderr format
+    progress(f"namespace {cfg.namespace}; history in {args.out}")
 
     history, report = event_loop.run(failover_run(cluster, find_tools(), cfg, progress))
     print(report_text(report, 5))
-    print(f"history: {history}; report: {args.out / 'report.json'}")
+    latency = json.loads((args.out / "report.json").read_text())["send_latency_ms"]
+    for name, figures in latency.items():
+        shown = ", ".join(f"{k} {v}" for k, v in figures.items())
+        print(f"  send latency {name} faults (ms): {shown}")
+    print(
+        f"history: {history}; report: {args.out / 'report.json'}; plot: {args.out / 'timeline.png'}"
+    )
     return 0 if report.valid else 4
 
 

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from cli.cluster import controller, regions, wan
 from cli.cluster.controller import Cluster
 from cli.ledger_commands import audit_ledgers
+from cli.plots import failover_timeline
 from cli.proxy_probes import proxy_url
 from cli.tools import Tools
 from core.errors import GlobelogError
@@ -32,7 +33,7 @@ from reader.session import read_session
 from region.client import ProxyClient
 from region.client_extras import ReadClient
 from verify.checker import CheckReport, check
-from verify.history import encode_op, load_history
+from verify.history import Op, encode_op, load_history
 
 FAULT_KINDS = ("kill-write-proxy", "pause-write-proxy", "kill-bookie", "partition", "region-down")
 STREAMS = 3
@@ -48,7 +49,9 @@ class RunConfig:
     seconds: float = 60.0
     faults: tuple[str, ...] = FAULT_KINDS
     rate: float = 20.0  # sends per second per producer
-    namespace: str = "failover"
+    # A namespace of its own per run (values restart at 1: a reused stream would hold the last
+    # run's values, which the checker rightly calls duplicates).
+    namespace: str = field(default_factory=lambda: f"failover-{time.time_ns():x}")
     out: Path = Path("failover-run")
 
 
@@ -184,8 +187,7 @@ async def failover_run(
             cfg.namespace, deadline_s=30,
         ) as admin:  # fmt: skip
             for i in range(STREAMS):
-                with contextlib.suppress(GlobelogError):
-                    await admin.create(f"s{i}")
+                await admin.create(f"s{i}")  # fails if it exists: a run starts from nothing
         stop = asyncio.Event()
         values = [0]
         deadline = time.monotonic() + cfg.seconds
@@ -217,10 +219,15 @@ async def failover_run(
         reports, adhere = await audit_ledgers(cluster.topology, ledger_ids, min_regions)
         rec.add(process="auditor", type="ok", f="audit", value=bool(adhere),
                 detail=f"{len(reports)} segment ledgers audited")  # fmt: skip
-    report = check(load_history(history_path))
+    history = load_history(history_path)
+    report = check(history)
+    timeline = _timeline(history, cfg)
+    latency = latency_split(history)
     (cfg.out / "report.json").write_text(
         json.dumps(
             {
+                "timeline": str(timeline),
+                "send_latency_ms": latency,
                 "counts": report.counts(),
                 "valid": report.valid,
                 "operations": report.operations,
@@ -230,3 +237,61 @@ async def failover_run(
         )
     )
     return history_path, report
+
+
+def fault_spans(history: list[Op]) -> list[tuple[float, float, str]]:
+    """(start, end, kind) of each fault, from its fault op to its heal op."""
+    spans, open_at = [], None
+    for op in history:
+        if op.f == "fault":
+            open_at = op
+        elif op.f == "heal" and open_at is not None:
+            spans.append((open_at.time, op.time, str(open_at.fault)))
+            open_at = None
+    return spans
+
+
+def _send_latencies(history: list[Op]) -> list[tuple[float, float]]:
+    """(completion time, latency ms) of every acknowledged send."""
+    invoked: dict[int, float] = {}
+    found = []
+    for op in history:
+        if op.f == "send" and type(op.value) is int:
+            if op.type == "invoke":
+                invoked[op.value] = op.time
+            elif op.type == "ok" and op.value in invoked:
+                found.append((op.time, (op.time - invoked[op.value]) * 1000))
+    return found
+
+
+def latency_split(history: list[Op]) -> dict[str, dict[str, float]]:
+    """Send latency percentiles (ms) for sends completed during a fault and outside them."""
+    spans = fault_spans(history)
+    during: list[float] = []
+    outside: list[float] = []
+    for at, ms in _send_latencies(history):
+        (during if any(a <= at <= b for a, b, _ in spans) else outside).append(ms)
+    return {
+        name: _percentiles(values) for name, values in (("during", during), ("outside", outside))
+    }
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {"count": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
+            "max": round(ordered[-1], 1)}  # fmt: skip
+
+
+def _timeline(history: list[Op], cfg: RunConfig) -> Path:
+    acked = [op.time for op in history if op.f == "send" and op.type == "ok"]
+    return failover_timeline(
+        cfg.out / "timeline.png",
+        f"failover run, seed {cfg.seed}: acknowledged sends and their latency, faults shaded",
+        acked, _send_latencies(history), fault_spans(history),
+    )  # fmt: skip

@@ -66,3 +66,39 @@ def delivery_report_plot(path: Path, report: Any) -> Path:
     if report.lag_points:
         lags.legend(loc="upper right", markerscale=4)
     return _save(figure, path)
+
+
+def failover_timeline(
+    path: Path,
+    title: str,
+    acked_s: Sequence[float],
+    latencies: Sequence[tuple[float, float]],
+    faults: Sequence[tuple[float, float, str]],
+) -> Path:
+    """Acknowledged sends per second above, send latency below, each fault a shaded span
+    (start, end, kind); returns `path`."""
+    figure, (rate, lat) = plt.subplots(2, 1, figsize=(11, 6.5), dpi=100, sharex=True)
+    end = max([*acked_s, *(f[1] for f in faults), 1.0])
+    seconds = list(range(int(end) + 1))
+    per_second = [0] * len(seconds)
+    for t in acked_s:
+        per_second[int(t)] += 1
+    rate.plot(seconds, per_second, "-", linewidth=1)
+    rate.set_ylabel("acknowledged sends/s")
+    rate.set_title(title)
+    lat.plot([p[0] for p in latencies], [max(p[1], 0.1) for p in latencies], ".", markersize=2)
+    lat.set_yscale("log")
+    lat.set_ylabel("send latency (ms)")
+    lat.set_xlabel("time since start (s)")
+    colours: dict[str, str] = {}
+    for start, stop, kind in faults:
+        colour = colours.setdefault(kind, f"C{len(colours) + 1}")
+        for axes in (rate, lat):
+            axes.axvspan(start, stop, color=colour, alpha=0.2, label=kind)
+    handles, labels = rate.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        rate.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
+    for axes in (rate, lat):
+        axes.grid(True, alpha=0.3)
+    return _save(figure, path)

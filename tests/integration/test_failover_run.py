@@ -4,6 +4,7 @@ finding no broken guarantee."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cli.cluster.controller import Cluster
@@ -31,4 +32,6 @@ async def test_a_short_run_with_faults_breaks_no_guarantee(
     assert broken == [] and report.valid
     for kind, windows in report.unavailability_s.items():
         assert all(w is not None for w in windows), (kind, windows)
-    assert (tmp_path / "report.json").exists()
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["send_latency_ms"]["outside"]["count"] > 0
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
