@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.dlsn import DLSN
 from core.errors import ConfigError, GlobelogError, InvalidDlsnError
+from core.parsing import bounded_int
 from core.topology import Topology
 from core.topology_loader import load_topology
 from reader.positions import By, Position
@@ -168,11 +169,8 @@ def _int(
     text = given.get(key)
     if text is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
+    value = bounded_int(text, low, high)
+    if value is None:
         problems.append(f"{key} is {text!r}; expected an integer {low}..{high}")
         return default
     return value

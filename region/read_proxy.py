@@ -26,6 +26,7 @@ from aiohttp import web
 
 from core.dlsn import DLSN
 from core.errors import BadRequestError, ReadTimeoutError
+from core.parsing import bounded_int
 from core.records import LogRecord
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
@@ -234,10 +235,7 @@ def _bounded(request: web.Request, name: str, default: int, low: int, high: int)
     text = request.query.get(name)
     if text is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
+    value = bounded_int(text, low, high)
+    if value is None:
         raise BadRequestError(f"query parameter {name}={text!r}: expected an integer {low}..{high}")
     return value
