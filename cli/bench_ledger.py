@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cli import nodes
 from cli.bench_adds import AddRun, AddWorkload, run_adds
 from cli.bench_figures import AddFigures, describe_regions, ensemble_regions
 from cli.bench_java import SEND_LIMIT_DEFAULT, JavaBenchRequest, JavaRun, run_java_bench
-from cli.cluster import controller, plan
+from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.errors import ClusterError
@@ -87,7 +88,7 @@ def fsync_policy(cluster: Cluster) -> str:
     """The journal settings the bookies run with, read from their config files."""
     seen: dict[str, set[str]] = {key: set() for key in FSYNC_KEYS}
     for bookie in cluster.topology.bookies:
-        conf = plan.bookie_dir(cluster.data_dir, bookie) / "bk.conf"
+        conf = nodes.bookie_dir(cluster.data_dir, bookie) / "bk.conf"
         try:
             lines = conf.read_text().splitlines()
         except OSError as err:
@@ -242,7 +243,7 @@ def _header(
     topology = cluster.topology
     links = ", ".join(
         f"{link.region_a}<->{link.region_b} {link.one_way_ms:g}±{link.jitter_ms:g} ms"
-        for link in topology.wan.profiles[cluster.profile]
+        for link in topology.emulated_wan.profiles[cluster.profile]
     )
     bound = f"{workload.seconds} s" + (
         f" or {workload.entries_max} adds" if workload.entries_max else ""

@@ -103,14 +103,16 @@ def bench_cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
     meta = processes.load_meta(data_dir) if args.use_running else {}
     path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml").resolve()
     topology = load_topology(path)
-    profile = args.profile or meta.get("profile") or topology.wan.default_profile
+    profile = args.profile or meta.get("profile") or topology.emulated_wan.default_profile
     if args.use_running and args.profile and args.profile != meta.get("profile"):
         problems.append(
             f"--profile {args.profile}: the running cluster uses {meta.get('profile')!r}; "
             "change it with `globelog cluster up --profile`, or omit --profile"
         )
-    elif profile not in topology.wan.profiles:
-        problems.append(f"--profile {profile!r}: expected one of {sorted(topology.wan.profiles)}")
+    elif profile not in topology.emulated_wan.profiles:
+        problems.append(
+            f"--profile {profile!r}: expected one of {sorted(topology.emulated_wan.profiles)}"
+        )
     if args.region not in topology.region_names:
         problems.append(f"--region {args.region!r}: expected one of {list(topology.region_names)}")
     return Cluster(topology, path, data_dir, profile)

@@ -127,7 +127,7 @@ async def bench_proxy(
     replication = topology.replication
     nearest_ms = min(
         link.one_way_ms * 2
-        for link in topology.wan.profiles[cluster.profile]
+        for link in topology.emulated_wan.profiles[cluster.profile]
         if WRITER_REGION in (link.region_a, link.region_b)
     )
     lines = [

@@ -19,7 +19,7 @@ async def bench_startup(topology: Topology, topology_path: Path, tools: Tools, r
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="globelog-bench-") as home:
             cluster = Cluster(
-                topology, topology_path, Path(home) / "data", topology.wan.default_profile
+                topology, topology_path, Path(home) / "data", topology.emulated_wan.default_profile
             )
             try:
                 report = await controller.up(cluster, tools)

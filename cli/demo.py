@@ -13,7 +13,7 @@ from cli.cluster.controller import Cluster
 from cli.demo_ledger import ledger_demo
 from cli.demo_services import NAMESPACE, STREAM, print_summary, services_demo
 from cli.tools import REPO_ROOT, find_tools
-from cli.topology import load_checked_topology as load_topology
+from cli.topology import load_local_topology as load_topology
 from core.errors import ClusterError, GlobelogError
 from core.routes import plan_routes
 from core.topology_loader import region_loss_summary
@@ -58,7 +58,7 @@ async def wan_matrix(cluster: Cluster) -> None:
             link = (
                 "local"
                 if source == target
-                else f"{cluster.topology.wan.link(DEMO_PROFILE, source, target).one_way_ms:.0f} ms x2"
+                else f"{cluster.topology.emulated_wan.link(DEMO_PROFILE, source, target).one_way_ms:.0f} ms x2"
             )
             cells.append(f"{median_ms:7.1f} ms ({link})")
         print(f"  {source:<10}" + "".join(f"{c:>18}" for c in cells))

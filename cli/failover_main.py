@@ -52,12 +52,12 @@ def _run(args: argparse.Namespace) -> int:
     from cli.failover_run import RunConfig, failover_run
     from cli.stream_args import duration_s
     from cli.tools import REPO_ROOT, find_tools
-    from cli.topology import load_checked_topology
+    from cli.topology import load_local_topology
 
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
     meta = processes.load_meta(data_dir)
     topology_path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml")
-    topology = load_checked_topology(topology_path)
+    topology = load_local_topology(topology_path)
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     problems = [f"--faults: {f!r} is not one of {list(FAULT_KINDS)}" for f in faults
                 if f not in FAULT_KINDS]  # fmt: skip
@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         problems.append("--faults: expected at least one kind")
     if problems:
         raise ConfigError("failover run: " + "; ".join(problems))
-    profile = meta.get("profile") or topology.wan.default_profile
+    profile = meta.get("profile") or topology.emulated_wan.default_profile
     cluster = Cluster(topology, topology_path.resolve(), data_dir, profile, services=True)
 
     def progress(line: str) -> None:

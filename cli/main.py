@@ -17,6 +17,7 @@ from cli import (
     bench_proxy,
     bench_spark,
     bench_stream_main,
+    deploy,
     failover_main,
     serve,
     spark_main,
@@ -25,6 +26,7 @@ from cli import (
 from cli.cluster import controller, processes, regions, wan
 from cli.cluster.controller import Cluster
 from cli.tools import REPO_ROOT, find_tools
+from cli.topology import default_topology_path, load_local_topology
 from cli.topology import load_checked_topology as load_topology
 from core.errors import ConfigError, GlobelogError
 from core.topology import Topology
@@ -66,18 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench_spark.add_arguments(spark_bench)
 
-    ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
-    ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
-    ledger_sub = ledger.add_subparsers(dest="action", required=True)
-    for name, text in (("show", "a ledger's metadata"), ("audit", "placement adherence")):
-        sub = ledger_sub.add_parser(name, help=text)
-        sub.add_argument("ledger_ids", nargs="+", type=int, metavar="LEDGER_ID")
-        sub.add_argument("--json", action="store_true")
+    _add_ledger_commands(commands)
 
     stream_args.add_stream_commands(commands)
     spark_main.add_spark_commands(commands)
     failover_main.add_failover_commands(commands)
     serve.add_arguments(commands)
+    deploy.add_arguments(commands, default_topology_path())
 
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
@@ -111,14 +108,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_ledger_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ledger = commands.add_parser("ledger", help="inspect ledgers in the cluster's metadata")
+    ledger.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
+    ledger_sub = ledger.add_subparsers(dest="action", required=True)
+    for name, text in (("show", "a ledger's metadata"), ("audit", "placement adherence")):
+        sub = ledger_sub.add_parser(name, help=text)
+        sub.add_argument("ledger_ids", nargs="+", type=int, metavar="LEDGER_ID")
+        sub.add_argument("--json", action="store_true")
+
+
 def _cluster(args: argparse.Namespace) -> Cluster:
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
     meta = processes.load_meta(data_dir)
     topology_path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml")
-    topology = load_topology(topology_path)
-    profile = getattr(args, "profile", None) or meta.get("profile") or topology.wan.default_profile
-    if profile not in topology.wan.profiles:
-        raise ConfigError(f"--profile {profile!r}: expected one of {sorted(topology.wan.profiles)}")
+    topology = load_local_topology(topology_path)
+    profile = (
+        getattr(args, "profile", None)
+        or meta.get("profile")
+        or topology.emulated_wan.default_profile
+    )
+    if profile not in topology.emulated_wan.profiles:
+        raise ConfigError(
+            f"--profile {profile!r}: expected one of {sorted(topology.emulated_wan.profiles)}"
+        )
     services = not getattr(args, "no_services", False)
     return Cluster(topology, topology_path.resolve(), data_dir, profile, services)
 
@@ -235,7 +248,7 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
 def _run_ledger(args: argparse.Namespace) -> int:
     from cli.ledger_commands import audit_ledgers, print_audit
 
-    topology = load_topology(args.topology or REPO_ROOT / "topology.yaml")
+    topology = load_topology(args.topology or default_topology_path())
     min_regions = topology.replication.min_regions_for_durability
     reports, all_adhere = asyncio.run(audit_ledgers(topology, args.ledger_ids, min_regions))
     if args.action == "show":
@@ -258,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "topology":
-            topology = load_topology(args.file or REPO_ROOT / "topology.yaml")
+            topology = load_topology(args.file or default_topology_path())
             print(
                 f"{topology.name}: {len(topology.regions)} regions, "
                 f"{len(topology.bookies)} bookies, {len(topology.zookeeper)} ZooKeeper nodes"
@@ -269,8 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_ledger(args)
         if args.command == "bench":
             return _run_bench(args)
+        if args.command == "config":
+            return deploy.run_config(args)
+        if args.command == "init":
+            return deploy.run_init(args)
         if args.command == "serve":
-            return serve.run(args, REPO_ROOT / "topology.yaml")
+            return serve.run(args, default_topology_path())
         if args.command == "failover":
             return failover_main.run_failover_command(args)
         if args.command == "spark":

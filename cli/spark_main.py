@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.stream_args import duration_s
-from cli.tools import REPO_ROOT
-from cli.topology import load_checked_topology
+from cli.topology import default_topology_path, load_checked_topology
 from core.errors import ConfigError
 from core.streams import DEFAULT_NAMESPACE, check_name
 
@@ -55,7 +54,7 @@ def _progress(line: str) -> None:
 
 
 def run_spark_command(args: argparse.Namespace) -> int:
-    topology_path = Path(args.topology or REPO_ROOT / "topology.yaml").resolve()
+    topology_path = Path(args.topology or default_topology_path()).resolve()
     topology = load_checked_topology(topology_path)
     region = args.region or topology.region_names[0]
     if region not in topology.region_names:

@@ -19,8 +19,7 @@ from cli.stream_commands import (
     stream_truncate,
     write_stdin,
 )
-from cli.tools import REPO_ROOT
-from cli.topology import load_checked_topology
+from cli.topology import default_topology_path, load_checked_topology
 from core.dlsn import DLSN
 from core.errors import ConfigError
 from region.client import ProxyClient
@@ -32,7 +31,7 @@ def _print_json(value: Any) -> None:
 
 
 def run_stream_command(args: argparse.Namespace) -> int:
-    topology = load_checked_topology(args.topology or REPO_ROOT / "topology.yaml")
+    topology = load_checked_topology(args.topology or default_topology_path())
     region = args.region or topology.region_names[0]
     command = args.command
     # Every flag is checked before anything connects: bad input changes nothing.

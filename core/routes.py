@@ -41,8 +41,11 @@ def plan_routes(topology: Topology) -> list[Route]:
 
     Bookie routes come first and keep their ports whatever the ZooKeeper section says. A
     route to a ZooKeeper node's peer (leader) port ends at the node's peer relay (see
-    `peer_relays`), not at the port itself.
+    `peer_relays`), not at the port itself. A topology without a `wan:` section (a real
+    deployment) has no routes: every process dials every other directly.
     """
+    if topology.wan is None:
+        return []
     host = topology.wan.toxiproxy.host
     targets = [("bookie", b.name, b.region, b.endpoint) for b in topology.bookies]
     relays = {relay.node: relay.listen for relay in peer_relays(topology)}
@@ -85,7 +88,10 @@ class PeerRelay:
 
 
 def peer_relays(topology: Topology) -> list[PeerRelay]:
-    """One relay per ZooKeeper node, on the ports after every WAN route's."""
+    """One relay per ZooKeeper node, on the ports after every WAN route's (none without a
+    WAN emulation)."""
+    if topology.wan is None:
+        return []
     host = topology.wan.toxiproxy.host
     regions = len(topology.region_names)
     routes = regions * len(topology.bookies) - len(topology.bookies)

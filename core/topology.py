@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.errors import ConfigError
 from core.streams import StreamSettings
 
 
@@ -117,7 +118,7 @@ class Topology:
     replication: Replication
     zookeeper: tuple[ZkNode, ...]
     regions: tuple[Region, ...]
-    wan: Wan
+    wan: Wan | None  # the local launcher's WAN emulation; a real deployment has none
     streams: StreamSettings = field(
         default_factory=StreamSettings
     )  # writer defaults (topology.yaml `streams:`)
@@ -126,6 +127,27 @@ class Topology:
     @property
     def bookies(self) -> tuple[Bookie, ...]:
         return tuple(b for region in self.regions for b in region.bookies)
+
+    @property
+    def emulated_wan(self) -> Wan:
+        """The `wan:` section, which only the local launcher and its tools use."""
+        if self.wan is None:
+            raise ConfigError(
+                f"topology {self.name!r} has no wan: section; the local cluster emulates the "
+                "WAN with toxiproxy and needs one (docs/cluster.md)"
+            )
+        return self.wan
+
+    def hosts(self) -> list[tuple[str, str]]:
+        """(what, host) for every address of the topology, in file order."""
+        found = [(f"zookeeper node {n.name}", n.client.host) for n in self.zookeeper]
+        for region in self.regions:
+            found += [(f"bookie {b.name}", b.endpoint.host) for b in region.bookies]
+            for kind, proxies in (("write", region.write_proxies), ("read", region.read_proxies)):
+                found += [(f"{kind} proxy {p.name}", p.endpoint.host) for p in proxies]
+        if self.wan is not None:
+            found.append(("wan.toxiproxy", self.wan.toxiproxy.host))
+        return found
 
     @property
     def region_names(self) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from core.topology import (
 T = TypeVar("T")
 FILE_BYTES_MAX = 1 << 20  # a topology is a few KiB; refuse anything absurd before parsing it
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
+DNS_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
 class _Problems:
@@ -100,14 +101,66 @@ def _name(value: Any) -> str | None:
 
 
 def _host(value: Any) -> str | None:
-    # Test and demo traffic stays on loopback; real deployments use their own topology.
-    if isinstance(value, str) and value.startswith("127.") and value.count(".") == 3:
-        parts = value.split(".")
-        if all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
-            return value
-    if value == "localhost":
+    """A DNS name or an IPv4 address, lower-cased; `localhost` is 127.0.0.1."""
+    if not isinstance(value, str) or not value or len(value) > 253:
+        return None
+    host = value.lower()
+    if host == "localhost":
         return "127.0.0.1"
+    labels = host.split(".")
+    if all(label.isdigit() for label in labels):
+        # Dotted numbers are an IPv4 address or nothing: "10.1.2" is not a host name.
+        if len(labels) == 4 and all(len(x) <= 3 and int(x) <= 255 for x in labels):
+            return None if host == "0.0.0.0" else host
+        return None
+    if all(_dns_label(label) for label in labels):
+        return host
     return None
+
+
+def _dns_label(label: str) -> bool:
+    return (
+        0 < len(label) <= 63
+        and set(label) <= DNS_CHARS
+        and not label.startswith("-")
+        and not label.endswith("-")
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """True for the hosts the local launcher accepts: 127.x.y.z (localhost is read as one)."""
+    parts = host.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(p.isdigit() for p in parts)
+
+
+def local_problems(topology: Topology) -> list[str]:
+    """Why the local launcher cannot run `topology` (empty when it can)."""
+    problems = [
+        f"{what}: host {host!r} is not a loopback address; the local cluster runs every "
+        "process on this machine and keeps its traffic on loopback, so it takes 127.x.y.z "
+        "or localhost only"
+        for what, host in topology.hosts()
+        if not is_loopback(host)
+    ]
+    if topology.wan is None:
+        problems.append(
+            "wan: missing; the local cluster emulates the WAN between its regions with "
+            "toxiproxy and needs the wan: section (docs/cluster.md)"
+        )
+    if problems:
+        problems.append(
+            "a topology of real hosts is deployed host by host with `globelog config`, "
+            "`globelog init` and `globelog serve` (docs/deploy.md)"
+        )
+    return problems
+
+
+def require_local(topology: Topology, source: str) -> None:
+    """Raises TopologyError when the local launcher (`globelog cluster`, tests, the demo)
+    cannot run `topology`."""
+    problems = local_problems(topology)
+    if problems:
+        raise TopologyError(source, problems)
 
 
 def _port(value: Any) -> int | None:
@@ -126,7 +179,7 @@ def _whole_ms(value: Any) -> float | None:
 
 
 NAME = "a name of 1-64 characters from [a-z0-9-_]"
-HOST = "a loopback IPv4 address (127.x.y.z) or localhost"
+HOST = "a DNS name or an IPv4 address (IPv6 literals are not supported; name the host)"
 PORT = "an integer 1..65535"
 
 
@@ -175,13 +228,14 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     region_names = [r.name for r in regions]
     replication = _parse_replication(root.get("replication"), p, regions)
     zookeeper = _parse_zookeeper(root.get("zookeeper"), p, set(region_names))
-    wan = _parse_wan(root.get("wan"), p, region_names)
+    # Only the local launcher emulates a WAN; a deployment's topology leaves it out.
+    wan = None if root.get("wan") is None else _parse_wan(root["wan"], p, region_names)
     streams = parse_streams(root.get("streams"), p)
     archive_uri = _parse_archive(root.get("archive"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
-    if None in (name, replication, wan, streams) or p.items:
+    if None in (name, replication, streams) or p.items:
         return None
-    assert name is not None and replication is not None and wan is not None
+    assert name is not None and replication is not None
     assert streams is not None
     return Topology(name, replication, tuple(zookeeper), tuple(regions), wan, streams, archive_uri)
 

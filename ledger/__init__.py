@@ -18,6 +18,7 @@ checks it), so the modules inside can be reorganised without touching their call
 
 from ledger.bookie_client import BookieClient
 from ledger.client import LedgerClient
+from ledger.cluster_init import init_cluster_metadata
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.entry import DigestType
@@ -35,7 +36,7 @@ from ledger.handle_errors import (
     LedgerUnauthorizedError,
     ReadBeyondLacError,
 )
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata, LedgerState
 from ledger.metadata_store import (
     LedgerMetadataStore,
     NoSuchLedgerMetadataError,
@@ -48,6 +49,7 @@ from ledger.write_handle import ENTRY_BYTES_MAX, LedgerWriter
 __all__ = [
     "ENTRY_BYTES_MAX",
     "INVALID_ENTRY_ID",
+    "LEDGERS_ROOT",
     "MIN_REGIONS_KEY",
     "BookieClient",
     "BookieUnreachableError",
@@ -74,5 +76,6 @@ __all__ = [
     "NoSuchLedgerMetadataError",
     "ReadBeyondLacError",
     "VersionedMetadata",
+    "init_cluster_metadata",
     "ping_bookie",
 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # globelog's one set-up step: installs everything `make demo` and `make test` need, idempotently.
-#   - Debian packages: zookeeper (server jars), libslf4j-java
+#   - Debian packages: zookeeper (server jars), libslf4j-java, iproute2 (the multi-host test)
 #   - Apache BookKeeper server jars (pinned) resolved by Maven into .cache/
 #   - toxiproxy (pinned) built with `go install` into .cache/bin
 #   - a Python venv (.venv) with globelog installed editable and its dev dependencies
@@ -20,14 +20,15 @@ as_root() {
 }
 
 debian_packages() {
-  if [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ]; then
+  if [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] &&
+    command -v ip >/dev/null; then
     return
   fi
-  say "installing Debian packages: zookeeper libslf4j-java"
+  say "installing Debian packages: zookeeper libslf4j-java iproute2"
   export DEBIAN_FRONTEND=noninteractive
-  as_root apt-get install -y -q zookeeper libslf4j-java >/dev/null 2>&1 || {
+  as_root apt-get install -y -q zookeeper libslf4j-java iproute2 >/dev/null 2>&1 || {
     as_root apt-get update -q >/dev/null
-    as_root apt-get install -y -q zookeeper libslf4j-java >/dev/null
+    as_root apt-get install -y -q zookeeper libslf4j-java iproute2 >/dev/null
   }
 }
 

@@ -11,20 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli import deploy
 from cli.cluster import plan, processes, wan
 from cli.cluster.probes import log_tail, service_health, wait_until, zookeeper_mode
 from cli.cluster.processes import ProcessRecord, RunState
 from cli.tools import Tools
 from core.errors import ClusterError, GlobelogError
-from core.routes import TOPOLOGY_ZNODE, encode_published, publish_topology
 from core.topology import Topology
+from core.topology_loader import require_local
 from global_meta import MetaStore
+from ledger import LEDGERS_ROOT, init_cluster_metadata
 
 ZK_READY_TIMEOUT_S = 60.0
 BOOKIE_READY_TIMEOUT_S = 120.0
 TOXIPROXY_READY_TIMEOUT_S = 20.0
 SERVICE_READY_TIMEOUT_S = 60.0
-INIT_TIMEOUT_S = 90.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,10 @@ class Cluster:
     data_dir: Path
     profile: str
     services: bool = False  # also run globelog's services (every region's write and read proxies)
+
+    def __post_init__(self) -> None:
+        # Every process of this cluster runs here, on loopback, behind the emulated WAN.
+        require_local(self.topology, str(self.topology_path))
 
 
 @dataclass(slots=True)
@@ -116,36 +121,18 @@ async def wait_zookeeper(cluster: Cluster) -> None:
     )
 
 
-async def _init_metadata(cluster: Cluster, tools: Tools, store: MetaStore) -> bool:
-    """Runs BookKeeper's own `initnewcluster` once; False when /ledgers already exists."""
-    if await store.exists(f"{plan.LEDGERS_ROOT}/INSTANCEID") is not None:
-        return False
+async def _init_metadata(cluster: Cluster, store: MetaStore) -> bool:
+    """Creates BookKeeper's metadata root once (as `globelog init` does); False when it
+    exists. Also writes the conf that BookKeeper's shell uses on this cluster."""
     conf = cluster.data_dir / "bookies" / "shell.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
-    log = cluster.data_dir / "logs" / "initnewcluster.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            *plan.init_metadata_argv(cluster.data_dir, tools),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            code = await asyncio.wait_for(proc.wait(), INIT_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise ClusterError(f"initnewcluster: no exit after {INIT_TIMEOUT_S} s") from None
-    if code != 0:
-        raise ClusterError(f"initnewcluster exited {code}:{log_tail(str(log))}")
-    return True
+    return await init_cluster_metadata(store) is not None
 
 
 async def registered_bookies(store: MetaStore) -> tuple[set[str], set[str]]:
     """(writable, read-only) bookie ids registered under /ledgers/available."""
-    available = f"{plan.LEDGERS_ROOT}/available"
+    available = f"{LEDGERS_ROOT}/available"
     names = set(await store.children(available))
     read_only = set(await store.children(f"{available}/readonly")) if "readonly" in names else set()
     return names - {"readonly"}, read_only
@@ -175,7 +162,7 @@ async def _wait_bookies(cluster: Cluster, store: MetaStore, names: set[str] | No
 async def _wait_toxiproxy(cluster: Cluster) -> None:
     async def answering() -> bool:
         try:
-            async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
+            async with wan.Toxiproxy(cluster.topology.emulated_wan.toxiproxy.address) as api:
                 return bool(await api.version())
         except Exception:  # noqa: BLE001 - any failure means "not yet"
             return False
@@ -185,12 +172,7 @@ async def _wait_toxiproxy(cluster: Cluster) -> None:
 
 async def publish(cluster: Cluster, store: MetaStore) -> None:
     """Writes bookie locations and per-region dial addresses for every client to read."""
-    data = encode_published(publish_topology(cluster.topology))
-    stat = await store.exists(TOPOLOGY_ZNODE)
-    if stat is None:
-        await store.create(TOPOLOGY_ZNODE, data, make_parents=True)
-    else:
-        await store.set(TOPOLOGY_ZNODE, data, version=stat.version)
+    await deploy.publish(store, cluster.topology)
 
 
 async def up(cluster: Cluster, tools: Tools) -> UpReport:
@@ -208,7 +190,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     report.phases_s["zookeeper"] = time.monotonic() - started
     async with await MetaStore.connect(cluster.topology.zk_connect) as store:
         mark = time.monotonic()
-        await _init_metadata(cluster, tools, store)
+        await _init_metadata(cluster, store)
         report.phases_s["metadata_init"] = time.monotonic() - mark
         mark = time.monotonic()
         _start_missing(cluster, [s for s in specs if s.kind == "bookie"], report)
@@ -313,7 +295,7 @@ async def _health(
     if record.kind == "zk-relay":
         return await _port_open(record.ports[0])
     try:
-        async with wan.Toxiproxy(cluster.topology.wan.toxiproxy.address) as api:
+        async with wan.Toxiproxy(cluster.topology.emulated_wan.toxiproxy.address) as api:
             return True, f"version {await api.version()}"
     except Exception as err:  # noqa: BLE001
         return False, f"API not answering: {err!r}"
@@ -386,7 +368,7 @@ async def restart_bookies(cluster: Cluster, specs: list[plan.ProcessSpec]) -> No
     sessions: a killed bookie's node outlives it until its session expires, so "registered"
     alone would be satisfied by the dead process's node."""
     znodes = {
-        s.name: f"{plan.LEDGERS_ROOT}/available/{cluster.topology.bookie(s.name).bookie_id}"
+        s.name: f"{LEDGERS_ROOT}/available/{cluster.topology.bookie(s.name).bookie_id}"
         for s in specs
     }
     async with await MetaStore.connect(cluster.topology.zk_connect) as store:

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cli import nodes
 from cli.tools import Tools
 from core.routes import PeerRelay, peer_relays, plan_routes, route_to
 from core.topology import Bookie, Proxy, Topology, ZkNode
@@ -14,7 +15,6 @@ ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests r
 ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2 s
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
-LEDGERS_ROOT = "/ledgers"
 PROXY_ZK_SESSION_TIMEOUT_S = 1.5  # a dead proxy's streams are taken over after this
 
 
@@ -31,53 +31,32 @@ class ProcessSpec:
     ports: tuple[int, ...] = ()
 
 
-def zk_dir(data_dir: Path, node: ZkNode) -> Path:
-    return data_dir / "zookeeper" / node.name
+LOCAL_ZK = nodes.ZkTimings(
+    tick_ms=ZK_TICK_MS, init_limit_ticks=50, sync_limit_ticks=ZK_SYNC_LIMIT_TICKS,
+    max_session_ms=60000,
+)  # fmt: skip
 
 
-def bookie_dir(data_dir: Path, bookie: Bookie) -> Path:
-    return data_dir / "bookies" / bookie.name
-
-
-def metadata_service_uri(topology: Topology, region: str | None = None) -> str:
-    """BookKeeper's metadata URI: the region's own ZooKeeper nodes, or the whole ensemble."""
-    nodes = topology.zookeeper if region is None else topology.zk_nodes_for(region)
-    hosts = ";".join(node.client.address for node in nodes)
-    return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
-
-
-def quorum_line(topology: Topology, node: ZkNode, peer: ZkNode) -> str:
-    """`peer`'s server line as `node` sees it: through the WAN when they are in two regions."""
+def through_wan(topology: Topology) -> nodes.PeerAddress:
+    """How one node dials a peer here: through the WAN emulator when they are in two regions,
+    so a partition between two regions cuts their quorum traffic too."""
     routes = plan_routes(topology)
-    peer_route = route_to(routes, node.region, "zk-peer", peer.name)
-    election_route = route_to(routes, node.region, "zk-election", peer.name)
-    if peer_route is None or election_route is None:
-        return f"server.{peer.server_id}={peer.client.host}:{peer.peer_port}:{peer.election_port}"
-    host = peer_route.listen.host
-    return f"server.{peer.server_id}={host}:{peer_route.listen.port}:{election_route.listen.port}"
+
+    def address(node: ZkNode, peer: ZkNode) -> tuple[str, int, int]:
+        peer_route = route_to(routes, node.region, "zk-peer", peer.name)
+        election_route = route_to(routes, node.region, "zk-election", peer.name)
+        if peer_route is None or election_route is None:
+            return nodes.direct_peer(node, peer)
+        return peer_route.listen.host, peer_route.listen.port, election_route.listen.port
+
+    return address
 
 
 def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tools) -> ProcessSpec:
-    home = zk_dir(data_dir, node)
-    lines = [
-        f"tickTime={ZK_TICK_MS}",
-        "initLimit=50",
-        f"syncLimit={ZK_SYNC_LIMIT_TICKS}",
-        f"dataDir={home / 'data'}",
-        f"clientPort={node.client.port}",
-        f"clientPortAddress={node.client.host}",
-        "admin.enableServer=false",
-        "4lw.commands.whitelist=*",
-        "maxSessionTimeout=60000",
-    ]
-    if len(topology.zookeeper) > 1:
-        # Each node dials its remote peers through the WAN emulator, so a partition between
-        # two regions cuts their quorum traffic too.
-        lines += [quorum_line(topology, node, peer) for peer in topology.zookeeper]
-    files = {
-        home / "zoo.cfg": "\n".join(lines) + "\n",
-        home / "data" / "myid": f"{node.server_id}\n",
-    }
+    home = nodes.zk_dir(data_dir, node)
+    cfg = nodes.zoo_cfg(topology, node, data_dir, LOCAL_ZK, through_wan(topology), "*")
+    myid, myid_text = nodes.myid_file(data_dir, node)
+    files = {home / "zoo.cfg": cfg, myid: myid_text}
     argv = (
         tools.java,
         "-Xmx256m",
@@ -92,31 +71,8 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
     return ProcessSpec(node.name, "zookeeper", argv, log, files, node.region, ports)
 
 
-def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path) -> str:
-    home = bookie_dir(data_dir, bookie)
-    lines = [
-        f"bookiePort={bookie.endpoint.port}",
-        f"advertisedAddress={bookie.endpoint.host}",
-        "listeningInterface=lo",  # bind loopback only
-        "allowLoopback=true",
-        "useHostNameAsBookieID=false",
-        f"journalDirectories={home / 'journal'}",
-        f"ledgerDirectories={home / 'ledgers'}",
-        f"metadataServiceUri={metadata_service_uri(topology, bookie.region)}",
-        "httpServerEnabled=false",
-        "zkTimeout=10000",
-        # fsync the journal before every ack (BookKeeper's default, stated for benchmarks)
-        "journalSyncData=true",
-        "journalMaxGroupWaitMSec=1",
-        # the machine's disk is shared by every bookie; do not go read-only at 95 %
-        "diskUsageThreshold=0.99",
-        "diskUsageWarnThreshold=0.98",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools) -> ProcessSpec:
-    conf = bookie_dir(data_dir, bookie) / "bk.conf"
+    conf = nodes.bookie_dir(data_dir, bookie) / "bk.conf"
     argv = (
         tools.java,
         BOOKIE_HEAP,
@@ -132,14 +88,14 @@ def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools
         "bookie",
         argv,
         data_dir / "logs" / f"{bookie.name}.log",
-        {conf: bookie_conf(topology, bookie, data_dir)},
+        {conf: nodes.bookie_conf(topology, bookie, data_dir, local=True)},
         bookie.region,
         (bookie.endpoint.port,),
     )
 
 
 def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessSpec:
-    api = topology.wan.toxiproxy
+    api = topology.emulated_wan.toxiproxy
     argv = (tools.toxiproxy, "-host", api.host, "-port", str(api.port), "-seed", "7")
     routes = plan_routes(topology)
     ports = (api.port, *(route.listen.port for route in routes))
@@ -169,7 +125,7 @@ def init_metadata_argv(data_dir: Path, tools: Tools) -> tuple[str, ...]:
 
 
 def shell_conf(topology: Topology) -> str:
-    return f"metadataServiceUri={metadata_service_uri(topology)}\nzkTimeout=10000\n"
+    return f"metadataServiceUri={nodes.metadata_service_uri(topology)}\nzkTimeout=10000\n"
 
 
 def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:

@@ -96,10 +96,10 @@ def latency_attributes(link: WanLink) -> dict[str, int]:
 async def configure_wan(topology: Topology, profile: str) -> list[Route]:
     """Creates every route's proxy with its link latency in both directions (idempotent)."""
     routes = plan_routes(topology)
-    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
         for route in routes:
             await api.ensure_proxy(route)
-            link = topology.wan.link(profile, route.from_region, route.to_region)
+            link = topology.emulated_wan.link(profile, route.from_region, route.to_region)
             for stream in ("upstream", "downstream"):
                 await api.set_toxic(
                     route.name, f"wan-{stream}", "latency", stream, latency_attributes(link)
@@ -121,7 +121,7 @@ async def partition(topology: Topology, region_a: str, region_b: str) -> list[Ro
     leader for minutes; with refused connections it elects within seconds, which is what a
     real partition gives once TCP gives up."""
     routes = routes_between(topology, region_a, region_b)
-    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
         for route in routes:
             if route.kind != "bookie":
                 await api.set_enabled(route, False)
@@ -142,7 +142,7 @@ async def heal(
         if region_a is None or region_b is None
         else routes_between(topology, region_a, region_b)
     )
-    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
         for route in routes:
             if route.kind != "bookie":
                 await api.set_enabled(route, True)
@@ -154,7 +154,7 @@ async def heal(
 
 async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
     """Per route: listen address, upstream, latency toxics and whether it is partitioned."""
-    async with Toxiproxy(topology.wan.toxiproxy.address) as api:
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
         proxies = await api.proxies()
     status: dict[str, dict[str, Any]] = {}
     for route in plan_routes(topology):

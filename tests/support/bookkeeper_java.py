@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from cli import nodes
 from cli.cluster import plan
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
@@ -39,7 +40,7 @@ def bookie_shell(cluster: Cluster, tools: Tools, *args: str) -> str:
 
 def ledger_tool_argv(cluster: Cluster, tools: Tools, *args: str) -> list[str]:
     """Command line of tests/interop/LedgerTool.java (BookKeeper's Java client)."""
-    uri = plan.metadata_service_uri(cluster.topology)
+    uri = nodes.metadata_service_uri(cluster.topology)
     command, *rest = args
     return [
         tools.java,

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cli import nodes
 from cli.bench_figures import (
     describe_regions,
     ensemble_regions,
@@ -26,7 +27,6 @@ from cli.bench_figures import (
 from cli.bench_java import JavaBenchRequest, java_bench_argv
 from cli.bench_ledger import fsync_policy
 from cli.bench_ledger_options import parse_options
-from cli.cluster import plan
 from cli.cluster.controller import Cluster
 from cli.main import _parser
 from cli.tools import Tools
@@ -211,10 +211,10 @@ def _cluster_with_confs(tmp_path: Path, edit: dict[str, str]) -> Cluster:
     topology = load_topology(path)
     cluster = Cluster(topology, path, tmp_path, topology.wan.default_profile)
     for bookie in topology.bookies:
-        conf = plan.bookie_conf(topology, bookie, tmp_path)
+        conf = nodes.bookie_conf(topology, bookie, tmp_path, local=True)
         if bookie.name in edit:
             conf = conf.replace("journalSyncData=true", edit[bookie.name])
-        home = plan.bookie_dir(tmp_path, bookie)
+        home = nodes.bookie_dir(tmp_path, bookie)
         home.mkdir(parents=True)
         (home / "bk.conf").write_text(conf)
     return cluster

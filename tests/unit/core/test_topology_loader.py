@@ -12,9 +12,11 @@ import yaml
 from core.errors import TopologyError
 from core.topology_loader import (
     load_topology,
+    local_problems,
     parse_topology,
     region_loss_summary,
     region_loss_warning,
+    require_local,
 )
 from tests.support.topologies import topology_document
 
@@ -61,7 +63,7 @@ def test_generated_topology_loads_and_is_frozen() -> None:
 def test_every_problem_is_reported_at_once_with_its_path() -> None:
     doc = base()
     doc["regions"][1]["racks"][0]["bookies"][0]["port"] = 70000
-    doc["regions"][0]["write_proxies"][0]["host"] = "10.0.0.1"
+    doc["regions"][0]["write_proxies"][0]["host"] = "10.0.0"
     doc["zookeeper"][2]["region"] = "mars"
     doc["wan"]["profiles"]["ci"][0]["one_way_ms"] = -3
     doc["replication"]["ensemble_size"] = "three"
@@ -70,7 +72,8 @@ def test_every_problem_is_reported_at_once_with_its_path() -> None:
         "regions[1].racks[0].bookies[0].port: expected an integer 1..65535, got 70000" in problems
     )
     assert any(
-        p.startswith("regions[0].write_proxies[0].host: expected a loopback") for p in problems
+        p.startswith("regions[0].write_proxies[0].host: expected a DNS name or an IPv4 address")
+        for p in problems
     )
     assert any(p.startswith("zookeeper[2].region: unknown region 'mars'") for p in problems)
     assert any(
@@ -264,3 +267,89 @@ def test_the_cli_also_rejects_settings_that_cannot_be_striped(tmp_path: Path) ->
     [problem] = caught.value.problems
     assert problem.startswith("replication: round-robin striping of ensemble_size=5")
     assert "ensemble_size=3 keeps ack_quorum=2 valid" in problem
+
+
+def deployed() -> dict[str, Any]:
+    """The base topology moved onto named hosts and IPs, without the local WAN emulation."""
+    doc = base()
+    del doc["wan"]
+    for node in doc["zookeeper"]:
+        node["host"] = f"{node['name']}.{node['region']}.example.com"
+    for region in doc["regions"]:
+        for rack in region["racks"]:
+            for i, bookie in enumerate(rack["bookies"]):
+                bookie["host"] = f"10.{len(region['name'])}.{len(rack['name'])}.{i + 1}"
+        for kind in ("write_proxies", "read_proxies"):
+            for proxy in region[kind]:
+                proxy["host"] = f"{proxy['name']}.{region['name']}.Example.COM"
+    return doc
+
+
+def test_a_deployment_of_named_hosts_without_a_wan_section_validates() -> None:
+    topology = parse_topology(yaml.safe_dump(deployed()), "prod.yaml")
+    assert topology.wan is None
+    hosts = dict(topology.hosts())
+    assert all(not h.startswith("127.") for h in hosts.values())
+    # DNS is case-insensitive: names are kept lower-cased, so ids compare as written
+    proxy = topology.regions[0].write_proxies[0]
+    assert proxy.endpoint.host == proxy.endpoint.host.lower()
+    port = topology.zookeeper[0].client.port
+    assert topology.zk_connect_for("us-east") == f"zk-us-east.us-east.example.com:{port}"
+
+
+def test_the_local_launcher_refuses_real_hosts_and_says_why() -> None:
+    topology = parse_topology(yaml.safe_dump(deployed()), "prod.yaml")
+    problems = local_problems(topology)
+    zk = topology.zookeeper[0]
+    assert (
+        f"zookeeper node {zk.name}: host '{zk.client.host}' is not a loopback address; the "
+        "local cluster runs every process on this machine and keeps its traffic on loopback, "
+        "so it takes 127.x.y.z or localhost only"
+    ) in problems
+    assert any(p.startswith("wan: missing; the local cluster emulates the WAN") for p in problems)
+    assert problems[-1].endswith("(docs/deploy.md)")
+    # one problem per non-loopback address, then the wan section, then the way forward
+    assert len(problems) == len(topology.hosts()) + 2
+    with pytest.raises(TopologyError, match=r"prod\.yaml: \d+ problem"):
+        require_local(topology, "prod.yaml")
+    require_local(parse_topology(yaml.safe_dump(base())), "t.yaml")  # loopback: accepted
+
+
+@pytest.mark.parametrize(
+    ("host", "accepted"),
+    [
+        ("bk1.us-east.example.com", "bk1.us-east.example.com"),
+        ("BK1.Example.com", "bk1.example.com"),
+        ("localhost", "127.0.0.1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("198.18.0.7", "198.18.0.7"),
+        ("bookie-1", "bookie-1"),
+        ("0.0.0.0", None),  # a wildcard, not an address anyone can dial
+        ("10.1.2", None),
+        ("256.1.1.1", None),
+        ("1.2.3.4.5", None),
+        ("-bk.example.com", None),
+        ("bk-.example.com", None),
+        ("bk..example.com", None),
+        ("bk_1.example.com", None),
+        ("::1", None),
+        ("fe80::1", None),
+        ("a" * 64 + ".com", None),
+        ("", None),
+        (3181, None),
+        (None, None),
+    ],
+)
+def test_host_forms(host: Any, accepted: str | None) -> None:
+    doc = base()
+    doc["regions"][0]["racks"][0]["bookies"][0]["host"] = host
+    if accepted is None:
+        problems = problems_of(doc)
+        assert len(problems) == 1
+        assert problems[0].startswith(
+            "regions[0].racks[0].bookies[0].host: expected a DNS name or an IPv4 address "
+            f"(IPv6 literals are not supported; name the host), got {repr(host)[:20]}"
+        )
+    else:
+        topology = parse_topology(yaml.safe_dump(doc))
+        assert topology.regions[0].racks[0].bookies[0].endpoint.host == accepted
