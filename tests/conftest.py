@@ -13,6 +13,7 @@ LAYER_BY_DIRECTORY = {
     "integration": "integration",
     "e2e": "e2e",
     "spark": "spark",
+    "multihost": "multihost",
 }
 
 

@@ -40,6 +40,7 @@ class Network:
     """A set of namespaced hosts; use as a context manager so everything goes at the end."""
 
     prefix: str = field(default_factory=lambda: f"gl{os.getpid() % 100000}")
+    workdir: Path = Path("/")  # every process's working directory (not a source checkout)
     hosts: dict[str, Host] = field(default_factory=dict)
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _switch: str | None = None
@@ -94,7 +95,7 @@ class Network:
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 self.argv(host, argv), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=self.workdir,
             )  # fmt: skip
         self.processes.append((f"{host}: {' '.join(argv[:4])}", proc))
 
@@ -104,11 +105,13 @@ class Network:
     ) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
         return subprocess.run(
             self.argv(host, argv), input=stdin, capture_output=True, env=env, timeout=timeout_s,
-            check=False,
+            check=False, cwd=self.workdir,
         )  # fmt: skip
 
     def exited(self) -> list[str]:
-        return [f"{what} (exit {p.returncode})" for what, p in self.processes if p.poll() is not None]
+        return [
+            f"{what} (exit {p.returncode})" for what, p in self.processes if p.poll() is not None
+        ]
 
     def close(self) -> None:
         for _, proc in self.processes:
@@ -134,8 +137,7 @@ def check_netns_available() -> None:
     """Raises NetnsUnavailableError saying why namespaces cannot be made here."""
     if shutil.which("ip") is None:
         raise NetnsUnavailableError(
-            "the multi-host test needs iproute2's `ip` (Debian package iproute2); it is not on "
-            "PATH"
+            "the multi-host test needs iproute2's `ip` (Debian package iproute2); it is not on PATH"
         )
     probe = f"glprobe{os.getpid() % 100000}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, check=False)
