@@ -67,14 +67,18 @@ async def write_lines(
     client: ProxyClient, name: str, batch: bool, stdin: Any, out: TextIO, err: TextIO
 ) -> int:
     """One record per stdin line through the write proxy; as library mode: one JSON ack per
-    line, in order; a bad line stops the input (exit 2) after the lines before it."""
+    line, in order; a bad line stops the input (exit 2) after the lines before it.
+
+    The lines go as an idempotent producer's writes: the client retries a write whose
+    outcome it could not learn (an owner lost mid-write), and each line still lands once."""
     pending: list[bytes] = []
     pending_bytes = 0
+    producer = client.producer(name)
 
     async def send() -> None:
         nonlocal pending, pending_bytes
         if pending:
-            for acked in await client.write_bulk(name, pending):
+            for acked in await producer.write_bulk(pending):
                 body = {"dlsn": str(acked.dlsn), "txid": acked.txid, "seq": acked.seq}
                 out.write(json.dumps(body) + "\n")
             out.flush()

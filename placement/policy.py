@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -10,7 +10,7 @@ from core.topology import Replication, Topology
 from placement.audit import AdherenceReport, audit_ensemble
 from placement.cluster import ClusterView
 from placement.ensemble import EnsembleRequest, new_ensemble
-from placement.errors import UnknownRegionError
+from placement.errors import EnsembleNotAdheringError, NotEnoughBookiesError, UnknownRegionError
 from placement.health import BookieHealth, HealthConfig
 from placement.locations import ClientLocation, located_bookies
 from placement.read_order import ReadOrderConfig, ReadView, read_order
@@ -97,14 +97,14 @@ class PlacementState:
         excluded: Collection[str] = frozenset(),
         now_s: float | None = None,
     ) -> tuple[str, ...]:
-        request = EnsembleRequest(
-            replication,
-            self.config.client,
-            frozenset(excluded),
-            self._next_rotation(),
-            self._recently_failed(now_s),
-        )
-        return tuple(b.bookie_id for b in new_ensemble(request, self.cluster))
+        rotation = self._next_rotation()
+        failed = self._recently_failed(now_s)
+
+        def place(skip: frozenset[str]) -> tuple[str, ...]:
+            request = EnsembleRequest(replication, self.config.client, skip, rotation, failed)
+            return tuple(b.bookie_id for b in new_ensemble(request, self.cluster))
+
+        return _quarantine_first(place, frozenset(excluded), failed)
 
     def replace_bookie(
         self,
@@ -114,16 +114,17 @@ class PlacementState:
         excluded: Collection[str] = frozenset(),
         now_s: float | None = None,
     ) -> tuple[str, ...]:
-        request = ReplaceRequest(
-            replication,
-            tuple(ensemble),
-            bookie_id,
-            self.config.client,
-            frozenset(excluded),
-            self._next_rotation(),
-            self._recently_failed(now_s),
-        )
-        return replace_bookie(request, self.cluster)
+        rotation = self._next_rotation()
+        failed = self._recently_failed(now_s)
+
+        def place(skip: frozenset[str]) -> tuple[str, ...]:
+            request = ReplaceRequest(
+                replication, tuple(ensemble), bookie_id, self.config.client, skip, rotation,
+                failed,
+            )  # fmt: skip
+            return replace_bookie(request, self.cluster)
+
+        return _quarantine_first(place, frozenset(excluded), failed)
 
     def audit(self, ensemble: Sequence[str], replication: Replication) -> AdherenceReport:
         return audit_ensemble(
@@ -169,3 +170,21 @@ class PlacementState:
             for b in self.cluster.bookies
             if self.health.last_failure_s(b.bookie_id, now_s) is not None
         )
+
+
+def _quarantine_first(
+    place: Callable[[frozenset[str]], tuple[str, ...]],
+    excluded: frozenset[str],
+    failed: frozenset[str],
+) -> tuple[str, ...]:
+    """Places without the bookies that failed within the health TTL while that is possible,
+    else with them (as BookKeeper quarantines bookies). Without this, a copy lost with a dead
+    bookie whose registration has not expired yet goes to its still-registered rack or region
+    mate, which is just as dead, and back: a writer used up its ensemble changes in seconds
+    that way when a whole region was killed."""
+    if failed - excluded:
+        try:
+            return place(excluded | failed)
+        except (NotEnoughBookiesError, EnsembleNotAdheringError):
+            pass  # too few healthy bookies: a recently failed one may have recovered
+    return place(excluded)

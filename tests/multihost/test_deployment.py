@@ -87,6 +87,7 @@ class Deployment:
     home: Path
     env: dict[str, str]
     globelog: str  # the installed wheel's console script
+    lost: frozenset[str] = frozenset()  # hosts the test took down
 
     def cli(self, host: str, *args: str, stdin: bytes | None = None) -> str:
         done = self.net.run(host, [self.globelog, *args], self.env, stdin=stdin)
@@ -105,7 +106,7 @@ class Deployment:
     def wait(self, what: str, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready():
-            exited = self.net.exited()
+            exited = self.net.exited(self.lost)
             if exited or time.monotonic() > deadline:
                 raise AssertionError(
                     f"{what}: not ready after {START_TIMEOUT_S:.0f} s; exited: {exited}"
@@ -310,3 +311,52 @@ def test_the_network_is_torn_down(tmp_path: Path) -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, check=True).stdout
     assert not any(name.encode() in listed for name in names)
     assert not any((Path("/etc/netns") / name).exists() for name in names)
+
+
+def zk_mode(d: Deployment, app: str, host: str) -> str:
+    code = (
+        "import socket\n"
+        f"s = socket.create_connection(({host!r}, 2181), timeout=3); s.sendall(b'srvr')\n"
+        "print(s.makefile().read())\n"
+    )
+    for line in d.python(app, code).splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_writes_go_on_with_a_region_lost_and_every_record_reads_back(
+    deployment: Deployment,
+) -> None:
+    """Every host of us-west killed at once: the ZooKeeper majority, the bookies and the
+    proxies of the two other regions carry on; nothing acknowledged is lost."""
+    d = deployment
+    d.cli("app-us-east", "stream", "create", "payments", "--region", "us-east")
+    first = [f"payment-{i}" for i in range(100)]
+    d.cli("app-us-east", "write", "payments", "--region", "us-east",
+          stdin=("\n".join(first) + "\n").encode())  # fmt: skip
+    lost = ("zk-us-west", "bk-us-west-a", "bk-us-west-b", "proxy-us-west", "app-us-west")
+    d.lost = frozenset(lost)
+    killed = [pid for host in lost for pid in d.net.kill_host(host)]
+    assert len(killed) == 5, killed  # ZooKeeper, two bookies, two proxies
+    survivors = (f"zk.us-east.{DOMAIN}", f"zk.eu-west.{DOMAIN}")
+    d.wait(
+        "a ZooKeeper quorum of us-east and eu-west",
+        lambda: {zk_mode(d, "app-us-east", h) for h in survivors} == {"leader", "follower"},
+    )
+    second = [f"payment-{i}" for i in range(100, 200)]
+    written = d.cli("app-us-east", "write", "payments", "--region", "us-east",
+                    stdin=("\n".join(second) + "\n").encode())  # fmt: skip
+    out = d.cli("app-eu-west", "read", "payments", "--region", "eu-west", "--from-start",
+                "--limit", "210", "--json")  # fmt: skip
+    read = [json.loads(x) for x in out.splitlines()]
+    acks = [json.loads(x) for x in written.splitlines()]
+    assert [a["seq"] for a in acks] == list(range(100, 200)), (acks, read)
+    assert [r["payload"] for r in read] == first + second
+    # the records after the loss sit on the surviving regions' bookies, two regions each
+    segments = json.loads(
+        d.cli("app-eu-west", "segments", "payments", "--region", "eu-west", "--json")
+    )
+    last = segments[-1]["ensembles"][-1]
+    assert {b["region"] for b in last["bookies"]} == {"us-east", "eu-west"}, last
+    assert last["audit"] != "fail", last

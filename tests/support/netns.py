@@ -97,7 +97,7 @@ class Network:
                 self.argv(host, argv), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=self.workdir,
             )  # fmt: skip
-        self.processes.append((f"{host}: {' '.join(argv[:4])}", proc))
+        self.processes.append((host, proc))
 
     def run(
         self, host: str, argv: list[str], env: dict[str, str], timeout_s: float = 120,
@@ -108,10 +108,23 @@ class Network:
             check=False, cwd=self.workdir,
         )  # fmt: skip
 
-    def exited(self) -> list[str]:
+    def exited(self, expected: frozenset[str] = frozenset()) -> list[str]:
+        """Processes that ended, except those of the `expected` hosts."""
         return [
-            f"{what} (exit {p.returncode})" for what, p in self.processes if p.poll() is not None
+            f"{host}: pid {p.pid} (exit {p.returncode})"
+            for host, p in self.processes
+            if host not in expected and p.poll() is not None
         ]
+
+    def kill_host(self, host: str) -> list[int]:
+        """kill -9 of every process started on `host` (a host lost at once); their pids."""
+        killed = []
+        for name, proc in self.processes:
+            if name == host and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+                killed.append(proc.pid)
+        return killed
 
     def close(self) -> None:
         for _, proc in self.processes:

@@ -91,6 +91,45 @@ def test_recent_failures_are_avoided_when_the_rack_has_another_bookie() -> None:
     assert [s.new_ensemble(REP, now_s=71.0)[0] for _ in range(2)] == [E_A1, E_A2]
 
 
+# E/W/A 4/4/3 over two copies in two regions each survives any one region (2/2)
+SURVIVOR = Replication(4, 4, 3, 2)
+
+
+def test_a_replacement_skips_a_region_mate_that_just_failed_too() -> None:
+    """A region killed whole: its bookies stay registered until their sessions expire. The
+    copy lost with one must not go to the other (dead as well) and back again."""
+    s = state()
+    ensemble = (E_A1, E_B1, W_A1, U_A1)
+    s.record_failure(W_A1, 10.0)
+    s.record_failure(W_B1, 10.5)
+    replaced = s.replace_bookie(SURVIVOR, ensemble, W_A1, excluded={W_A1}, now_s=11.0)
+    assert replaced[2] not in (W_A1, W_B1)
+    assert s.audit(replaced, SURVIVOR).adherence is not Adherence.FAIL
+    # without the failures, the same-region preference holds
+    fresh = state().replace_bookie(SURVIVOR, ensemble, W_A1, excluded={W_A1}, now_s=11.0)
+    assert fresh[2] == W_B1
+
+
+def test_recently_failed_bookies_are_used_when_nothing_else_can_hold_the_copy() -> None:
+    s = state()
+    for bookie in (E_A2, E_B1, W_B1, U_A1, U_B1):
+        s.record_failure(bookie, 10.0)
+    # only E_A1 and W_A1 are healthy; a third copy must go to a recently failed bookie
+    ensemble = s.new_ensemble(REP, now_s=11.0)
+    assert {E_A1, W_A1} <= set(ensemble)
+    assert s.audit(ensemble, REP).adherence is not Adherence.FAIL
+
+
+def test_new_ensembles_leave_out_recently_failed_bookies_while_others_can_serve() -> None:
+    s = state()
+    s.record_failure(W_A1, 10.0)
+    s.record_failure(W_B1, 10.0)
+    for _ in range(4):
+        ensemble = s.new_ensemble(SURVIVOR, now_s=11.0)
+        assert not {W_A1, W_B1} & set(ensemble)
+        assert s.audit(ensemble, SURVIVOR).adherence is not Adherence.FAIL
+
+
 def test_membership_updates_feed_placement_and_reads() -> None:
     s = state()
     everyone = {b.bookie_id for b in s.cluster.bookies}
