@@ -1,0 +1,131 @@
+"""`globelog init` on real ZooKeeper: BookKeeper's metadata root as BookKeeper's own shell makes it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cli.cluster.controller import Cluster
+from cli.main import main
+from cli.tools import Tools
+from core.errors import MetadataError
+from core.routes import TOPOLOGY_ZNODE, decode_published
+from global_meta import MetaStore
+from ledger import init_cluster_metadata
+
+pytestmark = pytest.mark.integration
+
+
+async def tree(store: MetaStore, path: str) -> dict[str, bytes]:
+    """Every node under `path` (relative names) with its data."""
+    found: dict[str, bytes] = {}
+
+    async def walk(node: str) -> None:
+        data, _ = await store.get(node)
+        found[node.removeprefix(path) or "/"] = data
+        for child in sorted(await store.children(node)):
+            await walk(f"{node}/{child}")
+
+    await walk(path)
+    return found
+
+
+def java_initnewcluster(tools: Tools, zk: str, root: str, home: Path) -> None:
+    conf = home / "shell.conf"
+    conf.write_text(f"metadataServiceUri=zk+hierarchical://{zk}{root}\nzkTimeout=10000\n")
+    done = subprocess.run(
+        [tools.java, "-Xmx256m", "-cp", tools.bookkeeper_classpath,
+         "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "initnewcluster"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+def test_the_root_matches_bookkeepers_initnewcluster(
+    cluster: Cluster, tools: Tools, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    java_root, our_root = f"/java-{run}/ledgers", f"/ours-{run}/ledgers"
+    zk = cluster.topology.zookeeper[0].client.address
+
+    async def parents() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            await store.ensure_path(f"/java-{run}")
+            await store.ensure_path(f"/ours-{run}")
+
+    asyncio.run(parents())  # BookKeeper's shell creates the root, not its parents
+    java_initnewcluster(tools, zk, java_root, tmp_path)
+
+    async def check() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            instance = await init_cluster_metadata(store, our_root)
+            java, ours = await tree(store, java_root), await tree(store, our_root)
+            assert sorted(java) == sorted(ours)  # the same nodes
+            assert ours["/LAYOUT"] == java["/LAYOUT"]
+            assert {ours[k] for k in ours if k != "/INSTANCEID"} == {
+                java[k] for k in java if k != "/INSTANCEID"
+            }
+            assert instance is not None and ours["/INSTANCEID"] == instance.encode()
+            uuid.UUID(java["/INSTANCEID"].decode())  # both are UUIDs
+            # idempotent, and it accepts the root BookKeeper's shell made
+            assert await init_cluster_metadata(store, our_root) is None
+            assert await init_cluster_metadata(store, java_root) is None
+
+    asyncio.run(check())
+
+
+def test_concurrent_inits_leave_one_instance_id(cluster: Cluster) -> None:
+    root = f"/race-{uuid.uuid4().hex[:8]}"
+
+    async def race() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            await store.ensure_path(root)
+            made = await asyncio.gather(
+                *(init_cluster_metadata(store, f"{root}/ledgers") for _ in range(4))
+            )
+            assert sum(m is not None for m in made) == 1, made
+            winner = next(m for m in made if m is not None)
+            data, _ = await store.get(f"{root}/ledgers/INSTANCEID")
+            assert data.decode() == winner
+
+    asyncio.run(race())
+
+
+def test_a_foreign_root_is_refused_untouched(cluster: Cluster) -> None:
+    root = f"/foreign-{uuid.uuid4().hex[:8]}"
+
+    async def check() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            await store.ensure_path(f"{root}/ledgers/something-else")
+            with pytest.raises(MetadataError, match="exists without an INSTANCEID"):
+                await init_cluster_metadata(store, f"{root}/ledgers")
+            assert await store.children(f"{root}/ledgers") == ["something-else"]
+            await store.ensure_path(f"{root}/other/INSTANCEID")
+            await store.create(f"{root}/other/LAYOUT", b"2\nsome.other.Factory:1")
+            with pytest.raises(MetadataError, match=r"LAYOUT is .*some\.other\.Factory"):
+                await init_cluster_metadata(store, f"{root}/other")
+
+    asyncio.run(check())
+
+
+def test_globelog_init_on_a_running_cluster_is_idempotent(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", "--topology", str(cluster.topology_path)]) == 0
+    out = capsys.readouterr().out
+    assert "BookKeeper metadata at /ledgers: already initialised" in out
+    assert f"topology '{cluster.topology.name}' published at {TOPOLOGY_ZNODE}" in out
+
+    async def published() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            data, _ = await store.get(TOPOLOGY_ZNODE)
+            found = decode_published(data, TOPOLOGY_ZNODE)
+            assert {b.bookie_id for b in found.bookies} == {
+                b.bookie_id for b in cluster.topology.bookies
+            }
+
+    asyncio.run(published())
