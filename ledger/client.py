@@ -68,6 +68,7 @@ class LedgerClient:
         )
         self._store = store
         self._membership: asyncio.Task[None] | None = None
+        self._topology: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(
@@ -87,12 +88,54 @@ class LedgerClient:
                 context = holder[0].context
                 context.placement.record_latency(bookie, seconds, context.clock())
 
-        bookies = BookieClient.for_region(published, config.region, observe=observe)
+        def resolve(bookie_id: str) -> str:
+            # the newest publication: a bookie added later is dialled at its published route
+            newest = holder[0].published if holder else published
+            return newest.address(config.region, bookie_id)
+
+        bookies = BookieClient(resolve, observe=observe)
         client = cls(store, published, config, bookies, meter)
         holder.append(client)
         await client._refresh_membership()
-        client._membership = asyncio.get_running_loop().create_task(client._follow_membership())
+        loop = asyncio.get_running_loop()
+        client._membership = loop.create_task(client._follow_membership())
+        client._topology = loop.create_task(client._follow_topology())
         return client
+
+    def _apply_topology(self, published: PublishedTopology) -> None:
+        if self.context.config.region not in published.regions:
+            log.error(
+                "ignored a republished topology without this client's region %r (regions %s)",
+                self.context.config.region,
+                list(published.regions),
+            )
+            return
+        self.published = published
+        self.context.placement.update_locations(
+            LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies
+        )
+
+    async def _follow_topology(self) -> None:
+        """Picks up a republished topology (`globelog init` after adding a bookie): its
+        bookies' locations for placement, their routes for connections."""
+        try:
+            async for found in self._store.watch_data(TOPOLOGY_ZNODE):
+                if found is None:
+                    continue
+                try:
+                    published = decode_published(found[0], TOPOLOGY_ZNODE)
+                except MetadataError as err:  # keep the last good one
+                    log.error("ignored an unreadable republished topology: %s", err)
+                    continue
+                if published != self.published:
+                    self._apply_topology(published)
+                    log.info(
+                        "topology %r republished: %d bookies",
+                        published.name,
+                        len(published.bookies),
+                    )
+        except GlobelogError as err:
+            log.error("stopped following the published topology: %s", err)
 
     async def _refresh_membership(self) -> None:
         names = set(await self._store.children(AVAILABLE))
@@ -115,14 +158,16 @@ class LedgerClient:
             log.error("stopped following bookie membership: %s", err)
 
     async def close(self) -> None:
-        if self._membership is not None:
-            self._membership.cancel()
-            done, _ = await asyncio.wait({self._membership}, timeout=MEMBERSHIP_STOP_TIMEOUT_S)
+        for task in (self._membership, self._topology):
+            if task is None:
+                continue
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=MEMBERSHIP_STOP_TIMEOUT_S)
             if not done:  # never expected: a task that ignores its cancellation is a bug
-                log.error("bookie membership task ignored its cancellation; left behind")
+                log.error("a metadata watch task ignored its cancellation; left behind")
             else:
                 with contextlib.suppress(asyncio.CancelledError, GlobelogError):
-                    self._membership.result()
+                    task.result()
         await self.context.bookies.close()
 
     async def __aenter__(self) -> LedgerClient:

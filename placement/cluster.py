@@ -44,6 +44,10 @@ class ClusterView:
         """Every region that holds at least one known bookie, drained or not."""
         return tuple(sorted({b.region for b in self.bookies}))
 
+    def with_bookies(self, bookies: Iterable[LocatedBookie]) -> ClusterView:
+        """The same membership and drains over a new list of known bookies and locations."""
+        return replace(self, bookies=tuple(bookies))
+
     def with_membership(self, writable: Iterable[str], read_only: Iterable[str]) -> ClusterView:
         return replace(self, writable=frozenset(writable), read_only=frozenset(read_only))
 

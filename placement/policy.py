@@ -12,7 +12,7 @@ from placement.cluster import ClusterView
 from placement.ensemble import EnsembleRequest, new_ensemble
 from placement.errors import EnsembleNotAdheringError, NotEnoughBookiesError, UnknownRegionError
 from placement.health import BookieHealth, HealthConfig
-from placement.locations import ClientLocation, located_bookies
+from placement.locations import ClientLocation, LocatedBookie, located_bookies
 from placement.read_order import ReadOrderConfig, ReadView, read_order
 from placement.replace import ReplaceRequest, replace_bookie
 from placement.speculation import SpeculationConfig, speculative_delays
@@ -75,6 +75,10 @@ class PlacementState:
     def from_topology(cls, topology: Topology, config: PlacementConfig) -> PlacementState:
         """Every topology bookie starts writable until the driver reports real membership."""
         return cls(ClusterView.all_writable(located_bookies(topology)), config)
+
+    def update_locations(self, bookies: Iterable[LocatedBookie]) -> None:
+        """The known bookies and their locations changed (a topology republished)."""
+        self.cluster = self.cluster.with_bookies(bookies)
 
     def update_membership(self, writable: Iterable[str], read_only: Iterable[str]) -> None:
         self.cluster = self.cluster.with_membership(writable, read_only)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import uuid
 from pathlib import Path
@@ -13,9 +14,10 @@ from cli.cluster.controller import Cluster
 from cli.main import main
 from cli.tools import Tools
 from core.errors import MetadataError
-from core.routes import TOPOLOGY_ZNODE, decode_published
+from core.routes import TOPOLOGY_ZNODE, PublishedBookie, decode_published, encode_published
+from core.topology import Replication
 from global_meta import MetaStore
-from ledger import init_cluster_metadata
+from ledger import LedgerClient, LedgerConfig, init_cluster_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +131,50 @@ def test_globelog_init_on_a_running_cluster_is_idempotent(
             }
 
     asyncio.run(published())
+
+
+def test_running_clients_pick_up_a_republished_topology(cluster: Cluster) -> None:
+    """A bookie added to the topology and republished (`globelog init`) is known to running
+    clients without a restart: its location for placement, its address for connections."""
+    newcomer = PublishedBookie("127.0.0.1:1", "bk-newcomer", "eu-west", "rack-c")
+
+    async def check() -> None:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            data, stat = await store.get(TOPOLOGY_ZNODE)
+            original = decode_published(data, TOPOLOGY_ZNODE)
+            config = LedgerConfig(region="us-east", min_regions_for_durability=2)
+            async with await LedgerClient.connect(store, config) as client:
+                assert newcomer.bookie_id not in client.context.placement.cluster.by_id
+                grown = dataclasses.replace(
+                    original,
+                    bookies=(*original.bookies, newcomer),
+                    addresses={
+                        region: {**table, newcomer.bookie_id: "127.0.0.1:2"}
+                        for region, table in original.addresses.items()
+                    },
+                )
+                await store.set(TOPOLOGY_ZNODE, encode_published(grown), version=stat.version)
+                try:
+                    for _ in range(100):
+                        known = client.context.placement.cluster.by_id.get(newcomer.bookie_id)
+                        if known is not None:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert known is not None and (known.region, known.rack) == (
+                        "eu-west", "rack-c"
+                    )  # fmt: skip
+                    assert client.published.address("us-east", newcomer.bookie_id) == (
+                        "127.0.0.1:2"
+                    )
+                    # known but not registered: never chosen for a copy
+                    ensemble = client.context.placement.new_ensemble(cluster_replication(cluster))
+                    assert newcomer.bookie_id not in ensemble
+                finally:
+                    _, now = await store.get(TOPOLOGY_ZNODE)
+                    await store.set(TOPOLOGY_ZNODE, data, version=now.version)
+
+    asyncio.run(check())
+
+
+def cluster_replication(cluster: Cluster) -> Replication:
+    return cluster.topology.replication
