@@ -5,6 +5,8 @@
     globelog init                                                  BookKeeper's metadata
                                                                    root and the published
                                                                    topology, in ZooKeeper
+    globelog status [--json]                                       every node of the
+                                                                   topology: serving or not
 
 Each reads the same topology.yaml as `globelog serve`; none of them needs the local launcher.
 """
@@ -13,19 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
 
 from cli import nodes
+from cli.cluster.probes import service_health, zookeeper_mode
 from cli.topology import load_checked_topology
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE, encode_published, publish_topology
 from core.topology import Topology
 from global_meta import MetaStore
-from ledger import LEDGERS_ROOT, init_cluster_metadata
+from ledger import LEDGERS_ROOT, BookieUnreachableError, init_cluster_metadata, ping_bookie
 
 DEFAULT_DATA_DIR = Path("/var/lib/globelog")
+STATUS_PING_TIMEOUT_S = 2.0
 
 
 def add_arguments(
@@ -67,6 +72,12 @@ def add_arguments(
         default=60.0,
         help="how long to wait for a serving ZooKeeper quorum (default 60)",
     )
+
+    status = commands.add_parser(
+        "status", help="every ZooKeeper node, bookie and proxy of the topology: serving or not"
+    )
+    status.add_argument("--topology", type=Path, default=default_topology)
+    status.add_argument("--json", action="store_true")
 
 
 def run_config(args: argparse.Namespace) -> int:
@@ -150,3 +161,95 @@ def run_init(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wait-s {args.wait_s}: expected 1..3600 seconds")
     asyncio.run(init(topology, args.zookeeper or topology.zk_connect, args.wait_s))
     return 0
+
+
+async def registered_bookies(store: MetaStore) -> tuple[set[str], set[str]]:
+    """(writable, read-only) bookie ids registered under /ledgers/available."""
+    available = f"{LEDGERS_ROOT}/available"
+    names = set(await store.children(available))
+    read_only = set(await store.children(f"{available}/readonly")) if "readonly" in names else set()
+    return names - {"readonly"}, read_only
+
+
+async def deployment_status(topology: Topology) -> list[dict[str, str]]:
+    """One row per node of the topology: kind, name, region, address, state, detail."""
+    modes = await asyncio.gather(*(zookeeper_mode(n.client) for n in topology.zookeeper))
+    rows = [
+        _row(
+            "zookeeper", n.name, n.region, n.client.address, mode is not None, mode or "not serving"
+        )
+        for n, mode in zip(topology.zookeeper, modes, strict=True)
+    ]
+    try:
+        async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
+            writable, read_only = await registered_bookies(store)
+    except MetadataUnavailableError:
+        writable, read_only = None, set()
+    pings = await asyncio.gather(*(_ping(b.bookie_id) for b in topology.bookies))
+    for bookie, answer in zip(topology.bookies, pings, strict=True):
+        # A killed bookie stays registered until its ZooKeeper session expires: ask it too.
+        if writable is None:
+            registered = "registration unknown (no ZooKeeper session)"
+        elif bookie.bookie_id in writable:
+            registered = "registered writable"
+        elif bookie.bookie_id in read_only:
+            registered = "registered read-only"
+        else:
+            registered = "not registered"
+        ok = answer is not None and registered == "registered writable"
+        said = f"answers in {answer * 1000:.1f} ms" if answer is not None else "no answer"
+        rows.append(
+            _row(
+                "bookie", bookie.name, bookie.region, bookie.bookie_id, ok, f"{registered}, {said}"
+            )
+        )
+    proxies = [
+        (kind, proxy)
+        for region in topology.regions
+        for kind, listed in (
+            ("write-proxy", region.write_proxies),
+            ("read-proxy", region.read_proxies),
+        )
+        for proxy in listed
+    ]
+    answers = await asyncio.gather(
+        *(service_health(p.endpoint.port, p.endpoint.host) for _, p in proxies)
+    )
+    rows += [
+        _row(kind, p.name, p.region, p.endpoint.address, ok, detail)
+        for (kind, p), (ok, detail) in zip(proxies, answers, strict=True)
+    ]
+    return rows
+
+
+def _row(kind: str, name: str, region: str, address: str, ok: bool, detail: str) -> dict[str, str]:
+    return {
+        "kind": kind, "name": name, "region": region, "address": address,
+        "state": "up" if ok else "down", "detail": detail,
+    }  # fmt: skip
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Prints every node's state; exit 0 when all are up, 3 when some are not."""
+    topology = load_checked_topology(args.topology)
+    rows = asyncio.run(deployment_status(topology))
+    down = [row for row in rows if row["state"] != "up"]
+    if args.json:
+        print(json.dumps({"topology": topology.name, "nodes": rows, "down": len(down)}, indent=1))
+    else:
+        for row in rows:
+            print(
+                f"{row['kind']:<11} {row['name']:<16} {row['region']:<10} {row['address']:<28} "
+                f"{row['state']:<5} {row['detail']}"
+            )
+        print(
+            f"{len(rows) - len(down)} of {len(rows)} up" + (f"; {len(down)} down" if down else "")
+        )
+    return 3 if down else 0
+
+
+async def _ping(address: str) -> float | None:
+    try:
+        return await ping_bookie(address, timeout_s=STATUS_PING_TIMEOUT_S)
+    except BookieUnreachableError:
+        return None

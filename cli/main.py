@@ -286,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return deploy.run_config(args)
         if args.command == "init":
             return deploy.run_init(args)
+        if args.command == "status":
+            return deploy.run_status(args)
         if args.command == "serve":
             return serve.run(args, default_topology_path())
         if args.command == "failover":

@@ -15,6 +15,7 @@ from cli import deploy
 from cli.cluster import plan, processes, wan
 from cli.cluster.probes import log_tail, service_health, wait_until, zookeeper_mode
 from cli.cluster.processes import ProcessRecord, RunState
+from cli.deploy import registered_bookies
 from cli.tools import Tools
 from core.errors import ClusterError, GlobelogError
 from core.topology import Topology
@@ -128,14 +129,6 @@ async def _init_metadata(cluster: Cluster, store: MetaStore) -> bool:
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
     return await init_cluster_metadata(store) is not None
-
-
-async def registered_bookies(store: MetaStore) -> tuple[set[str], set[str]]:
-    """(writable, read-only) bookie ids registered under /ledgers/available."""
-    available = f"{LEDGERS_ROOT}/available"
-    names = set(await store.children(available))
-    read_only = set(await store.children(f"{available}/readonly")) if "readonly" in names else set()
-    return names - {"readonly"}, read_only
 
 
 async def _wait_bookies(cluster: Cluster, store: MetaStore, names: set[str] | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -178,3 +179,21 @@ def test_running_clients_pick_up_a_republished_topology(cluster: Cluster) -> Non
 
 def cluster_replication(cluster: Cluster) -> Replication:
     return cluster.topology.replication
+
+
+def test_status_reports_each_node_and_exits_3_while_some_are_down(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the session cluster runs ZooKeeper and bookies but no proxies
+    assert main(["status", "--topology", str(cluster.topology_path), "--json"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in report["nodes"]}
+    for node in cluster.topology.zookeeper:
+        assert rows[node.name]["state"] == "up"
+        assert rows[node.name]["detail"] in ("leader", "follower")
+    for bookie in cluster.topology.bookies:
+        assert rows[bookie.name]["state"] == "up", rows[bookie.name]
+        assert rows[bookie.name]["detail"].startswith("registered writable, answers in ")
+    proxies = [r for r in rows.values() if r["kind"] in ("write-proxy", "read-proxy")]
+    assert proxies and all(r["state"] == "down" for r in proxies)
+    assert report["down"] == len(proxies)

@@ -196,7 +196,7 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
                  "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
                 logs / f"{name}.log", d.env,
             )  # fmt: skip
-    d.wait("six bookies registered", lambda: len(registered_bookies(d)) == 6)
+    d.wait("six bookies registered", lambda: len(up(d, "bookie")) == 6)
     # 4. Proxies: a write and a read proxy on each region's proxy host.
     for region in REGIONS:
         for kind in ("write-proxy", "read-proxy"):
@@ -205,21 +205,19 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
                 [d.globelog, "serve", kind, "--region", region, "--log-format", "text"],
                 logs / f"{kind}-{region}.log", d.env,
             )  # fmt: skip
-    for region in REGIONS:
-        for port in (WRITE_PORT, READ_PORT):
-            url = f"http://proxy.{region}.{DOMAIN}:{port}/v1/health"
-            app = f"app-{region}"
-            d.wait(url, lambda url=url, app=app: bool(http_get(d, app, url)))
+    d.wait("every node up", lambda: d.net.run("app-us-east", [d.globelog, "status"],
+                                              d.env).returncode == 0)  # fmt: skip
 
 
-def registered_bookies(d: Deployment) -> list[str]:
-    code = (
-        "from kazoo.client import KazooClient\n"
-        f"zk = KazooClient('zk.us-east.{DOMAIN}:2181'); zk.start(5)\n"
-        "print('\\n'.join(c for c in zk.get_children('/ledgers/available') if c != 'readonly'))\n"
-        "zk.stop()\n"
-    )
-    return d.python("app-us-east", code).split()
+def status(d: Deployment, host: str = "app-us-east") -> dict[str, dict[str, str]]:
+    """`globelog status --json` on `host`: each node's row by name."""
+    done = d.net.run(host, [d.globelog, "status", "--json"], d.env)
+    assert done.returncode in (0, 3), done.stderr.decode(errors="replace")
+    return {row["name"]: row for row in json.loads(done.stdout)["nodes"]}
+
+
+def up(d: Deployment, kind: str) -> list[str]:
+    return [name for name, row in status(d).items() if row["kind"] == kind and row["state"] == "up"]
 
 
 def http_get(d: Deployment, host: str, url: str) -> dict[str, object] | None:
@@ -242,8 +240,11 @@ def test_hosts_are_separate_and_named(deployment: Deployment) -> None:
     net = deployment.net
     addresses = {h.address for h in net.hosts.values()}
     assert len(addresses) == len(net.hosts) == 15
-    # a bookie is registered under its host name, not under a loopback address
-    assert sorted(registered_bookies(deployment)) == sorted(
+    # every node is up, a bookie registered under its host name, not a loopback address
+    nodes = status(deployment, "app-eu-west")
+    assert {row["state"] for row in nodes.values()} == {"up"}
+    assert len(nodes) == 3 + 6 + 6
+    assert sorted(row["address"] for row in nodes.values() if row["kind"] == "bookie") == sorted(
         f"bk-{rack}.{region}.{DOMAIN}:{BOOKIE_PORT}" for region in REGIONS for rack in ("a", "b")
     )
     # nothing of the test network exists in this machine's own namespace
@@ -313,18 +314,6 @@ def test_the_network_is_torn_down(tmp_path: Path) -> None:
     assert not any((Path("/etc/netns") / name).exists() for name in names)
 
 
-def zk_mode(d: Deployment, app: str, host: str) -> str:
-    code = (
-        "import socket\n"
-        f"s = socket.create_connection(({host!r}, 2181), timeout=3); s.sendall(b'srvr')\n"
-        "print(s.makefile().read())\n"
-    )
-    for line in d.python(app, code).splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
 def test_writes_go_on_with_a_region_lost_and_every_record_reads_back(
     deployment: Deployment,
 ) -> None:
@@ -339,10 +328,11 @@ def test_writes_go_on_with_a_region_lost_and_every_record_reads_back(
     d.lost = frozenset(lost)
     killed = [pid for host in lost for pid in d.net.kill_host(host)]
     assert len(killed) == 5, killed  # ZooKeeper, two bookies, two proxies
-    survivors = (f"zk.us-east.{DOMAIN}", f"zk.eu-west.{DOMAIN}")
     d.wait(
         "a ZooKeeper quorum of us-east and eu-west",
-        lambda: {zk_mode(d, "app-us-east", h) for h in survivors} == {"leader", "follower"},
+        lambda: (
+            {status(d)[n]["detail"] for n in ("zk-us-east", "zk-eu-west")} == {"leader", "follower"}
+        ),
     )
     second = [f"payment-{i}" for i in range(100, 200)]
     written = d.cli("app-us-east", "write", "payments", "--region", "us-east",
@@ -360,3 +350,7 @@ def test_writes_go_on_with_a_region_lost_and_every_record_reads_back(
     last = segments[-1]["ensembles"][-1]
     assert {b["region"] for b in last["bookies"]} == {"us-east", "eu-west"}, last
     assert last["audit"] != "fail", last
+    # status names what was lost, from a surviving region
+    nodes = status(d, "app-eu-west")
+    down = sorted(name for name, row in nodes.items() if row["state"] == "down")
+    assert down == ["bk-us-west-a", "bk-us-west-b", "rp-us-west", "wp-us-west", "zk-us-west"]
