@@ -29,56 +29,24 @@ pytestmark = pytest.mark.multihost
 
 DOMAIN = "globelog.test"  # RFC 6761: never a real name
 REGIONS = ("us-east", "us-west", "eu-west")
-ZK_PORTS = {"client_port": 2181, "peer_port": 2888, "election_port": 3888}
 BOOKIE_PORT = 3181
 WRITE_PORT, READ_PORT = 8080, 8081
 BOOKIE_JVM = ("-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC")
 START_TIMEOUT_S = 150.0
 
 
-def deployment_topology() -> dict[str, object]:
-    """docs/deploy.md's three regions: a ZooKeeper host, two bookie hosts on two racks and a
-    proxy host per region; replication that writes through the loss of any one region."""
-    regions = []
-    for region in REGIONS:
-        regions.append(
-            {
-                "name": region,
-                "racks": [
-                    {
-                        "name": f"rack-{rack}",
-                        "bookies": [
-                            {
-                                "name": f"bk-{region}-{rack}",
-                                "host": f"bk-{rack}.{region}.{DOMAIN}",
-                                "port": BOOKIE_PORT,
-                            }
-                        ],
-                    }
-                    for rack in ("a", "b")
-                ],
-                "write_proxies": [
-                    {"name": f"wp-{region}", "host": f"proxy.{region}.{DOMAIN}", "port": WRITE_PORT}
-                ],
-                "read_proxies": [
-                    {"name": f"rp-{region}", "host": f"proxy.{region}.{DOMAIN}", "port": READ_PORT}
-                ],
-            }
-        )
-    return {
-        "name": "three-regions",
-        "replication": {
-            "ensemble_size": 4,
-            "write_quorum": 4,
-            "ack_quorum": 3,
-            "min_regions_for_durability": 2,
-        },
-        "zookeeper": [
-            {"name": f"zk-{region}", "region": region, "host": f"zk.{region}.{DOMAIN}", **ZK_PORTS}
-            for region in REGIONS
-        ],
-        "regions": regions,
-    }
+EXAMPLE = REPO_ROOT / "deploy" / "topology.example.yaml"
+
+
+def deployment_topology() -> str:
+    """docs/deploy.md's example deployment, on this test's host names."""
+    text = EXAMPLE.read_text().replace("example.com", DOMAIN)
+    doc = yaml.safe_load(text)
+    # the hosts below are made for exactly this shape
+    assert [r["name"] for r in doc["regions"]] == list(REGIONS)
+    assert [z["host"] for z in doc["zookeeper"]] == [f"zk.{r}.{DOMAIN}" for r in REGIONS]
+    assert "wan" not in doc
+    return text
 
 
 @dataclass
@@ -146,7 +114,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     home = tmp_path_factory.mktemp("multihost")
     globelog = install_wheel(home / "install")
     topology = home / "topology.yaml"
-    topology.write_text(yaml.safe_dump(deployment_topology(), sort_keys=False))
+    topology.write_text(deployment_topology())
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
