@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from cli.tools import REPO_ROOT, Tools, find_tools
-from tests.support.netns import Network
+from tests.support.netns import NetnsUnavailableError, Network, check_netns_available
 
 pytestmark = pytest.mark.multihost
 
@@ -322,3 +322,21 @@ def test_writes_go_on_with_a_region_lost_and_every_record_reads_back(
     nodes = status(d, "app-eu-west")
     down = sorted(name for name, row in nodes.items() if row["state"] == "down")
     assert down == ["bk-us-west-a", "bk-us-west-b", "rp-us-west", "wp-us-west", "zk-us-west"]
+
+
+def test_without_namespaces_the_test_fails_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No privilege to make namespaces is a failure with its reason, never a skip."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ip").write_text(
+        "#!/bin/sh\necho 'mount --make-shared /run/netns failed: Operation not permitted' >&2\nexit 1\n"
+    )
+    (fake / "ip").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    with pytest.raises(NetnsUnavailableError) as caught:
+        check_netns_available()
+    message = str(caught.value)
+    assert "cannot create one here (`ip netns add` exited 1: mount --make-shared" in message
+    assert "it needs root or CAP_SYS_ADMIN and CAP_NET_ADMIN" in message
