@@ -29,7 +29,9 @@ def add_failover_commands(commands: argparse._SubParsersAction[argparse.Argument
     runner.add_argument("--seed", type=int, default=1)
     runner.add_argument("--time", default="60s", help="how long the workload runs")
     runner.add_argument("--faults", default=",".join(FAULT_KINDS))
-    runner.add_argument("--rate", type=float, default=20.0, help="sends/s per producer")
+    runner.add_argument(
+        "--rate", type=float, default=20.0, help="sends/s per region, spread over the streams"
+    )
     runner.add_argument("--out", type=Path, default=Path("failover-run"))
     checker = actions.add_parser("check", help="run the checker alone on a history file")
     checker.add_argument("history", type=Path)

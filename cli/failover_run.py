@@ -35,11 +35,18 @@ from region.client_extras import ReadClient
 from verify.checker import CheckReport, check
 from verify.history import Op, encode_op, load_history
 
-FAULT_KINDS = ("kill-write-proxy", "pause-write-proxy", "kill-bookie", "partition", "region-down")
+FAULT_KINDS = (
+    "kill-write-proxy", "pause-write-proxy", "kill-read-proxy", "pause-read-proxy",
+    "kill-bookie", "pause-bookie", "slow-bookie", "partition", "isolate-region", "region-down",
+)  # fmt: skip
 STREAMS = 3
 QUIET_S = 3.0  # between faults
-HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-bookie": 4.0,
-          "partition": 6.0, "region-down": 6.0}  # fmt: skip
+# How long each fault lasts; a pause outlasts the proxies' ZooKeeper session (1.5 s) and the
+# clients' bookie request timeouts, so a paused owner comes back as a zombie.
+HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-read-proxy": 2.0,
+          "pause-read-proxy": 4.0, "kill-bookie": 4.0, "pause-bookie": 4.0, "slow-bookie": 6.0,
+          "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0}  # fmt: skip
+SLOW_BOOKIE_MS = 400  # extra one-way latency of a slow bookie, as the other regions see it
 SEND_DEADLINE_S = 20.0
 
 
@@ -68,26 +75,26 @@ class Recorder:
 
 
 async def _produce(
-    cluster: Cluster, cfg: RunConfig, region: str, index: int, rec: Recorder,
-    values: list[int], stop: asyncio.Event,
+    cluster: Cluster, cfg: RunConfig, region: str, stream: str, idempotent: bool,
+    rec: Recorder, values: list[int], stop: asyncio.Event,
 ) -> None:  # fmt: skip
+    """One producer per region and stream, so a stream stalled by a fault does not stop the
+    sends to the others."""
     urls = [proxy_url(cluster, region, "write")] + [
         proxy_url(cluster, r, "write") for r in cluster.topology.region_names if r != region
     ]
-    idempotent = index % 2 == 0
-    process = f"w-{region}"
+    process = f"w-{region}-{stream}"
     async with ProxyClient(urls, cfg.namespace, deadline_s=SEND_DEADLINE_S) as client:
-        producers = {f"s{i}": client.producer(f"s{i}") for i in range(STREAMS)}
+        producer = client.producer(stream)
         while not stop.is_set():
             values[0] += 1
             value = values[0]
-            stream = f"s{value % STREAMS}"
             rec.add(process=process, type="invoke", f="send", stream=stream, value=value,
                     idempotent=idempotent)  # fmt: skip
             try:
                 payload = str(value).encode()
                 if idempotent:
-                    acked = await producers[stream].write(payload)
+                    acked = await producer.write(payload)
                 else:
                     acked = await client.write(stream, payload)
                 rec.add(process=process, type="ok", f="send", stream=stream, value=value,
@@ -95,7 +102,7 @@ async def _produce(
             except GlobelogError as err:
                 rec.add(process=process, type="info", f="send", stream=stream, value=value,
                         detail=f"{err.code}: {err}"[:200])  # fmt: skip
-            await asyncio.sleep(1 / cfg.rate)
+            await asyncio.sleep(STREAMS / cfg.rate)
 
 
 async def _tail(cluster: Cluster, cfg: RunConfig, region: str, stream: str, rec: Recorder) -> None:
@@ -120,39 +127,58 @@ async def _nemesis(
     deadline: float,
 ) -> None:  # fmt: skip
     names = cluster.topology.region_names
+    # every chosen kind once, in an order drawn from the seed, before any repeats
+    first = rng.sample(cfg.faults, len(cfg.faults))
     while time.monotonic() + QUIET_S + max(HOLD_S.values()) < deadline:
         await asyncio.sleep(QUIET_S)
-        kind = rng.choice(cfg.faults)
+        kind = first.pop(0) if first else rng.choice(cfg.faults)
         hold = HOLD_S[kind]
         heal: Callable[[], Awaitable[Any]]
         if kind in ("kill-write-proxy", "pause-write-proxy"):
             target = await _owner(cluster, cfg, f"s{rng.randrange(STREAMS)}")
             if target is None:
                 continue
-            action = "kill" if kind == "kill-write-proxy" else "pause"
-            await controller.fault(cluster, tools, action, target)
-            undo = "restart" if action == "kill" else "resume"
-            heal = functools.partial(controller.fault, cluster, tools, undo, target)
-            what = f"{action} {target}"
-        elif kind == "kill-bookie":
+            heal, what = await _process_fault(cluster, tools, kind, target)
+        elif kind in ("kill-read-proxy", "pause-read-proxy"):
+            region = cluster.topology.region(rng.choice(names))
+            heal, what = await _process_fault(cluster, tools, kind, region.read_proxies[0].name)
+        elif kind in ("kill-bookie", "pause-bookie"):
             target = rng.choice([b.name for b in cluster.topology.bookies])
-            await controller.fault(cluster, tools, "kill", target)
-            heal = functools.partial(controller.fault, cluster, tools, "restart", target)
-            what = f"kill {target}"
+            heal, what = await _process_fault(cluster, tools, kind, target)
+        elif kind == "slow-bookie":
+            target = rng.choice([b.name for b in cluster.topology.bookies])
+            await wan.slow(cluster.topology, target, SLOW_BOOKIE_MS)
+            heal = functools.partial(wan.unslow, cluster.topology, target)
+            what = f"slow {target} +{SLOW_BOOKIE_MS} ms"
         elif kind == "partition":
             a, b = rng.sample(names, 2)
             await wan.partition(cluster.topology, a, b)
             heal = functools.partial(wan.heal, cluster.topology, a, b)
             what = f"partition {a} {b}"
+        elif kind == "isolate-region":
+            region_name = rng.choice(names)
+            await regions.isolate(cluster, region_name)
+            heal = functools.partial(wan.heal, cluster.topology)
+            what = f"isolate {region_name}"
         else:
-            region = rng.choice(names)
-            await regions.region_down(cluster, region)
-            heal = functools.partial(regions.region_up, cluster, tools, region)
-            what = f"region-down {region}"
+            region_name = rng.choice(names)
+            await regions.region_down(cluster, region_name)
+            heal = functools.partial(regions.region_up, cluster, tools, region_name)
+            what = f"region-down {region_name}"
         rec.add(process="nemesis", type="info", f="fault", fault=kind, value=what)
         await asyncio.sleep(hold)
         await heal()
         rec.add(process="nemesis", type="info", f="heal", fault=kind, value=what)
+
+
+async def _process_fault(
+    cluster: Cluster, tools: Tools, kind: str, target: str
+) -> tuple[Callable[[], Awaitable[Any]], str]:
+    """kill (healed by a restart) or pause (healed by resume) of one process, by name."""
+    action = kind.split("-", 1)[0]
+    await controller.fault(cluster, tools, action, target)
+    undo = "restart" if action == "kill" else "resume"
+    return functools.partial(controller.fault, cluster, tools, undo, target), f"{action} {target}"
 
 
 async def _final_reads(cluster: Cluster, cfg: RunConfig, rec: Recorder) -> list[int]:
@@ -193,8 +219,11 @@ async def failover_run(
         deadline = time.monotonic() + cfg.seconds
         loop = asyncio.get_running_loop()
         workers = [
-            loop.create_task(_produce(cluster, cfg, region, i, rec, values, stop))
-            for i, region in enumerate(cluster.topology.region_names)
+            loop.create_task(
+                _produce(cluster, cfg, region, f"s{i}", (r + i) % 2 == 0, rec, values, stop)
+            )
+            for r, region in enumerate(cluster.topology.region_names)
+            for i in range(STREAMS)
         ]
         readers = [
             loop.create_task(_tail(cluster, cfg, region, f"s{i}", rec))
@@ -209,6 +238,7 @@ async def failover_run(
             stop.set()
             await asyncio.gather(*workers, return_exceptions=True)
             await wan.heal(cluster.topology)
+            await wan.unslow(cluster.topology)
         await asyncio.sleep(2.0)  # readers catch up to the last acknowledged sends
         for task in readers:
             task.cancel()

@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_arguments(commands)
     deploy.add_arguments(commands, default_topology_path())
 
+    _add_cluster_commands(commands)
+    return parser
+
+
+def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cluster = commands.add_parser("cluster", help="the local multi-region cluster")
     cluster.add_argument("--topology", default=os.environ.get("GLOBELOG_TOPOLOGY"))
     cluster.add_argument("--data-dir", default=os.environ.get("GLOBELOG_DATA_DIR"))
@@ -105,7 +110,16 @@ def _parser() -> argparse.ArgumentParser:
     heal = actions.add_parser("heal", help="restore WAN links (all, or between two regions)")
     heal.add_argument("region_a", nargs="?")
     heal.add_argument("region_b", nargs="?")
-    return parser
+    slow = actions.add_parser(
+        "slow",
+        help="add latency on every WAN route to a bookie or ZooKeeper node (`unslow` ends it)",
+    )
+    slow.add_argument("name")
+    slow.add_argument(
+        "--ms", type=int, default=500, help="extra one-way milliseconds (default 500)"
+    )
+    unslow = actions.add_parser("unslow", help="remove `slow` (from one node, or from all)")
+    unslow.add_argument("name", nargs="?")
 
 
 def _add_ledger_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -180,6 +194,14 @@ async def _run_cluster(args: argparse.Namespace) -> int:
         return 0
     if args.action in ("region-down", "region-up", "isolate"):
         return await _run_region_fault(cluster, args.action, args.region)
+    if args.action == "slow":
+        routes = await wan.slow(cluster.topology, args.name, args.ms)
+        print(f"slowed {args.name} by {args.ms} ms each way on {len(routes)} WAN routes")
+        return 0
+    if args.action == "unslow":
+        routes = await wan.unslow(cluster.topology, args.name)
+        print(f"removed slowness from {len(routes)} WAN routes")
+        return 0
     known = set(cluster.topology.region_names)
     for region in (args.region_a, args.region_b):
         if region is not None and region not in known:

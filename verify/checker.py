@@ -265,15 +265,30 @@ def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, s
 
 
 def unavailability(history: list[Op]) -> dict[str, list[float | None]]:
-    """Per fault kind, the seconds from each fault to the first send acknowledged after it
-    (None: none was)."""
-    acked = sorted(op.time for op in history if op.f == "send" and op.type == "ok")
+    """Per fault kind, each fault's window: the seconds from the fault until every stream
+    the workload sent to after it had a send acknowledged again (the worst-hit stream's
+    wait; None when one of them never had). A fault that stalls one stream's owner is not
+    hidden by the other streams going on."""
+    acked: dict[str, list[float]] = defaultdict(list)
+    invoked: dict[str, list[float]] = defaultdict(list)
+    for op in history:
+        if op.f == "send" and op.stream is not None:
+            if op.type == "ok":
+                acked[op.stream].append(op.time)
+            elif op.type == "invoke":
+                invoked[op.stream].append(op.time)
     found: dict[str, list[float | None]] = defaultdict(list)
     for op in history:
         if op.f != "fault" or op.type == "invoke":
             continue
-        after = next((t for t in acked if t > op.time), None)
-        found[op.fault or str(op.value)].append(None if after is None else after - op.time)
+        waits: list[float | None] = []
+        for stream, times in invoked.items():
+            if not any(t > op.time for t in times):
+                continue  # nothing was sent to it after the fault
+            after = next((t for t in sorted(acked[stream]) if t > op.time), None)
+            waits.append(None if after is None else after - op.time)
+        window = None if not waits or None in waits else max(w for w in waits if w is not None)
+        found[op.fault or str(op.value)].append(window)
     return dict(found)
 
 

@@ -7,12 +7,13 @@ from typing import Any
 
 import aiohttp
 
-from core.errors import ClusterError
+from core.errors import ClusterError, ConfigError
 from core.routes import Route, plan_routes
 from core.topology import Topology, WanLink
 
 HTTP_TIMEOUT_S = 5.0
 PARTITION_TOXIC = "partition"
+SLOW_TOXIC = "slow"
 
 
 class Toxiproxy:
@@ -152,6 +153,36 @@ async def heal(
     return routes
 
 
+async def slow(topology: Topology, target: str, extra_ms: int) -> list[Route]:
+    """Adds `extra_ms` each way on every WAN route to `target` (a bookie or ZooKeeper node's
+    name): a slow node as the other regions see it. Traffic inside its region does not cross
+    the WAN emulator and stays fast; `pause` stalls a node for everyone."""
+    if not 1 <= extra_ms <= 60_000:
+        raise ConfigError(f"slow {target}: {extra_ms} ms; expected 1..60000")
+    routes = [r for r in plan_routes(topology) if r.target == target]
+    if not routes:
+        names = sorted({r.target for r in plan_routes(topology)})
+        raise ConfigError(f"slow {target!r}: no WAN route leads to it; targets are {names}")
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
+        for route in routes:
+            for stream in ("upstream", "downstream"):
+                await api.set_toxic(
+                    route.name, f"{SLOW_TOXIC}-{stream}", "latency", stream,
+                    {"latency": extra_ms, "jitter": 0},
+                )  # fmt: skip
+    return routes
+
+
+async def unslow(topology: Topology, target: str | None = None) -> list[Route]:
+    """Removes `slow` from one target's routes, or from every route."""
+    routes = [r for r in plan_routes(topology) if target is None or r.target == target]
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
+        for route in routes:
+            for stream in ("upstream", "downstream"):
+                await api.remove_toxic(route.name, f"{SLOW_TOXIC}-{stream}")
+    return routes
+
+
 async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
     """Per route: listen address, upstream, latency toxics and whether it is partitioned."""
     async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
@@ -161,6 +192,7 @@ async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
         proxy = proxies.get(route.name)
         toxics = {t["name"]: t for t in (proxy or {}).get("toxics", [])}
         latency = toxics.get("wan-upstream", {}).get("attributes", {})
+        slowed = toxics.get(f"{SLOW_TOXIC}-upstream", {}).get("attributes", {})
         status[route.name] = {
             "kind": route.kind,
             "from_region": route.from_region,
@@ -170,6 +202,7 @@ async def wan_status(topology: Topology) -> dict[str, dict[str, Any]]:
             "present": proxy is not None,
             "one_way_ms": latency.get("latency"),
             "jitter_ms": latency.get("jitter"),
+            "slow_ms": slowed.get("latency"),
             "partitioned": any(name.startswith(PARTITION_TOXIC) for name in toxics)
             or (proxy is not None and not proxy.get("enabled")),
         }

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from cli.cluster.controller import Cluster
-from cli.failover_run import RunConfig, failover_run
+from cli.failover_run import FAULT_KINDS, RunConfig, failover_run
 from cli.tools import Tools
 from tests.support.streams import fresh_namespace
 from verify.checker import VIOLATIONS
@@ -35,3 +35,24 @@ async def test_a_short_run_with_faults_breaks_no_guarantee(
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["send_latency_ms"]["outside"]["count"] > 0
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_a_run_through_every_fault_kind_breaks_no_guarantee(
+    services: Cluster, tools: Tools, tmp_path: Path
+) -> None:
+    """Each kind once (the nemesis draws every chosen kind before repeating one): owners and
+    read proxies killed and paused, bookies killed, paused and slowed, a partition, a region
+    isolated with its ZooKeeper node, a region down and back."""
+    config = RunConfig(
+        seed=11, seconds=95.0, faults=FAULT_KINDS, rate=12.0, namespace=fresh_namespace(),
+        out=tmp_path,
+    )  # fmt: skip
+    history_path, report = await failover_run(services, tools, config, lambda _: None)
+    history = load_history(history_path)
+    injected = {op.fault for op in history if op.f == "fault"}
+    assert injected == set(FAULT_KINDS), sorted(set(FAULT_KINDS) - injected)
+    broken = [a.describe() for a in report.anomalies if a.kind in VIOLATIONS]
+    assert broken == [] and report.valid
+    assert report.operations["final ok"] == 3 * len(services.topology.region_names)
+    for kind, windows in report.unavailability_s.items():
+        assert all(w is not None for w in windows), (kind, windows)

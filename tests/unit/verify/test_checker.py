@@ -174,6 +174,21 @@ def test_a_fault_with_no_acknowledged_send_after_it_never_ended() -> None:
     assert summarise(report.unavailability_s["region-down"]) == (None, None, 1)
 
 
+def test_a_fault_lasts_until_its_worst_hit_stream_is_acknowledged_again() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.add(process="nemesis", type="info", f="fault", fault="kill-write-proxy", value="kill wp")
+    at = h.lines[-1]["time"]
+    # stream "t" (owned elsewhere) goes on at once; stream "s" waits for its new owner
+    h.add(process="w1", type="invoke", f="send", stream="t", value=100)
+    h.add(process="w1", type="ok", f="send", stream="t", value=100, dlsn="1.0.0")
+    h.send(1, None, outcome="info")
+    h.send(2, "2.0.0")
+    windows = check(h.ops()).unavailability_s["kill-write-proxy"]
+    assert windows == [pytest.approx(h.lines[-1]["time"] - at)]
+    assert windows[0] > 0.2 + 1e-9  # more than the unaffected stream's wait
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
