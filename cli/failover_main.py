@@ -124,7 +124,9 @@ def report_text(report: CheckReport, show: int) -> str:
         lines.append(f"  {kind:<22} {counts[kind]:>6}{mark}")
         shown = [a for a in report.anomalies if a.kind == kind][:show]
         lines += [f"      {a.describe()}" for a in shown]
-    lines.append("== unavailability after each fault (to the first acknowledged send)")
+    lines.append(
+        "== unavailability per fault (longest time a stream went without an acknowledged send)"
+    )
     if not report.unavailability_s:
         lines.append("  no fault in the history")
     for kind, windows in sorted(report.unavailability_s.items()):

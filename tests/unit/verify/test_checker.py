@@ -174,6 +174,22 @@ def test_a_fault_with_no_acknowledged_send_after_it_never_ended() -> None:
     assert summarise(report.unavailability_s["region-down"]) == (None, None, 1)
 
 
+def test_a_window_is_the_longest_silence_of_a_stream_while_the_fault_lasts() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.add(process="nemesis", type="info", f="fault", fault="isolate-region", value="isolate w")
+    at = h.lines[-1]["time"]
+    h.send(1, "1.1.0")  # in flight when the fault began: acknowledged at once
+    h.send(2, None, outcome="info")
+    h.send(3, None, outcome="info")
+    h.add(process="nemesis", type="info", f="heal", fault="isolate-region", value="isolate w")
+    h.send(4, None, outcome="info")
+    h.send(5, "2.0.0")  # the stream writes again only after the heal
+    quiet_from = at + 0.2  # send 1's acknowledgement
+    [window] = check(h.ops()).unavailability_s["isolate-region"]
+    assert window == pytest.approx(h.lines[-1]["time"] - quiet_from)
+
+
 def test_a_fault_lasts_until_its_worst_hit_stream_is_acknowledged_again() -> None:
     h = History()
     h.send(0, "1.0.0")
