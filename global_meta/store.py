@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from global_meta.errors import translate
 from global_meta.watch import Mailbox
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
 
@@ -73,11 +75,22 @@ class Op:
 class MetaStore:
     """The one asyncio adapter over ZooKeeper. Create with `await MetaStore.connect(...)`."""
 
-    def __init__(self, client: KazooClient, loop: asyncio.AbstractEventLoop, op_timeout_s: float):
+    def __init__(
+        self,
+        client: KazooClient,
+        loop: asyncio.AbstractEventLoop,
+        op_timeout_s: float,
+        session_timeout_s: float = 10.0,
+    ):
         self._client = client
         self._loop = loop
         self._op_timeout_s = op_timeout_s
+        self._session_timeout_s = session_timeout_s
         self._subscribers: list[asyncio.Queue[SessionEvent]] = []
+        self._abandon_timer: asyncio.TimerHandle | None = None
+        self._replacing: asyncio.Task[None] | None = None
+        self._without_session = False  # the session was given up; no new one connected yet
+        self._closing = False
         client.add_listener(self._on_state)
 
     @classmethod
@@ -102,10 +115,15 @@ class MetaStore:
             raise errors.MetadataUnavailableError(
                 f"connect to ZooKeeper {hosts!r}: no session within {connect_timeout_s} s"
             ) from err
-        return cls(client, asyncio.get_running_loop(), op_timeout_s)
+        return cls(client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s)
 
     async def close(self) -> None:
         """Ends the session (its ephemeral nodes go) and releases the kazoo threads."""
+        self._closing = True
+        if self._abandon_timer is not None:
+            self._abandon_timer.cancel()
+        if self._replacing is not None:
+            await asyncio.wait({self._replacing}, timeout=self._op_timeout_s)
         await asyncio.to_thread(self._client.stop)
         await asyncio.to_thread(self._client.close)
 
@@ -146,6 +164,13 @@ class MetaStore:
 
             self._loop.call_soon_threadsafe(deliver)
 
+        if self._without_session:
+            # No session and no server to make one: fail now rather than after op_timeout_s,
+            # so callers (a proxy's clients) can turn to another region at once.
+            raise errors.MetadataUnavailableError(
+                f"{operation} {path!r}: no ZooKeeper session (the last one was given up after "
+                f"{self._session_timeout_s} s without a ZooKeeper server; reconnecting)"
+            )
         try:
             start().rawlink(settle)
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
@@ -282,8 +307,53 @@ class MetaStore:
         self._loop.call_soon_threadsafe(self._publish, mapped)
 
     def _publish(self, state: SessionState) -> None:
+        self._watch_suspension(state)
         event = SessionEvent(state, self.session_id)
         for queue in self._subscribers:
             if queue.full():
                 queue.get_nowait()  # keep the newest states; an old one is stale anyway
             queue.put_nowait(event)
+
+    # -- a session cut off from every server ------------------------------------------------
+
+    def _watch_suspension(self, state: SessionState) -> None:
+        """Arms the client-side expiry on SUSPENDED; a connection back disarms it."""
+        if state is SessionState.CONNECTED:
+            self._without_session = False
+        if state is SessionState.SUSPENDED and not self._closing:
+            if self._abandon_timer is None:
+                self._abandon_timer = self._loop.call_later(
+                    self._session_timeout_s, self._give_up_session
+                )
+        elif self._abandon_timer is not None:
+            self._abandon_timer.cancel()
+            self._abandon_timer = None
+
+    def _give_up_session(self) -> None:
+        """No server for longer than the session timeout: the ensemble has expired the
+        session (or will within a tick), but kazoo learns that only from a server, which a
+        client whose region's ZooKeeper node lost the quorum does not reach until the cut
+        heals. Until then a write proxy would keep believing it owns its streams and its
+        clients would keep waiting on it. So the session is given up here: subscribers see
+        EXPIRED (owners let their streams go), operations fail at once, and a new session is
+        started, which connects when a server serves again."""
+        self._abandon_timer = None
+        if self._closing or self._client.state != KazooState.SUSPENDED:
+            return
+        log.warning(
+            "no ZooKeeper server for %.1f s, the session timeout: giving the session up",
+            self._session_timeout_s,
+        )
+        self._without_session = True
+        self._replacing = self._loop.create_task(self._replace_session())
+
+    async def _replace_session(self) -> None:
+        # stop() halts the reconnection attempts and reports LOST (published as EXPIRED);
+        # start_async() then makes a fresh session that connects when a server answers.
+        try:
+            await asyncio.to_thread(self._client.stop)
+            if not self._closing:
+                self._client.start_async()
+        except Exception:  # a failure here must not go unseen (I8): say it, stay closed
+            log.exception("replacing the ZooKeeper session failed")
+            raise

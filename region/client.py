@@ -33,6 +33,7 @@ from region.batch_format import CONTENT_TYPE, encode_batch
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
 DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
+CUT_OFF_CODES = frozenset({"metadata_unavailable", "metadata_session_expired"})
 REDIRECTS_MAX = 3
 
 
@@ -254,6 +255,10 @@ class ProxyClient:
                     if answer.status < 300:
                         self._unreachable.pop(stream, None)
                         return body
+                    if body.get("code") in CUT_OFF_CODES:
+                        # The proxy answers but has no ZooKeeper: its region is cut off.
+                        # Another region's proxy can take the stream; pass this one over.
+                        self._down[proxy] = time.monotonic() + DOWN_FOR_S
                     return ProxyError(
                         body.get("code", "internal"),
                         body.get("message", json.dumps(body)),

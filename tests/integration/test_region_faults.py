@@ -13,8 +13,9 @@ from cli.cluster.controller import Cluster
 from cli.cluster.probes import zookeeper_mode
 from cli.ledger_commands import audit_ledgers
 from cli.tools import Tools
-from core.errors import GlobelogError
+from core.errors import GlobelogError, MetadataUnavailableError
 from global_meta import MetaStore
+from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
 from region.client import Acked, ProxyClient
 from tests.support.streams import fresh_namespace, stream_env
@@ -95,6 +96,63 @@ async def test_an_isolated_region_loses_its_streams_and_its_zombie_writes_fail(
             if f"{namespace}/s" not in await owned_by(write_proxy_url(services, "us-east")):
                 break
             await asyncio.sleep(0.2)
+
+
+async def test_a_client_cut_off_from_zookeeper_gives_its_session_up_and_gets_a_new_one(
+    services: Cluster,
+) -> None:
+    """Its region's ZooKeeper node out of the quorum, a client hears from no server and kazoo
+    would wait for the heal to learn its session expired. The store gives the session up
+    after the session timeout: EXPIRED is published while the cut lasts, operations fail at
+    once, and after the heal a new session connects."""
+    node = services.topology.zk_nodes_for("us-east")[0]
+    async with await MetaStore.connect(node.client.address, session_timeout_s=2.0) as store:
+        first = store.session_id
+        events = store.session_events()
+        await regions.isolate(services, "us-east")
+        try:
+            async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+                while (await anext(events)).state is not SessionState.EXPIRED:
+                    pass
+            assert not await zk_serving(services, "us-east"), "EXPIRED came before the heal"
+            with pytest.raises(MetadataUnavailableError, match="no ZooKeeper session"):
+                await store.get("/")
+        finally:
+            await wan.heal(services.topology)
+        async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+            while (await anext(events)).state is not SessionState.CONNECTED:
+                pass
+        assert store.session_id not in (None, first)
+        await store.get("/")
+
+
+async def test_an_isolated_owner_lets_its_streams_go_before_the_heal(services: Cluster) -> None:
+    namespace = fresh_namespace()
+    east = write_proxy_url(services, "us-east")
+    urls = [east] + [write_proxy_url(services, r) for r in ("us-west", "eu-west")]
+    async with (
+        ProxyClient([east], namespace, deadline_s=30) as east_client,
+        ProxyClient(urls, namespace, deadline_s=60) as client,
+    ):
+        await east_client.create("s")
+        await east_client.write("s", b"before")
+        assert (await east_client.describe("s"))["owner"] == "wp-us-east@us-east"
+        await regions.isolate(services, "us-east")
+        try:
+            await wait_for_zk(services, "us-east", serving=False)
+            async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+                while f"{namespace}/s" in await owned_by(east):  # noqa: ASYNC110 - polling
+                    await asyncio.sleep(0.2)
+            # Let go while still cut off; a client of every region's proxies writes on (a
+            # us-east proxy it asks answers that it has no ZooKeeper and is passed over).
+            assert not await zk_serving(services, "us-east")
+            after = await client.write("s", b"after")
+            owner = (await client.describe("s"))["owner"]
+        finally:
+            await wan.heal(services.topology)
+    assert after.seq == 1
+    assert not owner.endswith("@us-east"), owner
+    await wait_for_zk(services, "us-east", serving=True)
 
 
 async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_regions(
