@@ -48,6 +48,7 @@ HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-read-proxy": 
           "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0}  # fmt: skip
 SLOW_BOOKIE_MS = 400  # extra one-way latency of a slow bookie, as the other regions see it
 SEND_DEADLINE_S = 20.0
+AFTER_LAST_HEAL_S = 8.0
 
 
 @dataclass
@@ -129,7 +130,8 @@ async def _nemesis(
     names = cluster.topology.region_names
     # every chosen kind once, in an order drawn from the seed, before any repeats
     first = rng.sample(cfg.faults, len(cfg.faults))
-    while time.monotonic() + QUIET_S + max(HOLD_S.values()) < deadline:
+    # ... and every one of them at least once, even when that takes longer than the run's time
+    while first or time.monotonic() + QUIET_S + max(HOLD_S.values()) < deadline:
         await asyncio.sleep(QUIET_S)
         kind = first.pop(0) if first else rng.choice(cfg.faults)
         hold = HOLD_S[kind]
@@ -233,7 +235,8 @@ async def failover_run(
         progress(f"workload on {STREAMS} streams in every region; faults {', '.join(cfg.faults)}")
         try:
             await _nemesis(cluster, tools, cfg, rec, rng, deadline)
-            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            # the workload outlives the last heal, so the last fault's window can end
+            await asyncio.sleep(max(AFTER_LAST_HEAL_S, deadline - time.monotonic()))
         finally:
             stop.set()
             await asyncio.gather(*workers, return_exceptions=True)
