@@ -449,7 +449,8 @@ def _parse_wan(node: Any, p: _Problems, regions: list[str]) -> Wan | None:
     base = p.get(m, "listen_port_base", "wan", _port, PORT)
     default = p.get(m, "default_profile", "wan", _name, NAME)
     profiles: dict[str, tuple[WanLink, ...]] = {}
-    pm = p.mapping(m.get("profiles"), "wan.profiles", set(m.get("profiles") or {}))
+    given = m.get("profiles")
+    pm = p.mapping(given, "wan.profiles", set(given) if isinstance(given, dict) else set())
     for pname, links in (pm or {}).items():
         if _name(pname) is None:
             p.add(f"wan.profiles.{pname}", f"profile name: expected {NAME}")

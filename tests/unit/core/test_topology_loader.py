@@ -353,3 +353,10 @@ def test_host_forms(host: Any, accepted: str | None) -> None:
     else:
         topology = parse_topology(yaml.safe_dump(doc))
         assert topology.regions[0].racks[0].bookies[0].endpoint.host == accepted
+
+
+def test_wan_profiles_that_are_not_a_mapping_are_a_problem_not_a_crash() -> None:
+    doc = base()
+    doc["wan"]["profiles"] = [[]]  # found by tests/unit/core/test_topology_fuzz.py
+    problems = problems_of(doc)
+    assert "wan.profiles: expected a mapping, got [[]]" in problems
