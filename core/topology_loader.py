@@ -35,6 +35,7 @@ from core.topology import (
 
 T = TypeVar("T")
 FILE_BYTES_MAX = 1 << 20  # a topology is a few KiB; refuse anything absurd before parsing it
+EXPANDED_VALUES_MAX = 100_000  # values once aliases are expanded (a topology has hundreds)
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
 DNS_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -187,13 +188,49 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
     """Parses YAML text into a Topology or raises TopologyError listing every problem."""
     problems = _Problems()
     try:
+        expanded = _expanded_size(yaml.compose(text, Loader=yaml.SafeLoader))
+        if expanded > EXPANDED_VALUES_MAX:
+            # aliases (*name) reuse a value; nested, a few lines stand for billions of values
+            raise TopologyError(
+                source,
+                [
+                    f"the document expands to more than {EXPANDED_VALUES_MAX} values through "
+                    "its aliases (&anchor / *alias); a topology has hundreds"
+                ],
+            )
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise TopologyError(source, [f"not valid YAML: {err}"]) from err
+    except RecursionError as err:
+        raise TopologyError(
+            source, ["values nested deeper than the parser can follow; a topology is shallow"]
+        ) from err
     topology = _parse_document(document, problems)
     if problems.items or topology is None:
         raise TopologyError(source, problems.items)
     return topology
+
+
+def _expanded_size(root: yaml.Node | None) -> int:
+    """How many values the document has once every alias is expanded, counted over the
+    node graph (an aliased node is one shared object) in time linear in its size."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a cycle (a recursive alias) counts once, then stops
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        total = min(total, EXPANDED_VALUES_MAX + 1)
+        sizes[id(node)] = total
+        return total
+
+    return 0 if root is None else size(root)
 
 
 def load_topology(path: str | Path) -> Topology:

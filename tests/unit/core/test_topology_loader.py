@@ -360,3 +360,29 @@ def test_wan_profiles_that_are_not_a_mapping_are_a_problem_not_a_crash() -> None
     doc["wan"]["profiles"] = [[]]  # found by tests/unit/core/test_topology_fuzz.py
     problems = problems_of(doc)
     assert "wan.profiles: expected a mapping, got [[]]" in problems
+
+
+def test_an_alias_bomb_is_refused_before_it_is_expanded() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 12)]
+    lines.append("regions: *a11")  # 9^12 values: the loader hung before this check
+    with pytest.raises(TopologyError) as refused:
+        parse_topology("\n".join(lines), "bomb.yaml")
+    assert refused.value.problems == (
+        "the document expands to more than 100000 values through its aliases "
+        "(&anchor / *alias); a topology has hundreds",
+    )
+
+
+def test_nesting_deeper_than_the_parser_is_refused_not_a_crash() -> None:
+    with pytest.raises(TopologyError, match="nested deeper than the parser can follow"):
+        parse_topology("[" * 3000 + "]" * 3000)
+
+
+def test_a_few_aliases_still_load() -> None:
+    doc = base()
+    doc["wan"]["profiles"]["again"] = doc["wan"]["profiles"]["ci"]  # one list, twice
+    text = yaml.safe_dump(doc)
+    assert "&id001" in text and "*id001" in text
+    topology = parse_topology(text)
+    assert topology.emulated_wan.profiles["again"] == topology.emulated_wan.profiles["ci"]
