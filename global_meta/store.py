@@ -22,6 +22,12 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
+# A client without any server for this many session timeouts gives its session up. One would
+# be enough for a server cut off from the quorum, but a leader election also leaves every
+# server not serving for a moment, after which sessions carry on: with the local cluster's
+# 1.5 s proxy sessions and its 1.3-2.3 s elections, one timeout made every proxy of the
+# surviving regions give its streams up at each election.
+GIVE_UP_AFTER_SESSIONS = 2
 
 
 class SessionState(enum.Enum):
@@ -169,7 +175,8 @@ class MetaStore:
             # so callers (a proxy's clients) can turn to another region at once.
             raise errors.MetadataUnavailableError(
                 f"{operation} {path!r}: no ZooKeeper session (the last one was given up after "
-                f"{self._session_timeout_s} s without a ZooKeeper server; reconnecting)"
+                f"{GIVE_UP_AFTER_SESSIONS * self._session_timeout_s} s without a ZooKeeper "
+                "server; reconnecting)"
             )
         try:
             start().rawlink(settle)
@@ -323,17 +330,16 @@ class MetaStore:
         if state is SessionState.SUSPENDED and not self._closing:
             if self._abandon_timer is None:
                 self._abandon_timer = self._loop.call_later(
-                    self._session_timeout_s, self._give_up_session
+                    GIVE_UP_AFTER_SESSIONS * self._session_timeout_s, self._give_up_session
                 )
         elif self._abandon_timer is not None:
             self._abandon_timer.cancel()
             self._abandon_timer = None
 
     def _give_up_session(self) -> None:
-        """No server for longer than the session timeout: the ensemble has expired the
-        session (or will within a tick), but kazoo learns that only from a server, which a
-        client whose region's ZooKeeper node lost the quorum does not reach until the cut
-        heals. Until then a write proxy would keep believing it owns its streams and its
+        """No server for two session timeouts: the ensemble has expired the session (unless
+        an election ran that long), but kazoo learns that only from a server, which a client
+        whose region's ZooKeeper node lost the quorum does not reach until the cut heals. Until then a write proxy would keep believing it owns its streams and its
         clients would keep waiting on it. So the session is given up here: subscribers see
         EXPIRED (owners let their streams go), operations fail at once, and a new session is
         started, which connects when a server serves again."""
@@ -341,8 +347,9 @@ class MetaStore:
         if self._closing or self._client.state != KazooState.SUSPENDED:
             return
         log.warning(
-            "no ZooKeeper server for %.1f s, the session timeout: giving the session up",
-            self._session_timeout_s,
+            "no ZooKeeper server for %.1f s, %d session timeouts: giving the session up",
+            GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,
+            GIVE_UP_AFTER_SESSIONS,
         )
         self._without_session = True
         self._replacing = self._loop.create_task(self._replace_session())
