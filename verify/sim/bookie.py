@@ -1,0 +1,82 @@
+"""A simulated bookie: what a BookKeeper bookie keeps of each ledger and how it answers.
+
+The protocol's outcomes without its bytes: an add stores an entry (with the LAC and length
+its header carries) unless the ledger is fenced and the add is not a recovery add; a read
+with the fence flag fences the ledger first; a read of the last entry answers with the
+highest entry held. Entries survive a restart (the journal is synced before an add is
+answered). tests/contract/test_bookie_contract.py runs the same cases against this and a
+real bookie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.signals import BookieFailure
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    lac: int  # the writer's LAC when it sent the entry
+    length: int  # the ledger's length through this entry
+    body: Any  # the payload (the simulation may keep any value)
+
+
+@dataclass(slots=True)
+class _Ledger:
+    entries: dict[int, StoredEntry] = field(default_factory=dict)
+    fenced: bool = False
+
+
+class SimBookie:
+    def __init__(self, name: str, *, read_only: bool = False) -> None:
+        self.name = name
+        self.read_only = read_only
+        self._ledgers: dict[int, _Ledger] = {}
+
+    def add(
+        self, ledger_id: int, entry_id: int, entry: StoredEntry, *, recovery: bool = False
+    ) -> BookieFailure | None:
+        """Stores the entry; None, or why it was refused. An entry added again replaces the
+        copy held (a writer's resend, or recovery writing back what it read)."""
+        if self.read_only:
+            return BookieFailure.READ_ONLY
+        ledger = self._ledgers.setdefault(ledger_id, _Ledger())
+        if ledger.fenced and not recovery:
+            return BookieFailure.FENCED
+        ledger.entries[entry_id] = entry
+        return None
+
+    def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> StoredEntry | BookieFailure:
+        """One entry. `fence` fences the ledger first (a bookie that never saw the ledger
+        then holds it, fenced and empty)."""
+        ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
+        if ledger is None:
+            return BookieFailure.NO_SUCH_LEDGER
+        found = ledger.entries.get(entry_id)
+        return BookieFailure.NO_SUCH_ENTRY if found is None else found
+
+    def read_last(self, ledger_id: int, *, fence: bool = False) -> tuple[int, StoredEntry] | BookieFailure:
+        """The highest entry held, with its id (what recovery's fencing LAC read asks for)."""
+        ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
+        if ledger is None:
+            return BookieFailure.NO_SUCH_LEDGER
+        if not ledger.entries:
+            return BookieFailure.NO_SUCH_ENTRY
+        last = max(ledger.entries)
+        return last, ledger.entries[last]
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        ledger = self._ledgers.get(ledger_id)
+        return ledger is not None and ledger.fenced
+
+    def holds(self, ledger_id: int, entry_id: int) -> StoredEntry | None:
+        """The copy held, for audits (no fencing, no answer codes)."""
+        ledger = self._ledgers.get(ledger_id)
+        return None if ledger is None else ledger.entries.get(entry_id)
+
+    def _fence(self, ledger_id: int) -> _Ledger:
+        ledger = self._ledgers.setdefault(ledger_id, _Ledger())
+        ledger.fenced = True
+        return ledger
