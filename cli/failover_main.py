@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from cli.failover_run import FAULT_KINDS
+from cli.failover_simulate import add_simulate_command, run_simulate_command
 from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check, summarise
 from verify.history import load_history
@@ -33,6 +34,7 @@ def add_failover_commands(commands: argparse._SubParsersAction[argparse.Argument
         "--rate", type=float, default=20.0, help="sends/s per region, spread over the streams"
     )
     runner.add_argument("--out", type=Path, default=Path("failover-run"))
+    add_simulate_command(actions)
     checker = actions.add_parser("check", help="run the checker alone on a history file")
     checker.add_argument("history", type=Path)
     checker.add_argument("--json", action="store_true")
@@ -42,6 +44,8 @@ def add_failover_commands(commands: argparse._SubParsersAction[argparse.Argument
 def run_failover_command(args: argparse.Namespace) -> int:
     if args.action == "run":
         return _run(args)
+    if args.action == "simulate":
+        return run_simulate_command(args)
     report = check(load_history(args.history))
     print(report_json(report) if args.json else report_text(report, args.show))
     return 0 if report.valid else 4

@@ -3,7 +3,8 @@
 Every anomaly names the operations that show it. Kinds (each count, 0 included, is a result):
     lost                 an acknowledged send absent from some region's final read
     fenced-ack           an acknowledged send absent from the final reads at a position its
-                         segment no longer reaches: an owner acknowledged after it was fenced
+                         segment no longer reaches: an owner acknowledged after it was fenced,
+                         or acknowledged an entry too few bookies held for recovery to find
     duplicate-idempotent a value read at two positions, sent with a producer id
     duplicate-plain      the same for a plain send (a retried send may land twice: reported,
                          but it breaks no guarantee of plain writes)
@@ -19,6 +20,7 @@ it lasted (its unavailability window).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -202,7 +204,11 @@ def _check_finals(
         if not missing:
             continue
         if done.dlsn is not None and _segment_ended_before(done.dlsn, missing[0]):
-            kind, why = "fenced-ack", f"acknowledged at {done.dlsn}, past its segment's end"
+            kind = "fenced-ack"
+            why = (
+                f"acknowledged at {done.dlsn}, past where its segment was sealed (acknowledged "
+                "after a new owner fenced it, or held by too few bookies for recovery to find)"
+            )
         else:
             kind, why = "lost", "acknowledged"
         regions = ", ".join(str(op.region) for op in missing)
@@ -228,9 +234,9 @@ def _first_difference(a: tuple[tuple[DLSN, int], ...], b: tuple[tuple[DLSN, int]
 
 def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, str], Op]) -> None:
     """A reader's polls move forward and pass over nothing the final reads hold."""
-    reference: dict[str, list[DLSN]] = {}
+    reference: dict[str, list[DLSN]] = {}  # sorted, for bisecting
     for (stream, _), op in sorted(finals.items()):
-        reference.setdefault(stream, [d for d, _ in op.records])
+        reference.setdefault(stream, sorted(d for d, _ in op.records))
     last: dict[tuple[str, str], tuple[DLSN, Op]] = {}
     for op in reads:
         if op.f != "poll":
@@ -251,7 +257,10 @@ def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, s
                         )
                     )
                 else:
-                    skipped = [d for d in reference.get(op.stream, []) if before < d < dlsn]
+                    order = reference.get(op.stream, [])
+                    skipped = order[
+                        bisect.bisect_right(order, before) : bisect.bisect_left(order, dlsn)
+                    ]
                     if skipped:
                         report.anomalies.append(
                             Anomaly(

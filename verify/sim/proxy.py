@@ -24,6 +24,7 @@ from core.entry_format import decode_entry, encode_entry, user_record_count
 from core.records import Record
 from core.streams import StreamSettings, TransmitPolicy
 from global_meta.store import Op
+from ledger import DigestType
 from ledger.add_events import (
     AddAcked,
     AddErrorKind,
@@ -38,7 +39,6 @@ from ledger.add_events import (
     SendAdd,
 )
 from ledger.add_state import AddState
-from ledger.entry import DigestType
 from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
 from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
@@ -59,7 +59,7 @@ from verify.sim.services import (
 from writer import events as w
 from writer.state import LogWriterState, SegmentStart
 
-TICK_S = 0.01
+TICK_S = 0.02
 TAKEOVER_S = 3.0
 WRITE_QUORUM, ACK_QUORUM = 3, 2  # one bookie per region: every ack quorum spans 2 regions
 
@@ -225,7 +225,9 @@ class StreamOwner:
 
         def lock(session: int) -> tuple[str, str | None]:
             zk = self.proxy.zk.zk
-            path = zk.create(f"{directory}/owner-", name, session=session, sequential=True, make_parents=True)
+            path = zk.create(
+                f"{directory}/owner-", name, session=session, sequential=True, make_parents=True
+            )
             for child in zk.children(directory):  # this process's own stale lock nodes go
                 stale = f"{directory}/{child}"
                 stat = zk.exists(stale)
@@ -245,7 +247,11 @@ class StreamOwner:
             if holder is not None:
                 self.give_up("redirect", holder)
                 return
-            self.proxy.zk.call(lambda _: self.proxy.zk.zk.get(segments_path(self.stream)), read_segments, write=False)
+            self.proxy.zk.call(
+                lambda _: self.proxy.zk.zk.get(segments_path(self.stream)),
+                read_segments,
+                write=False,
+            )
 
         def read_segments(result: Any, error: Exception | None) -> None:
             if self._over():
@@ -301,10 +307,14 @@ class StreamOwner:
             if last >= 0:
                 entry = decode_entry(result[last])
                 count = entry.first_position + user_record_count(entry.records)
-            done = dataclasses.replace(segment, completed=True, record_count=count, last_entry_id=last)
-            self._commit_segments(self.segments[:-1] + (done,), self._rebuild)
+            done = dataclasses.replace(
+                segment, completed=True, record_count=count, last_entry_id=last
+            )
+            self._commit_segments((*self.segments[:-1], done), self._rebuild)
 
-        fetch_entries(self.world, self.proxy.link, metadata, segment.ledger_id, max(last, 0), last, read)
+        fetch_entries(
+            self.world, self.proxy.link, metadata, segment.ledger_id, max(last, 0), last, read
+        )
 
     def _rebuild(self) -> None:
         """The producer table from every completed segment, then a new segment."""
@@ -326,11 +336,18 @@ class StreamOwner:
                     self.give_up("unavailable", f"rebuild: {error}")
                     return
                 fetch_entries(
-                    self.world, self.proxy.link, metadata[0], segment.ledger_id, 0, segment.last_entry_id,
+                    self.world,
+                    self.proxy.link,
+                    metadata[0],
+                    segment.ledger_id,
+                    0,
+                    segment.last_entry_id,
                     lambda result: read(segment, result),
                 )
 
-            self.proxy.zk.call(lambda _: self.proxy.zk.zk.get(ledger_path(segment.ledger_id)), got, write=False)
+            self.proxy.zk.call(
+                lambda _: self.proxy.zk.zk.get(ledger_path(segment.ledger_id)), got, write=False
+            )
 
         def read(segment: SimSegment, result: dict[int, bytes] | str) -> None:
             if self._over():
@@ -339,7 +356,9 @@ class StreamOwner:
                 self.give_up("unavailable", f"rebuild: {result}")
                 return
             for entry_id in sorted(result):
-                for record in decode_records(result[entry_id], segment.sequence, entry_id, segment.first_seq):
+                for record in decode_records(
+                    result[entry_id], segment.sequence, entry_id, segment.first_seq
+                ):
                     if record.producer is not None:
                         self.table.record(*record.producer, w.Written(record.dlsn, 0, record.seq))
             next_segment()
@@ -378,7 +397,9 @@ class StreamOwner:
             segment = SimSegment(sequence, ledger_id, first_seq)
 
             def opened() -> None:
-                adds = self.proxy.machines.add_state(ensemble, WRITE_QUORUM, ACK_QUORUM, now_s=self.world.now)
+                adds = self.proxy.machines.add_state(
+                    ensemble, WRITE_QUORUM, ACK_QUORUM, now_s=self.world.now
+                )
                 self.open = _Open(segment, metadata, 0, adds)
                 if self.writer is None:
                     start = SegmentStart(sequence, first_seq, self.max_txid)
@@ -398,7 +419,7 @@ class StreamOwner:
                             self.seal_again()
                 self.pump()
 
-            self._commit_segments(self.segments + (segment,), opened)
+            self._commit_segments((*self.segments, segment), opened)
 
         self.proxy.zk.call(create, created, write=True)
 
@@ -450,10 +471,10 @@ class StreamOwner:
                 if error is not None:  # failed with nothing pending: no FailWrites came
                     self.give_up("unavailable", f"writer failed: {error[1]}")
                 return
-            for action in ledger_actions:
-                self._ledger_action(opened, action)  # type: ignore[arg-type]
-            for action in writer_actions:
-                self._writer_action(action)
+            for ledger_action in ledger_actions:
+                self._ledger_action(opened, ledger_action)  # type: ignore[arg-type]
+            for writer_action in writer_actions:
+                self._writer_action(writer_action)
 
     def _writer_action(self, action: w.WriterAction) -> None:
         opened = self.open
@@ -530,7 +551,9 @@ class StreamOwner:
                 adds.handle(AddAcked(action.entry_id, action.bookie))
             self.pump()
 
-        self.proxy.link.add(action.bookie, opened.segment.ledger_id, action.entry_id, entry, action.recovery, answer)
+        self.proxy.link.add(
+            action.bookie, opened.segment.ledger_id, action.entry_id, entry, action.recovery, answer
+        )
 
     def _change_ensemble(self, opened: _Open, action: ChangeEnsemble) -> None:
         current = opened.adds.ensemble
@@ -557,7 +580,11 @@ class StreamOwner:
             if error is not None:
                 event: Any = EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(error))
             elif isinstance(result, LedgerState):
-                kind = AddErrorKind.FENCED if result is LedgerState.IN_RECOVERY else AddErrorKind.CLOSED
+                kind = (
+                    AddErrorKind.FENCED
+                    if result is LedgerState.IN_RECOVERY
+                    else AddErrorKind.CLOSED
+                )
                 event = EnsembleChangeFailed(kind, f"the ledger metadata is {result.value}")
             else:
                 opened.metadata, opened.version = result
@@ -576,7 +603,10 @@ class StreamOwner:
             if metadata.state is not LedgerState.OPEN:
                 raise errors.BadVersionError(f"ledger is {metadata.state.value}")
             closed = dataclasses.replace(
-                metadata, state=LedgerState.CLOSED, last_entry_id=action.last_entry_id, length=action.length
+                metadata,
+                state=LedgerState.CLOSED,
+                last_entry_id=action.last_entry_id,
+                length=action.length,
             )
             zk.set(path, closed, version=stat.version)
             return closed
@@ -594,7 +624,7 @@ class StreamOwner:
                 record_count=self.summary.record_count,
                 last_entry_id=action.last_entry_id,
             )
-            segments = self.segments[:-1] + (done,)
+            segments = (*self.segments[:-1], done)
             if self.phase is Phase.CLOSING:
                 self._commit_segments(segments, self._closed)
             else:
@@ -626,7 +656,7 @@ class StreamOwner:
         for request in self.waiting:
             request.reply(kind, None, detail)
         self.waiting = []
-        for write_id, request in list(self.requests.items()):
+        for request in list(self.requests.values()):
             request.reply("indeterminate", None, detail)
         self.requests.clear()
         self._answer_seals(kind, detail)
@@ -641,7 +671,9 @@ class StreamOwner:
         self.proxy.forget(self)
         lock = self.lock
         if lock is not None and self.proxy.zk.connected:
-            self.proxy.zk.call(lambda _: self.proxy.zk.zk.delete(lock, version=-1), lambda *_: None, write=True)
+            self.proxy.zk.call(
+                lambda _: self.proxy.zk.zk.delete(lock, version=-1), lambda *_: None, write=True
+            )
 
     def _over(self) -> bool:
         return self.phase is Phase.DONE or self.proxy.owners.get(self.stream) is not self
@@ -665,7 +697,9 @@ class StreamOwner:
 class Recovery:
     """Drives one RecoveryState for a takeover: fence, read forward, re-add, close."""
 
-    def __init__(self, owner: StreamOwner, segment: SimSegment, metadata: LedgerMetadata, version: int) -> None:
+    def __init__(
+        self, owner: StreamOwner, segment: SimSegment, metadata: LedgerMetadata, version: int
+    ) -> None:
         self.owner, self.segment, self.metadata, self.version = owner, segment, metadata, version
         self.world = owner.world
         self.machine = owner.proxy.machines.recovery_state(metadata, now_s=self.world.now)
@@ -694,7 +728,11 @@ class Recovery:
         link, ledger_id = self.owner.proxy.link, self.segment.ledger_id
         match action:
             case SendReadLac():
-                link.request(action.bookie, lambda b: b.read_last(ledger_id, fence=action.fence), lambda r: self._lac(action.bookie, r))
+                link.request(
+                    action.bookie,
+                    lambda b: b.read_last(ledger_id, fence=action.fence),
+                    lambda r: self._lac(action.bookie, r),
+                )
             case SendRead():
                 link.request(
                     action.bookie,
@@ -753,7 +791,9 @@ class Recovery:
             metadata, _ = zk.get(path)
             ensembles = list(metadata.ensembles)
             for change in action.ensembles:
-                ensembles = [e for e in ensembles if e.first_entry_id < change.first_entry_id] + [change]
+                ensembles = [e for e in ensembles if e.first_entry_id < change.first_entry_id] + [
+                    change
+                ]
             closed = dataclasses.replace(
                 metadata,
                 ensembles=tuple(ensembles),
@@ -762,7 +802,7 @@ class Recovery:
                 length=action.length,
             )
             zk.set(path, closed, version=version)
-            return closed
+            return closed  # type: ignore[no-any-return]
 
         def closed(result: Any, error: Exception | None) -> None:
             if self.owner._over():

@@ -16,13 +16,21 @@ from core.dlsn import DLSN
 from core.entry_format import decode_entry, log_records
 from core.records import split_producer
 from ledger.metadata import LedgerMetadata, write_set_indices
-from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, EntryReadState, FailRead, SendRead
+from ledger.read_state import (
+    CompleteRead,
+    EntryRead,
+    EntryReadFailed,
+    EntryReadState,
+    FailRead,
+    SendRead,
+)
 from ledger.signals import BookieFailure, Ticked
 from verify.sim.bookie import StoredEntry
 from verify.sim.services import BookieLink
 from verify.sim.world import World
 
-READS_IN_FLIGHT = 8
+READS_IN_FLIGHT = 16
+SPECULATE_S = (0.1, 0.1)  # ask the next replica when one has not answered by then
 READ_TIMEOUT_S = 1.0
 TICK_S = 0.05
 
@@ -53,7 +61,9 @@ def decode_records(body: bytes, sequence: int, entry_id: int, first_seq: int) ->
 def read_order(world: World, node: str, metadata: LedgerMetadata, entry_id: int) -> list[str]:
     """The entry's write set, this node's region first."""
     ensemble = metadata.ensemble_for_entry(entry_id)
-    bookies = [ensemble[i] for i in write_set_indices(entry_id, len(ensemble), metadata.write_quorum)]
+    bookies = [
+        ensemble[i] for i in write_set_indices(entry_id, len(ensemble), metadata.write_quorum)
+    ]
     region = world.nodes[node].region
     return sorted(bookies, key=lambda b: world.nodes[b].region != region)
 
@@ -66,74 +76,95 @@ def fetch_entries(
     first: int,
     last: int,
     done: Callable[[dict[int, bytes] | str], None],
-    *,
-    fence: bool = False,
 ) -> None:
     """Reads entries first..last; `done(bodies)` or `done(why)` once."""
-    node = link.node
-    bodies: dict[int, bytes] = {}
-    reading: dict[int, tuple[EntryReadState, dict[str, Any]]] = {}
-    state = {"next": first, "over": False}
+    _Fetch(world, link, metadata, ledger_id, last, done).start(first)
 
-    def finish(result: dict[int, bytes] | str) -> None:
-        if not state["over"]:
-            state["over"] = True
-            done(result)
 
-    def start_more() -> None:
-        while not state["over"] and state["next"] <= last and len(reading) < READS_IN_FLIGHT:
-            entry_id = state["next"]
-            state["next"] += 1
-            order = read_order(world, node, metadata, entry_id)
-            machine = EntryReadState(entry_id, order, now_s=world.now, timeout_s=READ_TIMEOUT_S, fence=fence)
-            reading[entry_id] = (machine, {})
-            pump(entry_id)
-        if not state["over"] and not reading and state["next"] > last:
-            finish(bodies)
+class _Fetch:
+    def __init__(
+        self,
+        world: World,
+        link: BookieLink,
+        metadata: LedgerMetadata,
+        ledger_id: int,
+        last: int,
+        done: Callable[[dict[int, bytes] | str], None],
+    ) -> None:
+        self.world, self.link, self.metadata = world, link, metadata
+        self.ledger_id, self.last, self.done = ledger_id, last, done
+        self.bodies: dict[int, bytes] = {}
+        self.reading: dict[int, tuple[EntryReadState, dict[str, bytes]]] = {}
+        self.next = 0
+        self.over = False
 
-    def pump(entry_id: int) -> None:
-        machine, answers = reading[entry_id]
+    def start(self, first: int) -> None:
+        self.next = first
+        self._start_more()
+        if not self.over:
+            self.world.timer(self.link.node, TICK_S, self._tick)
+
+    def _finish(self, result: dict[int, bytes] | str) -> None:
+        if not self.over:
+            self.over = True
+            self.done(result)
+
+    def _start_more(self) -> None:
+        while not self.over and self.next <= self.last and len(self.reading) < READS_IN_FLIGHT:
+            entry_id = self.next
+            self.next += 1
+            order = read_order(self.world, self.link.node, self.metadata, entry_id)
+            machine = EntryReadState(
+                entry_id,
+                order,
+                now_s=self.world.now,
+                delays_s=SPECULATE_S,
+                timeout_s=READ_TIMEOUT_S,
+            )
+            self.reading[entry_id] = (machine, {})
+            self._pump(entry_id)
+        if not self.over and not self.reading and self.next > self.last:
+            self._finish(self.bodies)
+
+    def _pump(self, entry_id: int) -> None:
+        machine, answers = self.reading[entry_id]
         for action in machine.take_actions():
             match action:
                 case SendRead():
-                    ask(entry_id, action.bookie, action.fence)
+                    self._ask(entry_id, action.bookie)
                 case CompleteRead():
-                    bodies[entry_id] = answers[action.bookie]
-                    del reading[entry_id]
+                    self.bodies[entry_id] = answers[action.bookie]
+                    del self.reading[entry_id]
                 case FailRead():
-                    finish(f"entry {entry_id} of ledger {ledger_id}: {action.message}")
+                    self._finish(f"entry {entry_id} of ledger {self.ledger_id}: {action.message}")
                     return
-        if entry_id not in reading:
-            start_more()
+        if entry_id not in self.reading:
+            self._start_more()
 
-    def ask(entry_id: int, bookie: str, fence_it: bool) -> None:
+    def _ask(self, entry_id: int, bookie: str) -> None:
+        ledger_id = self.ledger_id
+
         def answer(result: StoredEntry | BookieFailure) -> None:
-            if state["over"] or entry_id not in reading:
+            if self.over or entry_id not in self.reading:
                 return
-            machine, answers = reading[entry_id]
+            machine, answers = self.reading[entry_id]
             if isinstance(result, BookieFailure):
                 machine.handle(EntryReadFailed(entry_id, bookie, result))
             else:
                 answers[bookie] = result.body
                 machine.handle(EntryRead(entry_id, bookie, len(result.body), result.length))
-            pump(entry_id)
+            self._pump(entry_id)
 
-        link.request(bookie, lambda b: b.read(ledger_id, entry_id, fence=fence_it), answer)
+        self.link.request(bookie, lambda b: b.read(ledger_id, entry_id), answer)
 
-    def tick() -> None:
-        if state["over"]:
+    def _tick(self) -> None:
+        if self.over:
             return
-        for entry_id in list(reading):
-            if entry_id in reading:
-                reading[entry_id][0].handle(Ticked(world.now))
-                pump(entry_id)
-        world.timer(node, TICK_S, tick)
-
-    if last < first:
-        finish(bodies)
-        return
-    start_more()
-    world.timer(node, TICK_S, tick)
+        for entry_id in list(self.reading):
+            if entry_id in self.reading:
+                self.reading[entry_id][0].handle(Ticked(self.world.now))
+                self._pump(entry_id)
+        self.world.timer(self.link.node, TICK_S, self._tick)
 
 
 def read_lac(
@@ -157,7 +188,7 @@ def read_lac(
     def answer(result: Any) -> None:
         seen["answers"] += 1
         if not isinstance(result, BookieFailure):
-            entry_id, stored = result
+            _, stored = result
             seen["lac"] = max(seen["lac"], stored.lac)
         if seen["answers"] == len(ensemble):
             finish()

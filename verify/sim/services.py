@@ -118,9 +118,7 @@ class ZkClient:
         """A read that needs no session (a reader's look at the metadata)."""
         self._call(operation, answer, write=False)
 
-    def _call(
-        self, run: Callable[[], Any], answer: Answer, *, write: bool
-    ) -> None:
+    def _call(self, run: Callable[[], Any], answer: Answer, *, write: bool) -> None:
         world, node = self.world, self.world.nodes[self.node]
         answered = [False]
 
@@ -163,7 +161,9 @@ class BookieLink:
     def __init__(self, world: World, bookies: dict[str, SimBookie], node: str) -> None:
         self.world, self.bookies, self.node = world, bookies, node
 
-    def request(self, bookie: str, run: Callable[[SimBookie], Any], answer: Callable[[Any], None]) -> None:
+    def request(
+        self, bookie: str, run: Callable[[SimBookie], Any], answer: Callable[[Any], None]
+    ) -> None:
         world, node = self.world, self.node
         target = self.bookies[bookie]
         host = world.nodes[bookie]

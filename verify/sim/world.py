@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 LOCAL_S = 0.001  # one way inside a region
 ANYWHERE = "*"  # the region of the ZooKeeper ensemble's node: its reach is `zk_serves`
-JITTER = 0.5  # each delay is its latency × a factor in [1 - JITTER, 1 + JITTER]
+JITTER = 0.5  # each delay is its latency times a factor in [1 - JITTER, 1 + JITTER]
 
 
 @dataclass(slots=True)
