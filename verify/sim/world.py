@@ -46,6 +46,7 @@ class World:
         self.zk_down: set[str] = set()  # regions whose ZooKeeper server is down
         self.loss = 0.0
         self.delivered = 0
+        self._regions: list[str] = []
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
 
@@ -53,10 +54,11 @@ class World:
 
     def add(self, name: str, region: str) -> Node:
         node = self.nodes[name] = Node(name, region)
+        self._regions = sorted({n.region for n in self.nodes.values()} - {ANYWHERE})
         return node
 
     def regions(self) -> list[str]:
-        return sorted({n.region for n in self.nodes.values()} - {ANYWHERE})
+        return self._regions
 
     def crash(self, name: str, *, host_up: bool = True) -> None:
         node = self.nodes[name]
