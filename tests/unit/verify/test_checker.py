@@ -99,7 +99,7 @@ def test_an_ack_past_its_segments_end_is_a_fenced_owners_ack() -> None:
     report = check(h.ops())
     assert kinds(h) == {"fenced-ack": 1}
     [anomaly] = report.anomalies
-    assert "value 1 acknowledged at 1.1.0, past its segment's end" in anomaly.detail
+    assert "value 1 acknowledged at 1.1.0, past where its segment was sealed" in anomaly.detail
 
 
 def test_a_value_at_two_positions_is_a_duplicate_counted_by_how_it_was_sent() -> None:
