@@ -38,6 +38,7 @@ from verify.history import Op, encode_op, load_history
 FAULT_KINDS = (
     "kill-write-proxy", "pause-write-proxy", "kill-read-proxy", "pause-read-proxy",
     "kill-bookie", "pause-bookie", "slow-bookie", "partition", "isolate-region", "region-down",
+    "expire-session",
 )  # fmt: skip
 STREAMS = 3
 QUIET_S = 3.0  # between faults
@@ -45,7 +46,8 @@ QUIET_S = 3.0  # between faults
 # clients' bookie request timeouts, so a paused owner comes back as a zombie.
 HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-read-proxy": 2.0,
           "pause-read-proxy": 4.0, "kill-bookie": 4.0, "pause-bookie": 4.0, "slow-bookie": 6.0,
-          "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0}  # fmt: skip
+          "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0,
+          "expire-session": 0.5}  # fmt: skip
 SLOW_BOOKIE_MS = 400  # extra one-way latency of a slow bookie, as the other regions see it
 SEND_DEADLINE_S = 20.0
 AFTER_LAST_HEAL_S = 8.0
@@ -136,11 +138,15 @@ async def _nemesis(
         kind = first.pop(0) if first else rng.choice(cfg.faults)
         hold = HOLD_S[kind]
         heal: Callable[[], Awaitable[Any]]
-        if kind in ("kill-write-proxy", "pause-write-proxy"):
+        if kind in ("kill-write-proxy", "pause-write-proxy", "expire-session"):
             target = await _owner(cluster, cfg, f"s{rng.randrange(STREAMS)}")
             if target is None:
                 continue
-            heal, what = await _process_fault(cluster, tools, kind, target)
+            if kind == "expire-session":  # an instant fault: the proxy gets a new session
+                what = await controller.expire_session(cluster, target)
+                heal = _nothing
+            else:
+                heal, what = await _process_fault(cluster, tools, kind, target)
         elif kind in ("kill-read-proxy", "pause-read-proxy"):
             region = cluster.topology.region(rng.choice(names))
             heal, what = await _process_fault(cluster, tools, kind, region.read_proxies[0].name)
@@ -171,6 +177,10 @@ async def _nemesis(
         await asyncio.sleep(hold)
         await heal()
         rec.add(process="nemesis", type="info", f="heal", fault=kind, value=what)
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _process_fault(

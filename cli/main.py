@@ -98,6 +98,9 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     down.add_argument("--purge", action="store_true", help="also remove the data dir")
     for action in ("kill", "pause", "resume", "restart"):
         actions.add_parser(action, help=f"{action} one process by name").add_argument("name")
+    actions.add_parser(
+        "expire-session", help="make ZooKeeper expire a write proxy's session (its streams go)"
+    ).add_argument("name")
     part = actions.add_parser("partition", help="cut the WAN link between two regions")
     part.add_argument("region_a")
     part.add_argument("region_b")
@@ -191,6 +194,9 @@ async def _run_cluster(args: argparse.Namespace) -> int:
         return 0
     if args.action in ("kill", "pause", "resume", "restart"):
         print(await controller.fault(cluster, find_tools(), args.action, args.name))
+        return 0
+    if args.action == "expire-session":
+        print(await controller.expire_session(cluster, args.name))
         return 0
     if args.action in ("region-down", "region-up", "isolate"):
         return await _run_region_fault(cluster, args.action, args.region)

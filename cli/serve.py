@@ -18,6 +18,7 @@ from core.errors import ConfigError
 from core.topology import Proxy, Topology
 from core.topology_loader import load_topology
 from global_meta import MetaStore
+from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
 from region import logs
 from region.ownership import OwnershipConfig
@@ -38,6 +39,12 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     write.add_argument("--name", default=None, help="which of the region's write proxies")
     write.add_argument("--topology", type=Path, default=None)
     write.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    write.add_argument(
+        "--session-file",
+        type=Path,
+        default=None,
+        help="keep the ZooKeeper session's id and password here (0600) for failover drills",
+    )
     write.add_argument("--log-format", choices=["json", "text"], default="json")
     _tracing_arguments(write)
     read = kinds.add_parser("read-proxy", help="a read proxy of --region")
@@ -80,6 +87,7 @@ async def serve_proxy(
     session_timeout_s: float,
     trace_sample: float = 0.01,
     trace_file: Path | None = None,
+    session_file: Path | None = None,
 ) -> None:
     """Runs one proxy (kind "write" or "read") with its own ZooKeeper session and ledger
     client until SIGTERM or SIGINT; then it stops (a write proxy releases its streams)."""
@@ -112,9 +120,16 @@ async def serve_proxy(
         )
         await server.start(endpoint.host, endpoint.port)
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
+        publishing = (
+            None
+            if session_file is None
+            else asyncio.get_running_loop().create_task(publish_session(store, session_file))
+        )
         try:
             await stop.wait()
         finally:
+            if publishing is not None:
+                publishing.cancel()
             await server.stop()
 
 
@@ -136,7 +151,13 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
         raise ConfigError(f"--trace-sample {args.trace_sample}: expected a share 0..1")
     event_loop.run(
         serve_proxy(
-            topology, proxy, kind, args.zk_session_timeout_s, args.trace_sample, args.trace_file
+            topology,
+            proxy,
+            kind,
+            args.zk_session_timeout_s,
+            args.trace_sample,
+            args.trace_file,
+            getattr(args, "session_file", None),
         )
     )
     return 0

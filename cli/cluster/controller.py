@@ -21,6 +21,7 @@ from core.errors import ClusterError, GlobelogError
 from core.topology import Topology
 from core.topology_loader import require_local
 from global_meta import MetaStore
+from global_meta.faults import expire_session_of, read_session_file
 from ledger import LEDGERS_ROOT, init_cluster_metadata
 
 ZK_READY_TIMEOUT_S = 60.0
@@ -302,6 +303,22 @@ async def _port_open(port: int) -> tuple[bool, str]:
         return False, f"port {port} not accepting: {err!r}"
     writer.close()
     return True, f"accepting on {port}"
+
+
+async def expire_session(cluster: Cluster, name: str) -> str:
+    """Makes ZooKeeper expire a running write proxy's session (as if it had been silent past
+    its timeout): its locks and registration go; the proxy learns it from the server."""
+    records = load_records(cluster)
+    record = records.get(name)
+    if record is None or record.kind != "write-proxy":
+        proxies = sorted(n for n, r in records.items() if r.kind == "write-proxy")
+        raise ClusterError(
+            f"cluster expire-session {name!r}: expected a write proxy, one of {proxies}"
+        )
+    path = plan.session_file(cluster.data_dir, name)
+    credentials = read_session_file(path)
+    await expire_session_of(cluster.topology.zk_connect, credentials)
+    return f"expired ZooKeeper session {credentials[0]:#x} of {name}"
 
 
 FAULT_SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}

@@ -151,9 +151,14 @@ def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[Proce
     return specs
 
 
+def session_file(data_dir: Path, name: str) -> Path:
+    """Where a write proxy of the local cluster keeps its ZooKeeper session's credentials."""
+    return data_dir / "sessions" / f"{name}.json"
+
+
 def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> ProcessSpec:
     """A proxy (kind write-proxy or read-proxy): `globelog serve KIND` in this Python."""
-    argv = (
+    argv: tuple[str, ...] = (
         sys.executable,
         "-m",
         "cli.main",
@@ -168,6 +173,8 @@ def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> 
         "--zk-session-timeout-s",
         str(PROXY_ZK_SESSION_TIMEOUT_S),
     )
+    if kind == "write-proxy":  # for `globelog cluster expire-session` (failover drills)
+        argv += ("--session-file", str(session_file(data_dir, proxy.name)))
     log = data_dir / "logs" / f"{proxy.name}.log"
     return ProcessSpec(proxy.name, kind, argv, log, {}, proxy.region, (proxy.endpoint.port,))
 

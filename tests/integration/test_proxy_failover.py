@@ -208,3 +208,46 @@ async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
     assert commit["parent_span_id"] == server["span_id"]
     assert commit["attributes"]["globelog.records"] == 1
     assert commit["duration_ms"] <= server["duration_ms"]
+
+
+async def test_an_owner_whose_session_zookeeper_expired_lets_its_streams_go(
+    services: Cluster, tools: Tools
+) -> None:
+    """`globelog cluster expire-session` makes the ensemble itself end the owner's session
+    (a second client joins it with the credentials the proxy keeps in its session file and
+    closes it): the proxy is told by a server, gets a new session, and every write is
+    answered once, in order, across the change of epoch."""
+    from cli.cluster import plan
+    from global_meta.faults import read_session_file
+
+    topology = services.topology
+    urls = [
+        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        for region in topology.regions
+        for p in region.write_proxies
+    ]
+    namespace = fresh_namespace()
+    async with ProxyClient(urls, namespace, deadline_s=60) as client:
+        await client.create("s")
+        producer = client.producer("s")
+        acked = [await producer.write(f"before-{i}".encode()) for i in range(20)]
+        owner = (await client.describe("s"))["owner"].split("@")[0]
+        session_file = plan.session_file(services.data_dir, owner)
+        old_session, _ = read_session_file(session_file)
+        said = await controller.expire_session(services, owner)
+        assert f"{old_session:#x}" in said and owner in said
+        deadline = time.monotonic() + 30
+        while read_session_file(session_file)[0] == old_session:
+            assert time.monotonic() < deadline, "the proxy never published a new session"
+            await asyncio.sleep(0.2)
+        acked += [await producer.write(f"after-{i}".encode()) for i in range(20)]
+    assert [a.seq for a in acked] == list(range(40)), "every write once, in order"
+    assert acked[20].dlsn.segment > acked[19].dlsn.segment, "a new epoch after the expiry"
+    log = (services.data_dir / "logs" / f"{owner}.log").read_text()
+    assert "expired" in log.lower()
+    assert os.stat(session_file).st_mode & 0o077 == 0, "credentials readable by the owner only"
+
+
+async def test_expire_session_refuses_what_is_not_a_write_proxy(services: Cluster) -> None:
+    with pytest.raises(Exception, match="expected a write proxy"):
+        await controller.expire_session(services, "no-such-proxy")
