@@ -38,17 +38,20 @@ class SimBookie:
     def add(
         self, ledger_id: int, entry_id: int, entry: StoredEntry, *, recovery: bool = False
     ) -> BookieFailure | None:
-        """Stores the entry; None, or why it was refused. An entry added again replaces the
-        copy held (a writer's resend, or recovery writing back what it read)."""
+        """Stores the entry; None, or why it was refused. An entry added again is accepted
+        and the first copy stays (as a real bookie answered in the contract tests; a resend
+        carries the same bytes anyway)."""
         if self.read_only:
             return BookieFailure.READ_ONLY
         ledger = self._ledgers.setdefault(ledger_id, _Ledger())
         if ledger.fenced and not recovery:
             return BookieFailure.FENCED
-        ledger.entries[entry_id] = entry
+        ledger.entries.setdefault(entry_id, entry)
         return None
 
-    def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> StoredEntry | BookieFailure:
+    def read(
+        self, ledger_id: int, entry_id: int, *, fence: bool = False
+    ) -> StoredEntry | BookieFailure:
         """One entry. `fence` fences the ledger first (a bookie that never saw the ledger
         then holds it, fenced and empty)."""
         ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
@@ -57,7 +60,9 @@ class SimBookie:
         found = ledger.entries.get(entry_id)
         return BookieFailure.NO_SUCH_ENTRY if found is None else found
 
-    def read_last(self, ledger_id: int, *, fence: bool = False) -> tuple[int, StoredEntry] | BookieFailure:
+    def read_last(
+        self, ledger_id: int, *, fence: bool = False
+    ) -> tuple[int, StoredEntry] | BookieFailure:
         """The highest entry held, with its id (what recovery's fencing LAC read asks for)."""
         ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
         if ledger is None:
@@ -66,6 +71,11 @@ class SimBookie:
             return BookieFailure.NO_SUCH_ENTRY
         last = max(ledger.entries)
         return last, ledger.entries[last]
+
+    def held(self, ledger_id: int) -> dict[int, StoredEntry]:
+        """Every entry held of the ledger (a copy), for models and audits."""
+        ledger = self._ledgers.get(ledger_id)
+        return {} if ledger is None else dict(ledger.entries)
 
     def is_fenced(self, ledger_id: int) -> bool:
         ledger = self._ledgers.get(ledger_id)

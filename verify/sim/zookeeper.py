@@ -31,6 +31,7 @@ class _Node:
     modified_ms: int = 0
     ephemeral_owner: int = 0
     children: set[str] = field(default_factory=set)
+    creates: int = 0  # children ever created: the next sequential suffix (deletes do not count)
 
     def stat(self) -> NodeStat:
         size = len(self.data) if isinstance(self.data, bytes | bytearray) else 0
@@ -83,9 +84,7 @@ class SimZooKeeper:
     def expire_silent(self) -> list[int]:
         """Expires every session not heard from within its timeout; their ids."""
         silent = [
-            sid
-            for sid, s in self._sessions.items()
-            if self.now_s - s.last_heard_s > s.timeout_s
+            sid for sid, s in self._sessions.items() if self.now_s - s.last_heard_s > s.timeout_s
         ]
         for sid in silent:
             self.close_session(sid)
@@ -129,12 +128,13 @@ class SimZooKeeper:
         if parent.ephemeral_owner:
             raise errors.MetadataError(f"create {path!r}: ephemeral nodes may not have children")
         if sequential:
-            path = f"{path}{parent.children_version:010d}"  # as ZooKeeper numbers them
+            path = f"{path}{parent.creates:010d}"  # as ZooKeeper numbers them
         if path in self._nodes:
             raise errors.NodeExistsError(f"create {path!r}: node already exists")
         if session is not None:
             self.heard_from(session)
         parent.children_version += 1
+        parent.creates += 1
         parent.children.add(path.rsplit("/", 1)[1])
         now_ms = int(self.now_s * 1000)
         self._nodes[path] = _Node(data, 0, 0, now_ms, now_ms, session or 0)
@@ -245,7 +245,7 @@ def _check_path(path: str, operation: str, *, allow_trailing_slash: bool = False
 
 
 def _check_version(node: _Node, version: int, operation: str, path: str) -> None:
-    if version != ANY_VERSION and version != node.version:
+    if version not in (ANY_VERSION, node.version):
         raise errors.BadVersionError(
             f"{operation} {path!r}: version changed since it was read "
             f"(expected {version}, it is {node.version})"
@@ -266,4 +266,5 @@ def _copy(node: _Node) -> _Node:
         node.modified_ms,
         node.ephemeral_owner,
         set(node.children),
+        node.creates,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,6 +33,7 @@ from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
 from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
 from ledger.recovery_events import FailRecovery
 from ledger.signals import BookieFailure, RecordHealth
+from verify.sim.bookie import SimBookie, StoredEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,38 +43,63 @@ class Stored:
     payload_len: int
 
 
-@dataclass
+LEDGER_ID = 1  # the one ledger of the model
+
+
 class Bookie:
-    name: str
-    entries: dict[int, Stored] = field(default_factory=dict)
-    fenced: bool = False
-    crashed: bool = False
-    refuses: bool = False  # when crashed: refuse connections (else requests vanish)
-    read_only: bool = False
-    slow: bool = False  # its requests and replies are delivered 10x less often
-    corrupt: set[int] = field(default_factory=set)
+    """A bookie of the model: storage and answers are a `SimBookie`'s (the simulated bookie
+    the contract tests hold to a real one), with the model's faults on top: crashed (requests
+    vanish, or are refused), read-only, slow, and corrupt copies (a digest mismatch on read,
+    healed when the entry is added again)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.store = SimBookie(name)
+        self.crashed = False
+        self.refuses = False  # when crashed: refuse connections (else requests vanish)
+        self.slow = False  # its requests and replies are delivered 10x less often
+        self.corrupt: set[int] = set()
+
+    @property
+    def entries(self) -> dict[int, Stored]:
+        return {entry_id: held.body for entry_id, held in self.store.held(LEDGER_ID).items()}
+
+    @property
+    def fenced(self) -> bool:
+        return self.store.is_fenced(LEDGER_ID)
+
+    @fenced.setter
+    def fenced(self, value: bool) -> None:
+        assert value, "a fence is never lifted"
+        self.store.read_last(LEDGER_ID, fence=True)
+
+    @property
+    def read_only(self) -> bool:
+        return self.store.read_only
+
+    @read_only.setter
+    def read_only(self, value: bool) -> None:
+        self.store.read_only = value
 
     def add(self, entry_id: int, stored: Stored, recovery: bool) -> BookieFailure | None:
-        if self.read_only:
-            return BookieFailure.READ_ONLY
-        if self.fenced and not recovery:
-            return BookieFailure.FENCED
-        self.entries[entry_id] = stored
-        self.corrupt.discard(entry_id)
-        return None
+        entry = StoredEntry(stored.lac, stored.length, stored)
+        failure = self.store.add(LEDGER_ID, entry_id, entry, recovery=recovery)
+        if failure is None:
+            self.corrupt.discard(entry_id)
+        return failure
 
     def read(self, entry_id: int, fence: bool) -> Stored | BookieFailure:
-        self.fenced = self.fenced or fence
-        if not self.entries:
-            return BookieFailure.NO_SUCH_LEDGER
-        if entry_id not in self.entries:
-            return BookieFailure.NO_SUCH_ENTRY
-        if entry_id in self.corrupt:
-            return BookieFailure.DIGEST_MISMATCH
-        return self.entries[entry_id]
+        found = self.store.read(LEDGER_ID, entry_id, fence=fence)
+        if isinstance(found, BookieFailure):
+            return found
+        return BookieFailure.DIGEST_MISMATCH if entry_id in self.corrupt else found.body
 
     def read_lac(self, fence: bool) -> Stored | BookieFailure:
-        return self.read(max(self.entries, default=0), fence)
+        found = self.store.read_last(LEDGER_ID, fence=fence)
+        if isinstance(found, BookieFailure):
+            return found
+        entry_id, held = found
+        return BookieFailure.DIGEST_MISMATCH if entry_id in self.corrupt else held.body
 
 
 @dataclass
