@@ -10,6 +10,7 @@ LAYER_BY_DIRECTORY = {
     "unit": "unit",
     "scenario": "scenario",
     "simulation": "simulation",
+    "contract": "contract",
     "integration": "integration",
     "e2e": "e2e",
     "spark": "spark",
