@@ -116,12 +116,6 @@ class Real:
         return entry.entry_id, (entry.lac, entry.length, bytes(entry.payload))
 
 
-@pytest.fixture(params=["sim", "real"])
-def real_cluster(request: pytest.FixtureRequest) -> Cluster | None:
-    """The session's real cluster for the `real` cases (started outside any event loop)."""
-    return request.getfixturevalue("cluster") if request.param == "real" else None
-
-
 @pytest.fixture
 async def bookie(real_cluster: Cluster | None) -> AsyncIterator[BookieUnderTest]:
     if real_cluster is None:

@@ -108,12 +108,6 @@ class Real:
         self.stores.remove(session)
 
 
-@pytest.fixture(params=["sim", "real"])
-def real_cluster(request: pytest.FixtureRequest) -> Cluster | None:
-    """The session's real cluster for the `real` cases (started outside any event loop)."""
-    return request.getfixturevalue("cluster") if request.param == "real" else None
-
-
 @pytest.fixture
 async def zookeeper(real_cluster: Cluster | None) -> AsyncIterator[ZooKeeperUnderTest]:
     if real_cluster is None:

@@ -156,33 +156,12 @@ def _audit(world: World, zk: SimZooKeeper, bookies: dict[str, SimBookie], histor
         (segments, _), _ = zk.get(segments_path(stream))
         for segment in segments:
             metadata: LedgerMetadata = zk.get(ledger_path(segment.ledger_id))[0]
+            short = _short_entries(world, bookies, metadata, segment.ledger_id)
             if metadata.state is not LedgerState.CLOSED:
-                history.add(
-                    "auditor",
-                    "ok",
-                    "audit",
-                    stream=stream,
-                    segment=segment.sequence,
-                    value=False,
-                    detail="ledger not closed",
-                )
-                continue
-            short = []
-            for entry_id in range(metadata.last_entry_id + 1):
-                ensemble = metadata.ensemble_for_entry(entry_id)
-                holders = [
-                    ensemble[i]
-                    for i in write_set_indices(entry_id, len(ensemble), metadata.write_quorum)
-                    if bookies[ensemble[i]].holds(segment.ledger_id, entry_id) is not None
-                ]
-                regions = {world.nodes[b].region for b in holders}
-                if len(holders) < metadata.ack_quorum or len(regions) < 2:
-                    short.append(
-                        f"entry {entry_id}: {len(holders)} copies in {len(regions)} regions"
-                    )
-            detail = (
-                "; ".join(short[:3])
-                or f"{metadata.last_entry_id + 1} entries, each on >= {metadata.ack_quorum} bookies in >= 2 regions"
+                short = ["ledger not closed"]
+            detail = "; ".join(short[:3]) or (
+                f"{metadata.last_entry_id + 1} entries, each on >= {metadata.ack_quorum} "
+                "bookies in >= 2 regions"
             )
             history.add(
                 "auditor",
@@ -193,6 +172,25 @@ def _audit(world: World, zk: SimZooKeeper, bookies: dict[str, SimBookie], histor
                 value=not short,
                 detail=detail,
             )
+
+
+def _short_entries(
+    world: World, bookies: dict[str, SimBookie], metadata: LedgerMetadata, ledger_id: int
+) -> list[str]:
+    """The entries (through the closed end) held by fewer than the ack quorum of their write
+    set, or all in one region."""
+    short = []
+    for entry_id in range(metadata.last_entry_id + 1):
+        ensemble = metadata.ensemble_for_entry(entry_id)
+        holders = [
+            ensemble[i]
+            for i in write_set_indices(entry_id, len(ensemble), metadata.write_quorum)
+            if bookies[ensemble[i]].holds(ledger_id, entry_id) is not None
+        ]
+        regions = {world.nodes[b].region for b in holders}
+        if len(holders) < metadata.ack_quorum or len(regions) < 2:
+            short.append(f"entry {entry_id}: {len(holders)} copies in {len(regions)} regions")
+    return short
 
 
 def _body(op: Op) -> dict[str, Any]:
