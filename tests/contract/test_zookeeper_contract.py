@@ -1,14 +1,20 @@
-"""One set of cases, two ZooKeepers: the simulated one (verify/sim/zookeeper.py) and the
-real ensemble of the local cluster through globelog's MetaStore. Each case runs under a
-fresh random root path. Sessions: the real cases close a MetaStore; the simulated ones close
-the session.
+"""One set of cases, two ZooKeepers: the simulated one (verify/sim/zookeeper.py, which the
+failover simulation keeps its metadata in) and the real ensemble of the local cluster
+through globelog's MetaStore. A case that passes against one and fails against the other is
+a fake that lies; the real answers are the truth.
+
+Each case works under a fresh random root path. A session is a MetaStore of its own on the
+real side and an opened session on the simulated one; ending it closes the MetaStore or the
+session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import pytest
@@ -19,21 +25,38 @@ from global_meta import MetaStore
 from global_meta.store import ANY_VERSION, NodeStat, Op
 from verify.sim.zookeeper import SimZooKeeper
 
-GUARD_S = 15.0
+GUARD_S = 15.0  # every await on a real server is bounded by this
+SESSION_TIMEOUT_S = 10.0
+SEQUENTIAL = re.compile(r"(?P<prefix>.*\D)(?P<suffix>\d{10})")
+
+Answer = str | NodeStat | bool  # one op's answer in a transaction
 
 
 class Session(Protocol):
+    """One client session: MetaStore's data operations."""
+
+    @property
+    def session_id(self) -> int | None: ...
+
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False,
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
         make_parents: bool = False,
-    ) -> str: ...  # fmt: skip
+    ) -> str: ...
+
     async def get(self, path: str) -> tuple[bytes, NodeStat]: ...
     async def exists(self, path: str) -> NodeStat | None: ...
     async def children(self, path: str) -> list[str]: ...
     async def set(self, path: str, data: bytes, *, version: int) -> NodeStat: ...
     async def delete(self, path: str, *, version: int) -> None: ...
-    async def commit(self, ops: list[Op]) -> list[Any]: ...
-    async def sync(self, path: str) -> None: ...
+    async def commit(self, ops: Sequence[Op]) -> list[Answer]: ...
+
+    async def sync(self, path: str) -> None:
+        """Reads after this see every write committed before it (a real server may lag)."""
 
 
 class ZooKeeperUnderTest(Protocol):
@@ -41,22 +64,35 @@ class ZooKeeperUnderTest(Protocol):
     async def end(self, session: Session) -> None: ...
 
 
+# -- the simulated ensemble --------------------------------------------------------------------
+
+
 class SimSession:
     def __init__(self, zk: SimZooKeeper) -> None:
         self.zk = zk
-        self.id = zk.open_session(10.0)
+        self.id = zk.open_session(SESSION_TIMEOUT_S)
+
+    @property
+    def session_id(self) -> int | None:
+        return self.id if self.zk.session_alive(self.id) else None
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False,
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
         make_parents: bool = False,
-    ) -> str:  # fmt: skip
-        session = self.id if ephemeral else None
+    ) -> str:
+        owner = self.id if ephemeral else None
         return self.zk.create(
-            path, data, session=session, sequential=sequential, make_parents=make_parents
+            path, data, session=owner, sequential=sequential, make_parents=make_parents
         )
 
     async def get(self, path: str) -> tuple[bytes, NodeStat]:
         data, stat = self.zk.get(path)
+        assert isinstance(data, bytes), data
         return data, stat
 
     async def exists(self, path: str) -> NodeStat | None:
@@ -71,11 +107,11 @@ class SimSession:
     async def delete(self, path: str, *, version: int) -> None:
         self.zk.delete(path, version=version)
 
-    async def commit(self, ops: list[Op]) -> list[Any]:
+    async def commit(self, ops: Sequence[Op]) -> list[Answer]:
         return self.zk.commit(ops, session=self.id)
 
     async def sync(self, path: str) -> None:
-        """Nothing to do: the simulated ensemble has one copy (reads never lag)."""
+        """Nothing to do: the simulated ensemble has one copy of the tree."""
 
 
 class Simulated:
@@ -90,22 +126,78 @@ class Simulated:
         self.zk.close_session(session.id)
 
 
+# -- the real ensemble ---------------------------------------------------------------------------
+
+
+class RealSession:
+    """A MetaStore of its own; every call bounded by GUARD_S."""
+
+    def __init__(self, store: MetaStore) -> None:
+        self.store = store
+
+    @property
+    def session_id(self) -> int | None:
+        return self.store.session_id
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.create(
+                path, data, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
+            )
+
+    async def get(self, path: str) -> tuple[bytes, NodeStat]:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.get(path)
+
+    async def exists(self, path: str) -> NodeStat | None:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.exists(path)
+
+    async def children(self, path: str) -> list[str]:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.children(path)
+
+    async def set(self, path: str, data: bytes, *, version: int) -> NodeStat:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.set(path, data, version=version)
+
+    async def delete(self, path: str, *, version: int) -> None:
+        async with asyncio.timeout(GUARD_S):
+            await self.store.delete(path, version=version)
+
+    async def commit(self, ops: Sequence[Op]) -> list[Answer]:
+        async with asyncio.timeout(GUARD_S):
+            return await self.store.commit(ops)
+
+    async def sync(self, path: str) -> None:
+        async with asyncio.timeout(GUARD_S):
+            await self.store.sync(path)
+
+
 class Real:
     def __init__(self, hosts: str) -> None:
         self.hosts = hosts
-        self.stores: list[MetaStore] = []
+        self.open: list[RealSession] = []
 
     async def session(self) -> Session:
         async with asyncio.timeout(GUARD_S):
-            store = await MetaStore.connect(self.hosts)
-        self.stores.append(store)
-        return store
+            store = await MetaStore.connect(self.hosts, session_timeout_s=SESSION_TIMEOUT_S)
+        self.open.append(RealSession(store))
+        return self.open[-1]
 
     async def end(self, session: Session) -> None:
-        assert isinstance(session, MetaStore)
+        assert isinstance(session, RealSession)
+        self.open.remove(session)
         async with asyncio.timeout(GUARD_S):
-            await session.close()
-        self.stores.remove(session)
+            await session.store.close()
 
 
 @pytest.fixture
@@ -117,105 +209,217 @@ async def zookeeper(real_cluster: Cluster | None) -> AsyncIterator[ZooKeeperUnde
     try:
         yield real
     finally:
-        for store in list(real.stores):
-            await real.end(store)
+        for session in list(real.open):
+            await real.end(session)
 
 
 @pytest.fixture
 def root() -> str:
-    return f"/contract-{random.randrange(1 << 40):x}"
+    return f"/contract-{random.randrange(1 << 48):012x}"
 
 
-async def raises(kind: type[Exception], step: Callable[[], Awaitable[Any]]) -> str:
+async def fails(kind: type[errors.MetadataError], step: Callable[[], Awaitable[Any]]) -> str:
+    """Runs `step`, which must raise exactly `kind` (not a subclass); its message."""
     with pytest.raises(kind) as caught:
-        async with asyncio.timeout(GUARD_S):
-            await step()
+        await step()
+    assert type(caught.value) is kind, f"{type(caught.value).__name__}: {caught.value}"
     return str(caught.value)
 
 
-async def test_create_get_set_and_versions(zookeeper: ZooKeeperUnderTest, root: str) -> None:
+def suffix(path: str) -> int:
+    matched = SEQUENTIAL.fullmatch(path)
+    assert matched is not None, f"{path!r} has no 10-digit sequence suffix"
+    return int(matched["suffix"])
+
+
+# -- the cases ----------------------------------------------------------------------------------
+
+
+async def test_a_created_node_reads_back_at_version_0(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
     zk = await zookeeper.session()
-    assert await zk.create(f"{root}/a", b"one", make_parents=True) == f"{root}/a"
-    data, stat = await zk.get(f"{root}/a")
-    assert (data, stat.version, stat.children) == (b"one", 0, 0)
-    assert (await zk.set(f"{root}/a", b"two", version=0)).version == 1
-    await raises(errors.BadVersionError, lambda: zk.set(f"{root}/a", b"x", version=0))
-    assert (await zk.set(f"{root}/a", b"three", version=ANY_VERSION)).version == 2
-    assert (await zk.get(f"{root}/a"))[0] == b"three"
+    assert await zk.create(root, b"seed") == root
+    data, stat = await zk.get(root)
+    assert data == b"seed"
+    assert (stat.version, stat.children_version, stat.children) == (0, 0, 0)
+    assert (stat.data_bytes, stat.ephemeral_owner) == (4, 0)
+    assert await zk.exists(root) == stat
 
 
-async def test_missing_and_existing_nodes(zookeeper: ZooKeeperUnderTest, root: str) -> None:
+async def test_creating_an_existing_node_fails_and_keeps_it(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
     zk = await zookeeper.session()
-    await raises(errors.NoNodeError, lambda: zk.create(f"{root}/no/parent"))
-    await zk.create(f"{root}/no/parent", make_parents=True)
-    await raises(errors.NodeExistsError, lambda: zk.create(f"{root}/no/parent"))
-    assert await zk.exists(f"{root}/missing") is None
-    await raises(errors.NoNodeError, lambda: zk.get(f"{root}/missing"))
-    await raises(errors.NoNodeError, lambda: zk.set(f"{root}/missing", b"", version=-1))
-    await raises(errors.NoNodeError, lambda: zk.delete(f"{root}/missing", version=-1))
+    await zk.create(root, b"first")
+    said = await fails(errors.NodeExistsError, lambda: zk.create(root, b"second"))
+    assert root in said
+    assert await zk.get(root) == (b"first", await zk.exists(root))
+    assert (await zk.get(root))[1].version == 0
 
 
-async def test_delete_checks_version_and_children(zookeeper: ZooKeeperUnderTest, root: str) -> None:
+async def test_a_create_needs_its_parent_unless_told_to_make_it(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
     zk = await zookeeper.session()
-    await zk.create(f"{root}/p/c", make_parents=True)
-    await raises(errors.NotEmptyError, lambda: zk.delete(f"{root}/p", version=-1))
-    await raises(errors.BadVersionError, lambda: zk.delete(f"{root}/p/c", version=3))
-    await zk.delete(f"{root}/p/c", version=0)
-    await zk.delete(f"{root}/p", version=-1)
-    assert await zk.exists(f"{root}/p") is None
+    said = await fails(errors.NoNodeError, lambda: zk.create(f"{root}/a/b", b"x"))
+    assert f"{root}/a/b" in said
+    assert await zk.exists(root) is None, "a failed create leaves nothing behind"
+    assert await zk.create(f"{root}/a/b", b"x", make_parents=True) == f"{root}/a/b"
+    assert await zk.children(root) == ["a"]
+    assert (await zk.get(f"{root}/a"))[0] == b"", "parents are made empty"
+    assert (await zk.get(f"{root}/a/b"))[0] == b"x"
+
+
+async def test_set_compares_the_version(zookeeper: ZooKeeperUnderTest, root: str) -> None:
+    zk = await zookeeper.session()
+    await zk.create(root, b"0")
+    assert (await zk.set(root, b"1", version=0)).version == 1
+    await fails(errors.BadVersionError, lambda: zk.set(root, b"stale", version=0))
+    await fails(errors.BadVersionError, lambda: zk.set(root, b"ahead", version=2))
+    assert (await zk.get(root))[0] == b"1", "a refused set changes nothing"
+    stat = await zk.set(root, b"any", version=ANY_VERSION)
+    assert (stat.version, stat.data_bytes) == (2, 3)
+    assert (await zk.set(root, b"any again", version=ANY_VERSION)).version == 3
+    assert await zk.get(root) == (b"any again", await zk.exists(root))
+    await fails(errors.NoNodeError, lambda: zk.set(f"{root}/missing", b"", version=ANY_VERSION))
+
+
+async def test_delete_compares_the_version_and_refuses_a_parent(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    await zk.create(f"{root}/child", make_parents=True)
+    await zk.set(f"{root}/child", b"v1", version=0)
+    await fails(errors.BadVersionError, lambda: zk.delete(f"{root}/child", version=0))
+    await fails(errors.NotEmptyError, lambda: zk.delete(root, version=0))
+    await fails(errors.NotEmptyError, lambda: zk.delete(root, version=ANY_VERSION))
+    # the version is compared first
+    await fails(errors.BadVersionError, lambda: zk.delete(root, version=5))
+    assert await zk.children(root) == ["child"], "refused deletes change nothing"
+    await zk.delete(f"{root}/child", version=1)
+    await zk.delete(root, version=0)
+    assert await zk.exists(root) is None
+    await fails(errors.NoNodeError, lambda: zk.delete(root, version=ANY_VERSION))
 
 
 async def test_children_are_sorted_names(zookeeper: ZooKeeperUnderTest, root: str) -> None:
     zk = await zookeeper.session()
     await zk.create(root)
-    for name in ("b", "a", "c"):
+    for name in ("b", "a10", "c", "a9"):
         await zk.create(f"{root}/{name}")
-    assert await zk.children(root) == ["a", "b", "c"]
-    assert (await zk.exists(root)).children == 3  # type: ignore[union-attr]
+    assert await zk.children(root) == ["a10", "a9", "b", "c"]
+    stat = await zk.exists(root)
+    assert stat is not None and stat.children == 4
+    assert await zk.children(f"{root}/b") == []
+    await fails(errors.NoNodeError, lambda: zk.children(f"{root}/missing"))
 
 
-async def test_sequential_names_follow_the_parents_children_version(
+async def test_sequential_suffixes_count_creates_and_children_version_counts_deletes(
     zookeeper: ZooKeeperUnderTest, root: str
 ) -> None:
+    """The suffix is the parent's count of child creates so far; the stat's
+    children_version counts creates and deletes. A refused create counts for neither."""
     zk = await zookeeper.session()
     await zk.create(root)
-    first = await zk.create(f"{root}/n-", sequential=True)
-    second = await zk.create(f"{root}/n-", sequential=True)
+    first = await zk.create(f"{root}/n-", b"", sequential=True)
+    second = await zk.create(f"{root}/n-", b"", sequential=True)
     assert (first, second) == (f"{root}/n-0000000000", f"{root}/n-0000000001")
-    await zk.create(f"{root}/plain")  # a create of any child counts
-    await zk.delete(f"{root}/plain", version=-1)  # a delete does not
-    assert await zk.create(f"{root}/n-", sequential=True) == f"{root}/n-0000000003"
+    await zk.create(f"{root}/plain")
+    await fails(errors.NodeExistsError, lambda: zk.create(f"{root}/plain"))
+    await zk.delete(f"{root}/plain", version=ANY_VERSION)
+    await zk.delete(second, version=ANY_VERSION)
+    stat = await zk.exists(root)
+    assert stat is not None and (stat.children_version, stat.children) == (5, 1)
+    third = await zk.create(f"{root}/n-", b"", sequential=True)
+    assert suffix(third) == 3, third
+    bare = await zk.create(f"{root}/", b"", sequential=True)  # a name of digits only
+    assert bare == f"{root}/0000000004"
+    stat = await zk.exists(root)
+    assert stat is not None and (stat.children_version, stat.children) == (7, 3)
+
+
+async def test_exists_of_a_missing_node_is_none(zookeeper: ZooKeeperUnderTest, root: str) -> None:
+    zk = await zookeeper.session()
+    assert await zk.exists(root) is None
+    assert await zk.exists(f"{root}/under/a/missing/parent") is None
+    await fails(errors.NoNodeError, lambda: zk.get(root))
 
 
 async def test_a_transaction_is_all_or_nothing(zookeeper: ZooKeeperUnderTest, root: str) -> None:
     zk = await zookeeper.session()
     await zk.create(f"{root}/a", b"0", make_parents=True)
+    await zk.create(f"{root}/old")
+    before = await zk.exists(root)
     ops = [
         Op("create", f"{root}/new", b"x"),
         Op("set", f"{root}/a", b"1", version=0),
+        Op("delete", f"{root}/old", version=0),
         Op("check", f"{root}/a", version=7),
     ]
-    said = await raises(errors.BadVersionError, lambda: zk.commit(ops))
-    assert "op 2" in said
-    assert await zk.exists(f"{root}/new") is None
-    assert await zk.get(f"{root}/a") == (b"0", (await zk.get(f"{root}/a"))[1])
+    said = await fails(errors.BadVersionError, lambda: zk.commit(ops))
+    assert "op 3 (check)" in said and f"{root}/a" in said
+    assert await zk.children(root) == ["a", "old"], "the create and delete were undone"
+    assert (await zk.get(f"{root}/a"))[0] == b"0", "the set was undone"
     assert (await zk.get(f"{root}/a"))[1].version == 0
-    results = await zk.commit([Op("check", f"{root}/a", version=0), *ops[:2]])
-    assert results[1] == f"{root}/new"
-    assert (await zk.get(f"{root}/a"))[1].version == 1
+    assert await zk.exists(root) == before, "a rolled-back create counts for nothing"
+    answers = await zk.commit([Op("check", f"{root}/a", version=0), *ops[:3]])
+    assert answers[0] is True and answers[1] == f"{root}/new" and answers[3] is True
+    set_stat = answers[2]
+    assert isinstance(set_stat, NodeStat) and set_stat.version == 1
+    assert await zk.children(root) == ["a", "new"]
+    assert await zk.get(f"{root}/a") == (b"1", set_stat)
 
 
-async def test_ephemeral_nodes_go_with_their_session(
+async def test_a_failed_transaction_names_its_first_failing_op(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    await zk.create(f"{root}/full/child", make_parents=True)
+    cases: list[tuple[type[errors.MetadataError], Op, str]] = [
+        (errors.NodeExistsError, Op("create", f"{root}/full"), "op 1 (create)"),
+        (errors.NoNodeError, Op("create", f"{root}/none/x"), "op 1 (create)"),
+        (errors.NotEmptyError, Op("delete", f"{root}/full"), "op 1 (delete)"),
+        (errors.NoNodeError, Op("set", f"{root}/none", b""), "op 1 (set)"),
+        (errors.NoNodeError, Op("check", f"{root}/none"), "op 1 (check)"),
+    ]
+    for kind, op, where in cases:
+        ops = [Op("create", f"{root}/made"), op, Op("check", f"{root}/full", version=9)]
+        said = await fails(kind, partial(zk.commit, ops))
+        assert where in said, (where, said)
+        assert await zk.exists(f"{root}/made") is None
+
+
+async def test_an_ephemeral_node_goes_with_its_session(
     zookeeper: ZooKeeperUnderTest, root: str
 ) -> None:
     owner, watcher = await zookeeper.session(), await zookeeper.session()
     await watcher.create(root)
     lock = await owner.create(f"{root}/lock-", b"me", ephemeral=True, sequential=True)
+    assert suffix(lock) == 0
     await watcher.sync(root)  # another session's server may lag the leader until it syncs
     stat = await watcher.exists(lock)
-    assert stat is not None and stat.ephemeral_owner != 0
-    await raises(errors.MetadataError, lambda: owner.create(f"{lock}/child"))
+    assert stat is not None and stat.ephemeral_owner == owner.session_id != 0
+    assert (await watcher.get(lock))[0] == b"me"
     await zookeeper.end(owner)
     await watcher.sync(root)
     assert await watcher.exists(lock) is None
     assert await watcher.children(root) == []
+    stat = await watcher.exists(root)
+    assert stat is not None and stat.children_version == 2, "the session's end is a delete"
+
+
+async def test_an_ephemeral_node_cannot_have_children(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    await zk.create(root)
+    lock = await zk.create(f"{root}/lock", ephemeral=True)
+    said = await fails(errors.MetadataError, lambda: zk.create(f"{lock}/child"))
+    assert f"{lock}/child" in said
+    await fails(errors.MetadataError, lambda: zk.create(f"{lock}/a/b", make_parents=True))
+    ops = [Op("create", f"{root}/eph", ephemeral=True), Op("create", f"{root}/eph/child")]
+    said = await fails(errors.MetadataError, lambda: zk.commit(ops))
+    assert "op 1 (create)" in said
+    assert await zk.children(root) == ["lock"]
+    assert await zk.children(lock) == []

@@ -5,7 +5,25 @@ its header carries) unless the ledger is fenced and the add is not a recovery ad
 with the fence flag fences the ledger first; a read of the last entry answers with the
 highest entry held. Entries survive a restart (the journal is synced before an add is
 answered). tests/contract/test_bookie_contract.py runs the same cases against this and a
-real bookie.
+real bookie (BookKeeper 4.17 with its default SortedLedgerStorage), which settled these
+details:
+
+- A fencing read of a ledger the bookie never held answers NO_SUCH_ENTRY, not
+  NO_SUCH_LEDGER: the fence creates the ledger there, fenced and empty, so later reads say
+  NO_SUCH_ENTRY too and a zombie writer's first add is refused FENCED.
+- A recovery add neither needs nor sets a fence; it is stored on any ledger.
+- An entry added again is acknowledged and the first copy stays, whatever the second one
+  carries (seen for a plain and for a recovery re-add): the bookie reads its entry log
+  before its memtable, and its memtable keeps the first copy of a key. Only once the memtable
+  holding the second copy is flushed (64 MB of adds, or a checkpoint) may a real bookie
+  answer with the newer one. globelog's resends and recovery re-adds carry the same payload
+  and length (only the header's LAC may differ), so either copy serves a reader.
+
+`read_only` stands for a bookie out of disk space: it refuses every add and still serves
+reads. A real 4.17 bookie that is read-only but keeps room for high-priority writes (put
+read-only by an operator, or just past its usage threshold) still accepts recovery adds,
+which are sent at high priority. The contract does not cover read-only bookies: it cannot
+turn the shared real one read-only.
 """
 
 from __future__ import annotations
@@ -39,8 +57,7 @@ class SimBookie:
         self, ledger_id: int, entry_id: int, entry: StoredEntry, *, recovery: bool = False
     ) -> BookieFailure | None:
         """Stores the entry; None, or why it was refused. An entry added again is accepted
-        and the first copy stays (as a real bookie answered in the contract tests; a resend
-        carries the same bytes anyway)."""
+        and the first copy stays (as a real bookie answers)."""
         if self.read_only:
             return BookieFailure.READ_ONLY
         ledger = self._ledgers.setdefault(ledger_id, _Ledger())
@@ -53,7 +70,7 @@ class SimBookie:
         self, ledger_id: int, entry_id: int, *, fence: bool = False
     ) -> StoredEntry | BookieFailure:
         """One entry. `fence` fences the ledger first (a bookie that never saw the ledger
-        then holds it, fenced and empty)."""
+        then holds it, fenced and empty, and answers NO_SUCH_ENTRY)."""
         ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
         if ledger is None:
             return BookieFailure.NO_SUCH_LEDGER
@@ -63,7 +80,8 @@ class SimBookie:
     def read_last(
         self, ledger_id: int, *, fence: bool = False
     ) -> tuple[int, StoredEntry] | BookieFailure:
-        """The highest entry held, with its id (what recovery's fencing LAC read asks for)."""
+        """The highest entry held, with its id (what recovery's fencing LAC read asks for);
+        NO_SUCH_ENTRY for a ledger held without entries (fenced before any add)."""
         ledger = self._fence(ledger_id) if fence else self._ledgers.get(ledger_id)
         if ledger is None:
             return BookieFailure.NO_SUCH_LEDGER

@@ -6,7 +6,15 @@ each call as a message and applies it at one instant, as ZooKeeper's leader does
 are explicit: a client opens one, keeps it alive by being heard from, and the ensemble
 expires it (deleting its ephemeral nodes) once it has been silent for its timeout.
 tests/contract/test_zookeeper_contract.py runs the same cases against this and a real
-ensemble.
+ensemble (ZooKeeper 3.8 through MetaStore), which settled these details:
+
+- A sequential name's suffix counts the parent's child creates, while its stat's
+  children_version counts creates and deletes (ZooKeeper keeps the create count and reports
+  2 * creates - children). A refused create and a rolled-back transaction count for neither.
+- A transaction answers each op as ZooKeeper's multi does: the path for a create, the new
+  stat for a set, True for a delete and for a check.
+- A child of an ephemeral node is refused with a plain MetadataError (MetaStore has no
+  narrower class for ZooKeeper's NoChildrenForEphemerals).
 
 Data may be any value, not only bytes: the simulation stores its metadata as frozen objects
 and skips the serialisation the real stores do.
@@ -26,7 +34,7 @@ from global_meta.store import ANY_VERSION, NodeStat, Op
 class _Node:
     data: Any
     version: int = 0
-    children_version: int = 0
+    children_version: int = 0  # child creates and deletes, as ZooKeeper's stat reports it
     created_ms: int = 0
     modified_ms: int = 0
     ephemeral_owner: int = 0
@@ -169,13 +177,16 @@ class SimZooKeeper:
             raise errors.NotEmptyError(f"delete {path!r}: node has children")
         self._remove(path)
 
-    def commit(self, ops: Sequence[Op], *, session: int | None = None) -> list[str | NodeStat]:
+    def commit(
+        self, ops: Sequence[Op], *, session: int | None = None
+    ) -> list[str | NodeStat | bool]:
         """Runs `ops` atomically: all of them or none (the first failure is raised, naming
-        its op index, as MetaStore.commit does)."""
+        its op index, as MetaStore.commit does). Answers per op: a create's path, a set's
+        new stat, True for a delete or a check."""
         assert ops, "an empty transaction is a programming error"
         saved = {p: _copy(n) for p, n in self._nodes.items()}
         saved_ephemerals = {sid: set(s.ephemerals) for sid, s in self._sessions.items()}
-        results: list[str | NodeStat] = []
+        results: list[str | NodeStat | bool] = []
         try:
             for index, op in enumerate(ops):
                 try:
@@ -190,7 +201,7 @@ class SimZooKeeper:
             raise
         return results
 
-    def _apply(self, op: Op, session: int | None) -> str | NodeStat:
+    def _apply(self, op: Op, session: int | None) -> str | NodeStat | bool:
         if op.kind == "create":
             owner = session if op.ephemeral else None
             assert not op.ephemeral or session is not None, "an ephemeral create needs a session"
@@ -199,11 +210,11 @@ class SimZooKeeper:
             return self.set(op.path, op.data, version=op.version)
         if op.kind == "delete":
             self.delete(op.path, version=op.version)
-            return op.path
+            return True
         assert op.kind == "check", op.kind
         node = self._node(op.path, "check")
         _check_version(node, op.version, "check", op.path)
-        return node.stat()
+        return True
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -49,8 +49,11 @@ LEDGER_ID = 1  # the one ledger of the model
 class Bookie:
     """A bookie of the model: storage and answers are a `SimBookie`'s (the simulated bookie
     the contract tests hold to a real one), with the model's faults on top: crashed (requests
-    vanish, or are refused), read-only, slow, and corrupt copies (a digest mismatch on read,
-    healed when the entry is added again)."""
+    vanish, or are refused), slow, and corrupt copies (a digest mismatch on read). Read-only
+    is the SimBookie's own flag (it refuses every add, recovery adds included).
+
+    A corrupt copy stays corrupt when the entry is added again: the SimBookie keeps the
+    first copy, as a real bookie does (it reads its entry log before its memtable)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -71,7 +74,7 @@ class Bookie:
     @fenced.setter
     def fenced(self, value: bool) -> None:
         assert value, "a fence is never lifted"
-        self.store.read_last(LEDGER_ID, fence=True)
+        self.store.read_last(LEDGER_ID, fence=True)  # as recovery's fencing read does
 
     @property
     def read_only(self) -> bool:
@@ -83,10 +86,7 @@ class Bookie:
 
     def add(self, entry_id: int, stored: Stored, recovery: bool) -> BookieFailure | None:
         entry = StoredEntry(stored.lac, stored.length, stored)
-        failure = self.store.add(LEDGER_ID, entry_id, entry, recovery=recovery)
-        if failure is None:
-            self.corrupt.discard(entry_id)
-        return failure
+        return self.store.add(LEDGER_ID, entry_id, entry, recovery=recovery)
 
     def read(self, entry_id: int, fence: bool) -> Stored | BookieFailure:
         found = self.store.read(LEDGER_ID, entry_id, fence=fence)
