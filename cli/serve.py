@@ -15,12 +15,14 @@ from pathlib import Path
 
 from cli import event_loop
 from core.errors import ConfigError
+from core.routes import publish_topology
 from core.topology import Proxy, Topology
 from core.topology_loader import load_topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
 from region import logs
+from region.isolation import cut_off_check
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
@@ -106,6 +108,8 @@ async def serve_proxy(
         ) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
+        # give the session up only when cut off from most regions, not during an election
+        store.isolation_check = cut_off_check(publish_topology(topology), proxy.region)
         server: WriteProxy | ReadProxy = (
             WriteProxy(
                 # an unreachable owner's lock goes with its session (the same timeout as ours)

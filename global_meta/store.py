@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones ar
 # 1.5 s proxy sessions and its 1.3-2.3 s elections, one timeout made every proxy of the
 # surviving regions give its streams up at each election.
 GIVE_UP_AFTER_SESSIONS = 2
+ISOLATION_CHECK_TIMEOUT_S = 3.0
 
 
 class SessionState(enum.Enum):
@@ -96,6 +97,11 @@ class MetaStore:
         self._abandon_timer: asyncio.TimerHandle | None = None
         self._replacing: asyncio.Task[None] | None = None
         self._without_session = False  # the session was given up; no new one connected yet
+        # Asked before giving a session up: True when this process is cut off from most of
+        # the cluster (an isolation), False when only ZooKeeper is away (an election, which
+        # the session survives). None: give up on time alone.
+        self.isolation_check: Callable[[], Awaitable[bool]] | None = None
+        self._checking: asyncio.Task[None] | None = None
         self._closing = False
         client.add_listener(self._on_state)
 
@@ -128,6 +134,8 @@ class MetaStore:
         self._closing = True
         if self._abandon_timer is not None:
             self._abandon_timer.cancel()
+        if self._checking is not None:
+            self._checking.cancel()
         if self._replacing is not None:
             await asyncio.wait({self._replacing}, timeout=self._op_timeout_s)
         await asyncio.to_thread(self._client.stop)
@@ -337,15 +345,43 @@ class MetaStore:
             self._abandon_timer = None
 
     def _give_up_session(self) -> None:
-        """No server for two session timeouts: the ensemble has expired the session (unless
-        an election ran that long), but kazoo learns that only from a server, which a client
-        whose region's ZooKeeper node lost the quorum does not reach until the cut heals. Until then a write proxy would keep believing it owns its streams and its
-        clients would keep waiting on it. So the session is given up here: subscribers see
-        EXPIRED (owners let their streams go), operations fail at once, and a new session is
-        started, which connects when a server serves again."""
         self._abandon_timer = None
         if self._closing or self._client.state != KazooState.SUSPENDED:
             return
+        if self.isolation_check is None:
+            self._abandon_session()
+        elif self._checking is None or self._checking.done():
+            self._checking = self._loop.create_task(self._check_then_give_up(self.isolation_check))
+
+    async def _check_then_give_up(self, check: Callable[[], Awaitable[bool]]) -> None:
+        try:
+            async with asyncio.timeout(ISOLATION_CHECK_TIMEOUT_S):
+                cut_off = await check()
+        except Exception:
+            log.warning("the isolation check failed; taking this process as cut off", exc_info=True)
+            cut_off = True
+        if self._closing or self._client.state != KazooState.SUSPENDED:
+            return  # a server came back meanwhile
+        if cut_off:
+            self._abandon_session()
+            return
+        log.warning(
+            "no ZooKeeper server for %.1f s, but most regions answer: an election, not a "
+            "cut; keeping the session",
+            GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,
+        )
+        self._abandon_timer = self._loop.call_later(self._session_timeout_s, self._give_up_session)
+
+    def _abandon_session(self) -> None:
+        """No server for two session timeouts: the ensemble has expired the session (unless
+        an election ran that long), but kazoo learns that only from a server, which a client
+        whose region's ZooKeeper node lost the quorum does not reach until the cut heals.
+        Until then a write proxy would keep believing it owns its streams and its clients
+        would keep waiting on it. So the session is given up here: subscribers see
+        EXPIRED (owners let their streams go), operations fail at once, and a new session is
+        started, which connects when a server serves again. With an `isolation_check`, that
+        happens only once the check says this process is cut off from most of the cluster; a
+        process that still reaches most regions waits on (its server is electing)."""
         log.warning(
             "no ZooKeeper server for %.1f s, %d session timeouts: giving the session up",
             GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,

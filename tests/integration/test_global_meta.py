@@ -122,3 +122,102 @@ async def test_unreachable_ensemble_is_a_clear_retriable_error() -> None:
     with pytest.raises(errors.MetadataUnavailableError, match="no session within") as caught:
         await MetaStore.connect("127.0.0.1:1", connect_timeout_s=1.0)
     assert caught.value.retriable
+
+
+class Cuttable:
+    """A TCP relay to a ZooKeeper server that can play a server out of service: `cut()`
+    drops every connection and then accepts and at once closes new ones (as a server
+    electing a leader, or cut from the quorum, does to its clients)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.host, port = upstream.rsplit(":", 1)
+        self.port = int(port)
+        self.is_cut = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self.cut()
+        self._server.close()
+        await self._server.wait_closed()
+
+    def cut(self) -> None:
+        self.is_cut = True
+        for writer in list(self._writers):
+            writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.is_cut:
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+
+@pytest.mark.parametrize("cut_off", [True, False], ids=["isolated", "electing"])
+async def test_a_session_is_given_up_only_when_the_isolation_check_says_cut_off(
+    cluster: Cluster, cut_off: bool
+) -> None:
+    """With no server for two session timeouts, a store gives its session up (EXPIRED while
+    the cut lasts) only if its isolation check says this process is cut off from most of the
+    cluster; otherwise (an election) it keeps waiting for a server. Either way, once a
+    server answers again the store ends up with a working session."""
+    session_timeout_s = 1.0
+    node = cluster.topology.zk_nodes_for("us-east")[0].client.address
+    relay = Cuttable(node)
+    checks: list[float] = []
+
+    async def isolation_check() -> bool:
+        checks.append(asyncio.get_running_loop().time())
+        return cut_off
+
+    async with relay as address:
+        store = await MetaStore.connect(address, session_timeout_s=session_timeout_s)
+        try:
+            store.isolation_check = isolation_check
+            events = store.session_events()
+            relay.cut()
+            seen: list[SessionState] = []
+
+            async def watch() -> None:
+                while True:
+                    seen.append((await anext(events)).state)
+
+            watcher = asyncio.get_running_loop().create_task(watch())
+            await asyncio.sleep(2 * session_timeout_s + 2.5)  # the grace, a check, a re-check
+            assert checks, "the store never asked whether it is cut off"
+            if cut_off:
+                assert SessionState.EXPIRED in seen, seen
+                assert len(checks) == 1
+            else:
+                assert SessionState.EXPIRED not in seen, seen
+                assert len(checks) >= 2, "an election keeps the store asking, one timeout apart"
+            relay.is_cut = False
+            async with asyncio.timeout(30):
+                while True:  # a working session again (the old one, or a new one)
+                    try:
+                        await store.get("/")
+                        break
+                    except errors.MetadataError:
+                        await asyncio.sleep(0.2)
+            watcher.cancel()
+        finally:
+            await store.close()

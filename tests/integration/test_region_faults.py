@@ -14,10 +14,12 @@ from cli.cluster.probes import zookeeper_mode
 from cli.ledger_commands import audit_ledgers
 from cli.tools import Tools
 from core.errors import GlobelogError, MetadataUnavailableError
+from core.routes import publish_topology
 from global_meta import MetaStore
 from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
 from region.client import Acked, ProxyClient
+from region.isolation import cut_off_check
 from tests.support.streams import fresh_namespace, stream_env
 
 ZK_SETTLE_TIMEOUT_S = 30.0
@@ -265,3 +267,21 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
                 await wait_for_zk(cluster, region, serving=True)
     finally:
         await wan.configure_wan(cluster.topology, cluster.profile)
+
+
+async def test_the_isolation_check_tells_the_isolated_region_from_the_others(
+    cluster: Cluster,
+) -> None:
+    """What a proxy asks before giving its ZooKeeper session up: a region cut from the
+    others reaches no bookie of theirs (cut off); the others still reach each other (an
+    election is all their ZooKeeper servers are going through)."""
+    published = publish_topology(cluster.topology)
+    east, west = cut_off_check(published, "us-east"), cut_off_check(published, "us-west")
+    assert not await east() and not await west()
+    await regions.isolate(cluster, "us-east")
+    try:
+        assert await east()
+        assert not await west()
+    finally:
+        await wan.heal(cluster.topology)
+    assert not await east()
