@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from core.errors import GlobelogError
 from ledger.backoff import BackoffPolicy, ReconnectState
-from ledger.connection import REQUEST_TIMEOUT_S, BookieConnection, Clock, ConnectionConfig
+from ledger.connection import (
+    REQUEST_TIMEOUT_S,
+    V3_WIRE,
+    BookieConnection,
+    Clock,
+    ConnectionConfig,
+    Wire,
+)
 from ledger.connection_errors import BookieUnavailableError, ClientClosedError, PoolFullError
 
 BOOKIES_MAX = 4096  # distinct bookies one pool connects to; clusters have tens to hundreds
@@ -41,7 +48,8 @@ class BookieClientConfig:
 
 
 class BookiePool:
-    """Owns every connection and dial of one client; `close()` ends them all."""
+    """Owns every connection and dial of one client in one protocol (`wire`); `close()` ends
+    them all."""
 
     def __init__(
         self,
@@ -49,9 +57,11 @@ class BookiePool:
         config: BookieClientConfig | None = None,
         rng: random.Random | None = None,
         clock: Clock = time.monotonic,
+        wire: Wire = V3_WIRE,
     ) -> None:
         self.config = config if config is not None else BookieClientConfig()
         self._resolve = resolve
+        self._wire = wire
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock
         self._connections: dict[str, BookieConnection] = {}
@@ -136,7 +146,7 @@ class BookiePool:
         address = self._resolve(bookie_id)
         try:
             connection = await BookieConnection.open(
-                bookie_id, address, self.config.connection, self._on_closed
+                bookie_id, address, self.config.connection, self._on_closed, self._wire
             )
         except BookieUnavailableError as err:
             self._failed(bookie_id, err)

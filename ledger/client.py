@@ -19,7 +19,7 @@ from core.errors import GlobelogError, MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
-from ledger.bookie_client import BookieClient
+from ledger.bookie_client import BookieClient, ClientOperation
 from ledger.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
 from ledger.handle_errors import LedgerUnauthorizedError
 from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
@@ -83,8 +83,9 @@ class LedgerClient:
         holder: list[LedgerClient] = []
 
         def observe(bookie: str, operation: str, seconds: float, healthy: bool) -> None:
-            # Only answers teach latency; failures reach placement through the machines.
-            if holder and healthy:
+            # Only answers teach latency; failures reach placement through the machines. A
+            # batched read's time grows with its entries: it says nothing of one read's.
+            if holder and healthy and operation != ClientOperation.BATCH_READ:
                 context = holder[0].context
                 context.placement.record_latency(bookie, seconds, context.clock())
 

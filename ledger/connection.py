@@ -13,11 +13,17 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from core.errors import ConfigError, GlobelogError
+from ledger.batch_codec import (
+    BatchReadDecoder,
+    BatchReadRequest,
+    BatchReadResponse,
+    encode_batch_read,
+)
 from ledger.connection_errors import (
     BookieProtocolError,
     BookieTimeoutError,
@@ -39,8 +45,48 @@ INFLIGHT_MAX = 1024
 
 logger = logging.getLogger(__name__)
 
-RequestFactory = Callable[[int], Request]  # txn id -> the request to send
+WireRequest = Request | BatchReadRequest
+WireResponse = Response | BatchReadResponse
+RequestFactory = Callable[[int], WireRequest]  # txn id -> the request to send
 Clock = Callable[[], float]
+
+
+class ResponseDecoder(Protocol):
+    """Bytes in, whole responses out (`ledger.frames.Deframer`)."""
+
+    @property
+    def buffered_bytes(self) -> int: ...
+
+    def feed(self, data: bytes) -> Sequence[WireResponse]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """The protocol of a connection: how its requests are framed and its responses parsed.
+
+    A bookie fixes a connection's protocol at its first frame, so each connection speaks one.
+    """
+
+    name: str
+    encode: Callable[[WireRequest, int], bytes]  # (request, frame bound) -> frame
+    decoder: Callable[[int], ResponseDecoder]  # frame bound -> a fresh decoder
+
+
+def _encode_v3(request: WireRequest, frame_bytes_max: int) -> bytes:
+    assert not isinstance(request, BatchReadRequest), "batched reads go on a v2 connection"
+    return encode_request(request, frame_bytes_max)
+
+
+def _encode_v2_batch(request: WireRequest, frame_bytes_max: int) -> bytes:
+    assert isinstance(request, BatchReadRequest), (
+        f"a v2 connection sends batched reads only: {request}"
+    )
+    return encode_batch_read(request, frame_bytes_max)
+
+
+# Every request but batched reads (protobuf), and batched reads (BookKeeper's v2 protocol).
+V3_WIRE = Wire("v3", _encode_v3, FrameDecoder)
+BATCH_READ_WIRE = Wire("v2 batch read", _encode_v2_batch, BatchReadDecoder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +129,7 @@ class BookieConnection(asyncio.Protocol):
         config: ConnectionConfig | None = None,
         on_closed: ClosedCallback | None = None,
         clock: Clock = time.monotonic,
+        wire: Wire = V3_WIRE,
     ) -> None:
         self.bookie_id = bookie_id
         self.address = address
@@ -91,10 +138,11 @@ class BookieConnection(asyncio.Protocol):
         self._on_closed = on_closed
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._window: InflightWindow[asyncio.Future[Response]] = InflightWindow(
+        self._window: InflightWindow[asyncio.Future[WireResponse]] = InflightWindow(
             self.config.inflight_max
         )
-        self._decoder = FrameDecoder(self.config.frame_bytes_max)
+        self._wire = wire
+        self._decoder = wire.decoder(self.config.frame_bytes_max)
         self._slots = Slots(self.config.inflight_max)
         self._waiting = 0  # callers waiting for a slot or for the socket to drain
         self._writable = asyncio.Event()
@@ -114,6 +162,7 @@ class BookieConnection(asyncio.Protocol):
         address: str,
         config: ConnectionConfig | None = None,
         on_closed: ClosedCallback | None = None,
+        wire: Wire = V3_WIRE,
     ) -> BookieConnection:
         """Connects to `address`; BookieUnavailableError if that fails within the timeout."""
         config = config if config is not None else ConnectionConfig()
@@ -123,7 +172,7 @@ class BookieConnection(asyncio.Protocol):
         try:
             async with asyncio.timeout(config.connect_timeout_s):
                 _, connection = await loop.create_connection(
-                    lambda: cls(bookie_id, address, config, on_closed), host, port
+                    lambda: cls(bookie_id, address, config, on_closed, wire=wire), host, port
                 )
         except TimeoutError as err:
             raise BookieUnavailableError(
@@ -149,7 +198,7 @@ class BookieConnection(asyncio.Protocol):
         """Responses dropped because no request with their txn id was in flight."""
         return self._window.unknown_responses
 
-    async def call(self, make: RequestFactory, timeout_s: float | None = None) -> Response:
+    async def call(self, make: RequestFactory, timeout_s: float | None = None) -> WireResponse:
         """Sends `make(txn_id)` and returns the bookie's response, whatever its status.
 
         `timeout_s` (default: the config's) covers the wait for a slot and the round trip.
@@ -161,7 +210,7 @@ class BookieConnection(asyncio.Protocol):
         await self._admit(deadline_s, timeout_s)
         return await self._start(make, deadline_s)
 
-    def try_send(self, make: RequestFactory) -> asyncio.Future[Response] | None:
+    def try_send(self, make: RequestFactory) -> asyncio.Future[WireResponse] | None:
         """Sends at once if a slot is free and the connection healthy; else None (use `call`).
 
         The hot path for pipelined adds: no task and no coroutine per request. The future
@@ -173,13 +222,13 @@ class BookieConnection(asyncio.Protocol):
             return None
         return self._start(make, self._clock() + self.config.request_timeout_s)
 
-    def _start(self, make: RequestFactory, deadline_s: float) -> asyncio.Future[Response]:
+    def _start(self, make: RequestFactory, deadline_s: float) -> asyncio.Future[WireResponse]:
         """Encodes and sends a request for which a slot is already taken."""
-        future: asyncio.Future[Response] = self._loop.create_future()
+        future: asyncio.Future[WireResponse] = self._loop.create_future()
         try:
             txn_id = self._window.reserve_txn_id()
             request = make(txn_id)
-            data = encode_request(request, self.config.frame_bytes_max)
+            data = self._wire.encode(request, self.config.frame_bytes_max)
         except BaseException:
             self._slots.give()
             raise
@@ -270,7 +319,7 @@ class BookieConnection(asyncio.Protocol):
         closed, so the requests behind fail now and the next attempt dials afresh.
         """
         now_s = self._clock()
-        stalled: Outstanding[asyncio.Future[Response]] | None = None
+        stalled: Outstanding[asyncio.Future[WireResponse]] | None = None
         for request in self._window.expire(now_s):
             self._slots.give()
             waited_s = now_s - request.sent_s
@@ -314,7 +363,7 @@ class BookieConnection(asyncio.Protocol):
                 return
             self._settle(response)
 
-    def _settle(self, response: Response) -> None:
+    def _settle(self, response: WireResponse) -> None:
         request = self._window.settle(response.txn_id)
         if request is None:
             # Most often the late answer to a request that timed out.
@@ -361,7 +410,7 @@ class BookieConnection(asyncio.Protocol):
         self._writable.set()
 
     def _fail(
-        self, error: GlobelogError, also: Outstanding[asyncio.Future[Response]] | None = None
+        self, error: GlobelogError, also: Outstanding[asyncio.Future[WireResponse]] | None = None
     ) -> None:
         """Closes the connection for good; fails `also` and every request in flight."""
         if self._failure is not None:
@@ -392,7 +441,7 @@ class BookieConnection(asyncio.Protocol):
             self._on_closed(self, None if closed_here else error)
 
 
-def _reject(request: Outstanding[asyncio.Future[Response]], error: GlobelogError) -> None:
+def _reject(request: Outstanding[asyncio.Future[WireResponse]], error: GlobelogError) -> None:
     if not request.ticket.done():  # a caller that was cancelled no longer waits
         request.ticket.set_exception(error)
 

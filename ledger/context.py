@@ -40,6 +40,7 @@ class LedgerConfig:
     explicit_lac_interval_s: float = 0.0  # 0: off; >0: send the LAC when no entry carries it
     recovery_timeout_s: float = 30.0  # a recovery that has not closed the ledger by then fails
     min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
+    batch_reads: bool = True  # ranges of entries with BookKeeper 4.17's batched reads
 
 
 @dataclass(slots=True)

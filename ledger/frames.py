@@ -54,7 +54,7 @@ def encode_response(response: Response, frame_bytes_max: int = FRAME_BYTES_MAX) 
     return frame(encode_response_message(response), frame_bytes_max)
 
 
-class _Deframer(Generic[M]):
+class Deframer(Generic[M]):
     """Splits a byte stream into frames and parses each; fails for good on the first bad frame."""
 
     def __init__(self, parse: Callable[[memoryview], M], what: str, frame_bytes_max: int) -> None:
@@ -122,14 +122,14 @@ class _Deframer(Generic[M]):
         return messages
 
 
-class FrameDecoder(_Deframer[Response]):
+class FrameDecoder(Deframer[Response]):
     """Bookie → client: bytes in, Responses out."""
 
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
         super().__init__(decode_response_message, "response stream", frame_bytes_max)
 
 
-class RequestFrameDecoder(_Deframer[Request]):
+class RequestFrameDecoder(Deframer[Request]):
     """Client → bookie: bytes in, Requests out (for fake bookies and tests)."""
 
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:

@@ -10,6 +10,7 @@ import asyncio
 from typing import Literal
 
 from core.errors import GlobelogError
+from ledger.batch_reads import can_batch, read_batched
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.context import LedgerContext
 from ledger.entry import EntryCodec
@@ -218,10 +219,25 @@ class LedgerReader:
         runner.feed(EntryRead(action.entry_id, action.bookie, len(entry.payload), entry.length))
 
     async def read_entries(self, first: int, last: int) -> list[bytes]:
-        """Payloads of entries first..last (inclusive), read concurrently, in order."""
+        """Payloads of entries first..last (inclusive), in order: with batched reads where one
+        bookie holds them all (`ledger.batch_reads`), else entry by entry, concurrently."""
         if last > self.lac:
             raise ReadBeyondLacError(
                 f"ledger {self.ledger_id}: entries {first}..{last} reach beyond the LAC {self.lac}"
+            )
+        if first < 0:
+            raise LedgerHandleError(f"ledger {self.ledger_id}: entry id {first} is negative")
+        if first > last:
+            return []
+        if last > first and can_batch(self.metadata) and self._context.config.batch_reads:
+            return await read_batched(
+                self._context,
+                self.ledger_id,
+                self.metadata,
+                self._codec,
+                first,
+                last,
+                self.read_entry,
             )
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
 

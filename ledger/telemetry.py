@@ -23,6 +23,8 @@ class LedgerMetrics:
     ensemble_changes: metrics.Counter
     read_latency: metrics.Histogram
     read_failures: metrics.Counter
+    batch_read_latency: metrics.Histogram
+    batch_read_entries: metrics.Counter
     recoveries: metrics.Counter
 
     @classmethod
@@ -49,6 +51,12 @@ class LedgerMetrics:
             read_latency=histogram("globelog.ledger.read.latency", "one entry read"),
             read_failures=m.create_counter(
                 "globelog.ledger.read.failures", description="entry reads failed, by error code"
+            ),
+            batch_read_latency=histogram(
+                "globelog.ledger.batch_read.latency", "one batched read (many entries, one bookie)"
+            ),
+            batch_read_entries=m.create_counter(
+                "globelog.ledger.batch_read.entries", description="entries read by batched reads"
             ),
             recoveries=m.create_counter(
                 "globelog.ledger.recoveries", description="ledger recoveries, by outcome"

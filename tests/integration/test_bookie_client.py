@@ -110,6 +110,58 @@ async def test_entries_read_back_byte_for_byte(cluster: Cluster) -> None:
         assert info.free_disk_space is not None and info.free_disk_space > 0
 
 
+async def test_a_batched_read_returns_consecutive_entries_as_stored(cluster: Cluster) -> None:
+    target = cluster.topology.bookies[1]
+    bookie, ledger = target.bookie_id, Ledger()
+    payloads = [random.randbytes(random.randrange(0, 3000)) for _ in range(40)]
+    async with local_client(cluster, target) as client:
+        packets = [ledger.packet(e, e - 1, p) for e, p in enumerate(payloads)]
+        for entry_id, packet in enumerate(packets):
+            await guarded(client.add_entry(bookie, ledger.ledger_id, entry_id, KEY, packet))
+        # on the same client's v3 connection too: the batch goes on a v2 connection of its own
+        read = await guarded(client.read_entry(bookie, ledger.ledger_id, 3))
+        assert read.body == packets[3]
+        whole = await guarded(client.batch_read(bookie, ledger.ledger_id, 0, 100))
+        assert list(whole) == packets  # stops at the last entry the bookie has
+        middle = await guarded(client.batch_read(bookie, ledger.ledger_id, 10, 5))
+        assert list(middle) == packets[10:15]
+        # the size bound counts the frame: header 36 bytes, then 4 + length per entry
+        fits_two = 36 + sum(4 + len(p) for p in packets[20:22])
+        bounded = await guarded(client.batch_read(bookie, ledger.ledger_id, 20, 10, fits_two))
+        assert list(bounded) == packets[20:22]
+        # the first entry always comes, even past the bound
+        one = await guarded(client.batch_read(bookie, ledger.ledger_id, 30, 10, 1))
+        assert list(one) == packets[30:31]
+        with pytest.raises(NoSuchEntryError, match=f"bookie {bookie}: batch read ledger"):
+            await guarded(client.batch_read(bookie, ledger.ledger_id, 40, 10))
+        with pytest.raises(NoSuchLedgerError):
+            await guarded(client.batch_read(bookie, ledger.ledger_id + 1, 0, 10))
+        # the v3 connection still serves after the batches
+        read = await guarded(client.read_entry(bookie, ledger.ledger_id, 39))
+        assert read.body == packets[39]
+
+
+async def test_many_batched_reads_in_flight_each_get_their_own_answer(cluster: Cluster) -> None:
+    target = cluster.topology.bookies[2]
+    bookie, ledger = target.bookie_id, Ledger()
+    async with local_client(cluster, target) as client:
+        packets = [ledger.packet(e, e - 1, f"entry {e}".encode() * 20) for e in range(200)]
+        await guarded(
+            asyncio.gather(
+                *(
+                    client.add_entry(bookie, ledger.ledger_id, e, KEY, p)
+                    for e, p in enumerate(packets)
+                )
+            )
+        )
+        starts = list(range(0, 200, 7))
+        batches = await guarded(
+            asyncio.gather(*(client.batch_read(bookie, ledger.ledger_id, s, 7) for s in starts))
+        )
+        for start, batch in zip(starts, batches, strict=True):
+            assert list(batch) == packets[start : start + 7]
+
+
 async def test_hundreds_of_pipelined_adds_all_ack(cluster: Cluster) -> None:
     target = cluster.topology.bookies[0]
     bookie, ledger = target.bookie_id, Ledger()
