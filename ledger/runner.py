@@ -72,9 +72,12 @@ class MachineRunner(Generic[A]):
         self._arm()
 
     def _arm(self) -> None:
+        # A timer that fires before the machine's wake-up stays: the early tick changes
+        # nothing and re-arms. Moving it on every answer (the oldest send's deadline moves
+        # with each ack) cost a cancel and a call_at per add.
         wakeup = self.machine.next_wakeup_s()
         if self._timer is not None:
-            if wakeup is not None and self._timer_at == wakeup:
+            if wakeup is not None and self._timer_at <= wakeup:
                 return
             self._timer.cancel()
             self._timer = None

@@ -71,6 +71,7 @@ class LedgerWriter:
             self._state, self._execute, self._task_crashed
         )
         self._payloads: dict[int, bytes] = {}
+        self._last_packet: tuple[tuple[int, int, int] | None, bytes] = (None, b"")
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._submitted_s: dict[int, float] = {}  # entry -> when appended (add latency)
         self._room = asyncio.Event()
@@ -210,7 +211,7 @@ class LedgerWriter:
         if payload is None:
             self._skipped(action)
             return
-        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+        body = self._packet(action)
 
         def done(error: GlobelogError | None) -> None:
             if error is None:
@@ -229,6 +230,16 @@ class LedgerWriter:
         )
         if not sent:
             self._runner.spawn(self._send(action))
+
+    def _packet(self, action: SendAdd) -> bytes:
+        """The entry packet of the send (digest included), encoded once for the write quorum:
+        the sends of one entry come together and carry the same LAC and length."""
+        key = (action.entry_id, action.lac, action.length)
+        if self._last_packet[0] != key:
+            payload = self._payloads[action.entry_id]
+            packet = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+            self._last_packet = (key, packet)
+        return self._last_packet[1]
 
     def _skipped(self, action: SendAdd) -> None:
         """The entry completed (or failed) before this send went out: tell the machine, after
