@@ -29,7 +29,7 @@ from ledger.batch_codec import BATCH_BYTES_MAX, BatchReadRequest, BatchReadRespo
 from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
 from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, ReadFlag, StatusCode
 from ledger.connection import BATCH_READ_WIRE, Clock, RequestFactory, WireResponse
-from ledger.connection_errors import BookieProtocolError, ClientClosedError
+from ledger.connection_errors import BookieProtocolError
 from ledger.errors import status_error
 from ledger.messages import (
     AddRequest,
@@ -180,26 +180,12 @@ class BookieClient:
         if connection is None:
             return False
         make = _add_request(ledger_id, entry_id, master_key, body, recovery)
-        future = connection.try_send(make)
-        if future is None:
-            return False
         operation = ClientOperation.RECOVERY_ADD if recovery else ClientOperation.ADD_ENTRY
-        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
         started_s = self._clock()
 
-        def finished(answer: asyncio.Future[WireResponse]) -> None:
-            error: GlobelogError | None = None
-            if answer.cancelled():
-                error = ClientClosedError(f"{connection.name}: add cancelled")
-            elif (failure := answer.exception()) is not None:
-                error = (
-                    failure
-                    if isinstance(failure, GlobelogError)
-                    else BookieProtocolError(f"{connection.name}: {failure!r}")
-                )
-            else:
+        def finished(response: WireResponse | None, error: GlobelogError | None) -> None:
+            if response is not None:
                 self._pool.answered(bookie_id)
-                response = answer.result()
                 what = f"add ledger {ledger_id} entry {entry_id}"
                 if not isinstance(response, AddResponse) or response.status is not StatusCode.EOK:
                     error = _verdict(response, f"{connection.name}: {what}")
@@ -209,7 +195,9 @@ class BookieClient:
             self._finish(bookie_id, operation, self._clock() - started_s, healthy)
             done(error)
 
-        future.add_done_callback(finished)
+        if not connection.try_send_calling(make, finished):
+            return False
+        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
         return True
 
     async def read_entry(

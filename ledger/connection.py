@@ -102,6 +102,11 @@ class ConnectionConfig:
         assert self.inflight_max > 0, self.inflight_max
 
 
+# How a request's answer reaches its sender: a future, or (the add hot path) a callback given
+# the response or the error, called as the answer is decoded: no future, no loop iteration.
+AnswerCallback = Callable[[WireResponse | None, GlobelogError | None], None]
+Ticket = asyncio.Future[WireResponse] | AnswerCallback
+
 # Called once when a connection closes: with the error for a failure, None for close().
 ClosedCallback = Callable[["BookieConnection", GlobelogError | None], None]
 
@@ -138,9 +143,7 @@ class BookieConnection(asyncio.Protocol):
         self._on_closed = on_closed
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._window: InflightWindow[asyncio.Future[WireResponse]] = InflightWindow(
-            self.config.inflight_max
-        )
+        self._window: InflightWindow[Ticket] = InflightWindow(self.config.inflight_max)
         self._wire = wire
         self._decoder = wire.decoder(self.config.frame_bytes_max)
         self._slots = Slots(self.config.inflight_max)
@@ -208,7 +211,9 @@ class BookieConnection(asyncio.Protocol):
         assert timeout_s > 0, timeout_s
         deadline_s = self._clock() + timeout_s
         await self._admit(deadline_s, timeout_s)
-        return await self._start(make, deadline_s)
+        future: asyncio.Future[WireResponse] = self._loop.create_future()
+        self._start(make, deadline_s, future)
+        return await future
 
     def try_send(self, make: RequestFactory) -> asyncio.Future[WireResponse] | None:
         """Sends at once if a slot is free and the connection healthy; else None (use `call`).
@@ -216,15 +221,29 @@ class BookieConnection(asyncio.Protocol):
         The hot path for pipelined adds: no task and no coroutine per request. The future
         fails as `call` would (timeout, connection lost, protocol error, closed).
         """
-        if self._failure is not None or self._transport is None or not self._writable.is_set():
+        if not self._may_send_now():
             return None
-        if not self._slots.try_take():
-            return None
-        return self._start(make, self._clock() + self.config.request_timeout_s)
-
-    def _start(self, make: RequestFactory, deadline_s: float) -> asyncio.Future[WireResponse]:
-        """Encodes and sends a request for which a slot is already taken."""
         future: asyncio.Future[WireResponse] = self._loop.create_future()
+        self._start(make, self._clock() + self.config.request_timeout_s, future)
+        return future
+
+    def try_send_calling(self, make: RequestFactory, answer: AnswerCallback) -> bool:
+        """`try_send` with a callback instead of a future: `answer(response, None)` as the
+        response is decoded, or `answer(None, error)` on the next loop iteration after a
+        failure; exactly once, never during this call. False: nothing sent."""
+        if not self._may_send_now():
+            return False
+        self._start(make, self._clock() + self.config.request_timeout_s, answer)
+        return True
+
+    def _may_send_now(self) -> bool:
+        """Whether the connection is healthy, its socket writable, and a slot taken now."""
+        if self._failure is not None or self._transport is None or not self._writable.is_set():
+            return False
+        return self._slots.try_take()
+
+    def _start(self, make: RequestFactory, deadline_s: float, ticket: Ticket) -> None:
+        """Encodes and sends a request for which a slot is already taken."""
         try:
             txn_id = self._window.reserve_txn_id()
             request = make(txn_id)
@@ -232,10 +251,9 @@ class BookieConnection(asyncio.Protocol):
         except BaseException:
             self._slots.give()
             raise
-        self._window.open(txn_id, request.operation, self._clock(), deadline_s, future)
+        self._window.open(txn_id, request.operation, self._clock(), deadline_s, ticket)
         self._send(data)
         self._arm_timer(deadline_s)
-        return future
 
     async def _admit(self, deadline_s: float, timeout_s: float) -> None:
         """Takes an in-flight slot, waiting (until the deadline) while the window is full or
@@ -319,7 +337,7 @@ class BookieConnection(asyncio.Protocol):
         closed, so the requests behind fail now and the next attempt dials afresh.
         """
         now_s = self._clock()
-        stalled: Outstanding[asyncio.Future[WireResponse]] | None = None
+        stalled: Outstanding[Ticket] | None = None
         for request in self._window.expire(now_s):
             self._slots.give()
             waited_s = now_s - request.sent_s
@@ -382,8 +400,12 @@ class BookieConnection(asyncio.Protocol):
                 also=request,
             )
             return
-        if not request.ticket.done():
-            request.ticket.set_result(response)
+        ticket = request.ticket
+        if isinstance(ticket, asyncio.Future):
+            if not ticket.done():
+                ticket.set_result(response)
+        else:
+            _call_back(self._loop, ticket, response, None)
 
     def eof_received(self) -> bool | None:
         return None  # close our side too: connection_lost fails what is in flight
@@ -409,9 +431,7 @@ class BookieConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writable.set()
 
-    def _fail(
-        self, error: GlobelogError, also: Outstanding[asyncio.Future[WireResponse]] | None = None
-    ) -> None:
+    def _fail(self, error: GlobelogError, also: Outstanding[Ticket] | None = None) -> None:
         """Closes the connection for good; fails `also` and every request in flight."""
         if self._failure is not None:
             return
@@ -441,9 +461,32 @@ class BookieConnection(asyncio.Protocol):
             self._on_closed(self, None if closed_here else error)
 
 
-def _reject(request: Outstanding[asyncio.Future[WireResponse]], error: GlobelogError) -> None:
-    if not request.ticket.done():  # a caller that was cancelled no longer waits
-        request.ticket.set_exception(error)
+def _reject(request: Outstanding[Ticket], error: GlobelogError) -> None:
+    ticket = request.ticket
+    if isinstance(ticket, asyncio.Future):
+        if not ticket.done():  # a caller that was cancelled no longer waits
+            ticket.set_exception(error)
+    else:
+        # Later, as a future's callbacks would run: after the connection has failed for good
+        # and its pool has heard, so that a retry meets the backoff, not this connection.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(_call_back, loop, ticket, None, error)
+
+
+def _call_back(
+    loop: asyncio.AbstractEventLoop,
+    answer: AnswerCallback,
+    response: WireResponse | None,
+    error: GlobelogError | None,
+) -> None:
+    # As a future's done callback would: a callback's bug is reported, and the connection
+    # and the other requests' answers go on.
+    try:
+        answer(response, error)
+    except Exception as bug:  # noqa: BLE001 - reported as the loop reports a callback's
+        loop.call_exception_handler(
+            {"message": "a bookie request's answer callback failed", "exception": bug}
+        )
 
 
 def _copy(error: GlobelogError) -> GlobelogError:

@@ -386,3 +386,62 @@ async def test_try_send_refuses_a_failed_connection_and_fails_like_call_on_eof()
     with pytest.raises(ConnectionLostError, match="closed by the bookie"):
         await pending
     assert h.connection.try_send(GetBookieInfoRequest) is None
+
+
+Answers = list[tuple[Response | None, GlobelogError | None]]
+
+
+async def test_an_answer_callback_gets_its_response_as_it_is_decoded() -> None:
+    h = make_harness(inflight_max=2)
+    answers: Answers = []
+    assert h.connection.try_send_calling(GetBookieInfoRequest, lambda *a: answers.append(a))
+    assert h.connection.try_send_calling(GetBookieInfoRequest, lambda *a: answers.append(a))
+    assert not h.connection.try_send_calling(GetBookieInfoRequest, lambda *a: answers.append(a))
+    assert answers == []  # never during the call
+    await settle()
+    sent = h.requests()
+    h.answer(info(sent[1].txn_id, free=7), info(sent[0].txn_id, free=3))
+    # no loop iteration needed: the callbacks ran inside data_received, in response order
+    assert [(r.free_disk_space, e) for r, e in answers] == [(7, None), (3, None)]  # type: ignore[union-attr]
+    assert h.connection.pending_requests == 0
+
+
+async def test_an_answer_callback_hears_a_failure_after_the_connection_has_failed() -> None:
+    h = make_harness()
+    answers: Answers = []
+    states: list[bool] = []
+
+    def answer(response: Response | None, error: GlobelogError | None) -> None:
+        answers.append((response, error))
+        states.append(h.connection.is_open)  # a retry from here must not use this connection
+
+    assert h.connection.try_send_calling(GetBookieInfoRequest, answer)
+    await settle()
+    h.connection.data_received(b"\x00\x00\x00\x01\xff")  # not a protobuf Response
+    assert answers == []  # not inside the failure: on the next loop iteration
+    assert h.closed_with and isinstance(h.closed_with[0], BookieProtocolError)
+    await settle()
+    [(response, error)] = answers
+    assert response is None and isinstance(error, BookieProtocolError)
+    assert states == [False]
+    assert not h.connection.try_send_calling(GetBookieInfoRequest, answer)
+
+
+async def test_a_failing_answer_callback_is_reported_and_the_others_are_answered() -> None:
+    h = make_harness()
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    answers: Answers = []
+
+    def broken(response: Response | None, error: GlobelogError | None) -> None:
+        raise RuntimeError("a bug in the caller")
+
+    assert h.connection.try_send_calling(GetBookieInfoRequest, broken)
+    assert h.connection.try_send_calling(GetBookieInfoRequest, lambda *a: answers.append(a))
+    await settle()
+    sent = h.requests()
+    h.answer(*(info(r.txn_id) for r in sent))
+    assert len(answers) == 1 and answers[0][1] is None
+    assert [type(c["exception"]) for c in reported] == [RuntimeError]
+    assert h.connection.is_open
