@@ -186,10 +186,11 @@ class BookieClient:
         def finished(response: WireResponse | None, error: GlobelogError | None) -> None:
             if response is not None:
                 self._pool.answered(bookie_id)
-                what = f"add ledger {ledger_id} entry {entry_id}"
                 if not isinstance(response, AddResponse) or response.status is not StatusCode.EOK:
-                    error = _verdict(response, f"{connection.name}: {what}")
-                elif (response.ledger_id, response.entry_id) != (ledger_id, entry_id):
+                    what = f"{connection.name}: add ledger {ledger_id} entry {entry_id}"
+                    error = _verdict(response, what)
+                elif response.entry_id != entry_id or response.ledger_id != ledger_id:
+                    what = f"add ledger {ledger_id} entry {entry_id}"
                     error = self._echo_error(bookie_id, what, response.ledger_id, response.entry_id)
             healthy = error is None or not error.retriable
             self._finish(bookie_id, operation, self._clock() - started_s, healthy)

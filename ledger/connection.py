@@ -309,7 +309,7 @@ class BookieConnection(asyncio.Protocol):
     def _flush(self) -> None:
         chunks, self._tx = self._tx, []
         if chunks and self._transport is not None and self._failure is None:
-            self._transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            self._transport.writelines(chunks)  # one writev of the frames, no joined copy
 
     # ----------------------------------------------------------------------- deadlines
 
