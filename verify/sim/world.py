@@ -105,7 +105,7 @@ class World:
     def reachable(self, a: str, b: str) -> bool:
         """Whether regions `a` and `b` can talk now."""
         # Most of a run has no cut: answer that without building a pair.
-        if not self.cut or a == b or a == ANYWHERE or b == ANYWHERE:
+        if not self.cut or a == b or ANYWHERE in (a, b):
             return True
         return frozenset((a, b)) not in self.cut
 
