@@ -106,7 +106,7 @@ async def run_java_bench(
     latency_file = work_dir / "java-latency.dat"
     log = work_dir / "java-bench.log"
     argv = java_bench_argv(tools, zk_connect, request, latency_file)
-    cpu_before = _children_cpu_s()
+    cpu_before = children_cpu_s()
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL
@@ -129,9 +129,9 @@ async def run_java_bench(
     if not latencies:
         raise ClusterError(f"BenchThroughputLatency: no acknowledged add in {latency_file}")
     figures = summarise_figures(latencies, output.duration_ms / 1000, request.entry_bytes)
-    return JavaRun(output, figures, request, log, _children_cpu_s() - cpu_before)
+    return JavaRun(output, figures, request, log, children_cpu_s() - cpu_before)
 
 
-def _children_cpu_s() -> float:
+def children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime

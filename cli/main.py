@@ -15,6 +15,7 @@ from cli import (
     bench_failover,
     bench_ledger_options,
     bench_proxy,
+    bench_reads,
     bench_spark,
     bench_stream_main,
     deploy,
@@ -63,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
         "proxy", help="write-proxy throughput, commit latency and delivery to every region"
     )
     bench_proxy.add_arguments(proxy_bench)
+    reads_bench = bench_sub.add_parser(
+        "reads", help="catch-up reads of a ledger, beside BookKeeper's Java read benchmark"
+    )
+    bench_reads.add_arguments(reads_bench)
     spark_bench = bench_sub.add_parser(
         "spark", help="the globelog data source's read throughput against a Parquet scan"
     )
@@ -247,6 +252,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_proxy.run(args)
     if args.action == "spark":
         return bench_spark.run(args)
+    if args.action == "reads":
+        return bench_reads.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")

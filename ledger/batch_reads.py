@@ -6,8 +6,14 @@ into batches that stay inside one ensemble and hold at most `BATCH_ENTRIES_MAX` 
 batches are in flight at once. Each batch asks the bookies in placement's read order; a bookie
 that fails, lacks the first entry or sends a corrupt one passes the batch to the next, and a
 short answer (the bookie's size bound, or a gap it lacks) is continued from where it stopped.
-When no bookie serves the next entry, that one entry takes the per-entry path (speculative
-reads, and its definite errors: missing, unavailable), and batching resumes after it.
+When no bookie serves the next entry, the rest of that batch takes the per-entry path
+(speculative reads, many in flight, and its definite errors: missing, unavailable), which is
+also what a bookie older than 4.17 (it closes a connection on a batched read) comes to.
+
+Bounds: a batched read waits at most the connect timeout and `read_timeout_s` per bookie it
+tries, at most the write set; then the per-entry path's own bounds apply. Only a corrupt copy
+counts against a bookie's health here: the other failures are the v2 connection's, and the
+per-entry path records what it finds of the bookies themselves.
 """
 
 from __future__ import annotations
@@ -19,14 +25,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from core.errors import GlobelogError
 from ledger.context import LedgerContext
 from ledger.entry import EntryCodec
-from ledger.errors import NoSuchEntryError, NoSuchLedgerError
 from ledger.metadata import LedgerMetadata
 
 BATCH_ENTRIES_MAX = 512  # entries asked for per batched read
-BATCH_BYTES_MAX = 2 * 1024 * 1024  # response bytes asked for per batched read
+# Response bytes asked for per batched read: a whole frame must arrive within the read
+# timeout, or the connection counts as stalled (1 MiB takes 0.1 s at 10 MB/s).
+BATCH_BYTES_MAX = 1024 * 1024
 BATCHES_IN_FLIGHT_MAX = 4  # batched reads in flight per range
 
-ReadOne = Callable[[int], Awaitable[bytes]]  # entry id -> payload, the per-entry path
+# (first, last) -> payloads of entries first..last: the per-entry path, many in flight
+ReadSingly = Callable[[int, int], Awaitable[list[bytes]]]
 
 
 def can_batch(metadata: LedgerMetadata) -> bool:
@@ -58,9 +66,9 @@ async def read_batched(
     codec: EntryCodec,
     first: int,
     last: int,
-    read_one: ReadOne,
+    read_singly: ReadSingly,
 ) -> list[bytes]:
-    """Payloads of entries first..last in order; the errors of `read_one` where it is used."""
+    """Payloads of entries first..last in order; the errors of `read_singly` where it is used."""
     firsts = [ensemble.first_entry_id for ensemble in metadata.ensembles]
     payloads: list[bytes] = [b""] * (last - first + 1)
     slots = asyncio.Semaphore(BATCHES_IN_FLIGHT_MAX)
@@ -70,17 +78,22 @@ async def read_batched(
             while low <= high:
                 got = await _from_any_bookie(context, ledger_id, metadata, codec, low, high)
                 if not got:
-                    got = [await read_one(low)]
+                    got = await read_singly(low, high)
                 payloads[low - first : low - first + len(got)] = got
                 low += len(got)
 
+    batches = [
+        asyncio.ensure_future(one_batch(lo, hi)) for lo, hi in plan_batches(firsts, first, last)
+    ]
     try:
-        async with asyncio.TaskGroup() as group:
-            for low, high in plan_batches(firsts, first, last):
-                group.create_task(one_batch(low, high))
-    except BaseExceptionGroup as failed:
-        # The first batch's error, as the per-entry path would raise it; the others stopped.
-        raise failed.exceptions[0] from None
+        await asyncio.gather(*batches)
+    except BaseException:
+        # The first batch's error (as the per-entry path raises it), once the others have
+        # stopped; a cancellation of our caller meanwhile wins over it.
+        for batch in batches:
+            batch.cancel()
+        await asyncio.gather(*batches, return_exceptions=True)
+        raise
     return payloads
 
 
@@ -99,13 +112,15 @@ async def _from_any_bookie(
     for bookie in order:
         try:
             packets = await context.bookies.batch_read(
-                bookie, ledger_id, low, high - low + 1, BATCH_BYTES_MAX
+                bookie,
+                ledger_id,
+                low,
+                high - low + 1,
+                BATCH_BYTES_MAX,
+                timeout_s=context.config.read_timeout_s,
             )
-        except (NoSuchEntryError, NoSuchLedgerError):
-            continue  # a definite answer about the data, not about the bookie's health
         except GlobelogError:
-            context.placement.record_failure(bookie, context.clock())
-            continue
+            continue  # the next bookie; what the bookie itself is worth, single reads learn
         payloads = _verified_prefix(codec, low, packets)
         if len(payloads) < len(packets):
             context.placement.record_failure(bookie, context.clock())

@@ -27,7 +27,8 @@ from core.errors import GlobelogError
 from core.routes import PublishedTopology
 from ledger.batch_codec import BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
 from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
-from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, ReadFlag, StatusCode
+from ledger.codec_fastpath import AddFrames
+from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, OperationType, ReadFlag, StatusCode
 from ledger.connection import BATCH_READ_WIRE, Clock, RequestFactory, WireResponse
 from ledger.connection_errors import BookieProtocolError
 from ledger.errors import status_error
@@ -166,12 +167,12 @@ class BookieClient:
         bookie_id: str,
         ledger_id: int,
         entry_id: int,
-        master_key: bytes,
-        body: bytes,
+        frames: AddFrames,
         recovery: bool,
         done: Callable[[GlobelogError | None], None],
     ) -> bool:
-        """Sends an add on an open connection with a free slot, with no task or coroutine.
+        """Sends an add (`add_frames`' encoding) on an open connection with a free slot, with
+        no task or coroutine.
 
         `done(None)` on success or `done(error)` later, with the errors `add_entry` raises.
         False (nothing sent) when that is not possible now: then use `add_entry`.
@@ -179,7 +180,6 @@ class BookieClient:
         connection = self._pool.open_connection(bookie_id)
         if connection is None:
             return False
-        make = _add_request(ledger_id, entry_id, master_key, body, recovery)
         operation = ClientOperation.RECOVERY_ADD if recovery else ClientOperation.ADD_ENTRY
         started_s = self._clock()
 
@@ -196,7 +196,7 @@ class BookieClient:
             self._finish(bookie_id, operation, self._clock() - started_s, healthy)
             done(error)
 
-        if not connection.try_send_calling(make, finished):
+        if not connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, finished):
             return False
         self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
         return True
@@ -238,6 +238,7 @@ class BookieClient:
         first_entry_id: int,
         max_count: int,
         max_bytes: int = BATCH_BYTES_MAX,
+        timeout_s: float | None = None,
     ) -> tuple[bytes, ...]:
         """The entry packets of up to `max_count` consecutive entries from `first_entry_id`
         (BookKeeper 4.17's batched read, one request): at least one, and fewer where the
@@ -258,6 +259,7 @@ class BookieClient:
             make,
             BatchReadResponse,
             what,
+            timeout_s,
             pool=self._batch_pool,
         )
         echo = (response.ledger_id, response.first_entry_id)
@@ -430,6 +432,13 @@ class BookieClient:
         return BookieProtocolError(
             f"bookie {bookie_id}: {what}: answered for ledger {ledger_id}{entry}"
         )
+
+
+def add_frames(
+    ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool
+) -> AddFrames:
+    """An entry's add, encoded once for every bookie of its write quorum (`add_entry_nowait`)."""
+    return AddFrames(_add_request(ledger_id, entry_id, master_key, body, recovery)(0))
 
 
 def _add_request(

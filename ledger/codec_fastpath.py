@@ -146,6 +146,31 @@ def add_request_pieces(request: AddRequest) -> tuple[bytes, bytes, bytes]:
     return head, body, tail
 
 
+class AddFrames:
+    """The frames of one entry's AddRequest for any txn id, all but the header built once: the
+    requests of an entry to its write quorum differ only in BKPacketHeader.txnId.
+
+    `pieces(txn_id)` gives (length prefix + header + add fields, entry body, tail), the same
+    bytes as `ledger.frames.encode_request` of the AddRequest; the entry body is not copied.
+    """
+
+    __slots__ = ("_body", "_priority", "_rest_bytes", "_rest_head", "_tail")
+
+    def __init__(self, request: AddRequest) -> None:
+        head, body, tail = add_request_pieces(request)
+        header = _header(_ADD_HEADER_STARTS, request.txn_id, request.priority)
+        self._rest_head = head[len(header) :]  # Request.addRequest's tag, length and fields
+        self._body = body
+        self._tail = tail
+        self._priority = request.priority
+        self._rest_bytes = len(self._rest_head) + len(body) + len(tail)
+
+    def pieces(self, txn_id: int) -> tuple[bytes, bytes, bytes]:
+        header = _header(_ADD_HEADER_STARTS, txn_id, self._priority)
+        length = len(header) + self._rest_bytes
+        return (length.to_bytes(4, "big") + header + self._rest_head, self._body, self._tail)
+
+
 def read_request_message(request: ReadRequest) -> bytes:
     """The Request message of `request` (the caller has checked the flag combination)."""
     fields = b"\x08" + int64(request.ledger_id) + b"\x10" + int64(request.entry_id)

@@ -24,6 +24,7 @@ from ledger.batch_codec import (
     BatchReadResponse,
     encode_batch_read,
 )
+from ledger.codes import OperationType
 from ledger.connection_errors import (
     BookieProtocolError,
     BookieTimeoutError,
@@ -31,7 +32,7 @@ from ledger.connection_errors import (
     ClientClosedError,
     ConnectionLostError,
 )
-from ledger.errors import ProtocolError
+from ledger.errors import FrameTooLargeError, ProtocolError
 from ledger.frames import FRAME_BYTES_MAX, FrameDecoder, encode_request
 from ledger.inflight import InflightWindow, Outstanding
 from ledger.messages import Request, Response
@@ -236,6 +237,31 @@ class BookieConnection(asyncio.Protocol):
         self._start(make, self._clock() + self.config.request_timeout_s, answer)
         return True
 
+    def try_send_frame(
+        self,
+        operation: OperationType,
+        frame_of: Callable[[int], Sequence[bytes]],
+        answer: AnswerCallback,
+    ) -> bool:
+        """`try_send_calling` for a request already encoded: `frame_of(txn_id)` gives its v3
+        frame in pieces (written as they are, with no joined copy). False: nothing sent."""
+        assert self._wire is V3_WIRE, "pre-encoded frames are v3 requests"
+        if not self._may_send_now():
+            return False
+        try:
+            txn_id = self._window.reserve_txn_id()
+            pieces = frame_of(txn_id)
+            size = sum(len(piece) for piece in pieces)
+            if size > self.config.frame_bytes_max:
+                raise FrameTooLargeError(
+                    f"frame is {size} bytes; the limit is {self.config.frame_bytes_max}"
+                )
+        except BaseException:
+            self._slots.give()
+            raise
+        self._open(txn_id, operation, self._clock() + self.config.request_timeout_s, answer, pieces)
+        return True
+
     def _may_send_now(self) -> bool:
         """Whether the connection is healthy, its socket writable, and a slot taken now."""
         if self._failure is not None or self._transport is None or not self._writable.is_set():
@@ -251,8 +277,22 @@ class BookieConnection(asyncio.Protocol):
         except BaseException:
             self._slots.give()
             raise
-        self._window.open(txn_id, request.operation, self._clock(), deadline_s, ticket)
-        self._send(data)
+        self._open(txn_id, request.operation, deadline_s, ticket, (data,))
+
+    def _open(
+        self,
+        txn_id: int,
+        operation: OperationType,
+        deadline_s: float,
+        ticket: Ticket,
+        pieces: Sequence[bytes],
+    ) -> None:
+        """Puts an encoded request in flight: in the window, in this iteration's write."""
+        self._window.open(txn_id, operation, self._clock(), deadline_s, ticket)
+        # One write per loop iteration: pipelined callers share a send system call.
+        if not self._tx:
+            self._loop.call_soon(self._flush)
+        self._tx += pieces
         self._arm_timer(deadline_s)
 
     async def _admit(self, deadline_s: float, timeout_s: float) -> None:
@@ -300,12 +340,6 @@ class BookieConnection(asyncio.Protocol):
 
     # ----------------------------------------------------------------------- sending
 
-    def _send(self, data: bytes) -> None:
-        # One write per loop iteration: pipelined callers share a send system call.
-        if not self._tx:
-            self._loop.call_soon(self._flush)
-        self._tx.append(data)
-
     def _flush(self) -> None:
         chunks, self._tx = self._tx, []
         if chunks and self._transport is not None and self._failure is None:
@@ -342,6 +376,7 @@ class BookieConnection(asyncio.Protocol):
             self._slots.give()
             waited_s = now_s - request.sent_s
             _reject(
+                self._loop,
                 request,
                 BookieTimeoutError(
                     f"{self.name}: {request.operation.name} txn {request.txn_id} got no answer "
@@ -443,7 +478,7 @@ class BookieConnection(asyncio.Protocol):
         for _ in failed:
             self._slots.give()
         for request in [*failed, *([also] if also is not None else [])]:
-            _reject(request, _copy(error))
+            _reject(self._loop, request, _copy(error))
         self._writable.set()  # wake callers waiting for the socket; they see the failure
         self._tx.clear()
         if self._transport is not None:
@@ -461,7 +496,9 @@ class BookieConnection(asyncio.Protocol):
             self._on_closed(self, None if closed_here else error)
 
 
-def _reject(request: Outstanding[Ticket], error: GlobelogError) -> None:
+def _reject(
+    loop: asyncio.AbstractEventLoop, request: Outstanding[Ticket], error: GlobelogError
+) -> None:
     ticket = request.ticket
     if isinstance(ticket, asyncio.Future):
         if not ticket.done():  # a caller that was cancelled no longer waits
@@ -469,7 +506,6 @@ def _reject(request: Outstanding[Ticket], error: GlobelogError) -> None:
     else:
         # Later, as a future's callbacks would run: after the connection has failed for good
         # and its pool has heard, so that a retry meets the backoff, not this connection.
-        loop = asyncio.get_running_loop()
         loop.call_soon(_call_back, loop, ticket, None, error)
 
 

@@ -237,8 +237,12 @@ class LedgerReader:
                 self._codec,
                 first,
                 last,
-                self.read_entry,
+                self._read_singly,
             )
+        return await self._read_singly(first, last)
+
+    async def _read_singly(self, first: int, last: int) -> list[bytes]:
+        """Entries first..last, each its own speculative read, many in flight."""
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
 
         async def one(entry_id: int) -> bytes:

@@ -29,6 +29,8 @@ from ledger.add_events import (
     TaskCrashed,
 )
 from ledger.add_state import AddConfig, AddState
+from ledger.bookie_client import add_frames
+from ledger.codec_fastpath import AddFrames
 from ledger.context import LedgerContext, require_open, update_metadata, with_ensemble
 from ledger.entry import EntryCodec, master_key
 from ledger.handle_errors import (
@@ -71,7 +73,7 @@ class LedgerWriter:
             self._state, self._execute, self._task_crashed
         )
         self._payloads: dict[int, bytes] = {}
-        self._last_packet: tuple[tuple[int, int, int] | None, bytes] = (None, b"")
+        self._last_frames: tuple[tuple[int, int, int, bool], AddFrames] | None = None
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._submitted_s: dict[int, float] = {}  # entry -> when appended (add latency)
         self._room = asyncio.Event()
@@ -211,7 +213,7 @@ class LedgerWriter:
         if payload is None:
             self._skipped(action)
             return
-        body = self._packet(action)
+        frames = self._frames(action)
 
         def done(error: GlobelogError | None) -> None:
             if error is None:
@@ -220,26 +222,25 @@ class LedgerWriter:
                 self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(error)))
 
         sent = self._context.bookies.add_entry_nowait(
-            action.bookie,
-            self.ledger_id,
-            action.entry_id,
-            self._master_key,
-            body,
-            action.recovery,
-            done,
+            action.bookie, self.ledger_id, action.entry_id, frames, action.recovery, done
         )
         if not sent:
             self._runner.spawn(self._send(action))
 
-    def _packet(self, action: SendAdd) -> bytes:
-        """The entry packet of the send (digest included), encoded once for the write quorum:
-        the sends of one entry come together and carry the same LAC and length."""
-        key = (action.entry_id, action.lac, action.length)
-        if self._last_packet[0] != key:
-            payload = self._payloads[action.entry_id]
-            packet = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
-            self._last_packet = (key, packet)
-        return self._last_packet[1]
+    def _frames(self, action: SendAdd) -> AddFrames:
+        """The send's AddRequest (entry packet, digest included), encoded once for the write
+        quorum: the sends of one entry come together and carry the same LAC and length."""
+        key = (action.entry_id, action.lac, action.length, action.recovery)
+        last = self._last_frames
+        if last is not None and last[0] == key:
+            return last[1]
+        payload = self._payloads[action.entry_id]
+        packet = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
+        frames = add_frames(
+            self.ledger_id, action.entry_id, self._master_key, packet, action.recovery
+        )
+        self._last_frames = (key, frames)
+        return frames
 
     def _skipped(self, action: SendAdd) -> None:
         """The entry completed (or failed) before this send went out: tell the machine, after

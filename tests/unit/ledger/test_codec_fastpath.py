@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ledger.codec_fastpath import decode_response, int64, uvarint
+from ledger.codec_fastpath import AddFrames, decode_response, int64, uvarint
 from ledger.codes import OperationType, ReadFlag, StatusCode
 from ledger.entry import ENTRY_HEADER_BYTES, DigestType, Entry, EntryCodec
 from ledger.errors import ProtocolError
@@ -116,6 +116,27 @@ def test_the_entry_body_is_passed_through_uncopied(request: AddRequest) -> None:
     head, body, tail = encode_request_pieces(request)
     assert body is request.body
     assert head + body + tail == generic_encode_request_message(request)
+
+
+@given(ADDS, UINT64)
+def test_an_entrys_frames_for_any_txn_id_are_its_request_frame(
+    request: AddRequest, txn_id: int
+) -> None:
+    frames = AddFrames(request)
+    for txn in (request.txn_id, txn_id, 0, 127, 128):
+        pieces = frames.pieces(txn)
+        assert pieces[1] is request.body  # not copied
+        retxn = AddRequest(
+            txn,
+            request.ledger_id,
+            request.entry_id,
+            request.master_key,
+            request.body,
+            request.recovery,
+            request.write_flags,
+            request.priority,
+        )
+        assert b"".join(pieces) == encode_request(retxn)
 
 
 @pytest.mark.parametrize(

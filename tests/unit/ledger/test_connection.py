@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import GlobelogError
-from ledger.codes import StatusCode
+from ledger.codec_fastpath import AddFrames
+from ledger.codes import OperationType, StatusCode
 from ledger.connection import BookieConnection, ConnectionConfig
 from ledger.connection_errors import (
     BookieProtocolError,
@@ -24,9 +25,10 @@ from ledger.connection_errors import (
     ClientClosedError,
     ConnectionLostError,
 )
-from ledger.errors import ProtocolError
+from ledger.errors import FrameTooLargeError, ProtocolError
 from ledger.frames import RequestFrameDecoder, encode_response
 from ledger.messages import (
+    AddRequest,
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
@@ -445,3 +447,22 @@ async def test_a_failing_answer_callback_is_reported_and_the_others_are_answered
     assert len(answers) == 1 and answers[0][1] is None
     assert [type(c["exception"]) for c in reported] == [RuntimeError]
     assert h.connection.is_open
+
+
+async def test_a_pre_encoded_frame_goes_out_in_pieces_and_is_matched_by_its_txn_id() -> None:
+    h = make_harness(inflight_max=1, frame_bytes_max=200)
+    frames = AddFrames(AddRequest(0, 5, 9, b"k" * 20, b"entry packet", False))
+    answers: Answers = []
+    answer = lambda *a: answers.append(a)  # noqa: E731
+    assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, answer)
+    await settle()
+    [request] = h.requests()
+    assert isinstance(request, AddRequest) and request.body == b"entry packet"
+    h.connection.data_received(encode_response(AddResponse(request.txn_id, StatusCode.EOK, 5, 9)))
+    [(response, error)] = answers
+    assert isinstance(response, AddResponse) and error is None
+    big = AddFrames(AddRequest(0, 5, 10, b"k" * 20, b"x" * 300, False))
+    with pytest.raises(FrameTooLargeError):
+        h.connection.try_send_frame(OperationType.ADD_ENTRY, big.pieces, lambda *a: None)
+    # the refused frame gave its slot back: the one slot takes the next request
+    assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, lambda *a: None)

@@ -1,0 +1,34 @@
+"""`globelog bench reads`: its flags and its reading of the Java benchmark's output."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.bench_reads import parse_java_read, run
+from cli.main import _parser
+from core.errors import ConfigError
+
+
+def test_every_bad_flag_is_reported_at_once() -> None:
+    args = _parser().parse_args(
+        ["bench", "reads", "--entries", "5", "--batch-entries", "0", "--repeat", "99"]
+    )
+    with pytest.raises(ConfigError) as caught:
+        run(args)
+    message = str(caught.value)
+    for expected in (
+        "--entries 5: expected 1000..10000000",
+        "--batch-entries 0: expected 1..100000",
+        "--repeat 99: expected 1..20",
+    ):
+        assert expected in message
+
+
+def test_the_java_figure_is_its_last_read_line() -> None:
+    text = (
+        "12:00:01.000 [main] INFO BenchReadThroughputLatency - Reading ledger 7\n"
+        "12:00:03.000 [main] INFO BenchReadThroughputLatency - 10000 entries read from ledger 7\n"
+        "12:00:04.500 [main] INFO BenchReadThroughputLatency - Read 100000 in 3412ms\n"
+    )
+    assert parse_java_read(text) == (100000, 3412)
+    assert parse_java_read("Exception in reader\n") is None
