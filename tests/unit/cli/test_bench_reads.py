@@ -24,11 +24,13 @@ def test_every_bad_flag_is_reported_at_once() -> None:
         assert expected in message
 
 
-def test_the_java_figure_is_its_last_read_line() -> None:
+def test_the_java_figure_is_its_read_line() -> None:
     text = (
-        "12:00:01.000 [main] INFO BenchReadThroughputLatency - Reading ledger 7\n"
-        "12:00:03.000 [main] INFO BenchReadThroughputLatency - 10000 entries read from ledger 7\n"
-        "12:00:04.500 [main] INFO BenchReadThroughputLatency - Read 100000 in 3412ms\n"
+        "2026-11-25T11:01:04,010 - INFO  - [main:ZooKeeper@637] - Initiating client connection\n"
+        "READ 100000 102400000 3412000000\n"
+        "2026-11-25T11:01:08,010 - INFO  - [main:BookKeeper@1400] - closed\n"
     )
-    assert parse_java_read(text) == (100000, 3412)
-    assert parse_java_read("Exception in reader\n") is None
+    assert parse_java_read(text) == (100000, 3412000000)
+    assert (
+        parse_java_read("Exception in thread main\n  READ 1 2 3 (not a line of its own)\n") is None
+    )
