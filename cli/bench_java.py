@@ -107,21 +107,8 @@ async def run_java_bench(
     log = work_dir / "java-bench.log"
     argv = java_bench_argv(tools, zk_connect, request, latency_file)
     cpu_before = children_cpu_s()
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL
-        )
-        try:
-            code = await asyncio.wait_for(proc.wait(), request.seconds + JAVA_OVERHEAD_TIMEOUT_S)
-        except TimeoutError:
-            raise ClusterError(
-                f"BenchThroughputLatency: no exit after {request.seconds} s + "
-                f"{JAVA_OVERHEAD_TIMEOUT_S} s:{log_tail(str(log))}"
-            ) from None
-        finally:
-            if proc.returncode is None:  # timed out, cancelled or interrupted: end our JVM
-                proc.kill()
-                await proc.wait()
+    timeout_s = request.seconds + JAVA_OVERHEAD_TIMEOUT_S
+    code = await run_jvm(argv, log, timeout_s, "BenchThroughputLatency")
     if code != 0:
         raise ClusterError(f"BenchThroughputLatency exited {code}:{log_tail(str(log))}")
     output = parse_java_output(log.read_text(errors="replace"))
@@ -130,6 +117,23 @@ async def run_java_bench(
         raise ClusterError(f"BenchThroughputLatency: no acknowledged add in {latency_file}")
     figures = summarise_figures(latencies, output.duration_ms / 1000, request.entry_bytes)
     return JavaRun(output, figures, request, log, children_cpu_s() - cpu_before)
+
+
+async def run_jvm(argv: tuple[str, ...], log: Path, timeout_s: float, what: str) -> int:
+    """Runs a JVM to its exit, its output in `log`; its exit code. ClusterError when it has
+    not exited within `timeout_s`. The JVM is killed on any error, cancellation included."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL
+        )
+        try:
+            return await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            raise ClusterError(f"{what}: no exit in {timeout_s} s:{log_tail(str(log))}") from None
+        finally:
+            if proc.returncode is None:  # timed out, cancelled or interrupted: end our JVM
+                proc.kill()
+                await proc.wait()
 
 
 def children_cpu_s() -> float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import nodes
-from cli.bench_java import JAVA_HEAP, children_cpu_s
+from cli.bench_java import JAVA_HEAP, children_cpu_s, run_jvm
 from cli.bench_ledger_options import (
     add_cluster_arguments,
     bench_cluster,
@@ -202,23 +202,7 @@ async def _java_read(
     cpu_before = children_cpu_s()
     with tempfile.TemporaryDirectory(prefix="globelog-bench-reads-") as home:
         log = Path(home) / "java-read.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-            )
-            try:
-                code = await asyncio.wait_for(proc.wait(), JAVA_READ_TIMEOUT_S)
-            except TimeoutError:
-                raise ClusterError(
-                    f"ReadBench.java: no exit in {JAVA_READ_TIMEOUT_S} s:{log_tail(str(log))}"
-                ) from None
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
+        code = await run_jvm(argv, log, JAVA_READ_TIMEOUT_S, "ReadBench.java")
         figures = parse_java_read(log.read_text(errors="replace"))
         if code != 0 or figures is None:
             raise ClusterError(
