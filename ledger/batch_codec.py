@@ -34,7 +34,7 @@ from ledger.frames import FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, Deframer
 V2_VERSION = 2
 V2_BATCH_READ_OPCODE = 7
 # A bookie caps a batch's bytes at its maxBatchReadSize, 5 MiB by default.
-BATCH_BYTES_MAX = 5 * 1024 * 1024
+BOOKIE_BATCH_BYTES_MAX = 5 * 1024 * 1024
 _REQUEST = struct.Struct(">Iqqqiq")
 _RESPONSE_HEAD = struct.Struct(">Iiqqq")
 _ENTRY_LENGTH = struct.Struct(">i")

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from core.errors import GlobelogError
 from core.routes import PublishedTopology
-from ledger.batch_codec import BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
+from ledger.batch_codec import BOOKIE_BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
 from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
 from ledger.codec_fastpath import AddFrames
 from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, OperationType, ReadFlag, StatusCode
@@ -237,7 +237,7 @@ class BookieClient:
         ledger_id: int,
         first_entry_id: int,
         max_count: int,
-        max_bytes: int = BATCH_BYTES_MAX,
+        max_bytes: int = BOOKIE_BATCH_BYTES_MAX,
         timeout_s: float | None = None,
     ) -> tuple[bytes, ...]:
         """The entry packets of up to `max_count` consecutive entries from `first_entry_id`
