@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ledger.codecs.entry import DigestType, EntryCodec, master_key
+from ledger.codecs.frames import FrameDecoder, encode_request, encode_response
+from ledger.codecs.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
 from ledger.codes import StatusCode
-from ledger.entry import DigestType, EntryCodec, master_key
-from ledger.frames import FrameDecoder, encode_request, encode_response
-from ledger.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
 
 ITERATIONS = 20_000
 WARMUP = 2_000

@@ -1,29 +1,31 @@
-"""globelog's BookKeeper ledger client: wire codecs, connections, pure machines, drivers.
+"""globelog's BookKeeper ledger client. Its folders are its layers, each importing only below:
 
-Sans-IO codecs (bytes in, bytes out):
-  codes, errors, protobuf, messages, message_codec, frames, entry, metadata
-Pure state machines (events in, actions out; time is an input; no IO):
-  add_state (+ add_events), recovery_state (+ recovery_events), read_lac_state, read_state,
-  signals (what the machines share), backoff, inflight
-Asyncio drivers (sockets and ZooKeeper):
-  connection (one pipelined connection), bookie_pool and bookie_client (per-bookie pool),
-  slots, connection_errors, metadata_store (ledger metadata in BookKeeper's ZooKeeper layout),
-  ping (one-shot round trip)
+  codes.py, errors.py   the protocol's numbers, and every error class of the ledger
+  codecs/               sans-IO codecs: bookie messages, frames, entries, metadata
+  machines/             pure state machines: events in, actions out, time is an input
+  connections/          asyncio connections to bookies, pooled per bookie id
+  drivers/              handles, recovery and the client: machines run over connections
 
 docs/wire-protocol.md describes the protocol facts the codecs implement and where they come from.
 
 Other packages import only what `__all__` names, from `ledger` itself (tests/unit/test_layers.py
-checks it), so the modules inside can be reorganised without touching their callers.
+checks it, and the arrows between the folders), so the modules inside can be reorganised
+without touching their callers.
 """
 
-from ledger.bookie_client import BookieClient
-from ledger.client import LedgerClient
-from ledger.cluster_init import init_cluster_metadata
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata, LedgerState
 from ledger.codes import INVALID_ENTRY_ID
-from ledger.context import MIN_REGIONS_KEY, LedgerConfig
-from ledger.entry import DigestType
-from ledger.errors import NoSuchLedgerError
-from ledger.handle_errors import (
+from ledger.connections.bookie_client import BookieClient
+from ledger.connections.ping import ping_bookie
+from ledger.drivers.client import LedgerClient
+from ledger.drivers.cluster_init import init_cluster_metadata
+from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger.drivers.read_handle import LedgerReader
+from ledger.drivers.write_handle import ENTRY_BYTES_MAX, LedgerWriter
+from ledger.errors import (
+    BookieUnreachableError,
     EnsembleChangeError,
     EntryMissingError,
     EntryUnavailableError,
@@ -34,17 +36,10 @@ from ledger.handle_errors import (
     LedgerRecoveryError,
     LedgerRecoveryTimeoutError,
     LedgerUnauthorizedError,
+    NoSuchLedgerError,
+    NoSuchLedgerMetadataError,
     ReadBeyondLacError,
 )
-from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata, LedgerState
-from ledger.metadata_store import (
-    LedgerMetadataStore,
-    NoSuchLedgerMetadataError,
-    VersionedMetadata,
-)
-from ledger.ping import BookieUnreachableError, ping_bookie
-from ledger.read_handle import LedgerReader
-from ledger.write_handle import ENTRY_BYTES_MAX, LedgerWriter
 
 __all__ = [
     "ENTRY_BYTES_MAX",

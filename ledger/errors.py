@@ -116,6 +116,149 @@ class UnknownLedgerStateError(BookieError):
     retriable = True
 
 
+# ------------------------------------------------ no verdict: the request failed in transit
+# (a bookie's verdict on a request is a BookieError above)
+
+
+class BookieConnectionError(GlobelogError):
+    """A request to a bookie failed in transit; the bookie said nothing about it."""
+
+    code = "bookie_connection_error"
+    retriable = True
+
+
+class BookieUnavailableError(BookieConnectionError):
+    """The bookie cannot be connected to, or failed recently and is not retried before its
+    backoff ends (requests fail at once instead of each waiting for a timeout)."""
+
+    code = "bookie_unavailable"
+
+
+class BookieTimeoutError(BookieConnectionError):
+    """No response within the request's timeout (which covers waiting for an in-flight slot)."""
+
+    code = "bookie_timeout"
+
+
+class ConnectionLostError(BookieConnectionError):
+    """The connection closed (EOF, reset, or stalled) while the request was in flight."""
+
+    code = "bookie_connection_lost"
+
+
+class BookieProtocolError(ProtocolError, BookieConnectionError):
+    """The bookie sent bytes that break the protocol; the connection was closed.
+
+    A ProtocolError (the stream is unusable), yet retriable: a new connection starts clean.
+    """
+
+    code = "bookie_protocol_violation"
+    retriable = True
+
+
+class ClientClosedError(GlobelogError):
+    """This client closed the connection or the pool; requests in flight are abandoned."""
+
+    code = "bookie_client_closed"
+    retriable = False
+
+
+class PoolFullError(GlobelogError):
+    """The pool already tracks its bound of distinct bookies; a new bookie id was refused."""
+
+    code = "bookie_pool_full"
+    retriable = False
+
+
+class BookieUnreachableError(GlobelogError):
+    """No answer from a bookie address within the timeout (down, paused or partitioned)."""
+
+    code = "bookie_unreachable"
+    retriable = True
+
+
+# ------------------------------------------------------------ what ledger handles raise
+
+
+class LedgerHandleError(GlobelogError):
+    code = "ledger_error"
+
+
+class LedgerFencedError(LedgerHandleError):
+    """Another client fenced the ledger (recovery): this writer's adds are never acknowledged."""
+
+    code = "ledger_fenced"
+
+
+class LedgerClosedError(LedgerHandleError):
+    code = "ledger_closed"
+
+
+class LedgerUnauthorizedError(LedgerHandleError):
+    code = "ledger_unauthorized"
+
+
+class EnsembleChangeError(LedgerHandleError):
+    """No valid replacement bookie, or the metadata update failed: the handle is finished."""
+
+    code = "ensemble_change_failed"
+
+
+class LedgerRecoveryError(LedgerHandleError):
+    """Recovery could not finish; the ledger stays IN_RECOVERY and anyone may retry."""
+
+    code = "ledger_recovery_failed"
+    retriable = True
+
+
+class LedgerInternalError(LedgerHandleError):
+    """The handle failed because of a bug in globelog (a task died of an unexpected error)."""
+
+    code = "ledger_internal"
+
+
+class LedgerRecoveryTimeoutError(LedgerRecoveryError):
+    """Recovery did not finish within `LedgerConfig.recovery_timeout_s` (bookies out of reach);
+    the ledger stays IN_RECOVERY and may be recovered again later."""
+
+    code = "ledger_recovery_timeout"
+    retriable = True
+
+
+class EntryUnavailableError(LedgerHandleError):
+    """No replica returned a valid copy right now (down, slow or corrupt replicas)."""
+
+    code = "entry_unavailable"
+    retriable = True
+
+
+class EntryMissingError(LedgerHandleError):
+    code = "entry_missing"
+
+
+class ReadBeyondLacError(LedgerHandleError):
+    """Reading past the LAC would expose entries that may never be acknowledged (I4)."""
+
+    code = "read_beyond_lac"
+
+
+# ------------------------------------------------------------------- ledger metadata store
+
+
+class LedgerExistsError(GlobelogError):
+    code = "ledger_exists"
+
+
+class NoSuchLedgerMetadataError(GlobelogError):
+    code = "ledger_not_found"
+
+
+class LedgerMetadataConflictError(GlobelogError):
+    """A compare-and-set lost to another writer; re-read the metadata and decide again."""
+
+    code = "ledger_metadata_conflict"
+
+
 # The one table: every non-OK status code and the error class it becomes.
 STATUS_ERRORS: Mapping[StatusCode, type[BookieError]] = MappingProxyType(
     {

@@ -5,7 +5,7 @@ fails against the other is a fake that lies; the real answers are the truth.
 
 Each case works on fresh random ledger ids. Answers are compared as the simulation sees
 them: a stored entry as (lac, length, payload), or a BookieFailure. The real adapter turns
-the client's errors into failures with ledger.signals.failure_kind, the drivers' own table,
+the client's errors into failures with ledger.machines.signals.failure_kind, the drivers' own table,
 and lets any other error (a timeout, a lost connection) fail the case.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from cli.cluster.controller import Cluster
 from core.errors import GlobelogError
 from core.routes import publish_topology
-from ledger.bookie_client import BookieClient
-from ledger.entry import DigestType, EntryCodec, master_key
-from ledger.signals import BookieFailure, failure_kind
+from ledger.codecs.entry import DigestType, EntryCodec, master_key
+from ledger.connections.bookie_client import BookieClient
+from ledger.machines.signals import BookieFailure, failure_kind
 from verify.sim.bookie import SimBookie, StoredEntry
 
 PASSWORD = b"globelog-contract"

@@ -19,27 +19,25 @@ from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.routes import publish_topology
 from core.topology import Bookie
-from ledger.backoff import BackoffPolicy
-from ledger.bookie_client import BookieClient, BookieClientConfig
+from ledger.codecs.entry import DigestType, EntryCodec, master_key
+from ledger.codecs.frames import RequestFrameDecoder, encode_response
+from ledger.codecs.messages import GetBookieInfoResponse, Request
 from ledger.codes import StatusCode
-from ledger.connection import ConnectionConfig
-from ledger.connection_errors import (
+from ledger.connections.backoff import BackoffPolicy
+from ledger.connections.bookie_client import BookieClient, BookieClientConfig
+from ledger.connections.connection import ConnectionConfig
+from ledger.errors import (
     BookieConnectionError,
     BookieProtocolError,
     BookieTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
-)
-from ledger.entry import DigestType, EntryCodec, master_key
-from ledger.errors import (
     FencedError,
     NoSuchEntryError,
     NoSuchLedgerError,
     ProtocolError,
     UnauthorizedError,
 )
-from ledger.frames import RequestFrameDecoder, encode_response
-from ledger.messages import GetBookieInfoResponse, Request
 from tests.support.topologies import free_ports
 
 PASSWORD = b"globelog-test"

@@ -10,10 +10,10 @@ import sys
 from cli.cluster.controller import Cluster
 from core.topology import Replication
 from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import MIN_REGIONS_KEY, LedgerConfig
-from ledger.entry import DigestType
-from ledger.metadata import Ensemble, LedgerMetadata
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata
+from ledger.drivers.client import LedgerClient
+from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 
 
 def globelog(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

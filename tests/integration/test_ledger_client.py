@@ -12,11 +12,15 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from cli.cluster.controller import Cluster
 from core.topology import Replication
 from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
-from ledger.entry import DigestType, EntryCodec, master_key
-from ledger.handle_errors import LedgerFencedError, LedgerUnauthorizedError, ReadBeyondLacError
-from ledger.metadata_store import NoSuchLedgerMetadataError
+from ledger.codecs.entry import DigestType, EntryCodec, master_key
+from ledger.drivers.client import LedgerClient
+from ledger.drivers.context import LedgerConfig
+from ledger.errors import (
+    LedgerFencedError,
+    LedgerUnauthorizedError,
+    NoSuchLedgerMetadataError,
+    ReadBeyondLacError,
+)
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"client-secret"

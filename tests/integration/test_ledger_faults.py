@@ -12,9 +12,9 @@ from cli.cluster import controller
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.topology import Replication
-from ledger.entry import EntryCodec, master_key
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.write_handle import LedgerWriter
+from ledger.codecs.entry import EntryCodec, master_key
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.drivers.write_handle import LedgerWriter
 from placement import Adherence
 from tests.support.ledgers import ledger_client
 

@@ -13,9 +13,9 @@ import pytest
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.topology import Replication
-from ledger.client import LedgerClient
-from ledger.handle_errors import LedgerFencedError
-from ledger.metadata import LedgerState
+from ledger.codecs.metadata import LedgerState
+from ledger.drivers.client import LedgerClient
+from ledger.errors import LedgerFencedError
 from tests.support.bookkeeper_java import bookie_shell, ledger_tool, ledger_tool_argv
 from tests.support.ledgers import ledger_client
 

@@ -14,9 +14,9 @@ from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from core.topology import Replication
 from ledger import LedgerFencedError, LedgerInternalError, LedgerRecoveryTimeoutError
-from ledger.add_events import AddFailed
-from ledger.context import LedgerContext
-from ledger.signals import BookieFailure
+from ledger.drivers.context import LedgerContext
+from ledger.machines.add_events import AddFailed
+from ledger.machines.signals import BookieFailure
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"liveness"

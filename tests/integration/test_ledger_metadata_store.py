@@ -9,13 +9,10 @@ import pytest
 from cli.cluster.controller import Cluster
 from cli.tools import Tools
 from global_meta import MetaStore
-from ledger.entry import DigestType
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState, ledger_path
-from ledger.metadata_store import (
-    LedgerMetadataConflictError,
-    LedgerMetadataStore,
-    NoSuchLedgerMetadataError,
-)
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, ledger_path
+from ledger.drivers.metadata_store import LedgerMetadataStore
+from ledger.errors import LedgerMetadataConflictError, NoSuchLedgerMetadataError
 from tests.support.bookkeeper_java import bookie_shell
 
 

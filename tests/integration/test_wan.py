@@ -7,7 +7,8 @@ import pytest
 from cli.cluster import wan
 from cli.cluster.controller import Cluster
 from core.routes import plan_routes
-from ledger.ping import BookieUnreachableError, ping_bookie
+from ledger.connections.ping import ping_bookie
+from ledger.errors import BookieUnreachableError
 
 WARM_UP_PINGS = 3
 

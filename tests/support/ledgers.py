@@ -9,8 +9,8 @@ from typing import Any
 
 from cli.cluster.controller import Cluster
 from global_meta import MetaStore
-from ledger.client import LedgerClient
-from ledger.context import LedgerConfig
+from ledger.drivers.client import LedgerClient
+from ledger.drivers.context import LedgerConfig
 
 
 @asynccontextmanager

@@ -51,14 +51,14 @@ FOREIGN_ONLY_IN = {"kazoo": "global_meta", "pyspark": "pipeline"}
 TOP_LEVEL_ONLY = {"ledger"}
 # ...except the ledger's pure machines, which the simulation drives itself.
 LEDGER_MACHINES = {
-    "ledger.add_events",
-    "ledger.add_state",
-    "ledger.metadata",
-    "ledger.read_lac_state",
-    "ledger.read_state",
-    "ledger.recovery_events",
-    "ledger.recovery_state",
-    "ledger.signals",
+    "ledger.codecs.metadata",
+    "ledger.machines.add_events",
+    "ledger.machines.add_state",
+    "ledger.machines.read_lac_state",
+    "ledger.machines.read_state",
+    "ledger.machines.recovery_events",
+    "ledger.machines.recovery_state",
+    "ledger.machines.signals",
 }
 
 
@@ -74,7 +74,7 @@ def imports_of(path: Path) -> set[str]:
 
 
 def deep_imports_of(path: Path) -> set[str]:
-    """Modules imported below a top-level-only package (`from ledger.client import ...`)."""
+    """Modules imported below a top-level-only package (`from ledger.drivers.client import ...`)."""
     tree = ast.parse(path.read_text(), str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -170,8 +170,10 @@ def test_the_ledger_api_names_exist() -> None:
 
 def test_the_deep_import_checker_catches_inner_modules(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("from ledger.client import LedgerClient\nfrom ledger import LedgerWriter\n")
-    assert deep_imports_of(sample) == {"ledger.client"}
+    sample.write_text(
+        "from ledger.drivers.client import LedgerClient\nfrom ledger import LedgerWriter\n"
+    )
+    assert deep_imports_of(sample) == {"ledger.drivers.client"}
 
 
 def test_the_checker_catches_upward_and_foreign_imports(tmp_path: Path) -> None:
@@ -192,3 +194,119 @@ def test_the_narrow_arrow_checker_catches_other_modules(tmp_path: Path) -> None:
     assert modules_imported(sample, "region") - NARROW[("pipeline", "region")] == {
         "region.write_proxy"
     }
+
+
+# ------------------------------------------------------------------ inside the ledger package
+# ledger/'s folders are its layers (ledger/__init__.py). "top" is ledger/codes.py and
+# ledger/errors.py, the vocabulary every layer shares; "api" is the package itself.
+LEDGER_LAYERS: dict[str, set[str]] = {
+    "top": {"top"},
+    "codecs": {"top", "codecs"},
+    "machines": {"top", "codecs", "machines"},
+    "connections": {"top", "codecs", "connections"},
+    "drivers": {"top", "codecs", "machines", "connections", "drivers"},
+    "api": {"top", "codecs", "machines", "connections", "drivers"},
+}
+# Bytes in, bytes out; events in, actions out: no IO, no event loop, no ZooKeeper.
+PURE_LAYERS = {"top", "codecs", "machines"}
+IMPURE_MODULES = {"asyncio", "socket", "selectors", "kazoo", "global_meta"}
+ERRORS_MODULE = REPO / "ledger" / "errors.py"
+
+
+def ledger_layer_of_module(name: str) -> str:
+    """`ledger.codecs.frames` → codecs, `ledger.errors` → top, `ledger` → api."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "api"
+    return parts[1] if len(parts) > 2 else "top"
+
+
+def ledger_layer_of_path(path: Path) -> str:
+    inner = path.relative_to(REPO / "ledger").parts
+    if inner == ("__init__.py",):
+        return "api"
+    return inner[0] if len(inner) > 1 else "top"
+
+
+def ledger_files() -> list[Path]:
+    return sorted((REPO / "ledger").rglob("*.py"))
+
+
+def test_the_ledger_layers_are_folders() -> None:
+    found = {ledger_layer_of_path(p) for p in ledger_files()}
+    assert found == set(LEDGER_LAYERS)
+    for layer in set(LEDGER_LAYERS) - {"top", "api"}:
+        assert (REPO / "ledger" / layer / "__init__.py").is_file(), layer
+
+
+def ledger_layer_violations(path: Path) -> list[str]:
+    layer = ledger_layer_of_path(path)
+    found = [
+        f"imports {name} ({ledger_layer_of_module(name)}); {layer} may import "
+        f"{sorted(LEDGER_LAYERS[layer])}"
+        for name in sorted(modules_imported(path, "ledger"))
+        if ledger_layer_of_module(name) not in LEDGER_LAYERS[layer]
+    ]
+    if layer in PURE_LAYERS:
+        found += [
+            f"imports {name}; {layer} is pure" for name in sorted(imports_of(path) & IMPURE_MODULES)
+        ]
+    return found
+
+
+@pytest.mark.parametrize("path", ledger_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_ledger_layers_import_only_below(path: Path) -> None:
+    assert ledger_layer_violations(path) == [], path.relative_to(REPO)
+
+
+def test_the_ledger_layer_checker_catches_sideways_and_impure_imports(tmp_path: Path) -> None:
+    machine = tmp_path / "ledger" / "machines" / "sample.py"
+    machine.parent.mkdir(parents=True)
+    machine.write_text(
+        "import asyncio\nfrom ledger.connections.connection import BookieConnection\n"
+        "from ledger.codecs.metadata import LedgerMetadata\nfrom ledger.errors import FencedError\n"
+    )
+    original = REPO
+    try:
+        globals()["REPO"] = tmp_path
+        found = ledger_layer_violations(machine)
+    finally:
+        globals()["REPO"] = original
+    assert found == [
+        "imports ledger.connections.connection (connections); machines may import "
+        "['codecs', 'machines', 'top']",
+        "imports asyncio; machines is pure",
+    ]
+
+
+def error_classes_outside_errors_module(path: Path) -> list[str]:
+    """Public classes in `path` that derive from an error or exception class."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            bases = [
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            ]
+            if any(base.endswith(("Error", "Exception")) for base in bases):
+                found.append(node.name)
+    return found
+
+
+def test_every_ledger_error_is_in_ledger_errors() -> None:
+    outside = {
+        str(path.relative_to(REPO)): names
+        for path in ledger_files()
+        if path != ERRORS_MODULE and (names := error_classes_outside_errors_module(path))
+    }
+    assert outside == {}
+    assert "BookieTimeoutError" in error_classes_outside_errors_module(ERRORS_MODULE)
+
+
+def test_the_error_place_checker_catches_an_error_class(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class StrayError(errors.GlobelogError):\n    pass\n"
+        "class _Private(Exception):\n    pass\nclass Plain:\n    pass\n"
+    )
+    assert error_classes_outside_errors_module(sample) == ["StrayError"]

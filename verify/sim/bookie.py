@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.signals import BookieFailure
+from ledger.machines.signals import BookieFailure
 
 
 @dataclass(frozen=True, slots=True)

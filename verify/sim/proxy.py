@@ -25,7 +25,8 @@ from core.records import Record
 from core.streams import StreamSettings, TransmitPolicy
 from global_meta.store import Op
 from ledger import DigestType
-from ledger.add_events import (
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.machines.add_events import (
     AddAcked,
     AddErrorKind,
     AddFailed,
@@ -38,13 +39,12 @@ from ledger.add_events import (
     FailClose,
     SendAdd,
 )
-from ledger.add_state import AddState
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
-from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
-from ledger.recovery_events import FailRecovery
-from ledger.recovery_state import RecoveryState
-from ledger.signals import BookieFailure, Ticked
+from ledger.machines.add_state import AddState
+from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.machines.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.machines.recovery_events import FailRecovery
+from ledger.machines.recovery_state import RecoveryState
+from ledger.machines.signals import BookieFailure, Ticked
 from region.producers import ProducerTable
 from verify.sim.bookie import SimBookie, StoredEntry
 from verify.sim.reads import decode_records, fetch_entries

@@ -15,8 +15,8 @@ from typing import Any
 from core.dlsn import DLSN
 from core.entry_format import decode_entry, log_records
 from core.records import split_producer
-from ledger.metadata import LedgerMetadata, write_set_indices
-from ledger.read_state import (
+from ledger.codecs.metadata import LedgerMetadata, write_set_indices
+from ledger.machines.read_state import (
     CompleteRead,
     EntryRead,
     EntryReadFailed,
@@ -24,7 +24,7 @@ from ledger.read_state import (
     FailRead,
     SendRead,
 )
-from ledger.signals import BookieFailure, Ticked
+from ledger.machines.signals import BookieFailure, Ticked
 from verify.sim.bookie import StoredEntry
 from verify.sim.services import BookieLink
 from verify.sim.world import World

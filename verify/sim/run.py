@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.metadata import LedgerMetadata, LedgerState, write_set_indices
+from ledger.codecs.metadata import LedgerMetadata, LedgerState, write_set_indices
 from verify.checker import CheckReport, check
 from verify.history import Op
 from verify.sim.bookie import SimBookie

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import errors
-from ledger.metadata import LedgerMetadata
-from ledger.signals import BookieFailure
+from ledger.codecs.metadata import LedgerMetadata
+from ledger.machines.signals import BookieFailure
 from verify.sim.bookie import SimBookie, StoredEntry
 from verify.sim.world import World
 from verify.sim.zookeeper import SimZooKeeper

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.dlsn import DLSN
-from ledger.metadata import LedgerMetadata, LedgerState
+from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from verify.history import Op
 from verify.sim.bookie import SimBookie
 from verify.sim.proxy import SimProxy, WriteRequest

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.add_events import (
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.machines.add_events import (
     AddAcked,
     AddErrorKind,
     AddFailed,
@@ -24,10 +26,8 @@ from ledger.add_events import (
     FailClose,
     SendAdd,
 )
-from ledger.add_state import AddConfig, AddState
-from ledger.entry import DigestType
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.read_lac_state import (
+from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.read_lac_state import (
     CompleteReadLac,
     FailReadLac,
     LacReadFailed,
@@ -35,7 +35,7 @@ from ledger.read_lac_state import (
     ReadLacState,
     SendReadLac,
 )
-from ledger.read_state import (
+from ledger.machines.read_state import (
     CompleteRead,
     EntryRead,
     EntryReadFailed,
@@ -43,9 +43,9 @@ from ledger.read_state import (
     FailRead,
     SendRead,
 )
-from ledger.recovery_events import FailRecovery
-from ledger.recovery_state import RecoveryConfig, RecoveryState
-from ledger.signals import BookieFailure, RecordHealth, Ticked
+from ledger.machines.recovery_events import FailRecovery
+from ledger.machines.recovery_state import RecoveryConfig, RecoveryState
+from ledger.machines.signals import BookieFailure, RecordHealth, Ticked
 from tests.scenario.ledger.script import Args
 
 Machine = AddState | RecoveryState | ReadLacState | EntryReadState

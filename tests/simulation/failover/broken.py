@@ -7,10 +7,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.add_state import AddState
-from ledger.read_lac_state import SendReadLac
-from ledger.read_state import SendRead
-from ledger.recovery_state import RecoveryState
+from ledger.machines.add_state import AddState
+from ledger.machines.read_lac_state import SendReadLac
+from ledger.machines.read_state import SendRead
+from ledger.machines.recovery_state import RecoveryState
 from verify.sim.proxy import Machines
 
 

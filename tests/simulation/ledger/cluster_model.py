@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ledger.add_events import (
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
+from ledger.machines.add_events import (
     AddAcked,
     AddErrorKind,
     AddFailed,
@@ -27,12 +29,10 @@ from ledger.add_events import (
     FailClose,
     SendAdd,
 )
-from ledger.entry import DigestType
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
-from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
-from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
-from ledger.recovery_events import FailRecovery
-from ledger.signals import BookieFailure, RecordHealth
+from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.machines.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.machines.recovery_events import FailRecovery
+from ledger.machines.signals import BookieFailure, RecordHealth
 from verify.sim.bookie import SimBookie, StoredEntry
 
 
@@ -128,7 +128,7 @@ class Metadata:
         )
 
     def ledger_metadata(self) -> LedgerMetadata:
-        """As ledger.metadata has it (what RecoveryState takes)."""
+        """As ledger.codecs.metadata has it (what RecoveryState takes)."""
         return LedgerMetadata(
             ensemble_size=len(self.ensembles[0][1]),
             write_quorum=self.write_quorum,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ledger.add_state import AddConfig, AddState
-from ledger.signals import Ticked
+from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.signals import Ticked
 from tests.simulation.ledger.cluster_model import Client, Cluster, Metadata
 
 pytestmark = pytest.mark.simulation

@@ -15,9 +15,9 @@ import random
 
 import pytest
 
-from ledger import read_state, recovery_state
-from ledger.add_events import CloseLedger
-from ledger.add_state import AddState
+from ledger.machines import read_state, recovery_state
+from ledger.machines.add_events import CloseLedger
+from ledger.machines.add_state import AddState
 from tests.simulation.ledger.cluster_model import Client, Cluster, Metadata
 from tests.simulation.ledger.test_recovery_simulation import start_recovery
 

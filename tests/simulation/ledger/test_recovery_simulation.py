@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from ledger.add_state import AddConfig, AddState
-from ledger.recovery_state import RecoveryConfig, RecoveryState
-from ledger.signals import Ticked
+from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.recovery_state import RecoveryConfig, RecoveryState
+from ledger.machines.signals import Ticked
 from tests.simulation.ledger.cluster_model import Client, Cluster, Metadata
 from tests.simulation.ledger.test_add_simulation import QUORUMS, TIMEOUT_S, fault, submit
 

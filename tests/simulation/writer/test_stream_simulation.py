@@ -21,7 +21,7 @@ from core.dlsn import DLSN
 from core.entry_format import decode_entry, encode_entry, log_records
 from core.records import Record
 from core.streams import StreamSettings, TransmitPolicy
-from ledger.add_events import (
+from ledger.machines.add_events import (
     AddAcked,
     AddFailed,
     ChangeEnsemble,
@@ -31,8 +31,8 @@ from ledger.add_events import (
     FailClose,
     SendAdd,
 )
-from ledger.add_state import AddState
-from ledger.signals import BookieFailure
+from ledger.machines.add_state import AddState
+from ledger.machines.signals import BookieFailure
 from writer.events import (
     CloseSegment,
     CompleteWrites,

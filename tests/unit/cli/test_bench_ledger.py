@@ -32,7 +32,7 @@ from cli.main import _parser
 from cli.tools import Tools
 from core.errors import ClusterError, ConfigError
 from core.topology_loader import load_topology
-from ledger.entry import DigestType
+from ledger.codecs.entry import DigestType
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from ledger.add_events import (
+from ledger.drivers.runner import MachineRunner
+from ledger.machines.add_events import (
     AddAcked,
     AddErrorKind,
     AddFailed,
@@ -18,9 +19,8 @@ from ledger.add_events import (
     SendSkipped,
     TaskCrashed,
 )
-from ledger.add_state import AddState
-from ledger.runner import MachineRunner
-from ledger.signals import BookieFailure, Ticked
+from ledger.machines.add_state import AddState
+from ledger.machines.signals import BookieFailure, Ticked
 
 pytestmark = pytest.mark.unit
 

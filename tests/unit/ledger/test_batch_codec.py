@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.batch_codec import (
+from ledger.codecs.batch_codec import (
     V2_STATUS,
     BatchReadDecoder,
     BatchReadRequest,

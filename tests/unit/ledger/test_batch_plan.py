@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.batch_reads import plan_batches
+from ledger.drivers.batch_reads import plan_batches
 
 
 def test_a_range_inside_one_ensemble_is_cut_by_the_entry_bound() -> None:

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from ledger.batch_reads import read_batched
-from ledger.connection_errors import ConnectionLostError
-from ledger.entry import DigestType, EntryCodec
-from ledger.handle_errors import EntryMissingError
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.telemetry import LedgerMetrics
+from ledger.codecs.entry import DigestType, EntryCodec
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.drivers.batch_reads import read_batched
+from ledger.drivers.telemetry import LedgerMetrics
+from ledger.errors import ConnectionLostError, EntryMissingError
 
 LEDGER = 42
 PASSWORD = b"pw"

@@ -1,6 +1,6 @@
 """The codec fast paths agree with the generic path: same bytes out, same objects in.
 
-The generic path (ledger.message_codec.generic_*, on ledger.protobuf) carries the golden
+The generic path (ledger.codecs.message_codec.generic_*, on ledger.codecs.protobuf) carries the golden
 vectors of test_ledger_frames.py; here every fast path is checked against it on generated
 messages, on ids at every varint length, and on mutated and non-canonical input, where the
 fast decoder must either agree with the generic one or step aside (return None).
@@ -16,12 +16,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ledger.codec_fastpath import AddFrames, decode_response, int64, uvarint
-from ledger.codes import OperationType, ReadFlag, StatusCode
-from ledger.entry import ENTRY_HEADER_BYTES, DigestType, Entry, EntryCodec
-from ledger.errors import ProtocolError
-from ledger.frames import FrameDecoder, encode_request, frame
-from ledger.message_codec import (
+from ledger.codecs.codec_fastpath import AddFrames, decode_response, int64, uvarint
+from ledger.codecs.entry import ENTRY_HEADER_BYTES, DigestType, Entry, EntryCodec
+from ledger.codecs.frames import FrameDecoder, encode_request, frame
+from ledger.codecs.message_codec import (
     decode_response_message,
     encode_request_message,
     encode_request_pieces,
@@ -29,8 +27,10 @@ from ledger.message_codec import (
     generic_decode_response_message,
     generic_encode_request_message,
 )
-from ledger.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Response
-from ledger.protobuf import MESSAGE_BYTES_MAX, Writer, encode_varint
+from ledger.codecs.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Response
+from ledger.codecs.protobuf import MESSAGE_BYTES_MAX, Writer, encode_varint
+from ledger.codes import OperationType, ReadFlag, StatusCode
+from ledger.errors import ProtocolError
 
 pytestmark = pytest.mark.unit
 

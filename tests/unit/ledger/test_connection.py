@@ -16,18 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import GlobelogError
-from ledger.codec_fastpath import AddFrames
-from ledger.codes import OperationType, StatusCode
-from ledger.connection import BookieConnection, ConnectionConfig
-from ledger.connection_errors import (
-    BookieProtocolError,
-    BookieTimeoutError,
-    ClientClosedError,
-    ConnectionLostError,
-)
-from ledger.errors import FrameTooLargeError, ProtocolError
-from ledger.frames import RequestFrameDecoder, encode_response
-from ledger.messages import (
+from ledger.codecs.codec_fastpath import AddFrames
+from ledger.codecs.frames import RequestFrameDecoder, encode_response
+from ledger.codecs.messages import (
     AddRequest,
     AddResponse,
     GetBookieInfoRequest,
@@ -35,6 +26,16 @@ from ledger.messages import (
     ReadLacRequest,
     Request,
     Response,
+)
+from ledger.codes import OperationType, StatusCode
+from ledger.connections.connection import BookieConnection, ConnectionConfig
+from ledger.errors import (
+    BookieProtocolError,
+    BookieTimeoutError,
+    ClientClosedError,
+    ConnectionLostError,
+    FrameTooLargeError,
+    ProtocolError,
 )
 
 pytestmark = pytest.mark.unit

@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import GlobelogError
-from ledger.backoff import (
+from ledger.connections.backoff import (
     RECONNECT_BACKOFF_BASE_S,
     RECONNECT_BACKOFF_CAP_S,
     BackoffPolicy,
     ReconnectState,
 )
-from ledger.connection_errors import BookieUnavailableError
+from ledger.errors import BookieUnavailableError
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from ledger.codes import OperationType
-from ledger.inflight import HEAP_REBUILD_FACTOR, HEAP_REBUILD_MIN, InflightWindow
-from ledger.slots import Slots
+from ledger.connections.inflight import HEAP_REBUILD_FACTOR, HEAP_REBUILD_MIN, InflightWindow
+from ledger.connections.slots import Slots
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.entry import (
+from ledger.codecs.entry import (
     DIGEST_BYTES,
     ENTRY_HEADER_BYTES,
     LAC_HEADER_BYTES,

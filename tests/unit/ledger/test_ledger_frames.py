@@ -14,9 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import errors
-from ledger.codes import OperationType, ReadFlag, StatusCode
-from ledger.errors import FrameTooLargeError, ProtocolError
-from ledger.frames import (
+from ledger.codecs.frames import (
     FRAME_BYTES_MAX,
     FrameDecoder,
     RequestFrameDecoder,
@@ -24,7 +22,7 @@ from ledger.frames import (
     encode_response,
     frame,
 )
-from ledger.messages import (
+from ledger.codecs.messages import (
     AddRequest,
     AddResponse,
     AuthRequest,
@@ -44,7 +42,9 @@ from ledger.messages import (
     WriteLacResponse,
     response_error,
 )
-from ledger.protobuf import Writer
+from ledger.codecs.protobuf import Writer
+from ledger.codes import OperationType, ReadFlag, StatusCode
+from ledger.errors import FrameTooLargeError, ProtocolError
 
 pytestmark = pytest.mark.unit
 

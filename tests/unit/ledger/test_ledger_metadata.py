@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.entry import DigestType
-from ledger.errors import LedgerIdOverflowError, MetadataFormatError, ProtocolError
-from ledger.metadata import (
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import (
     Ensemble,
     LedgerIdGenLayout,
     LedgerMetadata,
@@ -30,7 +29,8 @@ from ledger.metadata import (
     short_ledger_id,
     write_set_indices,
 )
-from ledger.protobuf import Writer, encode_varint
+from ledger.codecs.protobuf import Writer, encode_varint
+from ledger.errors import LedgerIdOverflowError, MetadataFormatError, ProtocolError
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import protobuf
+from ledger.codecs import protobuf
+from ledger.codecs.protobuf import Writer, decode_varint, encode_varint, parse
 from ledger.codes import StatusCode
 from ledger.errors import ProtocolError
-from ledger.protobuf import Writer, decode_varint, encode_varint, parse
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import connection_errors, errors
+from ledger import errors
 from ledger.codes import StatusCode
-from ledger.signals import BookieFailure, Outbox, failure_kind
+from ledger.machines.signals import BookieFailure, Outbox, failure_kind
 
 pytestmark = pytest.mark.unit
 
@@ -22,10 +22,10 @@ pytestmark = pytest.mark.unit
         (errors.DigestMismatchError("x"), BookieFailure.DIGEST_MISMATCH),
         (errors.BookieIOError("x"), BookieFailure.OTHER),
         (errors.TooManyRequestsError("x"), BookieFailure.OTHER),
-        (connection_errors.BookieTimeoutError("x"), BookieFailure.TIMEOUT),
-        (connection_errors.BookieUnavailableError("x"), BookieFailure.BOOKIE_DOWN),
-        (connection_errors.ConnectionLostError("x"), BookieFailure.BOOKIE_DOWN),
-        (connection_errors.BookieProtocolError("x"), BookieFailure.BOOKIE_DOWN),
+        (errors.BookieTimeoutError("x"), BookieFailure.TIMEOUT),
+        (errors.BookieUnavailableError("x"), BookieFailure.BOOKIE_DOWN),
+        (errors.ConnectionLostError("x"), BookieFailure.BOOKIE_DOWN),
+        (errors.BookieProtocolError("x"), BookieFailure.BOOKIE_DOWN),
         (TimeoutError(), BookieFailure.TIMEOUT),
         (ConnectionRefusedError(), BookieFailure.BOOKIE_DOWN),
         (ValueError(), BookieFailure.OTHER),

@@ -11,10 +11,10 @@ import pytest
 
 from core import errors
 from global_meta.store import NodeStat
-from ledger import metadata_store
-from ledger.entry import DigestType
-from ledger.metadata import Ensemble, LedgerMetadata, serialize_metadata
-from ledger.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, serialize_metadata
+from ledger.drivers import metadata_store
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 
 BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 OPEN = LedgerMetadata(3, 3, 2, (Ensemble(0, BOOKIES),), DigestType.CRC32C, b"pw")

@@ -1,5 +1,5 @@
 """Fast paths for the hot v3 messages: AddRequest and ReadRequest out, AddResponse and
-ReadResponse in. ledger.message_codec's generic path (Writer / parse / Fields) stays the
+ReadResponse in. ledger.codecs.message_codec's generic path (Writer / parse / Fields) stays the
 reference: the fast paths must give exactly its bytes and objects (tests/unit/ledger/
 test_codec_fastpath.py checks that on generated and mutated messages).
 
@@ -20,9 +20,9 @@ on any input the fast path either agrees with the generic path or steps aside; i
 
 from __future__ import annotations
 
+from ledger.codecs.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Response
+from ledger.codecs.protobuf import MESSAGE_BYTES_MAX, VARINT_BYTES_MAX
 from ledger.codes import OperationType, ProtocolVersion, StatusCode
-from ledger.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Response
-from ledger.protobuf import MESSAGE_BYTES_MAX, VARINT_BYTES_MAX
 
 _U64 = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)
@@ -151,7 +151,7 @@ class AddFrames:
     requests of an entry to its write quorum differ only in BKPacketHeader.txnId.
 
     `pieces(txn_id)` gives (length prefix + header + add fields, entry body, tail), the same
-    bytes as `ledger.frames.encode_request` of the AddRequest; the entry body is not copied.
+    bytes as `ledger.codecs.frames.encode_request` of the AddRequest; the entry body is not copied.
     """
 
     __slots__ = ("_body", "_priority", "_rest_bytes", "_rest_head", "_tail")

@@ -1,10 +1,10 @@
-"""The events `RecoveryState` takes and the actions it emits (see ledger.recovery_state)."""
+"""The events `RecoveryState` takes and the actions it emits (see ledger.machines.recovery_state)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.add_events import (
+from ledger.machines.add_events import (
     AddAcked,
     AddFailed,
     ChangeEnsemble,
@@ -14,9 +14,9 @@ from ledger.add_events import (
     EnsembleChangeFailed,
     SendAdd,
 )
-from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
-from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
-from ledger.signals import RecordHealth, Ticked
+from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.machines.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.machines.signals import RecordHealth, Ticked
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,14 @@ import struct
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from ledger.errors import FrameTooLargeError, ProtocolError
-from ledger.message_codec import (
+from ledger.codecs.message_codec import (
     decode_request_message,
     decode_response_message,
     encode_request_pieces,
     encode_response_message,
 )
-from ledger.messages import Request, Response
+from ledger.codecs.messages import Request, Response
+from ledger.errors import FrameTooLargeError, ProtocolError
 
 # BookKeeper's default nettyMaxFrameSizeBytes: the largest frame, length prefix included.
 FRAME_BYTES_MAX = 5 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""The events `AddState` takes and the actions it emits (see ledger.add_state)."""
+"""The events `AddState` takes and the actions it emits (see ledger.machines.add_state)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ledger.metadata import Ensemble
-from ledger.signals import BookieFailure, Ticked
+from ledger.codecs.metadata import Ensemble
+from ledger.machines.signals import BookieFailure, Ticked
 
 
 class AddErrorKind(enum.Enum):

@@ -2,7 +2,7 @@
 
 Each call returns the decoded response when the bookie answered EOK, and otherwise raises
 either the bookie's verdict (a `ledger.errors.BookieError`, from the one status table) or a
-`ledger.connection_errors` error (no verdict: unreachable, timed out, connection failed).
+`ledger.errors` error (no verdict: unreachable, timed out, connection failed).
 Both are `core.errors.GlobelogError`s with a code and a retriable flag.
 
 After each request an optional observer learns (bookie id, operation, seconds, healthy), so the
@@ -25,14 +25,9 @@ from typing import TypeVar
 
 from core.errors import GlobelogError
 from core.routes import PublishedTopology
-from ledger.batch_codec import BOOKIE_BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
-from ledger.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
-from ledger.codec_fastpath import AddFrames
-from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, OperationType, ReadFlag, StatusCode
-from ledger.connection import BATCH_READ_WIRE, Clock, RequestFactory, WireResponse
-from ledger.connection_errors import BookieProtocolError
-from ledger.errors import status_error
-from ledger.messages import (
+from ledger.codecs.batch_codec import BOOKIE_BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
+from ledger.codecs.codec_fastpath import AddFrames
+from ledger.codecs.messages import (
     AddRequest,
     AddResponse,
     ForceLedgerRequest,
@@ -46,6 +41,10 @@ from ledger.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from ledger.codes import LAST_ADD_CONFIRMED, BookieInfoFlag, OperationType, ReadFlag, StatusCode
+from ledger.connections.bookie_pool import BookieClientConfig, BookiePool, BookieResolver
+from ledger.connections.connection import BATCH_READ_WIRE, Clock, RequestFactory, WireResponse
+from ledger.errors import BookieProtocolError, status_error
 
 __all__ = ["BookieClient", "BookieClientConfig", "BookieResolver", "ClientOperation"]
 

@@ -18,9 +18,9 @@ import enum
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
+from ledger.codecs.metadata import write_set_indices
 from ledger.codes import INVALID_ENTRY_ID
-from ledger.metadata import write_set_indices
-from ledger.signals import (
+from ledger.machines.signals import (
     READ_TIMEOUT_S,
     BookieFailure,
     Health,

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from core import errors
 from global_meta import ANY_VERSION, MetaStore
-from ledger.errors import LedgerIdOverflowError
-from ledger.metadata import (
+from ledger.codecs.metadata import (
     LEDGERS_ROOT,
     LedgerIdGenLayout,
     LedgerMetadata,
@@ -24,24 +23,16 @@ from ledger.metadata import (
     serialize_metadata,
     short_ledger_id,
 )
+from ledger.errors import (
+    LedgerExistsError,
+    LedgerIdOverflowError,
+    LedgerMetadataConflictError,
+    NoSuchLedgerMetadataError,
+)
 
 UNAVAILABLE_RETRY_S = 15.0  # a write retried through a lost ZooKeeper connection this long
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 1.0
 ID_ATTEMPTS_MAX = 8  # an id collides only if someone created that znode by hand
-
-
-class LedgerExistsError(errors.GlobelogError):
-    code = "ledger_exists"
-
-
-class NoSuchLedgerMetadataError(errors.GlobelogError):
-    code = "ledger_not_found"
-
-
-class LedgerMetadataConflictError(errors.GlobelogError):
-    """A compare-and-set lost to another writer; re-read the metadata and decide again."""
-
-    code = "ledger_metadata_conflict"
 
 
 @dataclass(frozen=True, slots=True)

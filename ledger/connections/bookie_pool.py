@@ -3,7 +3,7 @@
 A bookie id is resolved to the address to dial at each dial, so a client in one region reaches
 another region's bookies through its WAN route (`core.routes.PublishedTopology.address`). A
 bookie whose dial failed, or whose connection failed, is not dialled again before its backoff
-(`ledger.backoff`) ends; meanwhile its requests fail at once with BookieUnavailableError.
+(`ledger.connections.backoff`) ends; meanwhile its requests fail at once with BookieUnavailableError.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import GlobelogError
-from ledger.backoff import BackoffPolicy, ReconnectState
-from ledger.connection import (
+from ledger.connections.backoff import BackoffPolicy, ReconnectState
+from ledger.connections.connection import (
     REQUEST_TIMEOUT_S,
     V3_WIRE,
     BookieConnection,
@@ -24,7 +24,7 @@ from ledger.connection import (
     ConnectionConfig,
     Wire,
 )
-from ledger.connection_errors import BookieUnavailableError, ClientClosedError, PoolFullError
+from ledger.errors import BookieUnavailableError, ClientClosedError, PoolFullError
 
 BOOKIES_MAX = 4096  # distinct bookies one pool connects to; clusters have tens to hundreds
 # A long-poll read waits up to its own timeout at the bookie; the client allows this much more

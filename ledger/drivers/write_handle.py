@@ -11,7 +11,16 @@ import contextlib
 import dataclasses
 
 from core.errors import GlobelogError
-from ledger.add_events import (
+from ledger.codecs.codec_fastpath import AddFrames
+from ledger.codecs.entry import EntryCodec, master_key
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.connections.bookie_client import add_frames
+from ledger.drivers.context import LedgerContext, require_open, update_metadata, with_ensemble
+from ledger.drivers.handle_errors import add_error
+from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.runner import MachineRunner
+from ledger.errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
+from ledger.machines.add_events import (
     AddAcked,
     AddAction,
     AddError,
@@ -28,21 +37,8 @@ from ledger.add_events import (
     SendSkipped,
     TaskCrashed,
 )
-from ledger.add_state import AddConfig, AddState
-from ledger.bookie_client import add_frames
-from ledger.codec_fastpath import AddFrames
-from ledger.context import LedgerContext, require_open, update_metadata, with_ensemble
-from ledger.entry import EntryCodec, master_key
-from ledger.handle_errors import (
-    LedgerClosedError,
-    LedgerFencedError,
-    LedgerHandleError,
-    add_error,
-)
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.metadata_store import VersionedMetadata
-from ledger.runner import MachineRunner
-from ledger.signals import Ticked, failure_kind
+from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.signals import Ticked, failure_kind
 from placement import PlacementError
 
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers

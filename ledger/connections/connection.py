@@ -18,25 +18,26 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from core.errors import ConfigError, GlobelogError
-from ledger.batch_codec import (
+from ledger.codecs.batch_codec import (
     BatchReadDecoder,
     BatchReadRequest,
     BatchReadResponse,
     encode_batch_read,
 )
+from ledger.codecs.frames import FRAME_BYTES_MAX, FrameDecoder, encode_request
+from ledger.codecs.messages import Request, Response
 from ledger.codes import OperationType
-from ledger.connection_errors import (
+from ledger.connections.inflight import InflightWindow, Outstanding
+from ledger.connections.slots import Slots
+from ledger.errors import (
     BookieProtocolError,
     BookieTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
     ConnectionLostError,
+    FrameTooLargeError,
+    ProtocolError,
 )
-from ledger.errors import FrameTooLargeError, ProtocolError
-from ledger.frames import FRAME_BYTES_MAX, FrameDecoder, encode_request
-from ledger.inflight import InflightWindow, Outstanding
-from ledger.messages import Request, Response
-from ledger.slots import Slots
 
 REQUEST_TIMEOUT_S = 5.0  # BookKeeper's readTimeout, which addEntryTimeoutSec defaults to
 CONNECT_TIMEOUT_S = 5.0
@@ -53,7 +54,7 @@ Clock = Callable[[], float]
 
 
 class ResponseDecoder(Protocol):
-    """Bytes in, whole responses out (`ledger.frames.Deframer`)."""
+    """Bytes in, whole responses out (`ledger.codecs.frames.Deframer`)."""
 
     @property
     def buffered_bytes(self) -> int: ...

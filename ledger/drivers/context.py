@@ -11,18 +11,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from core.topology import Replication
-from ledger.bookie_client import BookieClient
-from ledger.entry import DigestType
-from ledger.errors import MetadataFormatError
-from ledger.handle_errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.metadata_store import (
+from ledger.codecs.entry import DigestType
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.connections.bookie_client import BookieClient
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger.drivers.telemetry import LedgerMetrics
+from ledger.errors import (
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerHandleError,
     LedgerMetadataConflictError,
-    LedgerMetadataStore,
-    VersionedMetadata,
+    MetadataFormatError,
 )
-from ledger.signals import Health, RecordHealth
-from ledger.telemetry import LedgerMetrics
+from ledger.machines.signals import Health, RecordHealth
 from placement import PlacementState
 
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up

@@ -20,7 +20,7 @@ import uuid
 from core.errors import MetadataError, NodeExistsError
 from global_meta import MetaStore
 from global_meta.store import Op
-from ledger.metadata import LEDGERS_ROOT
+from ledger.codecs.metadata import LEDGERS_ROOT
 
 LAYOUT_FORMAT_VERSION = 2
 # globelog's ledger metadata store reads and writes the hierarchical layout (docs/metadata.md)

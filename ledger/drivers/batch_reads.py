@@ -23,9 +23,9 @@ import bisect
 from collections.abc import Awaitable, Callable, Sequence
 
 from core.errors import GlobelogError
-from ledger.context import LedgerContext
-from ledger.entry import EntryCodec
-from ledger.metadata import LedgerMetadata
+from ledger.codecs.entry import EntryCodec
+from ledger.codecs.metadata import LedgerMetadata
+from ledger.drivers.context import LedgerContext
 
 BATCH_ENTRIES_MAX = 512  # entries asked for per batched read
 # Response bytes asked for per batched read: a whole frame must arrive within the read

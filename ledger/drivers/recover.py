@@ -13,7 +13,13 @@ import dataclasses
 from collections.abc import Iterator
 
 from core.errors import GlobelogError
-from ledger.add_events import (
+from ledger.codecs.entry import EntryCodec, master_key
+from ledger.codecs.metadata import LedgerMetadata, LedgerState
+from ledger.drivers.context import LedgerContext, update_metadata, with_ensemble
+from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.runner import MachineRunner
+from ledger.errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
+from ledger.machines.add_events import (
     AddAcked,
     AddErrorKind,
     AddFailed,
@@ -24,17 +30,11 @@ from ledger.add_events import (
     EnsembleChangeFailed,
     SendAdd,
 )
-from ledger.context import LedgerContext, update_metadata, with_ensemble
-from ledger.entry import EntryCodec, master_key
-from ledger.handle_errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
-from ledger.metadata import LedgerMetadata, LedgerState
-from ledger.metadata_store import VersionedMetadata
-from ledger.read_lac_state import LacReadFailed, LacReplied, SendReadLac
-from ledger.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
-from ledger.recovery_events import FailRecovery, RecoveryAction
-from ledger.recovery_state import RecoveryConfig, RecoveryState
-from ledger.runner import MachineRunner
-from ledger.signals import RecordHealth, failure_kind
+from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
+from ledger.machines.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.machines.recovery_events import FailRecovery, RecoveryAction
+from ledger.machines.recovery_state import RecoveryConfig, RecoveryState
+from ledger.machines.signals import RecordHealth, failure_kind
 from placement import PlacementError
 
 

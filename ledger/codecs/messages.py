@@ -2,8 +2,8 @@
 
 Field numbers are those of BookkeeperProtocol.proto. Fields are written in field-number order,
 optional ones only when set, so the bytes equal protobuf-java's for the same message. Each
-operation's body is encoded in ledger.message_codec; framing (the 4-byte length prefix) is in
-ledger.frames.
+operation's body is encoded in ledger.codecs.message_codec; framing (the 4-byte length prefix) is in
+ledger.codecs.frames.
 
 A response's `status` is the effective one, as BookKeeper's client computes it: the top-level
 Response.status when it is not EOK, else the status inside the operation's response.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ledger.codecs.protobuf import Fields, Writer
 from ledger.codes import BookieInfoFlag, OperationType, ProtocolVersion, ReadFlag, StatusCode
 from ledger.errors import BookieError, ProtocolError, status_error
-from ledger.protobuf import Fields, Writer
 
 # Request / Response field numbers (BookkeeperProtocol.proto).
 HEADER_FIELD = 1
@@ -40,7 +40,7 @@ BODY_FIELDS: dict[OperationType, int] = {
 
 @dataclass(frozen=True, slots=True)
 class AddRequest:
-    """Store one entry. `body` is the digest-wrapped entry packet (ledger.entry)."""
+    """Store one entry. `body` is the digest-wrapped entry packet (ledger.codecs.entry)."""
 
     operation: ClassVar[OperationType] = OperationType.ADD_ENTRY
     txn_id: int
@@ -74,7 +74,7 @@ class ReadRequest:
 
 @dataclass(frozen=True, slots=True)
 class WriteLacRequest:
-    """Store an explicit LAC. `body` is the digest-wrapped LAC packet (ledger.entry)."""
+    """Store an explicit LAC. `body` is the digest-wrapped LAC packet (ledger.codecs.entry)."""
 
     operation: ClassVar[OperationType] = OperationType.WRITE_LAC
     txn_id: int

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import time
 
-from core.errors import GlobelogError
-from ledger.connection import BookieConnection, ConnectionConfig
-from ledger.connection_errors import BookieConnectionError, BookieTimeoutError
-from ledger.messages import GetBookieInfoRequest
-
-
-class BookieUnreachableError(GlobelogError):
-    """No answer from a bookie address within the timeout (down, paused or partitioned)."""
-
-    code = "bookie_unreachable"
-    retriable = True
+from ledger.codecs.messages import GetBookieInfoRequest
+from ledger.connections.connection import BookieConnection, ConnectionConfig
+from ledger.errors import BookieConnectionError, BookieTimeoutError, BookieUnreachableError
 
 
 async def ping_bookie(address: str, timeout_s: float = 5.0) -> float:

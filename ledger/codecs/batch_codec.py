@@ -18,7 +18,7 @@ a v3 ReadResponse body.
 
 A bookie decides on a connection's first frame whether it speaks v2 or v3 and never goes back,
 so batched reads travel on connections of their own. The same 4-byte length prefix frames
-both protocols (`ledger.frames`).
+both protocols (`ledger.codecs.frames`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ledger.codecs.frames import FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, Deframer
 from ledger.codes import OperationType, StatusCode
 from ledger.errors import FrameTooLargeError, ProtocolError
-from ledger.frames import FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, Deframer
 
 V2_VERSION = 2
 V2_BATCH_READ_OPCODE = 7

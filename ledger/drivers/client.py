@@ -19,15 +19,15 @@ from core.errors import GlobelogError, MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
-from ledger.bookie_client import BookieClient, ClientOperation
-from ledger.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
-from ledger.handle_errors import LedgerUnauthorizedError
-from ledger.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
-from ledger.metadata_store import LedgerMetadataStore
-from ledger.read_handle import LedgerReader
-from ledger.recover import recover
-from ledger.telemetry import LedgerMetrics
-from ledger.write_handle import LedgerWriter
+from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
+from ledger.connections.bookie_client import BookieClient, ClientOperation
+from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
+from ledger.drivers.metadata_store import LedgerMetadataStore
+from ledger.drivers.read_handle import LedgerReader
+from ledger.drivers.recover import recover
+from ledger.drivers.telemetry import LedgerMetrics
+from ledger.drivers.write_handle import LedgerWriter
+from ledger.errors import LedgerUnauthorizedError
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"

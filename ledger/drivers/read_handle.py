@@ -10,20 +10,21 @@ import asyncio
 from typing import Literal
 
 from core.errors import GlobelogError
-from ledger.batch_reads import can_batch, read_batched
+from ledger.codecs.entry import EntryCodec
+from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from ledger.codes import INVALID_ENTRY_ID
-from ledger.context import LedgerContext
-from ledger.entry import EntryCodec
-from ledger.errors import NoSuchLedgerError
-from ledger.handle_errors import (
+from ledger.drivers.batch_reads import can_batch, read_batched
+from ledger.drivers.context import LedgerContext
+from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.runner import MachineRunner
+from ledger.errors import (
     EntryMissingError,
     EntryUnavailableError,
     LedgerHandleError,
+    NoSuchLedgerError,
     ReadBeyondLacError,
 )
-from ledger.metadata import LedgerMetadata, LedgerState
-from ledger.metadata_store import VersionedMetadata
-from ledger.read_lac_state import (
+from ledger.machines.read_lac_state import (
     CompleteReadLac,
     FailReadLac,
     LacAction,
@@ -32,7 +33,7 @@ from ledger.read_lac_state import (
     ReadLacState,
     SendReadLac,
 )
-from ledger.read_state import (
+from ledger.machines.read_state import (
     CompleteRead,
     EntryRead,
     EntryReadFailed,
@@ -42,8 +43,7 @@ from ledger.read_state import (
     ReadFailure,
     SendRead,
 )
-from ledger.runner import MachineRunner
-from ledger.signals import RecordHealth, failure_kind
+from ledger.machines.signals import RecordHealth, failure_kind
 
 READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
 EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen yet
@@ -220,7 +220,7 @@ class LedgerReader:
 
     async def read_entries(self, first: int, last: int) -> list[bytes]:
         """Payloads of entries first..last (inclusive), in order: with batched reads where one
-        bookie holds them all (`ledger.batch_reads`), else entry by entry, concurrently."""
+        bookie holds them all (`ledger.drivers.batch_reads`), else entry by entry, concurrently."""
         if last > self.lac:
             raise ReadBeyondLacError(
                 f"ledger {self.ledger_id}: entries {first}..{last} reach beyond the LAC {self.lac}"

@@ -14,10 +14,10 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from ledger.codecs.entry import DigestType
+from ledger.codecs.protobuf import Fields, Writer, decode_varint, encode_varint, parse
 from ledger.codes import INVALID_ENTRY_ID
-from ledger.entry import DigestType
 from ledger.errors import LedgerIdOverflowError, MetadataFormatError, ProtocolError
-from ledger.protobuf import Fields, Writer, decode_varint, encode_varint, parse
 
 FORMAT_VERSION = 3
 _VERSION_KEY = b"BookieMetadataFormatVersion\t"

@@ -1,17 +1,15 @@
 """Each v3 request and response body to and from protobuf (the unframed Request / Response).
 
 Field numbers are BookkeeperProtocol.proto's (listed per message in docs/wire-protocol.md).
-The generic_* functions are the reference codec, built on ledger.protobuf; the hot messages
-(AddRequest, ReadRequest, AddResponse, ReadResponse) take ledger.codec_fastpath, which gives
+The generic_* functions are the reference codec, built on ledger.codecs.protobuf; the hot messages
+(AddRequest, ReadRequest, AddResponse, ReadResponse) take ledger.codecs.codec_fastpath, which gives
 the same bytes and objects.
 """
 
 from __future__ import annotations
 
-from ledger.codec_fastpath import add_request_pieces, decode_response, read_request_message
-from ledger.codes import LAST_ADD_CONFIRMED, OperationType, ReadFlag, StatusCode
-from ledger.errors import ProtocolError
-from ledger.messages import (
+from ledger.codecs.codec_fastpath import add_request_pieces, decode_response, read_request_message
+from ledger.codecs.messages import (
     BODY_FIELDS,
     STATUS_FIELD,
     AddRequest,
@@ -36,7 +34,9 @@ from ledger.messages import (
     envelope_request,
     envelope_response,
 )
-from ledger.protobuf import Fields, Writer, parse
+from ledger.codecs.protobuf import Fields, Writer, parse
+from ledger.codes import LAST_ADD_CONFIRMED, OperationType, ReadFlag, StatusCode
+from ledger.errors import ProtocolError
 
 _FLAG_FIELD = 100  # AddRequest.flag and ReadRequest.flag
 # Operations whose response bodies globelog decodes; others only as StatusOnlyResponse errors.

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from ledger.connection_errors import BookieConnectionError, BookieTimeoutError
 from ledger.errors import (
+    BookieConnectionError,
+    BookieTimeoutError,
     DigestMismatchError,
     FencedError,
     NoSuchEntryError,

@@ -29,7 +29,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ledger.add_events import (
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.machines.add_events import (
     AddAcked,
     AddFailed,
     ChangeEnsemble,
@@ -40,17 +42,15 @@ from ledger.add_events import (
     FailAdds,
     SendAdd,
 )
-from ledger.add_state import AddConfig, AddState
-from ledger.codes import INVALID_ENTRY_ID
-from ledger.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
-from ledger.read_lac_state import (
+from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.read_lac_state import (
     CompleteReadLac,
     FailReadLac,
     LacReadFailed,
     LacReplied,
     ReadLacState,
 )
-from ledger.read_state import (
+from ledger.machines.read_state import (
     CompleteRead,
     EntryRead,
     EntryReadFailed,
@@ -58,8 +58,8 @@ from ledger.read_state import (
     FailRead,
     ReadFailure,
 )
-from ledger.recovery_events import FailRecovery, RecoveryAction, RecoveryEvent
-from ledger.signals import READ_TIMEOUT_S, Outbox, Ticked
+from ledger.machines.recovery_events import FailRecovery, RecoveryAction, RecoveryEvent
+from ledger.machines.signals import READ_TIMEOUT_S, Outbox, Ticked
 
 RECOVERY_ENTRIES_IN_FLIGHT_MAX = 64  # read ahead of the last re-added entry, bounds memory
 

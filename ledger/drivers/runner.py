@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Protocol, TypeVar
 
-from ledger.signals import Ticked
+from ledger.machines.signals import Ticked
 
 A = TypeVar("A")
 

@@ -26,7 +26,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger.signals import (
+from ledger.machines.signals import (
     READ_TIMEOUT_S,
     BookieFailure,
     Health,

@@ -24,7 +24,9 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ledger.add_events import (
+from ledger.codecs.metadata import Ensemble, write_set_indices
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.machines.add_events import (
     FATAL_ANSWERS,
     AddAcked,
     AddAction,
@@ -43,10 +45,8 @@ from ledger.add_events import (
     SendSkipped,
     TaskCrashed,
 )
-from ledger.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDeadlines
-from ledger.codes import INVALID_ENTRY_ID
-from ledger.metadata import Ensemble, write_set_indices
-from ledger.signals import Outbox, Ticked
+from ledger.machines.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDeadlines
+from ledger.machines.signals import Outbox, Ticked
 
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
