@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck unit integration clean
+.PHONY: setup demo test lint typecheck unit integration proto clean
 
 setup:
 	@scripts/setup.sh
@@ -28,6 +28,12 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest -m "integration or e2e" $(PYTEST_ARGS)
+
+# Regenerates ledger/codecs/proto/bookkeeper_pb2.py(i) from bookkeeper.proto (committed; a unit
+# test checks they are current).
+proto: setup
+	cd ledger/codecs/proto && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" "$(CURDIR)/$(PY)" -m grpc_tools.protoc \
+		-I. --python_out=. --mypy_out=. bookkeeper.proto
 
 clean:
 	rm -rf .cluster .cluster-demo .pytest_cache .mypy_cache .ruff_cache

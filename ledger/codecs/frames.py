@@ -1,5 +1,5 @@
 """The bookie connection's framing: each message is a 4-byte big-endian length, then that many
-bytes of protobuf. Encoders give whole frames; decoders take bytes as they arrive.
+bytes of a protobuf message. Encoders give whole frames; decoders take bytes as they arrive.
 
 BookKeeper reads frames with Netty's LengthFieldBasedFrameDecoder(maxFrameLength, 0, 4, 0, 4):
 the length counts the body only; the bound (nettyMaxFrameSizeBytes, 5 MiB by default) counts the
@@ -17,10 +17,11 @@ from typing import Generic, TypeVar
 from ledger.codecs.message_codec import (
     decode_request_message,
     decode_response_message,
-    encode_request_pieces,
+    encode_request_message,
     encode_response_message,
+    request_message,
 )
-from ledger.codecs.messages import Request, Response
+from ledger.codecs.messages import AddRequest, Request, Response
 from ledger.errors import FrameTooLargeError, ProtocolError
 
 # BookKeeper's default nettyMaxFrameSizeBytes: the largest frame, length prefix included.
@@ -41,12 +42,28 @@ def frame(message: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
 
 def encode_request(request: Request, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
     """The whole frame (length prefix and Request) to send to a bookie."""
-    head, body, tail = encode_request_pieces(request)
-    length = len(head) + len(body) + len(tail)
-    size = LENGTH_PREFIX_BYTES + length
-    if size > frame_bytes_max:
-        raise FrameTooLargeError(f"frame is {size} bytes; the limit is {frame_bytes_max}")
-    return b"".join((_LENGTH_PREFIX.pack(length), head, body, tail))  # one copy of the entry
+    return frame(encode_request_message(request), frame_bytes_max)
+
+
+class AddFrames:
+    """The frames of one entry's AddRequest for any txn id: the requests of an entry to its
+    write quorum differ only in BKPacketHeader.txnId, so the message is built once and
+    serialized once per bookie.
+
+    `pieces(txn_id)` gives (length prefix, Request message): the bytes of `encode_request` of
+    the AddRequest with that txn id. The caller checks the frame bound.
+    """
+
+    __slots__ = ("_header", "_message")
+
+    def __init__(self, request: AddRequest) -> None:
+        self._message = request_message(request)
+        self._header = self._message.header
+
+    def pieces(self, txn_id: int) -> tuple[bytes, bytes]:
+        self._header.txnId = txn_id
+        message = self._message.SerializeToString()
+        return _LENGTH_PREFIX.pack(len(message)), message
 
 
 def encode_response(response: Response, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:

@@ -1,9 +1,7 @@
-"""Typed v3 bookie requests and responses, and the Request / Response envelope around them.
+"""Typed v3 bookie requests and responses.
 
-Field numbers are those of BookkeeperProtocol.proto. Fields are written in field-number order,
-optional ones only when set, so the bytes equal protobuf-java's for the same message. Each
-operation's body is encoded in ledger.codecs.message_codec; framing (the 4-byte length prefix) is in
-ledger.codecs.frames.
+ledger.codecs.message_codec turns them into bytes and back (over the protobuf schema in
+ledger/codecs/proto/bookkeeper.proto); ledger.codecs.frames adds the 4-byte length prefix.
 
 A response's `status` is the effective one, as BookKeeper's client computes it: the top-level
 Response.status when it is not EOK, else the status inside the operation's response.
@@ -14,26 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ledger.codecs.protobuf import Fields, Writer
-from ledger.codes import BookieInfoFlag, OperationType, ProtocolVersion, ReadFlag, StatusCode
-from ledger.errors import BookieError, ProtocolError, status_error
-
-# Request / Response field numbers (BookkeeperProtocol.proto).
-HEADER_FIELD = 1
-STATUS_FIELD = 2  # Response only
-# Operation → the field holding its request and response body (the same number in both).
-BODY_FIELDS: dict[OperationType, int] = {
-    OperationType.READ_ENTRY: 100,
-    OperationType.ADD_ENTRY: 101,
-    OperationType.AUTH: 102,
-    OperationType.WRITE_LAC: 103,
-    OperationType.READ_LAC: 104,
-    OperationType.GET_BOOKIE_INFO: 105,
-    OperationType.START_TLS: 106,
-    OperationType.FORCE_LEDGER: 107,
-    OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER: 108,
-}
-
+from ledger.codes import BookieInfoFlag, OperationType, ReadFlag, StatusCode
+from ledger.errors import BookieError, status_error
 
 # ---------------------------------------------------------------------------------- requests
 
@@ -231,57 +211,3 @@ def response_error(response: Response) -> BookieError | None:
     """The error a response's status means, or None for EOK."""
     where = f"{response.operation.name} txn {response.txn_id}"
     return status_error(response.status, where)
-
-
-# ------------------------------------------------------------------------------ header codec
-
-
-def _header(operation: OperationType, txn_id: int, priority: int) -> Writer:
-    header = Writer().uint(1, ProtocolVersion.VERSION_THREE).uint(2, operation).uint(3, txn_id)
-    if priority:
-        header.uint(4, priority)
-    return header
-
-
-@dataclass(frozen=True, slots=True)
-class Header:
-    """A decoded BKPacketHeader."""
-
-    version: ProtocolVersion
-    operation: OperationType
-    txn_id: int
-    priority: int
-
-
-def decode_header(fields: Fields) -> Header:
-    header = fields.required(fields.message(HEADER_FIELD, "BKPacketHeader"), HEADER_FIELD, "header")
-    return Header(
-        version=header.required(header.enum(1, ProtocolVersion), 1, "version"),
-        operation=header.required(header.enum(2, OperationType), 2, "operation"),
-        txn_id=header.required(header.uint64(3), 3, "txnId"),
-        priority=header.uint32(4) or 0,
-    )
-
-
-def body_field(operation: OperationType, what: str) -> int:
-    """The Request/Response field carrying `operation`'s body; ProtocolError if unsupported."""
-    field = BODY_FIELDS.get(operation)
-    if field is None:
-        raise ProtocolError(f"{what}: operation {operation.name} is not supported")
-    return field
-
-
-def envelope_request(request: Request, body: Writer) -> bytes:
-    """The serialized Request message (no frame prefix) around an encoded body."""
-    field = BODY_FIELDS[request.operation]
-    header = _header(request.operation, request.txn_id, request.priority)
-    return Writer().message(HEADER_FIELD, header).message(field, body).finish()
-
-
-def envelope_response(response: Response, body: Writer | None) -> bytes:
-    """The serialized Response message; the top-level status repeats the body's, as bookies do."""
-    out = Writer().message(HEADER_FIELD, _header(response.operation, response.txn_id, 0))
-    out.uint(STATUS_FIELD, response.status)
-    if body is not None:
-        out.message(BODY_FIELDS[response.operation], body)
-    return out.finish()

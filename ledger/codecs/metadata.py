@@ -15,7 +15,9 @@ import re
 from dataclasses import dataclass, field
 
 from ledger.codecs.entry import DigestType
-from ledger.codecs.protobuf import Fields, Writer, decode_varint, encode_varint, parse
+from ledger.codecs.message_codec import known, optional, parse_message, required, text
+from ledger.codecs.proto import bookkeeper_pb2 as pb
+from ledger.codecs.varint import decode_varint, encode_varint
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.errors import LedgerIdOverflowError, MetadataFormatError, ProtocolError
 
@@ -37,6 +39,10 @@ class LedgerState(enum.IntEnum):
     OPEN = 1
     IN_RECOVERY = 2
     CLOSED = 3
+
+
+_STATES = {int(state): state for state in LedgerState}
+_DIGESTS = {int(digest): digest for digest in DigestType}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,24 +145,28 @@ def _problems(md: LedgerMetadata) -> list[str]:
 
 def serialize_metadata(md: LedgerMetadata) -> bytes:
     """The znode bytes BookKeeper's LedgerMetadataSerDe writes for `md` (format version 3)."""
-    out = Writer()
-    # Field order is the field-number order protobuf-java writes.
-    out.int64(1, md.write_quorum).int64(2, md.ensemble_size).int64(3, md.length)
-    out.int64(4, md.last_entry_id).uint(5, md.state)
+    message = pb.LedgerMetadataFormat(
+        quorumSize=md.write_quorum,
+        ensembleSize=md.ensemble_size,
+        length=md.length,
+        lastEntryId=md.last_entry_id,
+        state=md.state,
+        digestType=md.digest_type,
+        password=md.password,
+        ackQuorumSize=md.ack_quorum,
+        ctime=md.ctime,
+        cToken=md.ctoken,
+    )
     for ensemble in md.ensembles:
-        segment = Writer()
-        for bookie in ensemble.bookies:
-            segment.string(1, bookie)
-        out.message(6, segment.int64(2, ensemble.first_entry_id))
-    out.uint(7, md.digest_type).binary(8, md.password).int64(9, md.ack_quorum)
-    if md.ctime is not None:
-        out.int64(10, md.ctime)
+        message.segment.add(
+            ensembleMember=[bookie.encode() for bookie in ensemble.bookies],
+            firstEntryId=ensemble.first_entry_id,
+        )
     for key, value in md.custom_metadata:
-        out.message(11, Writer().string(1, key).binary(2, value))
-    out.int64(12, md.ctoken)
-    message = out.finish()
+        message.customMetadata.add(key=key.encode(), value=value)
+    body = message.SerializeToString()
     header = _VERSION_KEY + str(FORMAT_VERSION).encode() + b"\n"
-    return header + encode_varint(len(message)) + message
+    return header + encode_varint(len(body)) + body
 
 
 def parse_metadata(data: bytes) -> LedgerMetadata:
@@ -173,7 +183,8 @@ def parse_metadata(data: bytes) -> LedgerMetadata:
                 f"ledger metadata announces {length} protobuf bytes after the header; "
                 f"{len(data) - pos} follow"
             )
-        return _decode(parse(memoryview(data)[pos:], "LedgerMetadataFormat"))
+        what = "LedgerMetadataFormat"
+        return _decode(parse_message(pb.LedgerMetadataFormat(), data[pos:], what), what)
     except MetadataFormatError:
         raise
     except ProtocolError as err:
@@ -200,39 +211,41 @@ def _read_header(data: bytes) -> int:
     return newline + 1
 
 
-def _decode(fields: Fields) -> LedgerMetadata:
-    def need_int(number: int, name: str) -> int:
-        return fields.required(fields.int64(number), number, name)
-
-    write_quorum = fields.required(fields.int32(1), 1, "quorumSize")
-    state = fields.required(fields.enum(5, LedgerState), 5, "state")
-    length = need_int(3, "length")  # required by the schema, meaningful only when CLOSED
+def _decode(message: pb.LedgerMetadataFormat, what: str) -> LedgerMetadata:
+    write_quorum: int = required(message, "quorumSize", what)
+    state: LedgerState = known(
+        _STATES, required(message, "state", what), "state", "LedgerState", what
+    )
+    length: int = required(message, "length", what)  # meaningful only when CLOSED
     last_entry_id = INVALID_ENTRY_ID
     if state is LedgerState.CLOSED:
-        last_entry_id = need_int(4, "lastEntryId")
+        last_entry_id = required(message, "lastEntryId", what)
     else:
         length = 0  # as BookKeeper: an unclosed ledger has no length and no last entry yet
     ensembles = []
-    for segment in fields.repeated_messages(6, "segment"):
-        first = segment.required(segment.int64(2), 2, "firstEntryId")
-        ensembles.append(Ensemble(first, tuple(segment.repeated_strings(1))))
-    custom = []
-    for entry in fields.repeated_messages(11, "customMetadata"):
-        custom.append((entry.string(1) or "", entry.binary(2) or b""))
-    ack_quorum = fields.int32(9)
+    for index, segment in enumerate(message.segment):
+        where = f"{what} segment[{index}]"
+        bookies = tuple(text(raw, "ensembleMember", where) for raw in segment.ensembleMember)
+        ensembles.append(Ensemble(required(segment, "firstEntryId", where), bookies))
+    custom = [
+        (text(entry.key, "customMetadata key", what), entry.value)
+        for entry in message.customMetadata
+    ]
+    ack_quorum = optional(message, "ackQuorumSize")
+    digest = required(message, "digestType", what)
     return LedgerMetadata(
-        ensemble_size=fields.required(fields.int32(2), 2, "ensembleSize"),
+        ensemble_size=required(message, "ensembleSize", what),
         write_quorum=write_quorum,
         ack_quorum=write_quorum if ack_quorum is None else ack_quorum,  # as LedgerMetadataSerDe
         ensembles=tuple(ensembles),
-        digest_type=fields.required(fields.enum(7, DigestType), 7, "digestType"),
-        password=fields.required(fields.binary(8), 8, "password"),
+        digest_type=known(_DIGESTS, digest, "digestType", "DigestType", what),
+        password=required(message, "password", what),
         state=state,
         last_entry_id=last_entry_id,
         length=length,
-        ctime=fields.int64(10),
+        ctime=optional(message, "ctime"),
         custom_metadata=tuple(custom),
-        ctoken=fields.int64(12) or 0,
+        ctoken=message.cToken,
     )
 
 

@@ -26,7 +26,7 @@ from typing import TypeVar
 from core.errors import GlobelogError
 from core.routes import PublishedTopology
 from ledger.codecs.batch_codec import BOOKIE_BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
-from ledger.codecs.codec_fastpath import AddFrames
+from ledger.codecs.frames import AddFrames
 from ledger.codecs.messages import (
     AddRequest,
     AddResponse,

@@ -11,8 +11,8 @@ import contextlib
 import dataclasses
 
 from core.errors import GlobelogError
-from ledger.codecs.codec_fastpath import AddFrames
 from ledger.codecs.entry import EntryCodec, master_key
+from ledger.codecs.frames import AddFrames
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.connections.bookie_client import add_frames
 from ledger.drivers.context import LedgerContext, require_open, update_metadata, with_ensemble

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import GlobelogError
-from ledger.codecs.codec_fastpath import AddFrames
-from ledger.codecs.frames import RequestFrameDecoder, encode_response
+from ledger.codecs.frames import AddFrames, RequestFrameDecoder, encode_response
 from ledger.codecs.messages import (
     AddRequest,
     AddResponse,

@@ -42,9 +42,9 @@ from ledger.codecs.messages import (
     WriteLacResponse,
     response_error,
 )
-from ledger.codecs.protobuf import Writer
 from ledger.codes import OperationType, ReadFlag, StatusCode
 from ledger.errors import FrameTooLargeError, ProtocolError
+from tests.support.wire import Writer
 
 pytestmark = pytest.mark.unit
 

@@ -29,8 +29,9 @@ from ledger.codecs.metadata import (
     short_ledger_id,
     write_set_indices,
 )
-from ledger.codecs.protobuf import Writer, encode_varint
+from ledger.codecs.varint import encode_varint
 from ledger.errors import LedgerIdOverflowError, MetadataFormatError, ProtocolError
+from tests.support.wire import Writer
 
 pytestmark = pytest.mark.unit
 
