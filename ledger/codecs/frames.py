@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ledger.codecs.message_codec import (
+    add_request_parts,
     decode_request_message,
     decode_response_message,
     encode_request_message,
     encode_response_message,
-    request_message,
 )
 from ledger.codecs.messages import AddRequest, Request, Response
 from ledger.errors import FrameTooLargeError, ProtocolError
@@ -47,23 +47,25 @@ def encode_request(request: Request, frame_bytes_max: int = FRAME_BYTES_MAX) -> 
 
 class AddFrames:
     """The frames of one entry's AddRequest for any txn id: the requests of an entry to its
-    write quorum differ only in BKPacketHeader.txnId, so the message is built once and
-    serialized once per bookie.
+    write quorum differ only in BKPacketHeader.txnId.
 
-    `pieces(txn_id)` gives (length prefix, Request message): the bytes of `encode_request` of
-    the AddRequest with that txn id. The caller checks the frame bound.
+    A Request serializes as its fields in field-number order, so it is the concatenation of a
+    Request holding only its header (field 1) and one holding only its addRequest (field 101).
+    The second, which carries the entry, is serialized once per entry; per bookie only the
+    header is. `pieces(txn_id)` gives (length prefix, header field, addRequest field): the bytes
+    of `encode_request` of the AddRequest with that txn id. The caller checks the frame bound.
     """
 
-    __slots__ = ("_header", "_message")
+    __slots__ = ("_add", "_header", "_header_message")
 
     def __init__(self, request: AddRequest) -> None:
-        self._message = request_message(request)
-        self._header = self._message.header
+        self._header_message, self._add = add_request_parts(request)
+        self._header = self._header_message.header
 
-    def pieces(self, txn_id: int) -> tuple[bytes, bytes]:
+    def pieces(self, txn_id: int) -> tuple[bytes, bytes, bytes]:
         self._header.txnId = txn_id
-        message = self._message.SerializeToString()
-        return _LENGTH_PREFIX.pack(len(message)), message
+        header = self._header_message.SerializeToString()
+        return _LENGTH_PREFIX.pack(len(header) + len(self._add)), header, self._add
 
 
 def encode_response(response: Response, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:

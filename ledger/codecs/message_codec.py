@@ -76,25 +76,12 @@ _READ_FLAGS = {int(flag): flag for flag in ReadFlag}
 
 
 def request_message(request: Request) -> pb.Request:
-    """The Request message of `request`, to serialize (or to re-serialize with another txn id)."""
+    """The Request message of `request`."""
     message = pb.Request()
-    header = message.header
-    header.version = _VERSION_THREE
-    header.operation = request.operation
-    header.txnId = request.txn_id
-    if request.priority:
-        header.priority = request.priority
+    _fill_header(message.header, request)
     match request:
         case AddRequest():
-            add = message.addRequest
-            add.ledgerId = request.ledger_id
-            add.entryId = request.entry_id
-            add.masterKey = request.master_key
-            add.body = request.body
-            if request.write_flags is not None:
-                add.writeFlags = request.write_flags
-            if request.recovery:
-                add.flag = _RECOVERY_ADD
+            _fill_add(message.addRequest, request)
         case ReadRequest():
             _check_read(request)
             read = message.readRequest
@@ -124,6 +111,36 @@ def request_message(request: Request) -> pb.Request:
             message.authRequest.authPluginName = request.plugin_name.encode()
             message.authRequest.payload = request.payload
     return message
+
+
+def add_request_parts(request: AddRequest) -> tuple[pb.Request, bytes]:
+    """An AddRequest's Request in two parts whose serializations, joined, are the whole one's
+    (fields are written in field-number order): a Request holding only the header, to
+    serialize per txn id, and the serialized Request holding only the addRequest (the entry)."""
+    header = pb.Request()
+    _fill_header(header.header, request)
+    add = pb.Request()
+    _fill_add(add.addRequest, request)
+    return header, add.SerializeToString()
+
+
+def _fill_header(header: pb.BKPacketHeader, request: Request) -> None:
+    header.version = _VERSION_THREE
+    header.operation = request.operation
+    header.txnId = request.txn_id
+    if request.priority:
+        header.priority = request.priority
+
+
+def _fill_add(add: pb.AddRequest, request: AddRequest) -> None:
+    add.ledgerId = request.ledger_id
+    add.entryId = request.entry_id
+    add.masterKey = request.master_key
+    add.body = request.body
+    if request.write_flags is not None:
+        add.writeFlags = request.write_flags
+    if request.recovery:
+        add.flag = _RECOVERY_ADD
 
 
 def encode_request_message(request: Request) -> bytes:

@@ -10,6 +10,7 @@ itself.
 from __future__ import annotations
 
 import bisect
+import collections
 import enum
 import re
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ LEDGERS_ROOT = "/ledgers"
 # Ids below this live in the 2-4-4 layout and come from the 31-bit generator (Integer.MAX_VALUE).
 SHORT_ID_LIMIT = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
+# Bounds on the text of an invalid-metadata error (hostile input can hold millions of faults).
+PROBLEMS_SHOWN_MAX = 8
+BOOKIES_SHOWN_MAX = 16
 
 
 class LedgerState(enum.IntEnum):
@@ -73,7 +77,10 @@ class LedgerMetadata:
     def __post_init__(self) -> None:
         problems = _problems(self)
         if problems:
-            raise MetadataFormatError("ledger metadata is invalid: " + "; ".join(problems))
+            shown = "; ".join(problems[:PROBLEMS_SHOWN_MAX])
+            more = len(problems) - PROBLEMS_SHOWN_MAX
+            tail = f"; and {more} more" if more > 0 else ""
+            raise MetadataFormatError(f"ledger metadata is invalid: {shown}{tail}")
 
     @property
     def current_ensemble(self) -> tuple[str, ...]:
@@ -103,7 +110,9 @@ def write_set_indices(entry_id: int, ensemble_size: int, write_quorum: int) -> t
 
 
 def _problems(md: LedgerMetadata) -> list[str]:
-    problems = []
+    """Everything wrong with `md`; each ensemble's problems only up to a bound, so hostile
+    metadata (a znode of a million empty ensembles) cannot make a huge error."""
+    problems: list[str] = []
     if not 1 <= md.ack_quorum <= md.write_quorum <= md.ensemble_size:
         problems.append(
             f"quorums must satisfy 1 <= ack ({md.ack_quorum}) <= write ({md.write_quorum}) "
@@ -116,6 +125,9 @@ def _problems(md: LedgerMetadata) -> list[str]:
             f"the first ensemble starts at entry {md.ensembles[0].first_entry_id}, not 0"
         )
     for index, ensemble in enumerate(md.ensembles):
+        if len(problems) > PROBLEMS_SHOWN_MAX:
+            problems.append("(further ensembles not checked)")
+            break
         where = f"ensembles[{index}]"
         if index and ensemble.first_entry_id <= md.ensembles[index - 1].first_entry_id:
             problems.append(
@@ -126,7 +138,9 @@ def _problems(md: LedgerMetadata) -> list[str]:
                 f"{where} has {len(ensemble.bookies)} bookies; expected {md.ensemble_size}"
             )
         if len(set(ensemble.bookies)) != len(ensemble.bookies) or "" in ensemble.bookies:
-            problems.append(f"{where} has an empty or repeated bookie id: {list(ensemble.bookies)}")
+            shown = list(ensemble.bookies[:BOOKIES_SHOWN_MAX])
+            more = "..." if len(ensemble.bookies) > BOOKIES_SHOWN_MAX else ""
+            problems.append(f"{where} has an empty or repeated bookie id: {shown}{more}")
     if md.state is LedgerState.CLOSED:
         if md.last_entry_id < INVALID_ENTRY_ID or md.length < 0:
             problems.append(f"closed at entry {md.last_entry_id} with length {md.length}")
@@ -134,9 +148,10 @@ def _problems(md: LedgerMetadata) -> list[str]:
         problems.append(
             f"{md.state.name} but has last entry {md.last_entry_id} and length {md.length}"
         )
-    keys = [key for key, _ in md.custom_metadata]
-    if len(set(keys)) != len(keys):
-        problems.append(f"custom metadata repeats a key: {keys}")
+    counts = collections.Counter(key for key, _ in md.custom_metadata)
+    repeated = sorted(key for key, count in counts.items() if count > 1)
+    if repeated:
+        problems.append(f"custom metadata repeats a key: {repeated[:BOOKIES_SHOWN_MAX]}")
     return problems
 
 

@@ -353,3 +353,19 @@ def test_long_ids_combine_high_bits_and_a_sequential_suffix() -> None:
         long_ledger_id(1, prefix + "2147483647", prefix)
     assert hob_high_bits("HOB-0000000007") == 7
     assert hob_high_bits("ID-0000000007") is None
+
+
+def test_hostile_metadata_gives_a_short_error_quickly() -> None:
+    # A znode-sized message of empty ensembles: every one of them is a fault.
+    segment = Writer().message(6, Writer().int64(2, 0)).finish()
+    fields = (
+        Writer().int64(1, 3).int64(2, 3).int64(3, 0).int64(4, -1).uint(5, 1).finish()
+        + segment * 200_000
+        + Writer().uint(7, 3).binary(8, b"").finish()
+    )
+    data = HEADER + encode_varint(len(fields)) + fields
+    assert len(data) < 1024 * 1024
+    with pytest.raises(MetadataFormatError) as caught:
+        parse_metadata(data)
+    assert len(str(caught.value)) < 2000, len(str(caught.value))
+    assert str(caught.value).endswith("2 more")  # the rest: not checked, not listed

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from ledger.codecs import message_codec
 from ledger.codecs.entry import ENTRY_HEADER_BYTES, DigestType, Entry, EntryCodec
 from ledger.codecs.frames import AddFrames, FrameDecoder, encode_request, frame
 from ledger.codecs.message_codec import (
@@ -25,6 +26,7 @@ from ledger.codecs.message_codec import (
     encode_response_message,
 )
 from ledger.codecs.messages import AddRequest, AddResponse, ReadResponse, Response
+from ledger.codecs.proto import bookkeeper_pb2 as pb
 from ledger.codes import OperationType, StatusCode
 from ledger.errors import ProtocolError
 from tests.support.wire import WIRE_GROUP_END, WIRE_GROUP_START, Writer
@@ -372,3 +374,21 @@ def test_crc32c_entries_match_an_independent_computation(
         assert decoded == entry
         assert type(decoded.payload) is bytes
     assert len(expected) == ENTRY_HEADER_BYTES + 4 + len(payload)
+
+
+@given(HOT_RESPONSES, st.data())
+def test_the_hot_path_returns_what_the_full_decoder_returns(
+    response: Response, data: st.DataObject
+) -> None:
+    encoded = bytearray(encode_response_message(response))
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(0, len(encoded) - 1))
+        encoded[at] = data.draw(st.integers(0, 255))
+    try:
+        decoded = decode_response_message(bytes(encoded))
+    except ProtocolError:
+        return
+    message = pb.Response()
+    message.ParseFromString(bytes(encoded))
+    op, txn, _ = message_codec._header(message, "Response")
+    assert message_codec._decode_response(message, op, txn) == decoded
