@@ -42,6 +42,8 @@ MAGIC = b"GL"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct(">2sBBIQqIIB")
 _RECORD = struct.Struct(">qHI")
+_LENGTH = struct.Struct(">I")  # a record's payload length, the last field of its header
+_LENGTH_AT = 10
 HEADER_BYTES = _HEADER.size  # without the region name
 RECORD_OVERHEAD_BYTES = _RECORD.size
 REGION_BYTES_MAX = 255
@@ -194,6 +196,29 @@ def decode_entry_columns(data: bytes, where: str = "entry") -> EntryColumns:
     if offset != end:
         raise EntryFormatError(f"{where}: {end - offset} bytes follow the last record")
     return EntryColumns(head, slots, txids, payloads, producers, sealed)
+
+
+def open_entry(data: bytes, where: str = "entry") -> tuple[EntryHead, memoryview]:
+    """An entry's header and its raw (decompressed) body, every length checked; the records
+    themselves are not (decode_entry_columns checks them, or record_starts finds them)."""
+    return _open_entry(data, where)
+
+
+def record_starts(raw: memoryview, count: int) -> list[int] | None:
+    """Where each of the `count` records of a raw body starts, by their length fields alone;
+    None when those do not tile the body exactly (decode_entry_columns then says what is
+    wrong). For columnar readers that check the rest of each record in bulk."""
+    starts: list[int] = []
+    append = starts.append
+    unpack = _LENGTH.unpack_from
+    offset = 0
+    try:
+        for _ in range(count):
+            append(offset)
+            offset += RECORD_OVERHEAD_BYTES + unpack(raw, offset + _LENGTH_AT)[0]
+    except struct.error:
+        return None
+    return starts if offset == len(raw) else None
 
 
 def _refuse_record(where: str, index: int, txid: int, flags: int, length: int, left: int) -> None:
