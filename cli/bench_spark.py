@@ -38,6 +38,7 @@ from core.errors import ConfigError
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient, LedgerConfig
+from pipeline.options import ENTRIES_PER_PARTITION
 from reader.session import read_session
 from writer.admin import apply_retention
 from writer.log_writer import LogWriter, WriterConfig
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes per record")
     parser.add_argument("--repeat", type=int, default=3, help="reads of each kind")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
-    parser.add_argument("--entries-per-partition", type=int, default=256)
+    parser.add_argument("--entries-per-partition", type=int, default=ENTRIES_PER_PARTITION)
     parser.add_argument("--region", default="us-east", help="where the writer and readers run")
 
 

@@ -19,7 +19,7 @@ from core.topology_loader import load_topology
 from reader.positions import By, Position
 
 STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
-ENTRIES_PER_PARTITION = 256
+ENTRIES_PER_PARTITION = 2048
 ENTRIES_PER_PARTITION_MAX = 1_000_000
 TRIGGER_MAX = 1 << 62
 

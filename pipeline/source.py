@@ -5,8 +5,9 @@
     df = spark.read.format("globelog").option("stream", "orders").load()
 
 Options are checked on the driver when the query is planned, before any task starts
-(pipeline/options.py, docs/spark.md). Batch reads plan one input partition per segment entry
-range; Spark's workers read their partitions in parallel from the bookies.
+(pipeline/options.py, docs/spark.md). Batch reads plan entry ranges within segments and pack
+consecutive ones into input partitions of up to entriesPerPartition entries; Spark's workers
+read their partitions in parallel from the bookies.
 """
 
 from __future__ import annotations
@@ -47,11 +48,18 @@ FAILPOINT_PROPERTY = "globelog.sink.failpoint"
 
 
 class RangePartition(InputPartition):
-    """One entry range of one segment (a ReadTask)."""
+    """Consecutive entry ranges (ReadTasks), read one after the other by one task: ranges
+    smaller than `entriesPerPartition` (a segment's last one, short segments) are packed
+    together, across segments, since each Spark task has a cost of its own (tens of ms)."""
 
-    def __init__(self, task: ReadTask) -> None:
-        super().__init__(task)
-        self.task = task
+    def __init__(self, tasks: tuple[ReadTask, ...]) -> None:
+        super().__init__(tasks)
+        self.tasks = tasks
+
+
+def _read_partition(partition: InputPartition) -> Iterator[Any]:
+    for task in getattr(partition, "tasks", ()):
+        yield from read_arrow(task)
 
 
 class GlobelogDataSource(DataSource):
@@ -82,18 +90,28 @@ class GlobelogBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        return _partitions(plan_now(self.options))
+        return _partitions(plan_now(self.options), self.options.entries_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        task = getattr(partition, "task", None)
-        if task is None:
-            return iter(())
-        return read_arrow(task)
+        return _read_partition(partition)
 
 
-def _partitions(tasks: list[ReadTask]) -> Sequence[InputPartition]:
+def _partitions(tasks: list[ReadTask], entries_per_partition: int) -> Sequence[InputPartition]:
+    """The tasks packed in order into partitions of at most `entries_per_partition` entries
+    (a task is never split: the planner made none larger)."""
+    packed: list[InputPartition] = []
+    group: list[ReadTask] = []
+    entries = 0
+    for task in tasks:
+        if group and entries + task.part.entries > entries_per_partition:
+            packed.append(RangePartition(tuple(group)))
+            group, entries = [], 0
+        group.append(task)
+        entries += task.part.entries
+    if group:
+        packed.append(RangePartition(tuple(group)))
     # Spark runs a read with no partition as one: an empty one stands for "nothing".
-    return [RangePartition(t) for t in tasks] or [InputPartition(None)]
+    return packed or [InputPartition(None)]
 
 
 class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -135,11 +153,11 @@ class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ceiling = asyncio.run(latest_offsets(self.options, start, None, None))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return _partitions(asyncio.run(plan_batch(self.options, dict(start), dict(end))))
+        tasks = asyncio.run(plan_batch(self.options, dict(start), dict(end)))
+        return _partitions(tasks, self.options.entries_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        task = getattr(partition, "task", None)
-        return iter(()) if task is None else read_arrow(task)
+        return _read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, the records stay in the log."""
