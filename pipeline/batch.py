@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import math
+import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,10 @@ COLUMNS = tuple(part.split()[0] for part in SCHEMA.split(", "))
 _RECORD_DTYPE = [("txid", ">i8"), ("flags", ">u2"), ("length", ">u4")]
 
 
+# Ranges per partition when a read is cut finer for min_partitions (pieces to pack evenly).
+PIECES_PER_PARTITION = 8
+
+
 @dataclass(frozen=True, slots=True)
 class ReadTask:
     """What a worker needs to read one partition: where the cluster is, and the range."""
@@ -49,7 +55,30 @@ class ReadTask:
 
 
 async def plan(options: SourceOptions) -> list[ReadTask]:
-    """Every stream's ranges, stream by stream in the order given, each in stream order."""
+    """Every stream's ranges, stream by stream in the order given, each in stream order: of
+    at most entriesPerPartition entries, and finer when that would give fewer than
+    min_partitions partitions, so that packing them back up to partition_entries makes
+    partitions of nearly equal size (with 2 cores, 2 partitions and not 3: the third would
+    run alone)."""
+    tasks = await _plan(options, options.entries_per_partition)
+    bound = partition_entries(options, tasks)
+    if bound < options.entries_per_partition:
+        tasks = await _plan(options, max(1, bound // PIECES_PER_PARTITION))
+    return tasks
+
+
+def partition_entries(options: SourceOptions, tasks: list[ReadTask]) -> int:
+    """The entry bound of one input partition for these tasks: entriesPerPartition, or less
+    so that there are min_partitions partitions when there are that many entries."""
+    wanted = options.min_partitions or os.cpu_count() or 1
+    total = sum(task.part.entries for task in tasks)
+    bound = math.ceil(total / wanted)
+    if bound >= options.entries_per_partition:
+        return options.entries_per_partition
+    return max(1, bound + bound // PIECES_PER_PARTITION)  # room for the pieces' rounding
+
+
+async def _plan(options: SourceOptions, entries_per_partition: int) -> list[ReadTask]:
     topology = options.topology()
     tasks: list[ReadTask] = []
     async with read_session(topology, options.region, options.namespace) as session:
@@ -60,7 +89,7 @@ async def plan(options: SourceOptions) -> list[ReadTask]:
                 stream,
                 options.start,
                 options.end,
-                options.entries_per_partition,
+                entries_per_partition,
             )
             tasks += [
                 ReadTask(str(options.topology_path), options.region, options.namespace, r)

@@ -21,11 +21,12 @@ from reader.positions import By, Position
 STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 ENTRIES_PER_PARTITION = 2048
 ENTRIES_PER_PARTITION_MAX = 1_000_000
+MIN_PARTITIONS_MAX = 100_000
 TRIGGER_MAX = 1 << 62
 
 POSITION_KINDS = {"dlsn": By.DLSN, "txid": By.TXID, "seq": By.SEQ, "time": By.TIME}
 READ_OPTIONS = frozenset(
-    {"stream", "streams", "namespace", "topology", "region", "entriesperpartition"}
+    {"stream", "streams", "namespace", "topology", "region", "entriesperpartition", "minpartitions"}
     | {f"{edge}{kind}" for edge in ("starting", "ending") for kind in POSITION_KINDS}
 )
 STREAMING_OPTIONS = frozenset({"maxrecordspertrigger", "maxbytespertrigger"})
@@ -47,6 +48,9 @@ class SourceOptions:
     entries_per_partition: int
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    # a batch read's partitions at least (when it has that many entries); None: the planning
+    # machine's cores
+    min_partitions: int | None = None
 
     def topology(self) -> Topology:
         return load_topology(self.topology_path)
@@ -81,6 +85,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool = False)
     entries = _int(
         given, "entriesperpartition", ENTRIES_PER_PARTITION, 1, ENTRIES_PER_PARTITION_MAX, problems
     )
+    min_partitions = None
+    if "minpartitions" in given:
+        min_partitions = _int(given, "minpartitions", 0, 1, MIN_PARTITIONS_MAX, problems)
     max_records = max_bytes = None
     if streaming:
         if "maxrecordspertrigger" in given:
@@ -100,6 +107,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool = False)
         entries,
         max_records,
         max_bytes,
+        min_partitions,
     )
 
 

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from core.errors import ConfigError
-from pipeline.batch import SCHEMA, ReadTask, plan_now, read_arrow
+from pipeline.batch import SCHEMA, ReadTask, partition_entries, plan_now, read_arrow
 from pipeline.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from pipeline.sink import SinkResult, append_rows, producer_id
 from pipeline.streaming import Offsets, initial_offsets, latest_offsets, plan_batch
@@ -90,7 +90,8 @@ class GlobelogBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        return _partitions(plan_now(self.options), self.options.entries_per_partition)
+        tasks = plan_now(self.options)
+        return _partitions(tasks, partition_entries(self.options, tasks))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(partition)
