@@ -97,7 +97,12 @@ def run_state(record: ProcessRecord) -> RunState:
     """RUNNING, PAUSED or DEAD; a reused pid running something else counts as DEAD."""
     _reap(record.pid)
     state = _proc_state(record.pid)
-    if state is None or state in ("Z", "X") or _cmdline(record.pid) != record.argv:
+    if state is None or state in ("Z", "X"):
+        return RunState.DEAD
+    cmdline = _cmdline(record.pid)
+    # Between fork and exec a child started a moment ago still shows this process's command
+    # line: it is starting, not dead (nor a reused pid).
+    if cmdline != record.argv and cmdline != _cmdline(os.getpid()):
         return RunState.DEAD
     return RunState.PAUSED if state in ("T", "t") else RunState.RUNNING
 
