@@ -221,8 +221,8 @@ def ledger_layer_of_module(name: str) -> str:
     return parts[1] if len(parts) > 2 else "top"
 
 
-def ledger_layer_of_path(path: Path) -> str:
-    inner = path.relative_to(REPO / "ledger").parts
+def ledger_layer_of_path(path: Path, root: Path = REPO) -> str:
+    inner = path.relative_to(root / "ledger").parts
     if inner == ("__init__.py",):
         return "api"
     return inner[0] if len(inner) > 1 else "top"
@@ -239,8 +239,8 @@ def test_the_ledger_layers_are_folders() -> None:
         assert (REPO / "ledger" / layer / "__init__.py").is_file(), layer
 
 
-def ledger_layer_violations(path: Path) -> list[str]:
-    layer = ledger_layer_of_path(path)
+def ledger_layer_violations(path: Path, root: Path = REPO) -> list[str]:
+    layer = ledger_layer_of_path(path, root)
     found = [
         f"imports {name} ({ledger_layer_of_module(name)}); {layer} may import "
         f"{sorted(LEDGER_LAYERS[layer])}"
@@ -266,12 +266,7 @@ def test_the_ledger_layer_checker_catches_sideways_and_impure_imports(tmp_path: 
         "import asyncio\nfrom ledger.connections.connection import BookieConnection\n"
         "from ledger.codecs.metadata import LedgerMetadata\nfrom ledger.errors import FencedError\n"
     )
-    original = REPO
-    try:
-        globals()["REPO"] = tmp_path
-        found = ledger_layer_violations(machine)
-    finally:
-        globals()["REPO"] = original
+    found = ledger_layer_violations(machine, tmp_path)
     assert found == [
         "imports ledger.connections.connection (connections); machines may import "
         "['codecs', 'machines', 'top']",
