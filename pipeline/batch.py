@@ -8,22 +8,12 @@ by the worker that gets it, local region first. Rows follow SCHEMA.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import math
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core.entry_format import (
-    RECORD_OVERHEAD_BYTES,
-    EntryColumns,
-    EntryHead,
-    decode_entry_columns,
-    open_entry,
-    record_starts,
-)
-from core.records import KNOWN_FLAGS, NO_POSITION, PRODUCER_PREFIX_BYTES, RecordFlag
 from pipeline.options import SourceOptions
 from pipeline.worker_loop import worker_loop
 from reader.archive import ArchivedRange, archived_table
@@ -36,8 +26,6 @@ SCHEMA = (
     "producer_id long, producer_seq long"
 )
 COLUMNS = tuple(part.split()[0] for part in SCHEMA.split(", "))
-# A record's header in an entry's raw body (core/entry_format.py), as numpy reads it.
-_RECORD_DTYPE = [("txid", ">i8"), ("flags", ">u2"), ("length", ">u4")]
 
 
 # Ranges per partition when a read is cut finer for min_partitions (pieces to pack evenly).
@@ -131,8 +119,9 @@ def arrow_schema() -> Any:
 
 
 class ArrowDecoder:
-    """A range's entries straight into Arrow columns: no object per record (the entry decoder
-    hands over columns, and the per-entry columns are repeated, not built record by record)."""
+    """A range's entries straight into Arrow columns: no object per record (each read of
+    entries is decoded at once, pipeline/entry_columns.py, and the columns that hold per entry
+    are gathered by the rows' entry index)."""
 
     def __init__(self) -> None:
         self.schema = arrow_schema()
@@ -142,62 +131,45 @@ class ArrowDecoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        entries: list[Any] = []
-        slots: list[Any] = []
-        txids: list[Any] = []
-        lengths: list[Any] = []
-        values: list[Any] = []
-        seqs: list[Any] = []
-        micros: list[Any] = []
-        region_of: list[Any] = []
-        regions: dict[str, int] = {}
-        producer_ids: list[Any] = []
-        producer_seqs: list[Any] = []
-        producer_set: list[Any] = []
-        for entry_id, body in bodies:
-            where = f"stream {part.stream!r} segment {part.segment} entry {entry_id}"
-            head, columns = entry_arrays(body, where)
-            low, high = _within(part, entry_id, columns.slots)
-            if low >= high:
-                continue
-            count = high - low
-            first = part.first_seq + head.first_position
-            entries.append(np.full(count, entry_id, np.int64))
-            slots.append(columns.slots[low:high])
-            txids.append(columns.txids[low:high])
-            lengths.append(columns.lengths[low:high])
-            values.append(columns.values[columns.offsets[low] : columns.offsets[high]])
-            seqs.append(np.arange(first + low, first + high, dtype=np.int64))
-            micros.append(np.full(count, head.write_time_ms * 1000, np.int64))
-            region = regions.setdefault(head.region, len(regions))
-            region_of.append(np.full(count, region, np.int32))
-            producer_ids.append(columns.producer_ids[low:high])
-            producer_seqs.append(columns.producer_seqs[low:high])
-            producer_set.append(columns.producer_set[low:high])
-        if not txids:
+        from pipeline.entry_columns import decode_run
+
+        where = f"stream {part.stream!r} segment {part.segment} entry"
+        run = decode_run([body for _, body in bodies], [f"{where} {e}" for e, _ in bodies])
+        entry_ids = np.fromiter((e for e, _ in bodies), np.int64, len(bodies))
+        inside = _within(part, entry_ids[run.entry_index], run.slots)
+        if inside is not None and not inside.all():
+            run = run.take(inside)
+        rows = len(run)
+        if rows == 0:
             return None
-        rows = sum(len(t) for t in txids)
-        segment = pa.repeat(part.segment, rows).cast(pa.int64())
-        entry = pa.array(np.concatenate(entries))
-        slot = pa.array(np.concatenate(slots))
+        heads = run.heads
+        entry = entry_ids[run.entry_index]
+        prefixes = pa.array([f"{part.segment}.{e}." for e in entry_ids.tolist()], pa.string())
         dlsn = pc.binary_join_element_wise(
-            pc.cast(segment, pa.string()), pc.cast(entry, pa.string()),
-            pc.cast(slot, pa.string()), ".",
-        )  # fmt: skip
-        unset = ~np.concatenate(producer_set)
+            prefixes.take(pa.array(run.entry_index)), pc.cast(pa.array(run.slots), pa.string()), ""
+        )
+        first_seq = np.fromiter(
+            (part.first_seq + h.first_position for h in heads), np.int64, len(heads)
+        )
+        micros = np.fromiter((h.write_time_ms * 1000 for h in heads), np.int64, len(heads))
+        regions: dict[str, int] = {}
+        region_of = np.fromiter(
+            (regions.setdefault(h.region, len(regions)) for h in heads), np.int32, len(heads)
+        )
+        unset = ~run.producer_set
         arrays = [
             pa.repeat(part.stream, rows).cast(pa.string()),
             dlsn,
-            segment,
-            entry,
-            slot,
-            pa.array(np.concatenate(txids)),
-            pa.array(np.concatenate(seqs)),
-            _binary(np.concatenate(lengths), np.concatenate(values)),
-            pc.take(pa.array(list(regions), pa.string()), pa.array(np.concatenate(region_of))),
-            pa.array(np.concatenate(micros)).cast(self.schema.field("write_time").type),
-            pa.array(np.concatenate(producer_ids), mask=unset),
-            pa.array(np.concatenate(producer_seqs), mask=unset),
+            pa.repeat(part.segment, rows).cast(pa.int64()),
+            pa.array(entry),
+            pa.array(run.slots),
+            pa.array(run.txids),
+            pa.array(first_seq[run.entry_index] + run.ranks),
+            run.payloads,
+            pc.take(pa.array(list(regions), pa.string()), pa.array(region_of[run.entry_index])),
+            pa.array(micros[run.entry_index]).cast(self.schema.field("write_time").type),
+            pa.array(run.producer_ids, mask=unset),
+            pa.array(run.producer_seqs, mask=unset),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -215,15 +187,19 @@ class ArrowDecoder:
         return table.combine_chunks().to_batches()[0]
 
 
-def _within(part: EntryRange, entry_id: int, slots: list[int]) -> tuple[int, int]:
-    """The user records of entry `entry_id` inside [part.start, part.end): indices low..high."""
-    low, high = 0, len(slots)
+def _within(part: EntryRange, entries: Any, slots: Any) -> Any:
+    """A mask of the rows (by their entry ids and slots, in stream order) inside
+    [part.start, part.end), or None when every row is."""
+    if not len(entries):
+        return None
+    mask = None
     start, end = part.start, part.end
-    if start.segment == part.segment and entry_id <= start.entry:
-        low = high if entry_id < start.entry else bisect.bisect_left(slots, start.slot)
-    if end is not None and end.segment == part.segment and entry_id >= end.entry:
-        high = low if entry_id > end.entry else bisect.bisect_left(slots, end.slot)
-    return low, max(low, high)
+    if start.segment == part.segment and int(entries[0]) <= start.entry:
+        mask = (entries > start.entry) | ((entries == start.entry) & (slots >= start.slot))
+    if end is not None and end.segment == part.segment and int(entries[-1]) >= end.entry:
+        before = (entries < end.entry) | ((entries == end.entry) & (slots < end.slot))
+        mask = before if mask is None else mask & before
+    return mask
 
 
 def _archived_within(part: EntryRange, table: Any) -> Any:
@@ -245,111 +221,3 @@ def _archived_within(part: EntryRange, table: Any) -> Any:
         )
         mask = before if mask is None else pc.and_(mask, before)
     return mask
-
-
-@dataclass(frozen=True, slots=True)
-class EntryArrays:
-    """One entry's user records as numpy columns (entry_arrays). `values` holds the payloads
-    back to back; payload i is values[offsets[i]:offsets[i + 1]]. A record without a producer
-    has producer_set False (its id and seq are 0)."""
-
-    slots: Any  # int64: each record's index among the entry's records
-    txids: Any  # int64
-    lengths: Any  # int64: payload bytes
-    offsets: Any  # int64, one more than records
-    values: Any  # uint8
-    producer_ids: Any  # int64 (u64 on the wire, as two's complement)
-    producer_seqs: Any  # int64
-    producer_set: Any  # bool
-
-
-def entry_arrays(body: bytes, where: str) -> tuple[EntryHead, EntryArrays]:
-    """An entry's header and user records as numpy columns, checked as strictly as
-    decode_entry_columns: the records' headers are read and checked in bulk, and anything
-    malformed is left to decode_entry_columns, which names it."""
-    head, raw = open_entry(body, where)
-    starts = record_starts(raw, head.count)
-    columns = None if starts is None else _bulk_arrays(raw, starts)
-    if columns is None:
-        columns = _strict_arrays(decode_entry_columns(body, where))  # raises, naming the fault
-    return head, columns
-
-
-def _bulk_arrays(raw: memoryview, starts: list[int]) -> EntryArrays | None:
-    """The user records of a raw body whose record lengths tile it (record_starts); None if a
-    record's txid, flags or producer prefix is invalid."""
-    import numpy as np
-
-    data = np.frombuffer(raw, np.uint8)
-    at = np.asarray(starts, np.int64)
-    header_at = (at[:, None] + np.arange(RECORD_OVERHEAD_BYTES)).ravel()
-    headers = data[header_at].view(_RECORD_DTYPE)
-    txid = headers["txid"].astype(np.int64)
-    flags = headers["flags"].astype(np.int64)
-    length = headers["length"].astype(np.int64)
-    producer = (flags & int(RecordFlag.PRODUCER)) != 0
-    if (txid < 0).any() or (flags & ~int(KNOWN_FLAGS)).any():
-        return None
-    if (producer & (length < PRODUCER_PREFIX_BYTES)).any():
-        return None
-    keep = np.ones(len(data), bool)
-    keep[header_at] = False
-    user = (flags & int(NO_POSITION)) == 0
-    for index in np.nonzero(~user)[0]:  # control and end-of-stream records: rare
-        payload_at = int(at[index]) + RECORD_OVERHEAD_BYTES
-        keep[payload_at : payload_at + int(length[index])] = False
-    with_id = producer & user
-    ids = np.zeros(len(starts), np.int64)
-    seqs = np.zeros(len(starts), np.int64)
-    if with_id.any():
-        prefix_at = (
-            at[with_id][:, None] + RECORD_OVERHEAD_BYTES + np.arange(PRODUCER_PREFIX_BYTES)
-        ).ravel()
-        prefix = data[prefix_at].view(">u8").astype(np.uint64).view(np.int64)
-        ids[with_id], seqs[with_id] = prefix[0::2], prefix[1::2]
-        keep[prefix_at] = False
-    lengths = (length - PRODUCER_PREFIX_BYTES * producer)[user]
-    return EntryArrays(
-        np.nonzero(user)[0].astype(np.int64),
-        txid[user],
-        lengths,
-        np.concatenate(([0], np.cumsum(lengths))),
-        data[keep],
-        ids[user],
-        seqs[user],
-        with_id[user],
-    )
-
-
-def _strict_arrays(columns: EntryColumns) -> EntryArrays:
-    """decode_entry_columns' lists as EntryArrays."""
-    import numpy as np
-
-    lengths = np.array([len(p) for p in columns.payloads], np.int64)
-    ids = np.zeros(len(lengths), np.int64)
-    seqs = np.zeros(len(lengths), np.int64)
-    set_ = np.zeros(len(lengths), bool)
-    for index, producer, seq in columns.producers:
-        ids[index] = producer - (1 << 64) if producer >= 1 << 63 else producer
-        seqs[index], set_[index] = seq, True
-    return EntryArrays(
-        np.array(columns.slots, np.int64),
-        np.array(columns.txids, np.int64),
-        lengths,
-        np.concatenate(([0], np.cumsum(lengths))),
-        np.frombuffer(b"".join(columns.payloads), np.uint8),
-        ids,
-        seqs,
-        set_,
-    )
-
-
-def _binary(lengths: Any, values: Any) -> Any:
-    """An Arrow binary column from payload lengths and their bytes back to back."""
-    import numpy as np
-    import pyarrow as pa
-
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    assert offsets[-1] < 1 << 31, "one batch's payloads exceed a binary column's 2 GiB"
-    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)]
-    return pa.Array.from_buffers(pa.binary(), len(lengths), buffers)

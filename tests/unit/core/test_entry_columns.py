@@ -17,7 +17,6 @@ from core.entry_format import (
 )
 from core.errors import EntryFormatError
 from core.records import RecordFlag, StoredRecord, producer_payload
-from pipeline.batch import entry_arrays
 
 pytestmark = pytest.mark.unit
 
@@ -86,64 +85,3 @@ def test_corrupt_bytes_are_refused_by_both_decoders_alike(
         assert str(also.value) == str(refused)
     else:
         decode_entry_columns(damaged, "e")
-
-
-# ------------------------------------- the data source's numpy columns (pipeline/batch.py)
-
-
-def as_lists(data: bytes) -> tuple[list[int], list[int], list[bytes], list[tuple[int, int, int]]]:
-    """entry_arrays' columns in decode_entry_columns' shapes."""
-    _, arrays = entry_arrays(data, "e")
-    payloads = [
-        bytes(arrays.values[arrays.offsets[i] : arrays.offsets[i + 1]])
-        for i in range(len(arrays.lengths))
-    ]
-    producers = [
-        (i, int(arrays.producer_ids[i]) % (1 << 64), int(arrays.producer_seqs[i]))
-        for i in range(len(arrays.lengths))
-        if arrays.producer_set[i]
-    ]
-    assert arrays.values.size == sum(len(p) for p in payloads)
-    return arrays.slots.tolist(), arrays.txids.tolist(), payloads, producers
-
-
-@given(RECORDS, st.sampled_from(Codec), st.booleans())
-def test_numpy_columns_equal_the_columnar_decoder(
-    records: list[StoredRecord], codec: Codec, eos: bool
-) -> None:
-    data = body(records, codec, eos)
-    columns = decode_entry_columns(data, "e")
-    expected = (columns.slots, columns.txids, columns.payloads, columns.producers)
-    assert as_lists(data) == expected
-
-
-@given(RECORDS, st.data())
-def test_corrupt_bytes_are_refused_by_the_numpy_columns_alike(
-    records: list[StoredRecord], data: st.DataObject
-) -> None:
-    good = bytearray(body(records, Codec.NONE))
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(good) - 1))
-        good[at] ^= data.draw(st.integers(1, 255))
-    damaged = bytes(good[: data.draw(st.integers(len(good) // 2, len(good)))])
-    try:
-        columns = decode_entry_columns(damaged, "e")
-    except EntryFormatError as refused:
-        with pytest.raises(EntryFormatError) as also:
-            entry_arrays(damaged, "e")
-        assert str(also.value) == str(refused)
-    else:
-        expected = (columns.slots, columns.txids, columns.payloads, columns.producers)
-        assert as_lists(damaged) == expected
-
-
-def test_a_negative_txid_or_unknown_flag_takes_the_strict_decoder_and_its_message() -> None:
-    good = body(
-        [StoredRecord(1, RecordFlag.NONE, b"ab"), StoredRecord(2, RecordFlag.NONE, b"c")],
-        Codec.NONE,
-    )
-    raw_at = len(good) - (14 + 1)  # the second record's header
-    for patch in (b"\xff" * 8, b"\x00" * 8 + b"\x40\x00"):
-        damaged = good[:raw_at] + patch + good[raw_at + len(patch) :]
-        with pytest.raises(EntryFormatError, match="record 1 has flags"):
-            entry_arrays(damaged, "e")
