@@ -3,8 +3,9 @@ against Spark reading the same records from their Parquet archive (the scan it s
 close to), in one local SparkSession on the same cores.
 
 The stream is written once (library writer, bulk), archived with the archive job, then each
-read runs the same aggregate touching every column, `--repeat` times; the table shows the
-median and spread of records/s and MB/s, the partition count and the cores.
+read runs the same aggregate touching every column, `--repeat` times, the sources' reads taken
+in turn so that none meets a colder JVM than another; the table shows the median and spread
+of records/s and MB/s, the partition count, the cores and the CPU each part spent.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class SparkWorkload:
     records: int
     size: int
     repeat: int
+    size_spread: int  # payloads of size ± this many bytes, spread evenly
     cores: int
     entries_per_partition: int
     region: str
@@ -60,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes per record")
+    parser.add_argument(
+        "--size-spread",
+        type=int,
+        default=0,
+        help="payloads of --size ± this many bytes (records of one length are decoded without "
+        "a Python step per record; of many lengths, with one)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="reads of each kind")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     parser.add_argument("--entries-per-partition", type=int, default=ENTRIES_PER_PARTITION)
@@ -72,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     checks = (
         (1000 <= args.records <= 50_000_000, f"--records {args.records}: expected 1000..50000000"),
         (12 <= args.size <= 65536, f"--size {args.size}: expected 12..65536"),
+        (
+            0 <= args.size_spread <= args.size - 12,
+            f"--size-spread {args.size_spread}: expected 0..{args.size - 12} (--size - 12)",
+        ),
         (1 <= args.repeat <= 20, f"--repeat {args.repeat}: expected 1..20"),
         (1 <= args.cores <= 64, f"--cores {args.cores}: expected 1..64"),
         (
@@ -88,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("bench spark: " + "; ".join(problems))
     check_cluster_ports(cluster, args.use_running)
     workload = SparkWorkload(
-        args.records, args.size, args.repeat, args.cores, args.entries_per_partition, args.region
+        args.records,
+        args.size,
+        args.repeat,
+        args.size_spread,
+        args.cores,
+        args.entries_per_partition,
+        args.region,
     )
 
     progress = bench_progress("spark")
@@ -131,14 +150,22 @@ async def write_stream(
         )
         began = time.perf_counter()
         noise = random.Random(7).randbytes(1 << 20)  # incompressible, as most payloads are
-        tail = max(0, workload.size - 12)
         for low in range(0, workload.records, BULK):
             high = min(workload.records, low + BULK)
             await writer.write_bulk(
-                [b"%012d" % i + _slice(noise, i * 7919, tail) for i in range(low, high)]
+                [
+                    b"%012d" % i + _slice(noise, i * 7919, _tail(workload, i))
+                    for i in range(low, high)
+                ]
             )
         await writer.close()
         return time.perf_counter() - began
+
+
+def _tail(workload: SparkWorkload, i: int) -> int:
+    """Record i's payload bytes after its 12-digit number."""
+    spread = workload.size_spread
+    return workload.size - 12 + (i * 7919) % (2 * spread + 1) - spread
 
 
 def _slice(noise: bytes, at: int, size: int) -> bytes:
@@ -163,11 +190,29 @@ class ReadFigure:
 
 @dataclass(frozen=True, slots=True)
 class CpuSplit:
-    """CPU seconds spent during the timed reads: Spark's JVM, its Python workers, bookies."""
+    """CPU seconds: Spark's JVM, its Python workers, bookies."""
 
     spark_jvm: float
     python_workers: float
     bookies: float
+
+    def __sub__(self, other: CpuSplit) -> CpuSplit:
+        return CpuSplit(
+            self.spark_jvm - other.spark_jvm,
+            self.python_workers - other.python_workers,
+            self.bookies - other.bookies,
+        )
+
+    def __add__(self, other: CpuSplit) -> CpuSplit:
+        return CpuSplit(
+            self.spark_jvm + other.spark_jvm,
+            self.python_workers + other.python_workers,
+            self.bookies + other.bookies,
+        )
+
+    def per_million(self, records: int) -> CpuSplit:
+        scale = 1e6 / records
+        return CpuSplit(self.spark_jvm * scale, self.python_workers * scale, self.bookies * scale)
 
 
 class CpuMeter:
@@ -192,26 +237,23 @@ class CpuMeter:
 
 
 def _measure(
-    name: str,
-    load: Callable[[], Any],
+    sources: dict[str, Callable[[], Any]],
     workload: SparkWorkload,
     meter: CpuMeter,
     progress: Callable[[str], None],
-) -> ReadFigure:
-    from pipeline.read_bench import timed_reads
+) -> list[ReadFigure]:
+    """The sources' reads, interleaved (pipeline.read_bench.interleaved_reads), as figures."""
+    from pipeline.read_bench import TimedSource, interleaved_reads
 
-    before = meter.sample()
-    partitions, seconds, records, payload = timed_reads(name, load, workload.repeat, progress)
-    after = meter.sample()
-    if records != workload.records:
-        raise AssertionError(f"{name}: read {records} records; {workload.records} were written")
-    read = workload.records * (workload.repeat + 1) / 1e6  # millions of records read, warm-up too
-    cpu = CpuSplit(
-        (after.spark_jvm - before.spark_jvm) / read,
-        (after.python_workers - before.python_workers) / read,
-        (after.bookies - before.bookies) / read,
-    )
-    return ReadFigure(name, partitions, seconds, records, payload, cpu)
+    timed = [TimedSource(name, load) for name, load in sources.items()]
+    interleaved_reads(timed, workload.repeat, meter.sample, progress)
+    figures = []
+    for t in timed:
+        if t.records != workload.records:
+            raise AssertionError(f"{t.name}: read {t.records} records; {workload.records} written")
+        cpu = t.measured.per_million(workload.records * workload.repeat)
+        figures.append(ReadFigure(t.name, t.partitions, t.seconds, t.records, t.payload, cpu))
+    return figures
 
 
 def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[str], None]) -> str:
@@ -252,17 +294,21 @@ def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[s
                     spark.read.format(CeilingSource.name())
                     .option("rows", str(workload.records))
                     .option("size", str(workload.size))
-                    .option("partitions", str(bookies.partitions))
+                    .option("partitions", str(partitions))
                     .load()
                 )
 
-            bookies = _measure("bookies", from_bookies, workload, meter, progress)
-            parquet = _measure("parquet", from_parquet, workload, meter, progress)
+            spark.dataSource.register(CeilingSource)
+            partitions = from_bookies().rdd.getNumPartitions()  # the no-work source's too
+            bookies, parquet, api = _measure(
+                {"bookies": from_bookies, "parquet": from_parquet, "api-limit": ceiling},
+                workload,
+                meter,
+                progress,
+            )
             deleted = asyncio.run(_expire(cluster, namespace, stream, workload.region))
             progress(f"retention deleted {deleted} archived ledgers: reads now use the archive")
-            tiered = _measure("archived", from_bookies, workload, meter, progress)
-            spark.dataSource.register(CeilingSource)
-            api = _measure("api-limit", ceiling, workload, meter, progress)
+            (tiered,) = _measure({"archived": from_bookies}, workload, meter, progress)
     finally:
         spark.stop()
     return _table(cluster, workload, write_s, archive_s, [bookies, parquet, tiered, api])
@@ -286,11 +332,13 @@ def _table(
 ) -> str:
     r = cluster.topology.replication
     lines = [
-        f"== globelog bench spark: {workload.records:,} records x {workload.size} B, Spark "
+        f"== globelog bench spark: {workload.records:,} records x {workload.size}"
+        f"{f'±{workload.size_spread}' if workload.size_spread else ''} B, Spark "
         f"local[{workload.cores}] on this machine's cores, reads in {workload.region}",
         f"   cluster: {cluster.profile} WAN profile, E/W/A {r.ensemble_size}/{r.write_quorum}/"
         f"{r.ack_quorum}, bookies journal fsync on; the same aggregate over every column, "
-        f"{workload.repeat} timed runs after one warm-up",
+        f"one warm-up read of each source, then {workload.repeat} rounds of one read of each "
+        "in turn (the JVM equally warm for all)",
         f"   written in {write_s:.1f} s; archived to Parquet (zstd) in {archive_s:.1f} s",
         f"   {'source':<10} {'partitions':>10} {'median rec/s':>13} {'min':>10} {'max':>10} "
         f"{'MB/s':>7}   CPU s per 1M records: {'spark JVM':>9} {'py workers':>10} {'bookies':>7}",

@@ -1,12 +1,14 @@
 """The Spark side of `globelog bench spark` (cli/bench_spark.py): timed reads by one query that
-touches every column, and the ceiling of Spark's Python data source API on this machine: a
-source that does no work of its own (it yields Arrow batches built once, shaped like the
-benchmark's records), read by the same query. No Python data source can be faster."""
+touches every column, interleaved across the sources compared, and the ceiling of Spark's
+Python data source API on this machine: a source that does no work of its own (it yields Arrow
+batches built once, shaped like the benchmark's records), read by the same query. No Python
+data source can be faster."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -31,22 +33,46 @@ def touch_every_column(df: Any) -> tuple[int, int]:
     return int(row.n), int(row.bytes)
 
 
-def timed_reads(
-    name: str, load: Callable[[], Any], repeat: int, progress: Callable[[str], None]
-) -> tuple[int, list[float], int, int]:
-    """Partitions, the seconds of each of `repeat` reads (after one warm-up), and the records
-    and payload bytes the last one counted."""
-    df = load()
-    partitions = df.rdd.getNumPartitions()
-    touch_every_column(df)  # warm: Python workers started, classes loaded
-    seconds = []
-    records = payload = 0
+@dataclass(slots=True)
+class TimedSource:
+    """One source's reads in interleaved_reads: its partitions, the seconds of each timed read,
+    the records and payload bytes the last one counted, and `measure`'s figures summed over
+    the timed reads."""
+
+    name: str
+    load: Callable[[], Any]
+    partitions: int = 0
+    seconds: list[float] = field(default_factory=list)
+    records: int = 0
+    payload: int = 0
+    measured: Any = None
+
+
+def interleaved_reads(
+    sources: Sequence[TimedSource],
+    repeat: int,
+    measure: Callable[[], Any],
+    progress: Callable[[str], None],
+) -> None:
+    """One warm-up read of each source, then `repeat` rounds of one timed read of each, in
+    turn: every source meets the JVM as warm as the others (Spark compiles each query's code,
+    and the JIT keeps compiling over the first queries: a source read first, alone, pays for
+    it). `measure` returns something that subtracts (CPU seconds, say): the difference over
+    each timed read is summed into the source's `measured`."""
+    for source in sources:
+        df = source.load()
+        source.partitions = df.rdd.getNumPartitions()
+        touch_every_column(df)  # warm: Python workers started, classes loaded
     for i in range(repeat):
-        began = time.perf_counter()
-        records, payload = touch_every_column(load())
-        seconds.append(time.perf_counter() - began)
-        progress(f"{name} read {i + 1}/{repeat}: {records / seconds[-1]:,.0f} rec/s")
-    return partitions, seconds, records, payload
+        for source in sources:
+            before = measure()
+            began = time.perf_counter()
+            source.records, source.payload = touch_every_column(source.load())
+            source.seconds.append(time.perf_counter() - began)
+            spent = measure() - before
+            source.measured = spent if source.measured is None else source.measured + spent
+            rate = source.records / source.seconds[-1]
+            progress(f"round {i + 1}/{repeat}: {source.name} {rate:,.0f} rec/s")
 
 
 class Share(InputPartition):
