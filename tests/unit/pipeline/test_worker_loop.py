@@ -5,12 +5,15 @@ and either way the task's iterator is closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from pipeline import worker_loop
 from pipeline.worker_loop import WorkerLoop
 
 pytestmark = pytest.mark.unit
@@ -59,3 +62,29 @@ def test_a_task_thread_steps_the_loop_and_a_failed_task_drops_its_session() -> N
             raise RuntimeError("spark gave up")
     assert closed.is_set() and key not in loop._sessions
     assert sources[1].closed
+
+
+def test_the_first_session_freezes_the_heap_once_for_the_workers_life(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[tuple[str, str]] = []
+
+    @contextlib.asynccontextmanager
+    async def session(topology: Any, region: str, namespace: str) -> AsyncIterator[str]:
+        opened.append((region, namespace))
+        yield f"session {region}"
+
+    monkeypatch.setattr(worker_loop, "load_topology", lambda path: path)
+    monkeypatch.setattr(worker_loop, "read_session", session)
+    frozen_before = gc.get_freeze_count()
+    try:
+        loop = WorkerLoop()
+        make = lambda s: Source(2).items()  # noqa: E731
+        assert list(loop.iterate(("t.yaml", "us-east", "default"), make)) == [0, 1]
+        after_first = gc.get_freeze_count()
+        assert after_first > frozen_before  # the worker's objects are out of the collector's way
+        assert list(loop.iterate(("t.yaml", "eu-west", "default"), make)) == [0, 1]
+        assert gc.get_freeze_count() == after_first  # a second session does not freeze again
+        assert opened == [("us-east", "default"), ("eu-west", "default")]
+    finally:
+        gc.unfreeze()
