@@ -7,18 +7,22 @@ by the worker that gets it, local region first. Rows follow SCHEMA.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline.options import SourceOptions
-from pipeline.worker_loop import worker_loop
+from pipeline.worker_loop import SessionKey, worker_loop
 from reader.archive import ArchivedRange, archived_table
-from reader.ranges import ENTRIES_PER_READ, EntryRange, plan_ranges, read_range_as
-from reader.session import ReadSession, read_session
+from reader.ranges import (
+    ENTRIES_PER_READ,
+    EntryRange,
+    plan_ranges,
+    read_range_as,
+    split_range,
+)
+from reader.session import ReadSession
 
 SCHEMA = (
     "stream string, dlsn string, segment long, entry long, slot long, txid long, seq long, "
@@ -26,10 +30,6 @@ SCHEMA = (
     "producer_id long, producer_seq long"
 )
 COLUMNS = tuple(part.split()[0] for part in SCHEMA.split(", "))
-
-
-# Ranges per partition when a read is cut finer for min_partitions (pieces to pack evenly).
-PIECES_PER_PARTITION = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,52 +42,59 @@ class ReadTask:
     part: EntryRange
 
 
-async def plan(options: SourceOptions) -> list[ReadTask]:
-    """Every stream's ranges, stream by stream in the order given, each in stream order: of
-    at most entriesPerPartition entries, and finer when that would give fewer than
-    min_partitions partitions, so that packing them back up to partition_entries makes
-    partitions of nearly equal size (with 2 cores, 2 partitions and not 3: the third would
-    run alone)."""
-    tasks = await _plan(options, options.entries_per_partition)
-    bound = partition_entries(options, tasks)
-    if bound < options.entries_per_partition:
-        tasks = await _plan(options, max(1, bound // PIECES_PER_PARTITION))
-    return tasks
-
-
-def partition_entries(options: SourceOptions, tasks: list[ReadTask]) -> int:
-    """The entry bound of one input partition for these tasks: entriesPerPartition, or less
-    so that there are min_partitions partitions when there are that many entries."""
-    wanted = options.min_partitions or os.cpu_count() or 1
-    total = sum(task.part.entries for task in tasks)
-    bound = math.ceil(total / wanted)
-    if bound >= options.entries_per_partition:
-        return options.entries_per_partition
-    return max(1, bound + bound // PIECES_PER_PARTITION)  # room for the pieces' rounding
-
-
-async def _plan(options: SourceOptions, entries_per_partition: int) -> list[ReadTask]:
-    topology = options.topology()
+async def plan(session: ReadSession, options: SourceOptions) -> list[ReadTask]:
+    """Every stream's entry ranges, stream by stream in the order given, each in stream order
+    and of at most entriesPerPartition entries."""
     tasks: list[ReadTask] = []
-    async with read_session(topology, options.region, options.namespace) as session:
-        for stream in options.streams:
-            ranges = await plan_ranges(
-                session.streams,
-                session.ledgers,
-                stream,
-                options.start,
-                options.end,
-                entries_per_partition,
-            )
-            tasks += [
-                ReadTask(str(options.topology_path), options.region, options.namespace, r)
-                for r in ranges
-            ]
+    for stream in options.streams:
+        ranges = await plan_ranges(
+            session.streams,
+            session.ledgers,
+            stream,
+            options.start,
+            options.end,
+            options.entries_per_partition,
+        )
+        tasks += [
+            ReadTask(str(options.topology_path), options.region, options.namespace, r)
+            for r in ranges
+        ]
     return tasks
 
 
 def plan_now(options: SourceOptions) -> list[ReadTask]:
-    return asyncio.run(plan(options))
+    """`plan` on this process's session (pipeline/worker_loop.py): Spark plans each query in
+    a long-lived Python worker, which then connects once, not once per query."""
+    return worker_loop().call(session_key(options), lambda session: plan(session, options))
+
+
+def session_key(options: SourceOptions) -> SessionKey:
+    return str(options.topology_path), options.region, options.namespace
+
+
+def pack(tasks: list[ReadTask], entries_per_partition: int, wanted: int) -> list[list[ReadTask]]:
+    """The tasks' entries in order, cut into the fewest partitions of near-equal size (one
+    entry apart at most) that hold at most `entries_per_partition` entries each and whose
+    count is a multiple of `wanted` (the cores: then no partition runs alone at the end), or
+    one partition per entry when there are fewer entries than that. A range is cut where a
+    partition ends; none is empty. No task: no partition."""
+    total = sum(task.part.entries for task in tasks)
+    if total == 0:
+        return []
+    count = math.ceil(math.ceil(total / entries_per_partition) / wanted) * wanted
+    count = min(count, total)
+    ends = [round(total * (i + 1) / count) for i in range(count)]  # cumulative, ends[-1]=total
+    groups: list[list[ReadTask]] = [[] for _ in range(count)]
+    group = done = 0
+    for task in tasks:
+        rest: EntryRange | None = task.part
+        while rest is not None:
+            while done >= ends[group]:
+                group += 1
+            head, rest = split_range(rest, ends[group] - done)
+            groups[group].append(replace(task, part=head))
+            done += head.entries
+    return groups
 
 
 def read_arrow(task: ReadTask) -> Iterator[Any]:

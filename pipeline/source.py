@@ -12,11 +12,11 @@ read their partitions in parallel from the bookies.
 
 from __future__ import annotations
 
-import asyncio
+import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark import TaskContext
 from pyspark.sql import Row
@@ -39,10 +39,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from core.errors import ConfigError
-from pipeline.batch import SCHEMA, ReadTask, partition_entries, plan_now, read_arrow
+from pipeline.batch import SCHEMA, ReadTask, pack, plan_now, read_arrow, session_key
 from pipeline.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from pipeline.sink import SinkResult, append_rows, producer_id
 from pipeline.streaming import Offsets, initial_offsets, latest_offsets, plan_batch
+from pipeline.worker_loop import worker_loop
+from reader.session import ReadSession
+
+T = TypeVar("T")
 
 FAILPOINT_PROPERTY = "globelog.sink.failpoint"
 
@@ -90,29 +94,20 @@ class GlobelogBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        tasks = plan_now(self.options)
-        return _partitions(tasks, partition_entries(self.options, tasks))
+        wanted = self.options.min_partitions or os.cpu_count() or 1
+        return _partitions(plan_now(self.options), self.options.entries_per_partition, wanted)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(partition)
 
 
-def _partitions(tasks: list[ReadTask], entries_per_partition: int) -> Sequence[InputPartition]:
-    """The tasks packed in order into partitions of at most `entries_per_partition` entries
-    (a task is never split: the planner made none larger)."""
-    packed: list[InputPartition] = []
-    group: list[ReadTask] = []
-    entries = 0
-    for task in tasks:
-        if group and entries + task.part.entries > entries_per_partition:
-            packed.append(RangePartition(tuple(group)))
-            group, entries = [], 0
-        group.append(task)
-        entries += task.part.entries
-    if group:
-        packed.append(RangePartition(tuple(group)))
+def _partitions(
+    tasks: list[ReadTask], entries_per_partition: int, wanted: int
+) -> Sequence[InputPartition]:
+    """The tasks packed into input partitions (pipeline/batch.py `pack`)."""
+    packed = pack(tasks, entries_per_partition, wanted)
     # Spark runs a read with no partition as one: an empty one stands for "nothing".
-    return packed or [InputPartition(None)]
+    return [RangePartition(tuple(group)) for group in packed] or [InputPartition(None)]
 
 
 class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -126,8 +121,13 @@ class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._ceiling: Offsets | None = None
 
+    def _on_session(self, work: Callable[[ReadSession], Awaitable[T]]) -> T:
+        """`work` on this process's session: the driver calls a stream reader at every
+        trigger, and connecting each time would cost more than the planning."""
+        return worker_loop().call(session_key(self.options), work)
+
     def initialOffset(self) -> dict[str, Any]:
-        return asyncio.run(initial_offsets(self.options))
+        return self._on_session(lambda session: initial_offsets(session, self.options))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_trigger is not None:
@@ -145,17 +145,23 @@ class GlobelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 max_records = limit.max_rows
             if isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
-        return asyncio.run(
-            latest_offsets(self.options, dict(start), max_records, max_bytes, self._ceiling)
+        return self._on_session(
+            lambda session: latest_offsets(
+                session, self.options, dict(start), max_records, max_bytes, self._ceiling
+            )
         )
 
     def prepareForTriggerAvailableNow(self) -> None:
-        start = asyncio.run(initial_offsets(self.options))
-        self._ceiling = asyncio.run(latest_offsets(self.options, start, None, None))
+        start = self._on_session(lambda session: initial_offsets(session, self.options))
+        self._ceiling = self._on_session(
+            lambda session: latest_offsets(session, self.options, start, None, None)
+        )
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        tasks = asyncio.run(plan_batch(self.options, dict(start), dict(end)))
-        return _partitions(tasks, self.options.entries_per_partition)
+        tasks = self._on_session(
+            lambda session: plan_batch(session, self.options, dict(start), dict(end))
+        )
+        return _partitions(tasks, self.options.entries_per_partition, 1)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(partition)

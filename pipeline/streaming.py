@@ -18,23 +18,21 @@ from pipeline.options import SourceOptions
 from reader.log_reader import resolve_position
 from reader.positions import By, Position
 from reader.ranges import last_readable_entry, plan_ranges, read_range, segment_range
-from reader.session import ReadSession, read_session
+from reader.session import ReadSession
 
 Offsets = dict[str, str]
 
 
-async def initial_offsets(options: SourceOptions) -> Offsets:
+async def initial_offsets(session: ReadSession, options: SourceOptions) -> Offsets:
     """Where a new query starts: the first record at or after the starting position."""
-    async with read_session(options.topology(), options.region, options.namespace) as session:
-        return {
-            stream: str(
-                await resolve_position(session.streams, session.ledgers, stream, options.start)
-            )
-            for stream in options.streams
-        }
+    return {
+        stream: str(await resolve_position(session.streams, session.ledgers, stream, options.start))
+        for stream in options.streams
+    }
 
 
 async def latest_offsets(
+    session: ReadSession,
     options: SourceOptions,
     start: Offsets,
     max_records: int | None,
@@ -43,18 +41,17 @@ async def latest_offsets(
 ) -> Offsets:
     """The end of the next batch from `start`: every record available now (below `ceiling`
     when given, for Trigger.AvailableNow), within the limits when given."""
-    async with read_session(options.topology(), options.region, options.namespace) as session:
-        ends: Offsets = {}
-        for stream in options.streams:
-            begin = DLSN.parse(start.get(stream, "1.0.0"))
-            end = await available_end(session, stream)
-            if ceiling is not None and stream in ceiling:
-                end = min(end, DLSN.parse(ceiling[stream]))
-            end = max(end, begin)
-            if (max_records is not None or max_bytes is not None) and end > begin:
-                end = await _admit(session, stream, begin, end, max_records, max_bytes)
-            ends[stream] = str(end)
-        return ends
+    ends: Offsets = {}
+    for stream in options.streams:
+        begin = DLSN.parse(start.get(stream, "1.0.0"))
+        end = await available_end(session, stream)
+        if ceiling is not None and stream in ceiling:
+            end = min(end, DLSN.parse(ceiling[stream]))
+        end = max(end, begin)
+        if (max_records is not None or max_bytes is not None) and end > begin:
+            end = await _admit(session, stream, begin, end, max_records, max_bytes)
+        ends[stream] = str(end)
+    return ends
 
 
 async def available_end(session: ReadSession, stream: str) -> DLSN:
@@ -100,25 +97,26 @@ async def _admit(
     return end
 
 
-async def plan_batch(options: SourceOptions, start: Offsets, end: Offsets) -> list[ReadTask]:
+async def plan_batch(
+    session: ReadSession, options: SourceOptions, start: Offsets, end: Offsets
+) -> list[ReadTask]:
     """The entry ranges of every stream between two offsets."""
     tasks: list[ReadTask] = []
-    async with read_session(options.topology(), options.region, options.namespace) as session:
-        for stream in options.streams:
-            low = DLSN.parse(start.get(stream, "1.0.0"))
-            high = DLSN.parse(end.get(stream, str(low)))
-            if high <= low:
-                continue
-            ranges = await plan_ranges(
-                session.streams,
-                session.ledgers,
-                stream,
-                Position(By.DLSN, low),
-                Position(By.DLSN, high),
-                options.entries_per_partition,
-            )
-            tasks += [
-                ReadTask(str(options.topology_path), options.region, options.namespace, r)
-                for r in ranges
-            ]
+    for stream in options.streams:
+        low = DLSN.parse(start.get(stream, "1.0.0"))
+        high = DLSN.parse(end.get(stream, str(low)))
+        if high <= low:
+            continue
+        ranges = await plan_ranges(
+            session.streams,
+            session.ledgers,
+            stream,
+            Position(By.DLSN, low),
+            Position(By.DLSN, high),
+            options.entries_per_partition,
+        )
+        tasks += [
+            ReadTask(str(options.topology_path), options.region, options.namespace, r)
+            for r in ranges
+        ]
     return tasks

@@ -1,11 +1,13 @@
 """One event loop and one read session per Spark Python worker process, shared by its tasks.
 
 Spark calls a data source's `read()` synchronously, once per input partition, in long-lived
-Python worker processes. Connecting to ZooKeeper and the bookies costs ~100 ms, as much as
+Python worker processes, and plans each query (`partitions()`, a streaming query's offsets) in
+another long-lived one. Connecting to ZooKeeper and the bookies costs ~100 ms, as much as
 reading a whole partition of small records, so a worker keeps its connections: an event loop
 runs in a daemon thread, sessions are opened on it once per (topology, region, namespace),
-and each task's async iterator is stepped from the task's thread. A task that fails drops
-the session it used (the next task connects afresh), so a broken connection is never reused.
+and each task's async iterator (or the planner's call) is stepped from the caller's thread.
+Work that fails drops the session it used (the next connects afresh), so a broken connection
+is never reused.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import functools
 import gc
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from core.topology_loader import load_topology
@@ -54,6 +56,25 @@ class WorkerLoop:
         if held is not None:
             with contextlib.suppress(Exception):
                 await held[0].aclose()
+
+    def call(self, key: SessionKey, work: Callable[[ReadSession], Awaitable[T]]) -> T:
+        """`work(session)` on the loop, waited for from this thread: read-only work such as
+        the driver's planning. A session held from before may have broken since (its
+        ZooKeeper session expired, a bookie restarted): when work on it fails, the session is
+        dropped and the work runs once more on a new one, whose failure is the answer."""
+
+        async def run() -> T:
+            return await work(await self._session(key))
+
+        while True:
+            held = key in self._sessions
+            try:
+                result: T = self._run(run())
+                return result
+            except Exception:
+                self._run(self._drop(key))
+                if not held:
+                    raise
 
     def iterate(
         self, key: SessionKey, make: Callable[[ReadSession], AsyncIterator[T]]

@@ -105,6 +105,15 @@ async def plan_ranges(
     return ranges
 
 
+def split_range(part: EntryRange, entries: int) -> tuple[EntryRange, EntryRange | None]:
+    """The range's first `entries` entries (at least one), and the rest (None: nothing left).
+    Both deliver the records of [part.start, part.end) that they hold."""
+    if entries >= part.entries:
+        return part, None
+    cut = part.first_entry + max(1, entries)
+    return replace(part, last_entry=cut - 1), replace(part, first_entry=cut)
+
+
 def segment_range(
     stream: str, segment: SegmentMetadata, first: int, last: int, start: DLSN, end: DLSN | None
 ) -> EntryRange:

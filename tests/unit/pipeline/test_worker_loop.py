@@ -88,3 +88,51 @@ def test_the_first_session_freezes_the_heap_once_for_the_workers_life(
         assert opened == [("us-east", "default"), ("eu-west", "default")]
     finally:
         gc.unfreeze()
+
+
+def test_work_on_a_broken_held_session_runs_once_more_on_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[int] = []
+    closed: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def session(topology: Any, region: str, namespace: str) -> AsyncIterator[str]:
+        opened.append(len(opened))
+        name = f"session {len(opened)}"
+        try:
+            yield name
+        finally:
+            closed.append(name)
+
+    monkeypatch.setattr(worker_loop, "load_topology", lambda path: path)
+    monkeypatch.setattr(worker_loop, "read_session", session)
+    monkeypatch.setattr(worker_loop, "_freeze_heap", lambda: None)
+    loop = WorkerLoop()
+    key = ("t.yaml", "us-east", "default")
+
+    async def plan(s: Any) -> str:
+        return f"planned on {s}"
+
+    assert loop.call(key, plan) == "planned on session 1"
+    assert loop.call(key, plan) == "planned on session 1"  # held: no new connection
+    assert len(opened) == 1
+
+    async def broken_once(s: Any) -> str:
+        if s == "session 1":
+            raise ConnectionError("ZooKeeper session expired")
+        return f"planned on {s}"
+
+    assert loop.call(key, broken_once) == "planned on session 2"
+    assert closed == ["session 1"]  # the broken one, dropped
+    assert len(opened) == 2
+
+    async def always_broken(s: Any) -> str:
+        raise LookupError(f"stream 'x' does not exist ({s})")
+
+    with pytest.raises(LookupError, match="session 3"):  # tried on the held one, then anew
+        loop.call(key, always_broken)
+    assert len(opened) == 3 and key not in loop._sessions
+    with pytest.raises(LookupError, match="session 4"):  # a new session's failure: no retry
+        loop.call(key, always_broken)
+    assert len(opened) == 4
