@@ -48,8 +48,8 @@ class SourceOptions:
     entries_per_partition: int
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
-    # a batch read's partitions at least (when it has that many entries); None: the planning
-    # machine's cores
+    # a batch read's partition count is a multiple of this (when it has that many entries);
+    # None: the planning machine's cores
     min_partitions: int | None = None
 
     def topology(self) -> Topology:

@@ -16,26 +16,12 @@ from core.entry_format import (
     log_records,
 )
 from core.errors import EntryFormatError
-from core.records import RecordFlag, StoredRecord, producer_payload
+from core.records import RecordFlag, StoredRecord
+from tests.support.stored_records import MIXED
 
 pytestmark = pytest.mark.unit
 
-PLAIN = st.builds(
-    StoredRecord, st.integers(0, 1 << 40), st.just(RecordFlag.NONE), st.binary(max_size=40)
-)
-CONTROL = st.builds(
-    StoredRecord, st.integers(0, 1 << 40), st.just(RecordFlag.CONTROL), st.just(b"")
-)
-PRODUCED = st.builds(
-    lambda txid, producer, seq, payload: StoredRecord(
-        txid, RecordFlag.PRODUCER, producer_payload(producer, seq, payload)
-    ),
-    st.integers(0, 1 << 40),
-    st.integers(0, (1 << 64) - 1),
-    st.integers(0, (1 << 63) - 1),
-    st.binary(max_size=20),
-)
-RECORDS = st.lists(st.one_of(PLAIN, PLAIN, CONTROL, PRODUCED), min_size=1, max_size=30)
+RECORDS = MIXED
 
 
 def body(records: list[StoredRecord], codec: Codec, eos: bool = False) -> bytes:
