@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from core.entry_format import EntryHead
+from core.errors import EntryFormatError
 from pipeline.options import SourceOptions
 from pipeline.worker_loop import SessionKey, worker_loop
 from reader.archive import ArchivedRange, archived_table
@@ -87,6 +89,8 @@ def pack(tasks: list[ReadTask], entries_per_partition: int, wanted: int) -> list
     groups: list[list[ReadTask]] = [[] for _ in range(count)]
     group = done = 0
     for task in tasks:
+        if task.part.entries < 1:
+            continue  # (the planner makes none)
         rest: EntryRange | None = task.part
         while rest is not None:
             while done >= ends[group]:
@@ -155,6 +159,7 @@ class ArrowDecoder:
         dlsn = pc.binary_join_element_wise(
             prefixes.take(pa.array(run.entry_index)), pc.cast(pa.array(run.slots), pa.string()), ""
         )
+        _check_columns(heads, part, [f"{where} {e}" for e, _ in bodies])
         first_seq = np.fromiter(
             (part.first_seq + h.first_position for h in heads), np.int64, len(heads)
         )
@@ -192,6 +197,24 @@ class ArrowDecoder:
         table = table.add_column(0, "stream", pa.repeat(part.stream, table.num_rows))
         table = table.select(list(COLUMNS)).cast(self.schema)
         return table.combine_chunks().to_batches()[0]
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _check_columns(heads: list[EntryHead], part: EntryRange, wheres: list[str]) -> None:
+    """EntryFormatError naming the first entry whose write time or sequence ids do not fit the
+    columns (a timestamp in µs, a long): the entry format allows them, Spark cannot hold them."""
+    for head, where in zip(heads, wheres, strict=True):
+        if not -_INT64_MAX <= head.write_time_ms * 1000 <= _INT64_MAX:
+            raise EntryFormatError(
+                f"{where}: write time {head.write_time_ms} ms is beyond what a timestamp holds"
+            )
+        if part.first_seq + head.first_position + head.count > _INT64_MAX:
+            raise EntryFormatError(
+                f"{where}: first position {head.first_position} (segment's first sequence id "
+                f"{part.first_seq}) gives sequence ids beyond a long"
+            )
 
 
 def _within(part: EntryRange, entries: Any, slots: Any) -> Any:

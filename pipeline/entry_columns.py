@@ -28,6 +28,7 @@ from core.entry_format import (
     open_entry,
     record_starts,
 )
+from core.errors import EntryFormatError
 from core.records import KNOWN_FLAGS, NO_POSITION, PRODUCER_PREFIX_BYTES, RecordFlag
 
 # A record's header in a raw body (core/entry_format.py), as numpy reads it.
@@ -84,7 +85,10 @@ def decode_run(bodies: Sequence[bytes], wheres: Sequence[str]) -> RunColumns:
     starts: list[Any] = []
     base = 0
     for body, where in zip(bodies, wheres, strict=True):
-        head, raw = open_entry(body, where)
+        try:
+            head, raw = open_entry(body, where)
+        except EntryFormatError:
+            return _strict_run(bodies, wheres)  # names the first fault, maybe an earlier entry's
         at = _starts(raw, head.count)
         if at is None:
             return _strict_run(bodies, wheres)  # raises, naming the fault
@@ -134,7 +138,8 @@ def _bulk_run(heads: list[EntryHead], joined: bytes, starts: list[Any]) -> RunCo
     slots = np.arange(count, dtype=np.int64) - first_row[entry_index]
     user = (flags & int(NO_POSITION)) == 0
     users_before = np.cumsum(user) - user
-    ranks = users_before - users_before[first_row][entry_index]
+    # (an entry of no records, which may come last, starts at `count`: one past the rows)
+    ranks = users_before - np.append(users_before, 0)[first_row][entry_index]
     ids = np.zeros(count, np.int64)
     seqs = np.zeros(count, np.int64)
     records = pa.Array.from_buffers(
@@ -193,8 +198,8 @@ def _from_columns(decoded: list[EntryColumns]) -> RunColumns:
             ranks.append(rank)
             txids.append(txid)
             payloads.append(payload)
-            ids.append(producer - (1 << 64) if producer >= 1 << 63 else producer)
-            seqs.append(seq)
+            ids.append(_signed(producer))
+            seqs.append(_signed(seq))
             set_.append(rank in producers)
     return RunColumns(
         [columns.head for columns in decoded],
@@ -207,3 +212,8 @@ def _from_columns(decoded: list[EntryColumns]) -> RunColumns:
         np.array(seqs, np.int64),
         np.array(set_, bool),
     )
+
+
+def _signed(u64: int) -> int:
+    """A u64 from the wire as the int64 with the same bits (what the bulk path's view gives)."""
+    return u64 - (1 << 64) if u64 >= 1 << 63 else u64

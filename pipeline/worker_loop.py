@@ -35,25 +35,30 @@ class WorkerLoop:
         )
         self._thread.start()
         self._sessions: dict[SessionKey, tuple[contextlib.AsyncExitStack, ReadSession]] = {}
+        self._opening: dict[SessionKey, asyncio.Lock] = {}
         self._frozen = False
 
     def _run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _session(self, key: SessionKey) -> ReadSession:
-        if key not in self._sessions:
-            stack = contextlib.AsyncExitStack()
-            topology = load_topology(key[0])
-            session = await stack.enter_async_context(read_session(topology, key[1], key[2]))
-            self._sessions[key] = (stack, session)
-            if not self._frozen:
-                self._frozen = True
-                _freeze_heap()
-        return self._sessions[key][1]
+        """The session held for `key`, opened if there is none (one opening at a time)."""
+        async with self._opening.setdefault(key, asyncio.Lock()):
+            if key not in self._sessions:
+                stack = contextlib.AsyncExitStack()
+                topology = load_topology(key[0])
+                session = await stack.enter_async_context(read_session(topology, key[1], key[2]))
+                self._sessions[key] = (stack, session)
+                if not self._frozen:
+                    self._frozen = True
+                    _freeze_heap()
+            return self._sessions[key][1]
 
-    async def _drop(self, key: SessionKey) -> None:
-        held = self._sessions.pop(key, None)
-        if held is not None:
+    async def _drop(self, key: SessionKey, session: ReadSession) -> None:
+        """Closes `session` if it is still the one held for `key` (not a newer one)."""
+        held = self._sessions.get(key)
+        if held is not None and held[1] is session:
+            del self._sessions[key]
             with contextlib.suppress(Exception):
                 await held[0].aclose()
 
@@ -62,29 +67,28 @@ class WorkerLoop:
         the driver's planning. A session held from before may have broken since (its
         ZooKeeper session expired, a bookie restarted): when work on it fails, the session is
         dropped and the work runs once more on a new one, whose failure is the answer."""
-
-        async def run() -> T:
-            return await work(await self._session(key))
-
-        while True:
+        for attempt in range(2):
             held = key in self._sessions
+            session: ReadSession = self._run(self._session(key))
             try:
-                result: T = self._run(run())
+                result: T = self._run(_awaited(work(session)))
                 return result
             except Exception:
-                self._run(self._drop(key))
-                if not held:
+                self._run(self._drop(key, session))
+                if attempt == 1 or not held:
                     raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def iterate(
         self, key: SessionKey, make: Callable[[ReadSession], AsyncIterator[T]]
     ) -> Iterator[T]:
         """The items of `make(session)`, stepped on the worker's loop from this thread."""
 
-        async def start() -> AsyncIterator[T]:
-            return make(await self._session(key))
+        async def start() -> tuple[ReadSession, AsyncIterator[T]]:
+            session = await self._session(key)
+            return session, make(session)
 
-        items = self._run(start())
+        session, items = self._run(start())
         try:
             while True:
                 try:
@@ -92,7 +96,7 @@ class WorkerLoop:
                 except StopAsyncIteration:
                     return
         except BaseException:
-            self._run(self._drop(key))
+            self._run(self._drop(key, session))
             raise
         finally:
             with contextlib.suppress(Exception):
@@ -110,6 +114,10 @@ def _freeze_heap() -> None:
     is never collected."""
     gc.collect()
     gc.freeze()
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 async def _anext(items: AsyncIterator[T]) -> T:

@@ -5,6 +5,7 @@ they refuse, with the same message."""
 from __future__ import annotations
 
 import datetime
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -77,6 +78,7 @@ def run_rows(bodies: list[bytes]) -> list[Row]:
     ]
 
 
+@settings(deadline=None)  # a run of entries through numpy and Arrow: slow when the machine is busy
 @given(st.lists(st.tuples(RECORDS, st.sampled_from(Codec), st.booleans()), min_size=1, max_size=4))
 def test_a_run_of_entries_holds_the_strict_decoders_records(
     entries: list[tuple[list[StoredRecord], Codec, bool]],
@@ -93,24 +95,59 @@ def test_one_length_in_the_first_record_and_a_grid_that_fits_still_walks_the_res
     assert [p for *_, p, _ in run_rows([body(records)])] == [b"xxxx", b"xx", b"xxxxxx"]
 
 
-@given(RECORDS, st.data())
-def test_corrupt_bytes_are_refused_alike_naming_the_entry(
-    records: list[StoredRecord], data: st.DataObject
-) -> None:
+def damage(data: st.DataObject, records: list[StoredRecord]) -> bytes:
     good = bytearray(body(records))
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(good) - 1))
         good[at] ^= data.draw(st.integers(1, 255))
-    damaged = bytes(good[: data.draw(st.integers(len(good) // 2, len(good)))])
-    healthy = body([StoredRecord(1, RecordFlag.NONE, b"fine")])
+    return bytes(good[: data.draw(st.integers(len(good) // 2, len(good)))])
+
+
+@settings(deadline=None)
+@given(st.lists(RECORDS, min_size=1, max_size=3), st.data())
+def test_corrupt_bytes_are_refused_alike_naming_the_first_bad_entry(
+    entries: list[list[StoredRecord]], data: st.DataObject
+) -> None:
+    bodies = [
+        damage(data, records) if data.draw(st.booleans()) else body(records) for records in entries
+    ]
+    wheres = [f"e{i}" for i in range(len(bodies))]
     try:
-        decode_entry_columns(damaged, "e1")
+        for one, where in zip(bodies, wheres, strict=True):
+            decode_entry_columns(one, where)
     except EntryFormatError as refused:
         with pytest.raises(EntryFormatError) as also:
-            decode_run([healthy, damaged], ["e0", "e1"])
+            decode_run(bodies, wheres)
         assert str(also.value) == str(refused)
     else:
-        assert run_rows([healthy, damaged]) == strict_rows([healthy, damaged])
+        assert run_rows(bodies) == strict_rows(bodies)
+
+
+def no_records(first_position: int = 0) -> bytes:
+    """An entry of no records, valid to the decoders (globelog's writer never makes one)."""
+    region = b"us-east"
+    header = struct.pack(">2sBBIQqIIB", b"GL", 1, 0, 0, first_position, 1, 0, 0, len(region))
+    return header + region
+
+
+def test_entries_of_no_records_anywhere_in_a_run() -> None:
+    some = body([StoredRecord(1, RecordFlag.NONE, b"ab"), StoredRecord(2, RecordFlag.NONE, b"")])
+    assert decode_entry_columns(no_records(), "e").txids == []
+    for bodies in ([some, no_records()], [no_records(), some], [some, no_records(), some]):
+        assert run_rows(bodies) == strict_rows(bodies)
+    assert run_rows([no_records(), no_records()]) == []
+
+
+def test_a_write_time_or_sequence_id_beyond_a_column_is_an_entry_format_error() -> None:
+    part = EntryRange("s", 3, 77, 10, 10, 0, DLSN(3, 0, 0), None)
+    late = encode_entry([StoredRecord(1, RecordFlag.NONE, b"x")], first_position=0,
+                        write_time_ms=1 << 62, region="us-east")  # fmt: skip
+    with pytest.raises(EntryFormatError, match="entry 10: write time 4611686018427387904 ms"):
+        ArrowDecoder().from_entries(part, [(10, late)])
+    far = encode_entry([StoredRecord(1, RecordFlag.NONE, b"x")], first_position=(1 << 63) - 1,
+                       write_time_ms=1, region="us-east")  # fmt: skip
+    with pytest.raises(EntryFormatError, match="entry 10: first position 9223372036854775807"):
+        ArrowDecoder().from_entries(part, [(10, far)])
 
 
 def test_a_negative_txid_or_unknown_flag_takes_the_strict_decoder_and_its_message() -> None:
@@ -120,6 +157,9 @@ def test_a_negative_txid_or_unknown_flag_takes_the_strict_decoder_and_its_messag
         damaged = good[:raw_at] + patch + good[raw_at + len(patch) :]
         with pytest.raises(EntryFormatError, match="e0: record 1 has flags"):
             decode_run([damaged], ["e0"])
+        # a later entry's broken header does not hide this one's fault
+        with pytest.raises(EntryFormatError, match="e0: record 1 has flags"):
+            decode_run([damaged, good[:10]], ["e0", "e1"])
 
 
 # ------------------------------------------- Arrow batches against the library's records
@@ -146,7 +186,7 @@ def bound(draw: st.DrawFn, entries: int) -> DLSN:
     return draw(st.one_of(inside, inside, inside, st.sampled_from([DLSN(2, 5, 0), DLSN(4, 0, 0)])))
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.lists(st.one_of(PLAIN, CONTROL, PRODUCED), min_size=1, max_size=8),

@@ -136,3 +136,32 @@ def test_work_on_a_broken_held_session_runs_once_more_on_a_new_one(
     with pytest.raises(LookupError, match="session 4"):  # a new session's failure: no retry
         loop.call(key, always_broken)
     assert len(opened) == 4
+
+
+def test_calls_at_once_share_one_new_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def session(topology: Any, region: str, namespace: str) -> AsyncIterator[str]:
+        opened.append(region)
+        await asyncio.sleep(0.05)  # connecting: the other call arrives meanwhile
+        yield "session"
+
+    monkeypatch.setattr(worker_loop, "load_topology", lambda path: path)
+    monkeypatch.setattr(worker_loop, "read_session", session)
+    monkeypatch.setattr(worker_loop, "_freeze_heap", lambda: None)
+    loop = WorkerLoop()
+    key = ("t.yaml", "us-east", "default")
+    answers: list[str] = []
+
+    async def plan(s: Any) -> str:
+        return f"planned on {s}"
+
+    threads = [
+        threading.Thread(target=lambda: answers.append(loop.call(key, plan))) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert answers == ["planned on session"] * 3 and opened == ["us-east"]
