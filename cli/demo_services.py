@@ -35,6 +35,7 @@ DOWN_REGION = "us-west"
 WRITE_INTERVAL_S = 0.02
 STEADY_S = 4.0  # writes before, between and after the faults
 CATCH_UP_TIMEOUT_S = 90.0
+POLL_WAIT_S_MAX = 10.0  # a reader's long poll ends within this once told to stop
 
 
 @dataclass
@@ -69,12 +70,36 @@ def _first_ack_after(written: Written, moment: float) -> float | None:
     return min(later) - moment if later else None
 
 
-async def _settle(what: str, done: Callable[[], bool], timeout_s: float) -> None:
+async def _settle(
+    what: str, done: Callable[[], bool], timeout_s: float, why: Callable[[], str] = str
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         if time.monotonic() > deadline:
-            raise ClusterError(f"demo: {what} did not happen within {timeout_s:.0f} s")
+            raise ClusterError(f"demo: {what} did not happen within {timeout_s:.0f} s{why()}")
         await asyncio.sleep(0.2)
+
+
+def _behind(written: Written, received: dict[str, Received]) -> str:
+    """Which regions have not read every acknowledged record, and where they stand."""
+    lagging = []
+    for region, reader in received.items():
+        missing = [n for n in written.acked if n not in reader.counts]
+        if missing:
+            lagging.append(
+                f"{region} lacks {len(missing)} of {len(written.acked)} acknowledged records "
+                f"(from record {min(missing)}; polling from seq {reader.next_seq}, "
+                f"{reader.errors} failed polls)"
+            )
+    return ": " + "; ".join(lagging) if lagging else ""
+
+
+async def _stop(tasks: list[asyncio.Task[None]], grace_s: float) -> None:
+    """Waits `grace_s` for the tasks to end by themselves, then cancels the rest."""
+    _, pending = await asyncio.wait(tasks, timeout=grace_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _audit(cluster: Cluster) -> tuple[int, bool]:
@@ -89,7 +114,7 @@ async def _audit(cluster: Cluster) -> tuple[int, bool]:
 async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
     """Runs the story, printing each step; returns the figures of the summary table."""
     urls = [proxy_url(cluster, r, "write") for r in cluster.topology.region_names]
-    stop_writing, stop_reading = asyncio.Event(), asyncio.Event()
+    stop_reading = asyncio.Event()
     written = Written()
     received = {r: Received(r) for r in cluster.topology.region_names}
     async with (
@@ -110,52 +135,11 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
             )
             for r in received
         ]
-        writer = asyncio.create_task(_write(client, written, stop_writing))
         try:
-            await asyncio.sleep(STEADY_S)
-            owner = await _owner(client)
-            print(f"  writing from {WRITER_REGION} through {owner}: {len(written.acked)} acked")
-
-            victim = owner.split("@")[0]
-            killed_at = time.monotonic()
-            print(f"  {await controller.fault(cluster, tools, 'kill', victim)}")
-            await _settle(
-                "a write after the kill", lambda: bool(_first_ack_after(written, killed_at)), 60
-            )
-            failover_s = _first_ack_after(written, killed_at) or 0.0
-            print(f"  writes resumed on {await _owner(client)} {failover_s:.2f} s after the kill")
-            print(f"  {await controller.fault(cluster, tools, 'restart', victim)}")
-            await asyncio.sleep(STEADY_S)
-
-            down_at = time.monotonic()
-            killed = await regions.region_down(cluster, DOWN_REGION)
-            print(f"  region {DOWN_REGION} down: killed {', '.join(killed)}")
-            await _settle(
-                "a write with the region down", lambda: bool(_first_ack_after(written, down_at)), 60
-            )
-            acked_before = len(written.acked)
-            await asyncio.sleep(STEADY_S)
-            during = len(written.acked) - acked_before
-            segments, adhere = await _audit(cluster)
-            print(
-                f"  with {DOWN_REGION} down: {during} more records acknowledged; owner "
-                f"{await _owner(client)}; {segments} segments audited: "
-                f"{'every ensemble keeps the durability rule' if adhere else 'AUDIT FAILED'}"
-            )
-            started = await regions.region_up(cluster, tools, DOWN_REGION)
-            print(f"  region {DOWN_REGION} up: restarted {len(started)} processes")
-            await asyncio.sleep(STEADY_S)
+            total, failover_s, adhere = await _story(cluster, tools, client, written, received)
         finally:
-            stop_writing.set()
-            await writer
-        total = len(written.acked)
-        await _settle(
-            "every region reading every acknowledged record",
-            lambda: all(all(n in r.counts for n in written.acked) for r in received.values()),
-            CATCH_UP_TIMEOUT_S,
-        )
-        stop_reading.set()
-        await asyncio.gather(*readers)
+            stop_reading.set()
+            await _stop(readers, POLL_WAIT_S_MAX)
     return {
         "written": total,
         "failed_writes": written.failed,
@@ -173,6 +157,64 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
             for region, r in received.items()
         },
     }
+
+
+async def _story(
+    cluster: Cluster,
+    tools: Tools,
+    client: ProxyClient,
+    written: Written,
+    received: dict[str, Received],
+) -> tuple[int, float, bool]:
+    """The faults, with a writer going; then every region's reader catching up. Returns the
+    records acknowledged, the owner failover time and the durability audit's verdict."""
+    stop_writing = asyncio.Event()
+    writer = asyncio.create_task(_write(client, written, stop_writing))
+    try:
+        await asyncio.sleep(STEADY_S)
+        owner = await _owner(client)
+        print(f"  writing from {WRITER_REGION} through {owner}: {len(written.acked)} acked")
+
+        victim = owner.split("@")[0]
+        killed_at = time.monotonic()
+        print(f"  {await controller.fault(cluster, tools, 'kill', victim)}")
+        await _settle(
+            "a write after the kill", lambda: bool(_first_ack_after(written, killed_at)), 60
+        )
+        failover_s = _first_ack_after(written, killed_at) or 0.0
+        print(f"  writes resumed on {await _owner(client)} {failover_s:.2f} s after the kill")
+        print(f"  {await controller.fault(cluster, tools, 'restart', victim)}")
+        await asyncio.sleep(STEADY_S)
+
+        down_at = time.monotonic()
+        killed = await regions.region_down(cluster, DOWN_REGION)
+        print(f"  region {DOWN_REGION} down: killed {', '.join(killed)}")
+        await _settle(
+            "a write with the region down", lambda: bool(_first_ack_after(written, down_at)), 60
+        )
+        acked_before = len(written.acked)
+        await asyncio.sleep(STEADY_S)
+        during = len(written.acked) - acked_before
+        segments, adhere = await _audit(cluster)
+        print(
+            f"  with {DOWN_REGION} down: {during} more records acknowledged; owner "
+            f"{await _owner(client)}; {segments} segments audited: "
+            f"{'every ensemble keeps the durability rule' if adhere else 'AUDIT FAILED'}"
+        )
+        started = await regions.region_up(cluster, tools, DOWN_REGION)
+        print(f"  region {DOWN_REGION} up: restarted {len(started)} processes")
+        await asyncio.sleep(STEADY_S)
+    finally:
+        stop_writing.set()
+        await writer
+    total = len(written.acked)
+    await _settle(
+        "every region reading every acknowledged record",
+        lambda: all(all(n in r.counts for n in written.acked) for r in received.values()),
+        CATCH_UP_TIMEOUT_S,
+        lambda: _behind(written, received),
+    )
+    return total, failover_s, adhere
 
 
 def print_summary(summary: dict[str, Any]) -> None:

@@ -53,6 +53,8 @@ async def tail_region(
                     if answer.status != 200:
                         raise aiohttp.ClientError(f"{answer.status}: {page.get('code')}")
             except (aiohttp.ClientError, TimeoutError, ValueError):
+                if _being_cancelled():  # aiohttp may turn a cancel into a timeout
+                    raise asyncio.CancelledError from None
                 received.errors += 1
                 await asyncio.sleep(READ_RETRY_S)
                 continue
@@ -63,3 +65,8 @@ async def tail_region(
                 received.latencies_s.append(now - value["t"])
             if page["next_seq"] is not None:
                 received.next_seq = page["next_seq"]
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -271,6 +271,14 @@ class LedgerReader:
     async def _long_poll(self, timeout_ms: int) -> tuple[int, bytes] | Literal["empty"] | None:
         """One long poll over the write set of LAC+1; "empty" when no bookie knows the ledger."""
         entry_id = self.lac + 1
+        if entry_id < self.metadata.ensembles[-1].first_entry_id:
+            # Entry LAC+1 was written before the last ensemble change: a bookie of its write
+            # set may have missed it (acknowledged without it) and been replaced since, so it
+            # never learns a newer LAC, and a long poll there would wait in vain for ever.
+            # The last ensemble knows where the ledger stands.
+            if await self.read_lac() < entry_id:
+                return None
+            return entry_id, await self.read_entry(entry_id)
         order = self._context.placement.read_order(
             self.metadata.write_set(entry_id), self._context.clock()
         )

@@ -285,3 +285,51 @@ async def test_the_isolation_check_tells_the_isolated_region_from_the_others(
     finally:
         await wan.heal(cluster.topology)
     assert not await east()
+
+
+async def tail_from(url: str, namespace: str, seq: int, want: int, bound_s: float) -> list[bytes]:
+    """The records from `seq` on through a read proxy, polled until `want` of them arrived or
+    `bound_s` passed."""
+    path = f"{url}/v1/namespaces/{namespace}/streams/s/records"
+    got: list[bytes] = []
+    async with asyncio.timeout(bound_s), aiohttp.ClientSession() as http:
+        while len(got) < want:
+            query = {"from_seq": str(seq + len(got)), "wait_ms": "500"}
+            async with http.get(path, params=query) as answer:
+                page = await answer.json()
+                assert answer.status == 200, page
+            got += [r["payload"].encode() for r in page["records"]]
+    return got
+
+
+async def test_a_regions_read_proxy_follows_a_segment_written_on_through_its_outage(
+    services: Cluster, tools: Tools
+) -> None:
+    # The segment's owner is in us-east: it writes on through us-west's outage, acknowledged by
+    # the other regions' bookies, then replaces us-west's. us-west's bookies come back without
+    # those entries and are no longer written to; a reader there whose next entry they were
+    # meant to hold must not wait on their long poll for ever (found by `make demo`).
+    namespace = fresh_namespace()
+    east = write_proxy_url(services, "us-east")
+    async with ProxyClient([east], namespace, deadline_s=60) as client:
+        await client.create("s")
+        for i in range(20):
+            await client.write("s", f"before-{i}".encode())
+        killed = await regions.region_down(services, "us-west")
+        try:
+            for i in range(20):
+                await client.write("s", f"during-{i}".encode())
+        finally:
+            started = await regions.region_up(services, tools, "us-west")
+        assert set(started) == set(killed)
+        for i in range(10):
+            await client.write("s", f"after-{i}".encode())
+        assert (await client.describe("s"))["owner"] == "wp-us-east@us-east"
+    expected = (
+        [f"before-{i}".encode() for i in range(20)]
+        + [f"during-{i}".encode() for i in range(20)]
+        + [f"after-{i}".encode() for i in range(10)]
+    )
+    west = services.topology.region("us-west").read_proxies[0].endpoint
+    url = f"http://{west.host}:{west.port}"
+    assert await tail_from(url, namespace, 0, 50, 60) == expected
