@@ -264,12 +264,14 @@ class LedgerReader:
                 return outcome
             if remaining_ms <= 0:
                 return None
-            # No entry reached these bookies yet, so none can watch the LAC: poll again
-            # shortly instead of returning at once (a tailing caller would spin).
+            # Nothing to wait on (no entry reached these bookies yet, or the last ensemble
+            # has not seen LAC+1 confirmed): poll again shortly instead of returning at once
+            # (a tailing caller would spin).
             await asyncio.sleep(min(remaining_ms / 1000, EMPTY_LEDGER_POLL_S))
 
     async def _long_poll(self, timeout_ms: int) -> tuple[int, bytes] | Literal["empty"] | None:
-        """One long poll over the write set of LAC+1; "empty" when no bookie knows the ledger."""
+        """One long poll over the write set of LAC+1; "empty" when there is nothing to wait on
+        (no bookie knows the ledger, or the last ensemble has not seen LAC+1 confirmed)."""
         entry_id = self.lac + 1
         if entry_id < self.metadata.ensembles[-1].first_entry_id:
             # Entry LAC+1 was written before the last ensemble change: a bookie of its write
@@ -277,7 +279,7 @@ class LedgerReader:
             # never learns a newer LAC, and a long poll there would wait in vain for ever.
             # The last ensemble knows where the ledger stands.
             if await self.read_lac() < entry_id:
-                return None
+                return "empty"  # nothing to wait on: asked again shortly, not at once
             return entry_id, await self.read_entry(entry_id)
         order = self._context.placement.read_order(
             self.metadata.write_set(entry_id), self._context.clock()
