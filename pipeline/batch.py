@@ -145,7 +145,8 @@ class ArrowDecoder:
         from pipeline.entry_columns import decode_run
 
         where = f"stream {part.stream!r} segment {part.segment} entry"
-        run = decode_run([body for _, body in bodies], [f"{where} {e}" for e, _ in bodies])
+        wheres = [f"{where} {e}" for e, _ in bodies]
+        run = decode_run([body for _, body in bodies], wheres)
         entry_ids = np.fromiter((e for e, _ in bodies), np.int64, len(bodies))
         inside = _within(part, entry_ids[run.entry_index], run.slots)
         if inside is not None and not inside.all():
@@ -154,12 +155,12 @@ class ArrowDecoder:
         if rows == 0:
             return None
         heads = run.heads
+        _check_columns(heads, part, wheres)
         entry = entry_ids[run.entry_index]
         prefixes = pa.array([f"{part.segment}.{e}." for e in entry_ids.tolist()], pa.string())
         dlsn = pc.binary_join_element_wise(
             prefixes.take(pa.array(run.entry_index)), pc.cast(pa.array(run.slots), pa.string()), ""
         )
-        _check_columns(heads, part, [f"{where} {e}" for e, _ in bodies])
         first_seq = np.fromiter(
             (part.first_seq + h.first_position for h in heads), np.int64, len(heads)
         )
