@@ -11,7 +11,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	@$(PY) -m cli.demo
+	@$(PY) -m demo
 
 lint: setup
 	$(VENV)/bin/ruff check .

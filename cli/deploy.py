@@ -20,14 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from cli import nodes
-from cli.cluster.probes import service_health, zookeeper_mode
-from cli.topology import load_checked_topology
 from core.errors import ConfigError, MetadataUnavailableError
-from core.routes import TOPOLOGY_ZNODE, encode_published, publish_topology
+from core.routes import TOPOLOGY_ZNODE
 from core.topology import Topology
 from global_meta import MetaStore
 from ledger import LEDGERS_ROOT, BookieUnreachableError, init_cluster_metadata, ping_bookie
+from localcluster import nodes
+from localcluster.metadata import publish, registered_bookies
+from localcluster.probes import service_health, zookeeper_mode
+from placement import load_checked_topology
 
 DEFAULT_DATA_DIR = Path("/var/lib/globelog")
 STATUS_PING_TIMEOUT_S = 2.0
@@ -115,17 +116,6 @@ def _write(path: Path, text: str) -> None:
         raise ConfigError(f"cannot write {path}: {err.strerror}") from err
 
 
-async def publish(store: MetaStore, topology: Topology) -> int:
-    """Writes bookie locations and per-region dial addresses for every client to read;
-    returns the znode's version."""
-    data = encode_published(publish_topology(topology))
-    stat = await store.exists(TOPOLOGY_ZNODE)
-    if stat is None:
-        await store.create(TOPOLOGY_ZNODE, data, make_parents=True)
-        return 0
-    return (await store.set(TOPOLOGY_ZNODE, data, version=stat.version)).version
-
-
 async def init(topology: Topology, connect: str, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
@@ -161,14 +151,6 @@ def run_init(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wait-s {args.wait_s}: expected 1..3600 seconds")
     asyncio.run(init(topology, args.zookeeper or topology.zk_connect, args.wait_s))
     return 0
-
-
-async def registered_bookies(store: MetaStore) -> tuple[set[str], set[str]]:
-    """(writable, read-only) bookie ids registered under /ledgers/available."""
-    available = f"{LEDGERS_ROOT}/available"
-    names = set(await store.children(available))
-    read_only = set(await store.children(f"{available}/readonly")) if "readonly" in names else set()
-    return names - {"readonly"}, read_only
 
 
 async def deployment_status(topology: Topology) -> list[dict[str, str]]:

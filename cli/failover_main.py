@@ -12,11 +12,12 @@ import os
 import sys
 from pathlib import Path
 
-from cli.failover_run import FAULT_KINDS
-from cli.failover_simulate import add_simulate_command, run_simulate_command
 from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check, summarise
 from verify.history import load_history
+from verify.live.run import FAULT_KINDS
+from verify.sim.nemesis import FAULT_KINDS as SIM_FAULT_KINDS
+from verify.sim.seeds import run_simulate_command
 
 
 def add_failover_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,13 +53,13 @@ def run_failover_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cli import event_loop
-    from cli.cluster import processes
-    from cli.cluster.controller import Cluster
-    from cli.failover_run import RunConfig, failover_run
     from cli.stream_args import duration_s
-    from cli.tools import REPO_ROOT, find_tools
-    from cli.topology import load_local_topology
+    from localcluster import processes
+    from localcluster.controller import Cluster
+    from localcluster.tools import REPO_ROOT, find_tools
+    from localcluster.topology_files import load_local_topology
+    from region import event_loop
+    from verify.live.run import RunConfig, failover_run
 
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
     meta = processes.load_meta(data_dir)
@@ -140,3 +141,21 @@ def report_text(report: CheckReport, show: int) -> str:
         lines.append(f"  {kind:<22} {len(windows):>3} fault(s): {ended}{tail}")
     lines.append("valid: no guarantee broken" if report.valid else "INVALID: a guarantee broken")
     return "\n".join(lines)
+
+
+def add_simulate_command(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    simulate_parser = actions.add_parser(
+        "simulate", help="the deterministic simulation over many seeds, checked by the checker"
+    )
+    simulate_parser.add_argument("--seeds", type=int, default=1000, help="how many seeds")
+    simulate_parser.add_argument("--first", type=int, default=0, help="the first seed")
+    simulate_parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes"
+    )
+    simulate_parser.add_argument(
+        "--faults", default=",".join(SIM_FAULT_KINDS), help="fault kinds the nemesis draws from"
+    )
+    simulate_parser.add_argument(
+        "--out", type=Path, default=Path("failover-sim"), help="where failing histories go"
+    )
+    simulate_parser.add_argument("--json", action="store_true", help="the summary as JSON")

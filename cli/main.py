@@ -11,27 +11,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import (
-    bench_failover,
-    bench_ledger_options,
-    bench_proxy,
-    bench_reads,
-    bench_spark,
-    bench_stream_main,
-    deploy,
-    failover_main,
-    serve,
-    spark_main,
-    stream_args,
-)
-from cli.cluster import controller, processes, regions, wan
-from cli.cluster.controller import Cluster
-from cli.tools import REPO_ROOT, find_tools
-from cli.topology import default_topology_path, load_local_topology
-from cli.topology import load_checked_topology as load_topology
+from benchmarks import failover as bench_failover
+from benchmarks import harness as bench_ledger_options
+from benchmarks import proxy as bench_proxy
+from benchmarks import reads as bench_reads
+from benchmarks import spark as bench_spark
+from benchmarks import stream_command as bench_stream_main
+from cli import deploy, failover_main, serve, spark_main, stream_args
+from cli.topology import default_topology_path
 from core.errors import ConfigError, GlobelogError
 from core.topology import Topology
 from core.topology_loader import region_loss_summary, region_loss_warning
+from localcluster import controller, processes, regions, wan
+from localcluster.controller import Cluster
+from localcluster.tools import REPO_ROOT, find_tools
+from localcluster.topology_files import load_local_topology
+from placement import load_checked_topology
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -240,7 +235,7 @@ async def _run_region_fault(cluster: Cluster, action: str, region: str) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from cli.bench_startup import bench_startup
+    from benchmarks.startup import bench_startup
 
     if args.action == "ledger":
         return _run_bench_ledger(args)
@@ -257,12 +252,12 @@ def _run_bench(args: argparse.Namespace) -> int:
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")
-    print(asyncio.run(bench_startup(load_topology(path), path, find_tools(), args.runs)))
+    print(asyncio.run(bench_startup(load_checked_topology(path), path, find_tools(), args.runs)))
     return 0
 
 
 def _run_bench_ledger(args: argparse.Namespace) -> int:
-    from cli.bench_ledger import bench_ledger
+    from benchmarks.ledger import bench_ledger
 
     options = bench_ledger_options.parse_options(args)
     bench_ledger_options.check_cluster_ports(options.cluster, options.use_running)
@@ -281,9 +276,10 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_ledger(args: argparse.Namespace) -> int:
-    from cli.ledger_commands import audit_ledgers, print_audit
+    from cli.ledger_commands import print_audit
+    from ledger import audit_ledgers
 
-    topology = load_topology(args.topology or default_topology_path())
+    topology = load_checked_topology(args.topology or default_topology_path())
     min_regions = topology.replication.min_regions_for_durability
     reports, all_adhere = asyncio.run(audit_ledgers(topology, args.ledger_ids, min_regions))
     if args.action == "show":
@@ -306,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "topology":
-            topology = load_topology(args.file or default_topology_path())
+            topology = load_checked_topology(args.file or default_topology_path())
             print(
                 f"{topology.name}: {len(topology.regions)} regions, "
                 f"{len(topology.bookies)} bookies, {len(topology.zookeeper)} ZooKeeper nodes"

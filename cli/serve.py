@@ -13,15 +13,14 @@ import logging
 import signal
 from pathlib import Path
 
-from cli import event_loop
 from core.errors import ConfigError
 from core.routes import publish_topology
 from core.topology import Proxy, Topology
-from core.topology_loader import load_topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
-from region import logs
+from placement import load_checked_topology
+from region import event_loop, logs
 from region.isolation import cut_off_check
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
@@ -146,7 +145,7 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 def run(args: argparse.Namespace, default_topology: Path) -> int:
-    topology = load_topology(args.topology or default_topology)
+    topology = load_checked_topology(args.topology or default_topology)
     kind = "write" if args.kind == "write-proxy" else "read"
     proxy = pick_proxy(topology, args.region, args.name, kind)
     logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)

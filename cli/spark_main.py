@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from cli.stream_args import duration_s
-from cli.topology import default_topology_path, load_checked_topology
+from cli.topology import default_topology_path
 from core.errors import ConfigError
 from core.streams import DEFAULT_NAMESPACE, check_name
+from placement import load_checked_topology
 
 
 def add_spark_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -158,8 +159,8 @@ async def _all_streams(topology_path: Path, region: str, namespace: str) -> list
 def _report(
     spark: Any, args: argparse.Namespace, topology_path: Path, since_s: float, observe_s: float
 ) -> int:
-    from cli.plots import delivery_report_plot
-    from pipeline.report import ReportJob, delivery_report
+    from figures.plots import delivery_report_plot
+    from pipeline.report import ReportJob, delivery_report, report_json, report_text
 
     job = ReportJob(topology_path, args.stream, args.namespace, since_s, observe_s)
     report = delivery_report(spark, job, _progress)
@@ -169,67 +170,3 @@ def _report(
         return 0
     print(report_text(report, plot))
     return 0
-
-
-def report_json(report: Any, plot: Path) -> dict[str, Any]:
-    return {
-        "stream": report.stream,
-        "since": report.since.isoformat(),
-        "observed_s": report.observed_s,
-        "delivery_lag_ms": [
-            {
-                "region": lag.region,
-                "records": lag.records,
-                "p50": lag.p50_ms,
-                "p90": lag.p90_ms,
-                "p99": lag.p99_ms,
-                "max": lag.max_ms,
-            }
-            for lag in report.lags
-        ],
-        "per_minute": [
-            {
-                "minute": m.minute.isoformat(),
-                "writer_region": m.writer_region,
-                "records": m.records,
-                "payload_bytes": m.payload_bytes,
-            }
-            for m in report.minutes
-        ],
-        "plot": str(plot),
-    }
-
-
-def report_text(report: Any, plot: Path) -> str:
-    lines = [f"== delivery report: stream {report.stream!r} since {report.since:%Y-%m-%d %H:%M:%S}"]
-    lines += _lag_lines(report)
-    lines.append("throughput per minute (by write timestamp and writer region):")
-    if not report.minutes:
-        lines.append("  no record in the window")
-    for minute in report.minutes:
-        lines.append(
-            f"  {minute.minute:%H:%M}  {minute.writer_region:<10} {minute.records:>9} records "
-            f"{minute.payload_bytes / 1e6:>9.2f} MB  ({minute.records / 60:,.1f} rec/s)"
-        )
-    lines.append(f"plot: {plot}")
-    return "\n".join(lines)
-
-
-def _lag_lines(report: Any) -> list[str]:
-    if report.observed_s <= 0:
-        return ["delivery lag: not observed (--observe 0)"]
-    lines = [
-        f"delivery lag (write timestamp -> a tailing reader in the region, "
-        f"{report.observed_s:g} s observed):"
-    ]
-    if not report.lags:
-        return [*lines, "  no record was written while the readers watched: no lag figures"]
-    lines.append(
-        f"  {'region':<10} {'records':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
-    )
-    for lag in report.lags:
-        lines.append(
-            f"  {lag.region:<10} {lag.records:>8} {lag.p50_ms:>8.1f} {lag.p90_ms:>8.1f} "
-            f"{lag.p99_ms:>8.1f} {lag.max_ms:>8.1f}"
-        )
-    return lines

@@ -10,56 +10,25 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TextIO
 
-from cli import event_loop
-from cli.ledger_commands import audit_ledgers
 from core.dlsn import DLSN
-from core.errors import DataLossError, InvalidRecordError
+from core.errors import DataLossError
 from core.records import RECORD_BYTES_MAX, Record
 from core.streams import StreamSettings
 from core.topology import Topology
-from global_meta import MetaStore
-from global_meta.streams import StreamMetaStore
-from ledger import LedgerClient, LedgerConfig
+from ledger import audit_ledgers
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import Position
+from region import event_loop
+from region.connections import Session, session
 from writer.admin import apply_retention, delete_stream, describe_segment, describe_stream, truncate
 from writer.events import Written
 from writer.log_writer import LogWriter, WriterConfig
 
 STDIN_CHUNK_BYTES = 64 * 1024
 WRITES_IN_FLIGHT_MAX = 10_000  # lines accepted and not yet printed
-
-
-@dataclass
-class Session:
-    """One command's connections."""
-
-    topology: Topology
-    region: str
-    store: MetaStore
-    ledgers: LedgerClient
-    streams: StreamMetaStore
-
-
-@asynccontextmanager
-async def session(
-    topology: Topology, region: str, namespace: str, session_timeout_s: float = 10.0
-) -> AsyncIterator[Session]:
-    if region not in topology.region_names:
-        raise InvalidRecordError(
-            f"--region {region!r}: expected one of {list(topology.region_names)}"
-        )
-    min_regions = topology.replication.min_regions_for_durability
-    config = LedgerConfig(region=region, min_regions_for_durability=min_regions)
-    async with (
-        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
-        await LedgerClient.connect(store, config) as ledgers,
-    ):
-        yield Session(topology, region, store, ledgers, StreamMetaStore(store, namespace))
 
 
 # ------------------------------------------------------------------------------ admin

@@ -7,9 +7,8 @@ import json
 import sys
 from typing import Any
 
-from cli import event_loop, proxy_commands, stream_args
+from cli import proxy_commands, stream_args
 from cli.stream_commands import (
-    Session,
     print_segments,
     read_records,
     run_in_session,
@@ -19,10 +18,13 @@ from cli.stream_commands import (
     stream_truncate,
     write_stdin,
 )
-from cli.topology import default_topology_path, load_checked_topology
+from cli.topology import default_topology_path
 from core.dlsn import DLSN
 from core.errors import ConfigError
+from placement import load_checked_topology
+from region import event_loop
 from region.client import ProxyClient
+from region.connections import Session
 from region.drain import set_drained
 
 

@@ -18,6 +18,7 @@ from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata, Ledge
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.connections.bookie_client import BookieClient
 from ledger.connections.ping import ping_bookie
+from ledger.drivers.audit import audit_ledgers, describe_ledger
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.cluster_init import init_cluster_metadata
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
@@ -71,6 +72,8 @@ __all__ = [
     "NoSuchLedgerMetadataError",
     "ReadBeyondLacError",
     "VersionedMetadata",
+    "audit_ledgers",
+    "describe_ledger",
     "init_cluster_metadata",
     "ping_bookie",
 ]

@@ -52,6 +52,7 @@ from placement.quorum import check_quorum
 from placement.read_order import ReadOrderConfig, ReadView, read_order
 from placement.replace import ReplaceRequest, replace_bookie
 from placement.speculation import SpeculationConfig, speculative_delays
+from placement.topology_file import load_checked_topology
 
 __all__ = [
     "Adherence",
@@ -77,6 +78,7 @@ __all__ = [
     "WindowFinding",
     "audit_ensemble",
     "check_quorum",
+    "load_checked_topology",
     "located",
     "located_bookies",
     "new_ensemble",

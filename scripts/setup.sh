@@ -56,13 +56,16 @@ toxiproxy() {
 }
 
 python_venv() {
-  local stamp="$ROOT/.venv/.globelog-installed"
-  if [ -f "$stamp" ] && [ "$stamp" -nt "$ROOT/pyproject.toml" ]; then return; fi
+  # The stamp holds the hash of the pyproject.toml installed: an editable install maps each
+  # package by name, so a new package (or dependency) needs a new install, whatever the mtimes.
+  local stamp="$ROOT/.venv/.globelog-installed" wanted
+  wanted=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
+  if [ -x "$ROOT/.venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then return; fi
   say "creating the Python venv (.venv) and installing globelog[dev,spark] (PySpark builds locally: a few minutes)"
   [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip
   "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[dev,spark]"
-  touch "$stamp"
+  echo "$wanted" >"$stamp"
 }
 
 debian_packages

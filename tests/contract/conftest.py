@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 
 
 @pytest.fixture(params=["sim", "real"])

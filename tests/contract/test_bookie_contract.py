@@ -18,12 +18,12 @@ from typing import Protocol, TypeVar
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core.errors import GlobelogError
 from core.routes import publish_topology
 from ledger.codecs.entry import DigestType, EntryCodec, master_key
 from ledger.connections.bookie_client import BookieClient
 from ledger.machines.signals import BookieFailure, failure_kind
+from localcluster.controller import Cluster
 from verify.sim.bookie import SimBookie, StoredEntry
 
 PASSWORD = b"globelog-contract"

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core import errors
 from global_meta import MetaStore
 from global_meta.store import ANY_VERSION, NodeStat, Op
+from localcluster.controller import Cluster
 from verify.sim.zookeeper import SimZooKeeper
 
 GUARD_S = 15.0  # every await on a real server is bounded by this

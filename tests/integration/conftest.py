@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cli.cluster import controller
-from cli.cluster.controller import Cluster
-from cli.cluster.probes import log_tail, wait_until
-from cli.cluster.processes import load_state
 from global_meta import MetaStore
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.probes import log_tail, wait_until
+from localcluster.processes import load_state
 
 LOG_LINES_ON_FAILURE = 25
 SETTLE_TIMEOUT_S = 60.0

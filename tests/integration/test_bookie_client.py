@@ -14,9 +14,6 @@ from typing import TypeVar
 
 import pytest
 
-from cli.cluster import controller
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from core.routes import publish_topology
 from core.topology import Bookie
 from ledger.codecs.entry import DigestType, EntryCodec, master_key
@@ -38,6 +35,9 @@ from ledger.errors import (
     ProtocolError,
     UnauthorizedError,
 )
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.topologies import free_ports
 
 PASSWORD = b"globelog-test"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from region.client import ProxyClient
 from region.client_extras import BatchingWriter, ReadClient, SyncProxyClient
 from region.registry import live_urls

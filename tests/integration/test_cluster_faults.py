@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from cli.cluster import controller
-from cli.cluster.controller import Cluster
-from cli.cluster.processes import RunState, load_state, run_state
-from cli.tools import Tools
 from core.errors import ClusterError
 from global_meta import MetaStore
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.processes import RunState, load_state, run_state
+from localcluster.tools import Tools
 
 
 async def registration_owner(cluster: Cluster, bookie_id: str) -> int | None:

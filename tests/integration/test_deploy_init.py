@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from cli.main import main
-from cli.tools import Tools
 from core.errors import MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedBookie, decode_published, encode_published
 from core.topology import Replication
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig, init_cluster_metadata
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 
 pytestmark = pytest.mark.integration
 

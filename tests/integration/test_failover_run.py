@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli.cluster.controller import Cluster
-from cli.failover_run import FAULT_KINDS, RunConfig, failover_run
-from cli.tools import Tools
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.streams import fresh_namespace
 from verify.checker import VIOLATIONS
 from verify.history import load_history
+from verify.live.run import FAULT_KINDS, RunConfig, failover_run
 
 
 async def test_a_short_run_with_faults_breaks_no_guarantee(

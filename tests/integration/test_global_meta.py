@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core import errors
 from global_meta import MetaStore, SessionState
 from global_meta.faults import expire_session
 from global_meta.store import Op
+from localcluster.controller import Cluster
 
 WAIT_S = 15.0
 

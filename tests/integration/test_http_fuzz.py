@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from region.http_errors import STATUS_BY_CODE

@@ -7,7 +7,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from region.client import ProxyClient, ProxyError
 from tests.support.proxies import write_proxy
 from tests.support.streams import fresh_namespace, stream_env

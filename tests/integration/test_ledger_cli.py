@@ -7,13 +7,13 @@ import json
 import subprocess
 import sys
 
-from cli.cluster.controller import Cluster
 from core.topology import Replication
 from global_meta import MetaStore
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
+from localcluster.controller import Cluster
 
 
 def globelog(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

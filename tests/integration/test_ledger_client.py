@@ -9,7 +9,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from cli.cluster.controller import Cluster
 from core.topology import Replication
 from global_meta import MetaStore
 from ledger.codecs.entry import DigestType, EntryCodec, master_key
@@ -21,6 +20,7 @@ from ledger.errors import (
     NoSuchLedgerMetadataError,
     ReadBeyondLacError,
 )
+from localcluster.controller import Cluster
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"client-secret"

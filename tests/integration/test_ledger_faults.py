@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from cli.cluster import controller
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from core.topology import Replication
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.drivers.write_handle import LedgerWriter
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from placement import Adherence
 from tests.support.ledgers import ledger_client
 

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from core.topology import Replication
 from ledger.codecs.metadata import LedgerState
 from ledger.drivers.client import LedgerClient
 from ledger.errors import LedgerFencedError
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.bookkeeper_java import bookie_shell, ledger_tool, ledger_tool_argv
 from tests.support.ledgers import ledger_client
 

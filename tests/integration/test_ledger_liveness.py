@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from cli.cluster import controller, wan
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from core.topology import Replication
 from ledger import LedgerFencedError, LedgerInternalError, LedgerRecoveryTimeoutError
 from ledger.drivers.context import LedgerContext
 from ledger.machines.add_events import AddFailed
 from ledger.machines.signals import BookieFailure
+from localcluster import controller, wan
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"liveness"

@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from global_meta import MetaStore
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, ledger_path
 from ledger.drivers.metadata_store import LedgerMetadataStore
 from ledger.errors import LedgerMetadataConflictError, NoSuchLedgerMetadataError
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.bookkeeper_java import bookie_shell
 
 

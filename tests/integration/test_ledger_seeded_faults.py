@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from cli.cluster import controller, wan
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
 from core.topology import Replication
+from localcluster import controller, wan
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"seeded-faults"

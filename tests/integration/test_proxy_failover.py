@@ -14,9 +14,9 @@ import time
 import aiohttp
 import pytest
 
-from cli.cluster import controller
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 from region.client import Acked, ProxyClient, ProxyError
 from tests.support.streams import fresh_namespace, stream_env
 
@@ -217,8 +217,8 @@ async def test_an_owner_whose_session_zookeeper_expired_lets_its_streams_go(
     (a second client joins it with the credentials the proxy keeps in its session file and
     closes it): the proxy is told by a server, gets a new session, and every write is
     answered once, in order, across the change of epoch."""
-    from cli.cluster import plan
     from global_meta.faults import read_session_file
+    from localcluster import plan
 
     topology = services.topology
     urls = [

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env

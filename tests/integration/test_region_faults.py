@@ -8,16 +8,16 @@ import asyncio
 import aiohttp
 import pytest
 
-from cli.cluster import controller, regions, wan
-from cli.cluster.controller import Cluster
-from cli.cluster.probes import zookeeper_mode
-from cli.ledger_commands import audit_ledgers
-from cli.tools import Tools
 from core.errors import GlobelogError, MetadataUnavailableError
 from core.routes import publish_topology
 from global_meta import MetaStore
 from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
+from ledger import audit_ledgers
+from localcluster import controller, regions, wan
+from localcluster.controller import Cluster
+from localcluster.probes import zookeeper_mode
+from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
 from region.isolation import cut_off_check
 from tests.support.streams import fresh_namespace, stream_env

@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core.errors import OwnershipError, TxidOutOfOrderError
 from core.records import RECORD_BYTES_MAX, Record
+from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
 from writer.admin import delete_stream
 

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core.dlsn import DLSN
 from core.errors import DataLossError, TruncatedPositionError
 from core.records import LogRecord, Record
 from core.streams import TransmitPolicy
+from localcluster.controller import Cluster
 from reader.log_reader import LogReader
 from reader.positions import By, Position
 from tests.support.streams import StreamEnv, fresh_namespace, stream_env

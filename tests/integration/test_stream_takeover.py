@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from cli.cluster.controller import Cluster
 from core.errors import OwnerFencedError, OwnershipError
 from core.records import Record
+from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
 
 SESSION_TIMEOUT_S = 1.0  # the writer process's ZooKeeper session: how soon its lock goes

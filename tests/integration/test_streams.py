@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cli.cluster.controller import Cluster
 from core.records import Record
 from core.streams import TransmitPolicy
+from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
 from writer.events import Written
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cli.cluster import wan
-from cli.cluster.controller import Cluster
 from core.routes import plan_routes
 from ledger.connections.ping import ping_bookie
 from ledger.errors import BookieUnreachableError
+from localcluster import wan
+from localcluster.controller import Cluster
 
 WARM_UP_PINGS = 3
 

@@ -9,10 +9,10 @@ import struct
 import aiohttp
 import pytest
 
-from cli.cluster.controller import Cluster
-from cli.cluster.probes import wait_until
 from core.dlsn import DLSN
 from core.streams import LEDGER_PASSWORD
+from localcluster.controller import Cluster
+from localcluster.probes import wait_until
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient, ProxyError
 from region.drain import set_drained

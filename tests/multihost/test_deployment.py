@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.tools import REPO_ROOT, Tools, find_tools
+from localcluster.tools import REPO_ROOT, Tools, find_tools
 from tests.support.netns import NetnsUnavailableError, Network, check_netns_available
 
 pytestmark = pytest.mark.multihost

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cli.cluster.controller import Cluster
 from core.errors import ConfigError
 from core.records import LogRecord
 from core.streams import LEDGER_PASSWORD
 from ledger import NoSuchLedgerMetadataError
+from localcluster.controller import Cluster
 from pipeline.archive import ArchiveJob, archive_stream
 from reader.positions import By, Position
 from tests.spark.test_batch_read import as_records, expected, load, write_stream

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from cli.cluster.controller import Cluster
 from core.records import LogRecord
+from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
 
 RECORDS = 3000

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cli.cluster.controller import Cluster
-from cli.plots import delivery_report_plot
-from cli.spark_main import report_text
-from pipeline.report import ReportJob, delivery_report
+from figures.plots import delivery_report_plot
+from localcluster.controller import Cluster
+from pipeline.report import ReportJob, delivery_report, report_text
 from tests.support.streams import fresh_namespace, stream_env
 
 EARLY, LIVE = 300, 120  # records written before the report, and while it watches

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from cli.cluster.controller import Cluster
 from core.records import LogRecord
+from localcluster.controller import Cluster
 from pipeline.source import FAILPOINT_PROPERTY
 from region.client import ProxyClient
 from tests.spark.test_batch_read import write_stream

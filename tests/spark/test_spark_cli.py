@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from region.client_extras import ReadClient
 from tests.integration.test_stream_cli import run_bounded
 from tests.spark.test_archive import ledger_exists

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from cli.cluster.controller import Cluster
+from localcluster.controller import Cluster
 from tests.spark.test_batch_read import write_stream
 from tests.support.streams import fresh_namespace, stream_env
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from cli import nodes
-from cli.cluster import plan
-from cli.cluster.controller import Cluster
-from cli.tools import Tools
+from localcluster import nodes, plan
+from localcluster.controller import Cluster
+from localcluster.tools import Tools
 
 JAVA_TIMEOUT_S = 120
 LEDGER_TOOL = Path(__file__).resolve().parents[1] / "interop" / "LedgerTool.java"

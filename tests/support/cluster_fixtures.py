@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from cli.cluster import controller, processes
-from cli.cluster.controller import Cluster
-from cli.tools import Tools, find_tools
 from core.topology_loader import load_topology
+from localcluster import controller, processes
+from localcluster.controller import Cluster
+from localcluster.tools import Tools, find_tools
 from tests.support.topologies import write_topology
 
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from cli.cluster.controller import Cluster
 from global_meta import MetaStore
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.context import LedgerConfig
+from localcluster.controller import Cluster
 
 
 @asynccontextmanager

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from cli.cluster.controller import Cluster
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
+from localcluster.controller import Cluster
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo

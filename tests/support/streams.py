@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cli.cluster.controller import Cluster
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient, LedgerConfig
+from localcluster.controller import Cluster
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import Position
 from writer.log_writer import LogWriter, WriterConfig

@@ -255,7 +255,7 @@ def test_invalid_yaml_and_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_the_cli_also_rejects_settings_that_cannot_be_striped(tmp_path: Path) -> None:
-    from cli.topology import load_checked_topology
+    from placement import load_checked_topology
 
     doc = base()
     doc["replication"].update(ensemble_size=5, write_quorum=3, ack_quorum=2)

@@ -1,0 +1,164 @@
+"""`globelog bench failover`: how long writes stop when a stream's owning write proxy dies.
+
+Each round: a client (ProxyClient over every region's write proxies) writes one record at a
+time to a stream; the proxy that owns it is killed with SIGKILL; the time from the kill to the
+next acknowledged write (on another proxy, after the owner's ZooKeeper session expired and the
+new owner fenced and recovered the last segment) is one sample. The killed proxy is restarted
+before the next round. Every acknowledged record is read back at the end, once and in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+
+from benchmarks.figures import percentile
+from benchmarks.harness import (
+    add_cluster_arguments,
+    bench_cluster,
+    bench_progress,
+    check_cluster_ports,
+    run_on_bench_cluster,
+)
+from core.errors import ConfigError
+from global_meta import MetaStore
+from localcluster import controller
+from localcluster.controller import Cluster
+from localcluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
+from localcluster.tools import Tools, find_tools
+from reader.log_reader import LogReader, ReaderConfig
+from region.client import Acked, ProxyClient
+from region.connections import session
+
+WRITES_PER_ROUND = 20
+KILLS_MAX = 200
+
+
+async def bench_failover(
+    cluster: Cluster, tools: Tools, kills: int, progress: Callable[[str], None]
+) -> str:
+    topology = cluster.topology
+    urls = [
+        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        for region in topology.regions
+        for p in region.write_proxies
+    ]
+    namespace = f"failover{uuid.uuid4().hex[:6]}"
+    samples: list[float] = []
+    expiries: list[float] = []  # kill -> the owner's lock gone (its session expired)
+    acked: list[Acked] = []
+    owners: list[str] = []
+    async with (
+        ProxyClient(urls, namespace=namespace, deadline_s=60) as client,
+        session(topology, topology.region_names[0], namespace) as s,
+    ):
+        await client.create("s")
+        acked.append(await client.write("s", b"first"))  # the stream's lock directory exists
+        locks = LockWatch(s.streams.store, f"{s.streams.path('s')}/lock")
+        async with locks:
+            for round_no in range(1, kills + 1):
+                for i in range(WRITES_PER_ROUND):
+                    acked.append(await client.write("s", f"{round_no}-{i}".encode()))
+                owner = str((await client.describe("s"))["owner"]).split("@")[0]
+                held = locks.lowest()
+                await controller.fault(cluster, tools, "kill", owner)
+                killed_at = time.monotonic()
+                acked.append(await client.write("s", f"{round_no}-after".encode()))
+                samples.append(time.monotonic() - killed_at)
+                expiries.append(locks.gone_at(held, killed_at) - killed_at)
+                owners.append(owner)
+                progress(
+                    f"round {round_no}/{kills}: killed {owner}; its lock went after "
+                    f"{expiries[-1]:.2f} s; writes resumed after {samples[-1]:.2f} s"
+                )
+                await controller.fault(cluster, tools, "restart", owner)
+        reader = await LogReader.open(s.streams, s.ledgers, "s", None, ReaderConfig(follow=False))
+        async with reader:
+            seqs = [r.seq async for r in reader]
+    intact = seqs == [a.seq for a in acked] == list(range(len(acked)))
+    ordered = sorted(samples)
+    expired = sorted(expiries)
+    after = sorted(total - gone for total, gone in zip(samples, expiries, strict=True))
+    return "\n".join(
+        [
+            f"globelog bench failover: topology {topology.name}, WAN profile {cluster.profile}, "
+            f"{len(urls)} write proxies, ZooKeeper session {PROXY_ZK_SESSION_TIMEOUT_S} s",
+            f"kills: {kills} (SIGKILL of the owning write proxy, one at a time, restarted after)",
+            f"kill -> next acknowledged write: median {percentile(ordered, 50):.2f} s, "
+            f"p90 {percentile(ordered, 90):.2f} s, min {ordered[0]:.2f} s, max {ordered[-1]:.2f} s",
+            f"  of which kill -> lock gone (session expiry): median {percentile(expired, 50):.2f} s, "
+            f"max {expired[-1]:.2f} s; lock gone -> acknowledged write (takeover: fencing, "
+            f"recovery, new segment, session marker, the write): median "
+            f"{percentile(after, 50):.2f} s, max {after[-1]:.2f} s",
+            f"owners killed: {', '.join(sorted(set(owners)))}",
+            f"records acknowledged {len(acked)}, read back once and in order: {intact}",
+        ]
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_arguments(parser)
+    parser.add_argument("--kills", type=int, default=20, help="owner proxies killed, one a round")
+
+
+def run(args: argparse.Namespace) -> int:
+    args.region = "us-east"  # bench_cluster checks a client region; the client uses every region
+    problems: list[str] = []
+    cluster = dataclasses.replace(bench_cluster(args, problems), services=True)
+    if not 1 <= args.kills <= KILLS_MAX:
+        problems.append(f"--kills {args.kills}: expected 1..{KILLS_MAX}")
+    if problems:
+        raise ConfigError("bench failover: " + "; ".join(problems))
+    check_cluster_ports(cluster, args.use_running)
+    tools = find_tools()
+
+    progress = bench_progress("failover")
+    run_on_bench_cluster(
+        cluster,
+        args.use_running,
+        tools,
+        progress,
+        lambda c: bench_failover(c, tools, args.kills, progress),
+    )
+    return 0
+
+
+class LockWatch:
+    """The stream's lock nodes as they change, with the time of each change."""
+
+    def __init__(self, store: MetaStore, lock_dir: str) -> None:
+        self._store = store
+        self._lock_dir = lock_dir
+        self._changes: list[tuple[float, list[str]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LockWatch:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _watch(self) -> None:
+        async for names in self._store.watch_children(self._lock_dir):
+            self._changes.append((time.monotonic(), names))
+
+    def lowest(self) -> str | None:
+        """The lock node holding the stream now (as last seen)."""
+        names = self._changes[-1][1] if self._changes else []
+        return min(names) if names else None
+
+    def gone_at(self, name: str | None, since: float) -> float:
+        """When `name` was first seen gone after `since` (now if it has not been)."""
+        for at, names in self._changes:
+            if at >= since and name not in names:
+                return at
+        return time.monotonic()

@@ -1,0 +1,207 @@
+"""`globelog bench proxy`: what a write proxy process sustains, how long a commit takes through
+it, and how soon readers in every region see a record through their read proxies.
+
+Three runs on one cluster (every process on this machine, bookies fsync before each ack):
+
+- throughput: `--clients` concurrent bulk writers (batches of `--batch` records) into one
+  stream owned by us-east's write proxy, for each `--record-bytes` size, `--seconds` each;
+  records/s, MB/s and the proxy process's CPU;
+- commit latency: `--latency-writes` single records written one at a time through the local
+  owner: percentiles, beside the nearest remote region's round trip (a commit waits for it);
+- delivery: a steady writer in us-east while each region's read proxy is long-polled;
+  percentiles of send -> read, per region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+
+from benchmarks.figures import percentile
+from benchmarks.harness import (
+    add_cluster_arguments,
+    bench_cluster,
+    bench_progress,
+    check_cluster_ports,
+    run_on_bench_cluster,
+)
+from core.errors import ConfigError
+from localcluster.controller import Cluster
+from localcluster.processes import cpu_seconds, load_state
+from localcluster.tails import Received, proxy_url, tail_region
+from localcluster.tools import find_tools
+from region.client import ProxyClient
+
+WRITER_REGION = "us-east"
+DELIVERY_RATE_PER_S = 200
+
+
+async def throughput(
+    cluster: Cluster, namespace: str, size: int, args: argparse.Namespace
+) -> dict[str, float]:
+    stream = f"tp-{size}"
+    proxy_name = cluster.topology.region(WRITER_REGION).write_proxies[0].name
+    pid = load_state(cluster.data_dir)[proxy_name].pid
+    batch = [os.urandom(size) for _ in range(args.batch)]
+    records = 0
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
+        await client.create(stream)
+        await client.write_bulk(stream, batch[:10])  # ownership taken, segment open
+        deadline = time.monotonic() + args.seconds
+
+        async def one_client() -> None:
+            nonlocal records
+            while time.monotonic() < deadline:
+                acked = await client.write_bulk(stream, batch)
+                records += len(acked)  # not `records += len(await ...)`: that reads first
+
+        cpu_before, started = cpu_seconds(pid), time.monotonic()
+        await asyncio.gather(*(one_client() for _ in range(args.clients)))
+        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
+    return {
+        "records_per_s": records / elapsed,
+        "mb_per_s": records * size / elapsed / 1e6,
+        "proxy_cpu": cpu / elapsed,
+        "records": records,
+    }
+
+
+async def commit_latency(cluster: Cluster, namespace: str, writes: int) -> list[float]:
+    samples: list[float] = []
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
+        await client.create("commit")
+        await client.write("commit", b"warm")
+        for _ in range(writes):
+            started = time.perf_counter()
+            await client.write("commit", b"x" * 100)
+            samples.append(time.perf_counter() - started)
+    return sorted(samples)
+
+
+async def delivery(cluster: Cluster, namespace: str, seconds: float) -> dict[str, Received]:
+    regions = cluster.topology.region_names
+    received = {r: Received(r) for r in regions}
+    stop = asyncio.Event()
+    async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
+        await client.create("delivery")
+        readers = [
+            asyncio.create_task(
+                tail_region(proxy_url(cluster, r, "read"), received[r], stop, "delivery", namespace)
+            )
+            for r in regions
+        ]
+        sent = 0
+        started = time.monotonic()
+        in_flight: set[asyncio.Task[object]] = set()
+        while time.monotonic() - started < seconds:
+            body = json.dumps({"n": sent, "t": time.time()}).encode()
+            task = asyncio.create_task(client.write("delivery", body))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            sent += 1
+            await asyncio.sleep(1 / DELIVERY_RATE_PER_S)
+        await asyncio.gather(*in_flight)
+        async with asyncio.timeout(60):
+            while not all(len(r.counts) >= sent for r in received.values()):  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        stop.set()
+        await asyncio.gather(*readers)
+    return received
+
+
+def _ms(ordered: list[float], p: float) -> str:
+    return f"{percentile(ordered, p) * 1000:.1f}"
+
+
+async def bench_proxy(
+    cluster: Cluster, args: argparse.Namespace, progress: Callable[[str], None]
+) -> str:
+    topology = cluster.topology
+    namespace = f"bench{uuid.uuid4().hex[:6]}"
+    replication = topology.replication
+    nearest_ms = min(
+        link.one_way_ms * 2
+        for link in topology.emulated_wan.profiles[cluster.profile]
+        if WRITER_REGION in (link.region_a, link.region_b)
+    )
+    lines = [
+        f"globelog bench proxy: topology {topology.name}, WAN profile {cluster.profile} "
+        f"(nearest region from {WRITER_REGION}: {nearest_ms:.0f} ms round trip), "
+        f"E/W/A {replication.ensemble_size}/{replication.write_quorum}/{replication.ack_quorum} "
+        f"min regions {replication.min_regions_for_durability}",
+        f"process layout: one machine, {os.cpu_count()} cores: 3 ZooKeeper, "
+        f"{len(topology.bookies)} bookies (journal fsync before every ack), toxiproxy, "
+        f"{len(topology.region_names) * 2} proxy processes, this client process",
+        "",
+        f"throughput into one write proxy ({WRITER_REGION}), {args.clients} concurrent bulk "
+        f"requests of {args.batch} records, {args.seconds:.0f} s each:",
+        f"  {'record':>8} {'records/s':>11} {'MB/s':>7} {'proxy CPU':>10}",
+    ]
+    for size in args.record_bytes:
+        progress(f"throughput, {size} B records, {args.seconds:.0f} s")
+        result = await throughput(cluster, namespace, size, args)
+        lines.append(
+            f"  {size:>6} B {result['records_per_s']:>11.0f} {result['mb_per_s']:>7.1f} "
+            f"{result['proxy_cpu'] * 100:>9.0f}%"
+        )
+    progress(f"commit latency, {args.latency_writes} single writes")
+    commits = await commit_latency(cluster, namespace, args.latency_writes)
+    lines += [
+        "",
+        f"commit latency, one 100 B record at a time through the local owner "
+        f"({args.latency_writes} writes): p50 {_ms(commits, 50)} ms, p90 {_ms(commits, 90)} ms, "
+        f"p99 {_ms(commits, 99)} ms, max {_ms(commits, 100)} ms "
+        f"(p50 - nearest round trip = {percentile(commits, 50) * 1000 - nearest_ms:+.1f} ms)",
+    ]
+    progress(f"delivery, {DELIVERY_RATE_PER_S} records/s for {args.seconds:.0f} s")
+    received = await delivery(cluster, namespace, args.seconds)
+    lines += ["", f"delivery, {DELIVERY_RATE_PER_S} records/s written in {WRITER_REGION}, "
+              "send -> read through each region's read proxy (long poll):"]  # fmt: skip
+    for region, got in received.items():
+        ordered = sorted(got.latencies_s)
+        lines.append(
+            f"  {region:<8} {len(ordered)} records: p50 {_ms(ordered, 50)} ms, "
+            f"p90 {_ms(ordered, 90)} ms, p99 {_ms(ordered, 99)} ms, max {_ms(ordered, 100)} ms"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_arguments(parser)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
+    parser.add_argument(
+        "--record-bytes", type=lambda text: [int(x) for x in text.split(",")], default=[100, 1024]
+    )
+    parser.add_argument("--batch", type=int, default=1000, help="records per bulk request")
+    parser.add_argument("--clients", type=int, default=4, help="bulk requests in flight")
+    parser.add_argument("--latency-writes", type=int, default=300)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.region = WRITER_REGION
+    problems: list[str] = []
+    cluster = dataclasses.replace(bench_cluster(args, problems), services=True)
+    if not 1 <= args.seconds <= 600:
+        problems.append(f"--seconds {args.seconds}: expected 1..600")
+    if not 1 <= args.batch <= 100_000:
+        problems.append(f"--batch {args.batch}: expected 1..100000")
+    if not 1 <= args.clients <= 64:
+        problems.append(f"--clients {args.clients}: expected 1..64")
+    if any(not 1 <= size <= 1 << 20 for size in args.record_bytes):
+        problems.append(f"--record-bytes {args.record_bytes}: expected sizes in 1..1048576")
+    if problems:
+        raise ConfigError("bench proxy: " + "; ".join(problems))
+    check_cluster_ports(cluster, args.use_running)
+    tools = find_tools()
+
+    progress = bench_progress("proxy")
+    run_on_bench_cluster(
+        cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
+    )
+    return 0

@@ -1,1 +1,0 @@
-"""The local multi-region cluster: real ZooKeeper, BookKeeper bookies and a WAN emulator."""

@@ -1,0 +1,7 @@
+"""`python -m demo` (what `make demo` runs)."""
+
+import sys
+
+from demo.story import main
+
+sys.exit(main())

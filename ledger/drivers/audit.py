@@ -1,0 +1,68 @@
+"""A ledger's metadata as a plain report, and the placement audit of each of its ensembles
+against the published bookie locations (the durability rule, I6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.routes import TOPOLOGY_ZNODE, decode_published
+from core.topology import Topology
+from global_meta import MetaStore
+from ledger.drivers.context import MIN_REGIONS_KEY
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
+from placement import Adherence, LocatedBookie, audit_ensemble
+
+
+def describe_ledger(versioned: VersionedMetadata) -> dict[str, Any]:
+    md = versioned.metadata
+    custom = {k: v.decode(errors="replace") for k, v in md.custom_metadata}
+    return {
+        "ledger_id": versioned.ledger_id,
+        "version": versioned.version,
+        "state": md.state.name,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "last_entry_id": md.last_entry_id,
+        "length": md.length,
+        "digest_type": md.digest_type.name,
+        "ensembles": [
+            {"first_entry_id": e.first_entry_id, "bookies": list(e.bookies)} for e in md.ensembles
+        ],
+        "custom_metadata": custom,
+    }
+
+
+async def audit_ledgers(
+    topology: Topology, ledger_ids: list[int], min_regions_default: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Audits every ensemble of each ledger; (reports, whether all adhere)."""
+    reports = []
+    all_adhere = True
+    async with await MetaStore.connect(topology.zk_connect) as store:
+        data, _ = await store.get(TOPOLOGY_ZNODE)
+        published = decode_published(data, TOPOLOGY_ZNODE)
+        locations = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
+        ledgers = LedgerMetadataStore(store)
+        for ledger_id in ledger_ids:
+            versioned = await ledgers.read(ledger_id)
+            md = versioned.metadata
+            stored = dict(md.custom_metadata).get(MIN_REGIONS_KEY)
+            min_regions = int(stored.decode()) if stored else min_regions_default
+            entry = describe_ledger(versioned)
+            entry["min_regions_for_durability"] = min_regions
+            entry["audit"] = []
+            for ensemble in md.ensembles:
+                report = audit_ensemble(
+                    ensemble.bookies, locations, md.write_quorum, md.ack_quorum, min_regions
+                )
+                all_adhere &= report.adherence is not Adherence.FAIL
+                entry["audit"].append(
+                    {
+                        "first_entry_id": ensemble.first_entry_id,
+                        "adherence": report.adherence.value,
+                        "text": report.describe(),
+                    }
+                )
+            reports.append(entry)
+    return reports, all_adhere

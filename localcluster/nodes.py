@@ -1,0 +1,144 @@
+"""Configuration files of a topology's ZooKeeper nodes and bookies, rendered from topology.yaml.
+
+One renderer serves a deployment (`globelog config zookeeper|bookie NAME`, docs/deploy.md)
+and the local launcher (localcluster/plan.py), which passes its own timings, its WAN routes and
+its loopback settings. Pure: nothing here touches a file or a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError
+from core.topology import Bookie, Topology, ZkNode
+from core.topology_loader import is_loopback
+from ledger import LEDGERS_ROOT
+
+
+@dataclass(frozen=True, slots=True)
+class ZkTimings:
+    """ZooKeeper's clock: sessions, follower sync and leader election are counted in ticks."""
+
+    tick_ms: int
+    init_limit_ticks: int  # a follower must load the leader's snapshot within this
+    sync_limit_ticks: int  # a follower further behind than this leaves the quorum
+    max_session_ms: int
+
+
+# Across regions every quorum message pays a WAN round trip (80-140 ms between continents):
+# 2 s ticks keep heartbeats cheap, 10 s of sync slack rides out a congested link, and 60 s
+# lets a follower fetch a large snapshot over the WAN after a restart.
+DEPLOYED_ZK = ZkTimings(tick_ms=2000, init_limit_ticks=30, sync_limit_ticks=5, max_session_ms=60000)
+
+# (host, peer port, election port) a node dials to reach a peer.
+PeerAddress = Callable[[ZkNode, ZkNode], tuple[str, int, int]]
+
+
+def direct_peer(node: ZkNode, peer: ZkNode) -> tuple[str, int, int]:
+    return peer.client.host, peer.peer_port, peer.election_port
+
+
+def zk_dir(data_dir: Path, node: ZkNode) -> Path:
+    return data_dir / "zookeeper" / node.name
+
+
+def bookie_dir(data_dir: Path, bookie: Bookie) -> Path:
+    return data_dir / "bookies" / bookie.name
+
+
+def zookeeper_node(topology: Topology, name: str) -> ZkNode:
+    for node in topology.zookeeper:
+        if node.name == name:
+            return node
+    names = [node.name for node in topology.zookeeper]
+    raise ConfigError(f"no ZooKeeper node {name!r} in topology {topology.name!r}; nodes: {names}")
+
+
+def bookie_named(topology: Topology, name: str) -> Bookie:
+    for bookie in topology.bookies:
+        if bookie.name == name:
+            return bookie
+    names = [b.name for b in topology.bookies]
+    raise ConfigError(f"no bookie {name!r} in topology {topology.name!r}; bookies: {names}")
+
+
+def zoo_cfg(
+    topology: Topology,
+    node: ZkNode,
+    data_dir: Path,
+    timings: ZkTimings = DEPLOYED_ZK,
+    peer_address: PeerAddress = direct_peer,
+    four_letter_words: str = "srvr,mntr,ruok,stat",
+) -> str:
+    """`node`'s zoo.cfg. Its myid file (`myid_file`) holds `node.server_id`."""
+    lines = [
+        f"# ZooKeeper node {node.name} ({node.region}) of globelog topology {topology.name}",
+        f"tickTime={timings.tick_ms}",
+        f"initLimit={timings.init_limit_ticks}",
+        f"syncLimit={timings.sync_limit_ticks}",
+        f"maxSessionTimeout={timings.max_session_ms}",
+        f"dataDir={zk_dir(data_dir, node) / 'data'}",
+        f"clientPort={node.client.port}",
+        f"clientPortAddress={node.client.host}",
+        "admin.enableServer=false",
+        f"4lw.commands.whitelist={four_letter_words}",
+        # keep three snapshots and their logs, purged hourly
+        "autopurge.snapRetainCount=3",
+        "autopurge.purgeInterval=1",
+    ]
+    if len(topology.zookeeper) > 1:
+        for peer in topology.zookeeper:
+            host, peer_port, election_port = peer_address(node, peer)
+            lines.append(f"server.{peer.server_id}={host}:{peer_port}:{election_port}")
+    return "\n".join(lines) + "\n"
+
+
+def myid_file(data_dir: Path, node: ZkNode) -> tuple[Path, str]:
+    return zk_dir(data_dir, node) / "data" / "myid", f"{node.server_id}\n"
+
+
+def metadata_service_uri(topology: Topology, region: str | None = None) -> str:
+    """BookKeeper's metadata URI: the region's own ZooKeeper nodes, or the whole ensemble."""
+    nodes = topology.zookeeper if region is None else topology.zk_nodes_for(region)
+    hosts = ";".join(node.client.address for node in nodes)
+    return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
+
+
+def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path, local: bool = False) -> str:
+    """`bookie`'s bk.conf. The bookie registers as host:port (its id in topology.yaml) and
+    fsyncs its journal before every acknowledgement. `local` binds loopback only and lets
+    the machine's shared disk fill further before the bookie turns read-only."""
+    home = bookie_dir(data_dir, bookie)
+    lines = [
+        f"# bookie {bookie.name} ({bookie.region}/{bookie.rack}) of globelog topology "
+        f"{topology.name}",
+        f"bookiePort={bookie.endpoint.port}",
+        f"advertisedAddress={bookie.endpoint.host}",
+        "useHostNameAsBookieID=false",
+        f"journalDirectories={home / 'journal'}",
+        f"ledgerDirectories={home / 'ledgers'}",
+        # the bookie's own region's ZooKeeper nodes: registration never waits on the WAN
+        f"metadataServiceUri={metadata_service_uri(topology, bookie.region)}",
+        "zkTimeout=10000",
+        "httpServerEnabled=false",
+        # fsync the journal before every acknowledgement (BookKeeper's default, stated)
+        "journalSyncData=true",
+        "journalMaxGroupWaitMSec=1",
+    ]
+    if is_loopback(bookie.endpoint.host):
+        lines.append("allowLoopback=true")
+    if local:
+        lines += [
+            "listeningInterface=lo",
+            # every local bookie shares one disk; do not go read-only at BookKeeper's 95 %
+            "diskUsageThreshold=0.99",
+            "diskUsageWarnThreshold=0.98",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def bookie_dirs(data_dir: Path, bookie: Bookie) -> tuple[Path, Path]:
+    home = bookie_dir(data_dir, bookie)
+    return home / "journal", home / "ledgers"

@@ -1,0 +1,192 @@
+"""Pure planning of the local cluster's processes: their config files and command lines."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.routes import PeerRelay, peer_relays, plan_routes, route_to
+from core.topology import Bookie, Proxy, Topology, ZkNode
+from localcluster import nodes
+from localcluster.tools import Tools
+
+ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
+ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2 s
+BOOKIE_HEAP = "-Xmx512m"
+BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
+PROXY_ZK_SESSION_TIMEOUT_S = 1.5  # a dead proxy's streams are taken over after this
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """One process of the cluster: what to write before starting it and how to start it."""
+
+    name: str
+    kind: str  # "zookeeper" | "zk-relay" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy"
+    argv: tuple[str, ...]
+    log: Path
+    files: dict[Path, str] = field(default_factory=dict, hash=False)
+    region: str | None = None
+    ports: tuple[int, ...] = ()
+
+
+LOCAL_ZK = nodes.ZkTimings(
+    tick_ms=ZK_TICK_MS, init_limit_ticks=50, sync_limit_ticks=ZK_SYNC_LIMIT_TICKS,
+    max_session_ms=60000,
+)  # fmt: skip
+
+
+def through_wan(topology: Topology) -> nodes.PeerAddress:
+    """How one node dials a peer here: through the WAN emulator when they are in two regions,
+    so a partition between two regions cuts their quorum traffic too."""
+    routes = plan_routes(topology)
+
+    def address(node: ZkNode, peer: ZkNode) -> tuple[str, int, int]:
+        peer_route = route_to(routes, node.region, "zk-peer", peer.name)
+        election_route = route_to(routes, node.region, "zk-election", peer.name)
+        if peer_route is None or election_route is None:
+            return nodes.direct_peer(node, peer)
+        return peer_route.listen.host, peer_route.listen.port, election_route.listen.port
+
+    return address
+
+
+def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tools) -> ProcessSpec:
+    home = nodes.zk_dir(data_dir, node)
+    cfg = nodes.zoo_cfg(topology, node, data_dir, LOCAL_ZK, through_wan(topology), "*")
+    myid, myid_text = nodes.myid_file(data_dir, node)
+    files = {home / "zoo.cfg": cfg, myid: myid_text}
+    argv = (
+        tools.java,
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-cp",
+        tools.zookeeper_classpath,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        str(home / "zoo.cfg"),
+    )
+    ports = (node.client.port, node.peer_port, node.election_port)
+    log = data_dir / "logs" / f"{node.name}.log"
+    return ProcessSpec(node.name, "zookeeper", argv, log, files, node.region, ports)
+
+
+def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools) -> ProcessSpec:
+    conf = nodes.bookie_dir(data_dir, bookie) / "bk.conf"
+    argv = (
+        tools.java,
+        BOOKIE_HEAP,
+        BOOKIE_DIRECT_MEMORY,
+        "-cp",
+        tools.bookkeeper_classpath,
+        "org.apache.bookkeeper.server.Main",
+        "--conf",
+        str(conf),
+    )
+    return ProcessSpec(
+        bookie.name,
+        "bookie",
+        argv,
+        data_dir / "logs" / f"{bookie.name}.log",
+        {conf: nodes.bookie_conf(topology, bookie, data_dir, local=True)},
+        bookie.region,
+        (bookie.endpoint.port,),
+    )
+
+
+def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessSpec:
+    api = topology.emulated_wan.toxiproxy
+    argv = (tools.toxiproxy, "-host", api.host, "-port", str(api.port), "-seed", "7")
+    routes = plan_routes(topology)
+    ports = (api.port, *(route.listen.port for route in routes))
+    log = data_dir / "logs" / "toxiproxy.log"
+    return ProcessSpec("toxiproxy", "toxiproxy", argv, log, ports=ports)
+
+
+def bookie_shell_argv(data_dir: Path, tools: Tools, *args: str) -> tuple[str, ...]:
+    """A BookKeeper shell command on this cluster (its conf is written by `up`)."""
+    conf = data_dir / "bookies" / "shell.conf"
+    shell = "org.apache.bookkeeper.bookie.BookieShell"
+    return (
+        tools.java,
+        "-Xmx256m",
+        "-cp",
+        tools.bookkeeper_classpath,
+        shell,
+        "-conf",
+        str(conf),
+        *args,
+    )
+
+
+def init_metadata_argv(data_dir: Path, tools: Tools) -> tuple[str, ...]:
+    """BookKeeper's own shell initialises /ledgers (instance id, layout, available)."""
+    return bookie_shell_argv(data_dir, tools, "initnewcluster")
+
+
+def shell_conf(topology: Topology) -> str:
+    return f"metadataServiceUri={nodes.metadata_service_uri(topology)}\nzkTimeout=10000\n"
+
+
+def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:
+    """A ZooKeeper node's peer relay (core/routes.PeerRelay), in the node's region."""
+    argv = (
+        sys.executable, "-m", "localcluster.peer_relay", relay.listen.address,
+        relay.upstream.address,
+    )  # fmt: skip
+    log = data_dir / "logs" / f"{relay.node}-relay.log"
+    return ProcessSpec(
+        f"{relay.node}-relay", "zk-relay", argv, log, {}, relay.region, (relay.listen.port,)
+    )
+
+
+def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[ProcessSpec]:
+    """Every process of the cluster, in start order: ZooKeeper and its peer relays, the WAN
+    emulator, bookies."""
+    specs = [zookeeper_spec(topology, node, data_dir, tools) for node in topology.zookeeper]
+    if len(topology.zookeeper) > 1:
+        specs += [relay_spec(relay, data_dir) for relay in peer_relays(topology)]
+    specs.append(toxiproxy_spec(topology, data_dir, tools))
+    specs += [bookie_spec(topology, b, data_dir, tools) for b in topology.bookies]
+    return specs
+
+
+def session_file(data_dir: Path, name: str) -> Path:
+    """Where a write proxy of the local cluster keeps its ZooKeeper session's credentials."""
+    return data_dir / "sessions" / f"{name}.json"
+
+
+def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> ProcessSpec:
+    """A proxy (kind write-proxy or read-proxy): `globelog serve KIND` in this Python."""
+    argv: tuple[str, ...] = (
+        sys.executable,
+        "-m",
+        "cli.main",
+        "serve",
+        kind,
+        "--region",
+        proxy.region,
+        "--name",
+        proxy.name,
+        "--topology",
+        str(topology_path),
+        "--zk-session-timeout-s",
+        str(PROXY_ZK_SESSION_TIMEOUT_S),
+    )
+    if kind == "write-proxy":  # for `globelog cluster expire-session` (failover drills)
+        argv += ("--session-file", str(session_file(data_dir, proxy.name)))
+    log = data_dir / "logs" / f"{proxy.name}.log"
+    return ProcessSpec(proxy.name, kind, argv, log, {}, proxy.region, (proxy.endpoint.port,))
+
+
+def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> list[ProcessSpec]:
+    """globelog's own services of every region, started once the bookies are ready."""
+    return [
+        proxy_spec(topology_path, proxy, data_dir, kind)
+        for region in topology.regions
+        for kind, proxies in (
+            ("write-proxy", region.write_proxies),
+            ("read-proxy", region.read_proxies),
+        )
+        for proxy in proxies
+    ]
