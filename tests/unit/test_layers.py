@@ -364,3 +364,24 @@ def test_the_error_place_checker_catches_an_error_class(tmp_path: Path) -> None:
         "class _Private(Exception):\n    pass\nclass Plain:\n    pass\n"
     )
     assert error_classes_outside_errors_module(sample) == ["StrayError"]
+
+
+# ------------------------------------------------------------------ the shape of the tree
+
+
+def test_the_arrows_form_no_cycle() -> None:
+    """The packages can be put in one order where every arrow points down."""
+    placed: list[str] = []
+    remaining = dict(ALLOWED)
+    while remaining:
+        ready = [p for p, deps in remaining.items() if deps - {p} <= set(placed)]
+        assert ready, f"a cycle among {sorted(remaining)}"
+        placed += ready
+        for package in ready:
+            del remaining[package]
+
+
+def test_the_cycle_finder_sees_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ALLOWED, "core", {"ledger"})
+    with pytest.raises(AssertionError, match="a cycle"):
+        test_the_arrows_form_no_cycle()
