@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 from core.errors import ConfigError
-from verify.checker import KINDS, VIOLATIONS, CheckReport, check, summarise
+from verify.checker import KINDS, VIOLATIONS, CheckReport, check
 from verify.history import load_history
 from verify.live.run import FAULT_KINDS
+from verify.liveness import summarise
 from verify.sim.nemesis import FAULT_KINDS as SIM_FAULT_KINDS
 from verify.sim.seeds import run_simulate_command
 

@@ -14,19 +14,21 @@ Every anomaly names the operations that show it. Kinds (each count, 0 included, 
     poll-skip            a reader passing over a record the final reads hold
     region-divergence    two regions' final reads of a stream that differ
     durability           a segment whose ensemble audit failed
-Liveness: for each fault, the longest time a stream went without an acknowledged send while
-it lasted (its unavailability window).
+    read-unavailable     a region whose read proxy did not reach a stream's acknowledged end
+                         within the run's bound (its final read through the proxy stopped short)
+Liveness (verify/liveness.py): for each fault, the longest time a stream went without an
+acknowledged send while it lasted (its unavailability window).
 """
 
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from core.dlsn import DLSN
 from verify.history import Op
+from verify.liveness import unavailability
 
 KINDS = (
     "lost",
@@ -39,6 +41,7 @@ KINDS = (
     "poll-skip",
     "region-divergence",
     "durability",
+    "read-unavailable",
 )
 # Guarantees broken by an anomaly of each kind; duplicate-plain breaks none.
 VIOLATIONS = frozenset(KINDS) - {"duplicate-plain"}
@@ -83,8 +86,9 @@ class _Send:
 def check(history: list[Op]) -> CheckReport:
     report = CheckReport()
     sends: dict[tuple[str, int], _Send] = defaultdict(_Send)
-    finals: dict[tuple[str, str], Op] = {}  # (stream, region) -> the last final read
-    reads: list[Op] = []  # ok polls and finals
+    finals: dict[tuple[str, str], Op] = {}  # (stream, region) -> the last library final read
+    proxy_finals: dict[tuple[str, str], Op] = {}  # the same through the region's read proxy
+    reads: list[Op] = []  # ok polls and finals of both kinds
     for op in history:
         if op.f == "send" and op.stream is not None and type(op.value) is int:
             entry = sends[(op.stream, op.value)]
@@ -92,10 +96,12 @@ def check(history: list[Op]) -> CheckReport:
                 entry.invoke = op
             else:
                 entry.done = op
-        elif op.f in ("poll", "final") and op.type == "ok" and op.stream is not None:
+        elif op.f in ("poll", "final", "proxy-final") and op.type == "ok" and op.stream:
             reads.append(op)
             if op.f == "final" and op.region is not None:
                 finals[(op.stream, op.region)] = op
+            elif op.f == "proxy-final" and op.region is not None:
+                proxy_finals[(op.stream, op.region)] = op
         elif op.f == "audit" and op.type == "ok" and op.value is False:
             report.anomalies.append(
                 Anomaly("durability", op.stream, (op,), f"segment {op.segment}: {op.detail}")
@@ -104,6 +110,7 @@ def check(history: list[Op]) -> CheckReport:
     _check_positions(report, sends, reads)
     _check_finals(report, sends, finals)
     _check_polls(report, reads, finals)
+    _check_read_availability(report, sends, finals, proxy_finals)
     report.unavailability_s = unavailability(history)
     return report
 
@@ -233,19 +240,24 @@ def _first_difference(a: tuple[tuple[DLSN, int], ...], b: tuple[tuple[DLSN, int]
 
 
 def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, str], Op]) -> None:
-    """A reader's polls move forward and pass over nothing the final reads hold."""
+    """A reader's polls move forward and pass over nothing the final reads hold; a read
+    through a read proxy from the start of the stream (`proxy-final`) also begins at the
+    stream's first record."""
     reference: dict[str, list[DLSN]] = {}  # sorted, for bisecting
     for (stream, _), op in sorted(finals.items()):
         reference.setdefault(stream, sorted(d for d, _ in op.records))
     last: dict[tuple[str, str], tuple[DLSN, Op]] = {}
     for op in reads:
-        if op.f != "poll":
+        if op.f == "final":
             continue
         assert op.stream is not None
         key = (op.process, op.stream)
+        order = reference.get(op.stream, [])
         for dlsn, _ in op.records:
             previous = last.get(key)
-            if previous is not None:
+            if previous is None and op.f == "proxy-final":
+                _check_skip(report, op, order, None, (op,), dlsn)
+            elif previous is not None:
                 before, seen_in = previous
                 if dlsn <= before:
                     report.anomalies.append(
@@ -257,90 +269,89 @@ def _check_polls(report: CheckReport, reads: list[Op], finals: dict[tuple[str, s
                         )
                     )
                 else:
-                    order = reference.get(op.stream, [])
-                    skipped = order[
-                        bisect.bisect_right(order, before) : bisect.bisect_left(order, dlsn)
-                    ]
-                    if skipped:
-                        report.anomalies.append(
-                            Anomaly(
-                                "poll-skip",
-                                op.stream,
-                                (seen_in, op),
-                                f"{op.process} went from {before} to {dlsn}, past "
-                                f"{len(skipped)} record(s) from {skipped[0]}",
-                            )
-                        )
+                    _check_skip(report, op, order, before, (seen_in, op), dlsn)
             last[key] = (dlsn, op)
 
 
-def unavailability(history: list[Op]) -> dict[str, list[float | None]]:
-    """Per fault kind, each fault's window: the longest time any stream went without an
-    acknowledged send while the fault lasted, counted from the fault (or from the stream's
-    last acknowledgement inside it) to the stream's next acknowledgement, which may come
-    after the heal. Streams nobody sent to after the fault do not count; a stream that never
-    had a send acknowledged again makes the window None (unended). A write that was in flight
-    when the fault began and landed just after it does not hide the outage that follows."""
-    acked: dict[str, list[float]] = defaultdict(list)
-    invoked: dict[str, list[float]] = defaultdict(list)
-    for op in history:
-        if op.f == "send" and op.stream is not None:
-            if op.type == "ok":
-                acked[op.stream].append(op.time)
-            elif op.type == "invoke":
-                invoked[op.stream].append(op.time)
-    for times in acked.values():
-        times.sort()
-    found: dict[str, list[float | None]] = defaultdict(list)
-    for start, end, kind in _fault_spans(history):
-        waits: list[float | None] = []
-        for stream, times in invoked.items():
-            if not any(t > start for t in times):
-                continue  # nothing was sent to it after the fault
-            waits.append(_longest_gap(acked[stream], start, end))
-        window = None if not waits or None in waits else max(w for w in waits if w is not None)
-        found[kind].append(window)
-    return dict(found)
+def _check_skip(
+    report: CheckReport,
+    op: Op,
+    order: list[DLSN],
+    before: DLSN | None,
+    ops: tuple[Op, ...],
+    dlsn: DLSN,
+) -> None:
+    """A poll-skip when `order` (the final read) holds records between `before` (None: the
+    start of the stream) and `dlsn`."""
+    low = 0 if before is None else bisect.bisect_right(order, before)
+    skipped = order[low : bisect.bisect_left(order, dlsn)]
+    if skipped:
+        report.anomalies.append(
+            Anomaly(
+                "poll-skip",
+                op.stream,
+                ops,
+                f"{op.process} went from {before or 'the start'} to {dlsn}, past "
+                f"{len(skipped)} record(s) from {skipped[0]}",
+            )
+        )
 
 
-def _fault_spans(history: list[Op]) -> list[tuple[float, float, str]]:
-    """(fault time, its heal's time, kind); a fault without a heal in the history is taken
-    as an instant (a kill nothing restarts): its window runs to the next acknowledgement."""
-    spans: list[tuple[float, float, str]] = []
-    open_faults: dict[str, list[int]] = defaultdict(list)
-    for op in history:
-        if op.type == "invoke" or op.f not in ("fault", "heal"):
+def _check_read_availability(
+    report: CheckReport,
+    sends: dict[tuple[str, int], _Send],
+    finals: dict[tuple[str, str], Op],
+    proxy_finals: dict[tuple[str, str], Op],
+) -> None:
+    """Every region's read proxy reached every stream's acknowledged end (its highest
+    acknowledged DLSN, or the end its library final read found when a fenced acknowledgement
+    lies past that) within the run's bound. Histories without reads through the proxies
+    (recorded before they were made) are not judged."""
+    if not proxy_finals:
+        return
+    ends: dict[str, Op] = {}  # stream -> its acknowledgement at the highest DLSN
+    for (stream, _), send in sends.items():
+        done = send.done
+        if done is None or done.type != "ok" or done.dlsn is None:
             continue
-        key = str(op.value)
-        if op.f == "fault":
-            open_faults[key].append(len(spans))
-            spans.append((op.time, op.time, op.fault or key))
-        elif open_faults[key]:
-            index = open_faults[key].pop(0)
-            start, _, kind = spans[index]
-            spans[index] = (start, op.time, kind)
-    return spans
+        highest = ends.get(stream)
+        if highest is None or (highest.dlsn is not None and done.dlsn > highest.dlsn):
+            ends[stream] = done
+    regions = sorted({region for _, region in (*finals, *proxy_finals)})
+    for stream, last_ack in sorted(ends.items()):
+        assert last_ack.dlsn is not None
+        for region in regions:
+            library = finals.get((stream, region))
+            through = proxy_finals.get((stream, region))
+            if through is None:
+                report.anomalies.append(
+                    Anomaly(
+                        "read-unavailable",
+                        stream,
+                        (last_ack,) if library is None else (last_ack, library),
+                        f"{region}: no read of {stream} through its read proxy in the history",
+                    )
+                )
+                continue
+            reached = max((d for d, _ in through.records), default=None)
+            held = max((d for d, _ in library.records), default=None) if library else None
+            if reached is not None and (
+                reached >= last_ack.dlsn or (held is not None and reached >= held)
+            ):
+                continue
+            report.anomalies.append(_unavailable(stream, region, through, last_ack, reached))
 
 
-def _longest_gap(acks: list[float], start: float, end: float) -> float | None:
-    """The longest stretch without an ack that begins in [start, end], up to the next ack."""
-    mark = start
-    longest = 0.0
-    for t in acks:
-        if t <= start:
-            continue
-        if mark > end:
-            break
-        longest = max(longest, t - mark)
-        mark = t
-    if mark <= end:
-        return None  # no acknowledgement after the last one inside the fault
-    return longest
-
-
-def summarise(windows: list[float | None]) -> tuple[float | None, float | None, int]:
-    """Median and max of the windows that ended, and how many never did."""
-    ended = [w for w in windows if w is not None]
-    if not ended:
-        return None, None, len(windows)
-    return statistics.median(ended), max(ended), len(windows) - len(ended)
+def _unavailable(
+    stream: str, region: str, through: Op, last_ack: Op, reached: DLSN | None
+) -> Anomaly:
+    bound = through.extra.get("bound_s")
+    within = f" within {bound:g} s" if isinstance(bound, int | float) else ""
+    why = f"; {through.detail}" if through.detail else ""
+    return Anomaly(
+        "read-unavailable",
+        stream,
+        (through, last_ack),
+        f"{region}'s read proxy stopped at {reached or 'the start'} ({len(through.records)} "
+        f"records){within}, short of the acknowledged end {last_ack.dlsn}{why}",
+    )

@@ -11,6 +11,9 @@ line (docs/failover.md), in the style of Jepsen's histories.
      "fault": "kill-write-proxy"}
     {"time": 95.0, "process": "final-us-west", "type": "ok", "f": "final", "stream": "s1",
      "region": "us-west", "records": [["1.0.0", 0], ...]}
+    {"time": 95.5, "process": "proxy-final-eu-west", "type": "ok", "f": "proxy-final",
+     "stream": "s1", "region": "eu-west", "records": [["1.0.0", 0], ...], "bound_s": 15.0,
+     "detail": "bound ran out; last answer metadata_unavailable: ..."}
     {"time": 96.0, "process": "auditor", "type": "ok", "f": "audit", "stream": "s1",
      "segment": 3, "value": true, "detail": "every ensemble spans 2 regions"}
 
@@ -30,7 +33,12 @@ from core.dlsn import DLSN
 from core.errors import ConfigError, InvalidDlsnError
 
 TYPES = frozenset({"invoke", "ok", "fail", "info"})
-FUNCTIONS = frozenset({"send", "poll", "final", "fault", "heal", "audit"})
+# `final` is a full read through the ledger client (the library), `proxy-final` one through a
+# region's read proxy (what users read through), `catch-up` the harness's wait for its tailing
+# readers to reach the acknowledged end before the final reads.
+FUNCTIONS = frozenset(
+    {"send", "poll", "final", "proxy-final", "catch-up", "fault", "heal", "audit"}
+)
 
 
 @dataclass(frozen=True, slots=True)

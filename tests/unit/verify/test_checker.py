@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from core.errors import ConfigError
-from verify.checker import KINDS, check, summarise
+from verify.checker import KINDS, check
 from verify.history import Op, encode_op, read_history
+from verify.liveness import summarise
 
 pytestmark = pytest.mark.unit
 
