@@ -162,11 +162,14 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
         )
         for n, mode in zip(topology.zookeeper, modes, strict=True)
     ]
-    try:
-        async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
-            writable, read_only = await registered_bookies(store)
-    except MetadataUnavailableError:
-        writable, read_only = None, set()
+    writable: set[str] | None = None
+    read_only: set[str] = set()
+    if any(modes):  # with no server serving, a session could only time out
+        try:
+            async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
+                writable, read_only = await registered_bookies(store)
+        except MetadataUnavailableError:
+            pass
     pings = await asyncio.gather(*(_ping(b.bookie_id) for b in topology.bookies))
     for bookie, answer in zip(topology.bookies, pings, strict=True):
         # A killed bookie stays registered until its ZooKeeper session expires: ask it too.

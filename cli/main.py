@@ -17,9 +17,9 @@ from benchmarks import proxy as bench_proxy
 from benchmarks import reads as bench_reads
 from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
-from cli import deploy, failover_main, serve, spark_main, stream_args
+from cli import console_logs, deploy, failover_main, reach, serve, spark_main, stream_args
 from cli.topology import default_topology_path
-from core.errors import ConfigError, GlobelogError
+from core.errors import ConfigError, GlobelogError, MetadataUnavailableError
 from core.topology import Topology
 from core.topology_loader import region_loss_summary, region_loss_warning
 from localcluster import controller, processes, regions, wan
@@ -31,6 +31,13 @@ from placement import load_checked_topology
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="globelog", description="A multi-region replicated log.")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="show the libraries' logs too (ZooKeeper client, HTTP, Spark); -vv for debug",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     topo = commands.add_parser("topology", help="inspect a topology file")
@@ -281,7 +288,12 @@ def _run_ledger(args: argparse.Namespace) -> int:
 
     topology = load_checked_topology(args.topology or default_topology_path())
     min_regions = topology.replication.min_regions_for_durability
-    reports, all_adhere = asyncio.run(audit_ledgers(topology, args.ledger_ids, min_regions))
+
+    async def audit() -> tuple[list[dict[str, Any]], bool]:
+        await reach.require_zookeeper(topology)
+        return await audit_ledgers(topology, args.ledger_ids, min_regions)
+
+    reports, all_adhere = asyncio.run(audit())
     if args.action == "show":
         for entry in reports:
             entry.pop("audit")
@@ -300,6 +312,7 @@ def _print_region_loss(topology: Topology) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    console_logs.configure(args.verbose)
     try:
         if args.command == "topology":
             topology = load_checked_topology(args.file or default_topology_path())
@@ -334,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run_cluster(args))
     except GlobelogError as err:
         print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
+        if isinstance(err, MetadataUnavailableError):
+            used = Path(getattr(args, "topology", None) or default_topology_path())
+            print(reach.advice(used, default_topology_path()), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

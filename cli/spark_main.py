@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.reach import require_zookeeper
 from cli.stream_args import duration_s
 from cli.topology import default_topology_path
 from core.errors import ConfigError
@@ -84,6 +85,7 @@ def run_spark_command(args: argparse.Namespace) -> int:
                 "observe >= 0"
             )
 
+    asyncio.run(require_zookeeper(topology))  # in a second, not after Spark's start and 15 s
     from pipeline import spark_session
 
     spark = spark_session(f"globelog-{args.action}", args.master)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any, TextIO
 
+from cli.reach import require_zookeeper
 from core.dlsn import DLSN
 from core.errors import DataLossError
 from core.records import RECORD_BYTES_MAX, Record
@@ -266,6 +267,7 @@ def run_in_session(
     work: Callable[[Session], Any],
 ) -> Any:
     async def main() -> Any:
+        await require_zookeeper(topology)
         async with session(topology, region, namespace, session_timeout_s) as s:
             return await work(s)
 
