@@ -1,7 +1,9 @@
-"""`globelog failover check HISTORY`: the failover checker on a recorded history (docs/failover.md).
+"""`globelog failover run|check|simulate`: the failover checker on a recorded history, the live
+run that records one on a running cluster, the simulation (docs/failover.md).
 
 Exit status 0 when no guarantee is broken, 4 when an anomaly breaks one (duplicates of plain
-sends are reported but break none), 1 for an unreadable history.
+sends are reported but break none), 1 for an unreadable history or bad flags, 3 when a live
+run's worker failed for a reason that is no operating answer (its cause is printed).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from core.errors import ConfigError
@@ -60,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     from localcluster.tools import REPO_ROOT, find_tools
     from localcluster.topology_files import load_local_topology
     from region import event_loop
+    from verify.live.recorder import WorkerFailedError
     from verify.live.run import RunConfig, failover_run
 
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
@@ -87,7 +91,14 @@ def _run(args: argparse.Namespace) -> int:
     cfg = RunConfig(args.seed, seconds, faults, args.rate, out=args.out)
     progress(f"namespace {cfg.namespace}; history in {args.out}")
 
-    history, report = event_loop.run(failover_run(cluster, find_tools(), cfg, progress))
+    try:
+        history, report = event_loop.run(failover_run(cluster, find_tools(), cfg, progress))
+    except WorkerFailedError as failed:
+        for worker, cause in failed.causes:
+            progress(f"{worker} failed:")
+            traceback.print_exception(cause, file=sys.stderr)
+        progress(f"{failed}; the history up to then is in {args.out / 'history.jsonl'}")
+        return 3
     print(report_text(report, 5))
     latency = json.loads((args.out / "report.json").read_text())["send_latency_ms"]
     for name, figures in latency.items():

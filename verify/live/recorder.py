@@ -1,0 +1,115 @@
+"""What a live failover run writes down and what stops it: the history file's recorder, which
+errors are operating answers (recorded in the history) and which fail the run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from core import errors
+from core.errors import GlobelogError
+from verify.history import encode_op
+
+# Answers that say the request or the server is broken, never that a fault is in the way:
+# a 500, a request the proxy calls malformed, a stream the run created being unknown, a page
+# that is not the documented one. A worker that meets one fails the run; every other globelog
+# error (retriable or definite: no owner, fenced, no ZooKeeper, unreachable, over capacity,
+# ...) is what a client meets while faults come and go, and goes into the history.
+NOT_OPERATING_CODES = frozenset(
+    {
+        GlobelogError.code,  # "internal"
+        errors.ConfigError.code,
+        errors.BadRequestError.code,
+        errors.InvalidDlsnError.code,
+        errors.InvalidStreamNameError.code,
+        errors.InvalidRecordError.code,
+        errors.RecordTooLargeError.code,
+        errors.TxidOutOfOrderError.code,
+        errors.StreamNotFoundError.code,
+        errors.StreamExistsError.code,
+        "not_found",  # aiohttp's own refusals, in globelog's form (region/http_errors.py)
+        "method_not_allowed",
+        "request_too_large",
+        "read_answer_invalid",  # localcluster/tails.py: an answer that is not the documented one
+    }
+)
+
+
+def operating_answer(err: BaseException) -> bool:
+    """True for an error a client meets while faults come and go (history, not failure)."""
+    return isinstance(err, GlobelogError) and err.code not in NOT_OPERATING_CODES
+
+
+def describe(err: GlobelogError) -> str:
+    return f"{err.code}: {err}"[:200]
+
+
+class WorkerFailedError(GlobelogError):
+    """A worker of the run (producer, tailing reader, nemesis, final reader) failed for a
+    reason that is not an operating answer: the run proves nothing and fails. `causes` holds
+    each failed worker's exception, the first also as `__cause__`."""
+
+    code = "failover_run_failed"
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        assert failures, "a harness failure names at least one worker"
+        self.causes = failures
+        shown = "; ".join(f"{who} failed: {type(err).__name__}: {err}" for who, err in failures)
+        super().__init__(f"the failover run stopped: {shown}")
+
+
+async def owned(worker: str, work: Awaitable[None]) -> None:
+    """Runs one worker of the run (under a TaskGroup); any exception it ends with becomes a
+    WorkerFailedError naming it, so its group cancels the others and the run fails."""
+    try:
+        await work
+    except Exception as err:
+        raise WorkerFailedError([(worker, err)]) from err
+
+
+async def supervised(work: Awaitable[None]) -> None:
+    """Awaits work that runs owned workers under TaskGroups: their failures come out as one
+    WorkerFailedError (the first cause chained), anything else as it was raised."""
+    try:
+        await work
+    except BaseExceptionGroup as group:
+        failure = one_failure(group)
+        if failure is None:
+            raise
+        raise failure from failure.__cause__
+
+
+def one_failure(group: BaseExceptionGroup[BaseException]) -> WorkerFailedError | None:
+    """The WorkerFailedErrors of a TaskGroup's exception group as one (None when the group holds
+    anything else, which is then re-raised as it is)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, BaseExceptionGroup):
+            pending[:0] = item.exceptions
+        else:
+            leaves.append(item)
+    failed = [leaf for leaf in leaves if isinstance(leaf, WorkerFailedError)]
+    if len(failed) != len(leaves):
+        return None
+    failures = [cause for leaf in failed for cause in leaf.causes]
+    combined = WorkerFailedError(failures)
+    combined.__cause__ = failures[0][1]
+    return combined
+
+
+@dataclass
+class Recorder:
+    """Writes each operation to the history as it is invoked and as it completes."""
+
+    file: TextIO
+    began: float = field(default_factory=time.monotonic)
+    lines: int = 0
+
+    def add(self, **op: Any) -> None:
+        op["time"] = round(time.monotonic() - self.began, 4)
+        self.file.write(encode_op(op) + "\n")
+        self.lines += 1
