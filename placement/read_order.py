@@ -1,6 +1,6 @@
 """Read order for one entry's write set: local rack, local region, remote; the unhealthy move back.
 
-Mapping to BookKeeper's categories (bookkeeper.md section 2.7), first to last:
+Mapping to BookKeeper's categories (docs/placement.md, read order), first to last:
   HEALTHY      BK LOCAL and REMOTE, split here into local rack < local region < remote
                (BK does not prefer the local rack)
   FAILED       BK LOCAL_FAIL / REMOTE_FAIL: local first, then the oldest failure first

@@ -1,1 +1,1 @@
-"""Verification of globelog runs: failover histories and the checker of DESIGN.md §5."""
+"""Verification of globelog runs: failover histories and the checker of docs/design.md §5."""

@@ -1,4 +1,4 @@
-"""The failover checker: the invariants of DESIGN.md §5 over a recorded history (history.py).
+"""The failover checker: the invariants of docs/design.md §5 over a recorded history (history.py).
 
 Every anomaly names the operations that show it. Kinds (each count, 0 included, is a result):
     lost                 an acknowledged send absent from some region's final read

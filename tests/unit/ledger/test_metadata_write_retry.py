@@ -1,5 +1,5 @@
 """A ledger metadata write through a lost ZooKeeper connection: retried, a write that landed
-recognised, and given up within its bound when ZooKeeper stays away (DESIGN I8)."""
+recognised, and given up within its bound when ZooKeeper stays away (docs/design.md §5, I8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quorum checks of bookkeeper.md section 2.3, compared with what globelog computes per region count.
+"""BookKeeper's quorum check (docs/placement.md), beside what globelog computes per region count.
 
 BookKeeper's argument check needs A > W - floor(W / m): the worst case where only m regions
 are left. globelog judges the regions that exist, so with more regions than m it accepts

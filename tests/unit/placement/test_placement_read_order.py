@@ -20,8 +20,8 @@ from tests.unit.placement.placement_clusters import cluster_of
 
 pytestmark = pytest.mark.unit
 
-# bookkeeper.md section 2.7: ensemble [b1:/r1/rack1, b2:default, b3:default, b4:/r1/rack2],
-# client in r1, write set = the whole ensemble in that order. BK's "default" location is
+# BookKeeper's read-order example (docs/placement.md): ensemble
+# [b1:/r1/rack1, b2:default, b3:default, b4:/r1/rack2], client in r1, write set = the whole ensemble in that order. BK's "default" location is
 # /default-region/default-rack, a region of its own, so b2 and b3 are remote here too.
 BK_BOOKIES = (
     LocatedBookie("b1", "r1", "rack1"),
