@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.support.cluster_fixtures"]
+pytest_plugins = ["pytester", "tests.support.cluster_fixtures", "tests.support.task_leaks"]
 
 LAYER_BY_DIRECTORY = {
     "unit": "unit",
