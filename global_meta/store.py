@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -277,7 +277,7 @@ class MetaStore:
 
     # -- watches and session events -----------------------------------------------------------
 
-    async def watch_data(self, path: str) -> AsyncIterator[tuple[bytes, NodeStat] | None]:
+    async def watch_data(self, path: str) -> AsyncGenerator[tuple[bytes, NodeStat] | None, None]:
         """Yields the node's (data, stat) now and after each change; None while it is absent.
 
         A slow consumer sees the latest value, not every intermediate one (values coalesce).
@@ -288,22 +288,49 @@ class MetaStore:
             value = None if stat is None else (bytes(data or b""), NodeStat.of(stat))
             return mailbox.put_threadsafe(value)
 
-        self._client.DataWatch(path, on_change)
+        await self._register_watch(
+            "watch_data", path, mailbox, lambda: self._client.DataWatch(path, on_change)
+        )
         async for value in mailbox:
             yield value
 
-    async def watch_children(self, path: str) -> AsyncIterator[list[str]]:
+    async def watch_children(self, path: str) -> AsyncGenerator[list[str], None]:
         """Yields the sorted child names now and after each change (values coalesce)."""
         mailbox: Mailbox[list[str]] = Mailbox(self._loop)
 
         def on_change(names: list[str]) -> bool:
             return mailbox.put_threadsafe(sorted(names))
 
-        self._client.ChildrenWatch(path, on_change)
+        await self._register_watch(
+            "watch_children", path, mailbox, lambda: self._client.ChildrenWatch(path, on_change)
+        )
         async for value in mailbox:
             yield value
 
-    async def session_events(self) -> AsyncIterator[SessionEvent]:
+    async def _register_watch(
+        self, operation: str, path: str, mailbox: Mailbox[Any], register: Callable[[], object]
+    ) -> None:
+        """Starts a kazoo watch recipe, off the event loop: its first read retries inside
+        kazoo, with blocking sleeps, for as long as there is no connection. So it is not
+        tried without one (a follower restarted while its region is cut off fails at once
+        and tries again later), and it is given up after op_timeout_s (its mailbox closed,
+        which stops the recipe once kazoo gets through)."""
+        if self._without_session or not self._client.connected:
+            raise errors.MetadataUnavailableError(
+                f"{operation} {path!r}: not connected to ZooKeeper (a watch is set once "
+                "connected again)"
+            )
+        try:
+            async with asyncio.timeout(self._op_timeout_s):
+                await asyncio.to_thread(register)
+        except (KazooException, TimeoutError) as err:
+            mailbox.close()
+            raise translate(err, operation, path) from err
+        except BaseException:
+            mailbox.close()
+            raise
+
+    async def session_events(self) -> AsyncGenerator[SessionEvent, None]:
         """Yields each later session state change (connected, suspended, expired)."""
         queue: asyncio.Queue[SessionEvent] = asyncio.Queue(SESSION_EVENTS_MAX)
         self._subscribers.append(queue)

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from core.errors import (
@@ -167,10 +167,12 @@ class StreamMetaStore:
             raise SegmentMetadataError(f"{path}: holds segment {segment.sequence}")
         return VersionedSegment(segment, stat.version)
 
-    async def watch_segments(self, stream: str) -> AsyncIterator[list[str]]:
+    async def watch_segments(self, stream: str) -> AsyncGenerator[list[str], None]:
         """Yields the segment znode names now and after each change (values coalesce)."""
-        async for names in self.store.watch_children(f"{self.path(stream)}/segments"):
-            yield names
+        path = f"{self.path(stream)}/segments"
+        async with contextlib.aclosing(self.store.watch_children(path)) as names_now:
+            async for names in names_now:
+                yield names
 
     async def counters(self, stream: str) -> StreamCounters:
         path = self.path(stream)

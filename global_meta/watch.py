@@ -33,6 +33,10 @@ class Mailbox(Generic[T]):
             return False
         return True
 
+    def close(self) -> None:
+        """No consumer will come (its watch failed to start): the recipe may stop."""
+        self._closed = True
+
     def _put(self, value: T) -> None:
         self._value = value
         self._ready.set()

@@ -10,13 +10,14 @@ follows the segment list through a ZooKeeper watch: a completed segment is read 
 entry, then the next one is opened. Control records are never delivered. Data no bookie can
 serve (a lost ledger or entry) is reported as DataLossError with its range, once; reading
 then goes on after it. A stream sealed with an end-of-stream record ends the iteration, as
-does reaching the end when the reader does not follow.
+does reaching the end when the reader does not follow. Anything else that stops the
+read-ahead or its watch (ZooKeeper away, bookies away past their retries, a bug) is raised
+to the caller as it is, once, and ends the reader: a bug is never passed off as an end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from core.dlsn import DLSN
 from core.entry_format import as_log_record, decode_entry, log_records
 from core.errors import (
     DataLossError,
-    EndOfStreamError,
     GlobelogError,
     ReadTimeoutError,
     TruncatedPositionError,
@@ -110,11 +110,12 @@ class LogReader:
         self._streams = streams
         self._ledgers = ledgers
         self._start = start
-        self._queue: asyncio.Queue[LogRecord | DataLossError | _End | GlobelogError] = (
-            asyncio.Queue(config.readahead_records_max)
+        # records, lost ranges, the end, or what stopped the read-ahead (raised as it is)
+        self._queue: asyncio.Queue[LogRecord | _End | Exception] = asyncio.Queue(
+            config.readahead_records_max
         )
         self._changed = asyncio.Event()  # the segment list changed
-        self._tasks: list[asyncio.Task[None]] = []
+        self._read_ahead: asyncio.Task[None] | None = None
         self._end: _End | None = None
         self.position: DLSN | None = None  # where reading starts (resolved by open)
 
@@ -138,9 +139,9 @@ class LogReader:
         async with asyncio.timeout(reader.config.open_timeout_s):
             await streams.require(stream)
             reader.position = await reader._resolve()
-        loop = asyncio.get_running_loop()
-        reader._tasks.append(loop.create_task(reader._watch()))
-        reader._tasks.append(loop.create_task(reader._run(reader.position)))
+        reader._read_ahead = asyncio.get_running_loop().create_task(
+            reader._follow(reader.position), name=f"reader of {stream!r}"
+        )
         return reader
 
     # ----------------------------------------------------------------------------- API
@@ -165,7 +166,7 @@ class LogReader:
         if isinstance(item, DataLossError):
             raise item
         self._end = _End(sealed=False)
-        raise item
+        raise item  # what stopped the read-ahead, as it is
 
     @property
     def buffered(self) -> int:
@@ -187,9 +188,15 @@ class LogReader:
         return record
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        task = self._read_ahead
+        if task is None:
+            return
+        task.cancel()
+        # It hands every failure to the caller through the queue; anything else is a bug of
+        # its own and is raised here rather than lost.
+        await asyncio.wait({task})
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
     async def __aenter__(self) -> LogReader:
         return self
@@ -207,39 +214,47 @@ class LogReader:
 
     # ------------------------------------------------------------------------ reading
 
+    async def _follow(self, start: DLSN) -> None:
+        """The segment watch and the read-ahead, owned together: when either fails, the
+        other is stopped and the failure becomes the item the caller receives (I8). A
+        watch that died alone would leave a tailing reader waiting for ever for a segment
+        list that never changes."""
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._watch())
+                tasks.create_task(self._run(start))
+        except* Exception as group:
+            first, *others = group.exceptions
+            for other in others:
+                log.warning("reader of %r also failed: %r", self.stream, other)
+            if not isinstance(first, GlobelogError):
+                log.error("reader of %r failed", self.stream, exc_info=first)
+            await self._queue.put(first)
+
     async def _watch(self) -> None:
-        with contextlib.suppress(GlobelogError):
-            async for _ in self._streams.watch_segments(self.stream):
-                self._changed.set()
+        async for _ in self._streams.watch_segments(self.stream):
+            self._changed.set()
 
     async def _run(self, start: DLSN) -> None:
-        """The read-ahead loop; every failure becomes an item the caller receives (I8)."""
-        try:
-            position = start
-            while True:
-                segment = await self._next_segment(position.segment)
-                if segment is None:
-                    await self._queue.put(_End(sealed=False))
-                    return
-                if segment.sequence > position.segment:
-                    position = segment.first_dlsn
-                if segment.truncation is Truncation.TRUNCATED:
-                    raise TruncatedPositionError(
-                        f"stream {self.stream!r}: segment {segment.sequence} was truncated "
-                        f"while the reader was at {position}"
-                    )
-                outcome = await self._read_segment(segment, position)
-                if outcome is not _Outcome.NEXT:
-                    await self._queue.put(_End(sealed=outcome is _Outcome.SEALED))
-                    return
-                position = position.next_segment()
-        except asyncio.CancelledError:
-            raise
-        except GlobelogError as err:
-            await self._queue.put(err)
-        except Exception as err:  # a bug must still end the caller's await
-            log.exception("reader task failed", extra={"stream": self.stream})
-            await self._queue.put(EndOfStreamError(f"stream {self.stream!r}: reader failed: {err}"))
+        """The read-ahead loop: queues the records, then the end (failures: see _follow)."""
+        position = start
+        while True:
+            segment = await self._next_segment(position.segment)
+            if segment is None:
+                await self._queue.put(_End(sealed=False))
+                return
+            if segment.sequence > position.segment:
+                position = segment.first_dlsn
+            if segment.truncation is Truncation.TRUNCATED:
+                raise TruncatedPositionError(
+                    f"stream {self.stream!r}: segment {segment.sequence} was truncated "
+                    f"while the reader was at {position}"
+                )
+            outcome = await self._read_segment(segment, position)
+            if outcome is not _Outcome.NEXT:
+                await self._queue.put(_End(sealed=outcome is _Outcome.SEALED))
+                return
+            position = position.next_segment()
 
     async def _next_segment(self, sequence: int) -> SegmentMetadata | None:
         """Segment `sequence`, or the first one after it; waits for it when following."""

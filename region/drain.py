@@ -10,11 +10,13 @@ another region, which takes the stream. Removing the znode ends the drain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 
-from core.errors import GlobelogError, NodeExistsError, NoNodeError
+from core.errors import NodeExistsError, NoNodeError
 from global_meta import MetaStore
-from region.registry import cancel_and_wait
+from global_meta.followers import Follower, FollowerStatus
 
 ROOT = "/globelog/drain"
 SEPARATOR = "~"  # never in a namespace or stream name
@@ -42,27 +44,36 @@ async def set_drained(
 
 
 class DrainWatch:
-    """The drained streams of one region, kept current by a ZooKeeper watch."""
+    """The drained streams of one region, kept current by a supervised ZooKeeper watch."""
 
-    def __init__(self, store: MetaStore, region: str) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        region: str,
+        on_failed: Callable[[FollowerStatus], None] | None = None,
+    ) -> None:
         self._store = store
         self.region = region
         self.drained: frozenset[tuple[str, str]] = frozenset()
         self.changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._follower = Follower(f"drained streams of {region}", self._follow, on_failed=on_failed)
 
     async def start(self) -> None:
         await self._store.ensure_path(drain_path(self.region))
-        self._task = asyncio.get_running_loop().create_task(self._follow())
+        self._follower.start()
 
-    async def _follow(self) -> None:
-        try:
-            async for names in self._store.watch_children(drain_path(self.region)):
+    def status(self) -> FollowerStatus:
+        return self._follower.status()
+
+    async def _follow(self, following: Callable[[], None]) -> None:
+        async with contextlib.aclosing(
+            self._store.watch_children(drain_path(self.region))
+        ) as watch:
+            async for names in watch:
+                following()
                 pairs = (name.split(SEPARATOR, 1) for name in names if SEPARATOR in name)
                 self.drained = frozenset((ns, stream) for ns, stream in pairs)
                 self.changed.set()
-        except GlobelogError as err:
-            log.error("stopped following the drained streams of %s: %s", self.region, err)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await self._follower.stop()

@@ -2,6 +2,10 @@
 
 HTTP API (docs/http-api.md), under /v1:
     GET /v1/health
+        {"name", "region", "state": "serving" | "degraded", "streams": {"ns/s": next_seq},
+         "not_following": {"ns/s": {"state", "for_s", "restarts", "last_error"}},
+         "followers": {"registration" | "bookie membership" | ...: {the same}}}
+        degraded while a stream's read-ahead or one of the proxy's followers is not following
     GET /v1/namespaces/{ns}/streams/{stream}/records?from_seq=N&max=M&wait_ms=W
         a page of records from sequence id N (long poll: waits up to W ms for the first)
         {"records": [{"dlsn", "txid", "seq", "write_time_ms", "region",
@@ -29,6 +33,7 @@ from core.errors import BadRequestError, ReadTimeoutError
 from core.parsing import bounded_int
 from core.records import LogRecord
 from global_meta import MetaStore
+from global_meta.followers import FollowerStatus
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
@@ -36,7 +41,12 @@ from reader.positions import By, Position
 from region import registry
 from region.http_errors import error_middleware, json_response
 from region.stream_cache import StreamCache
-from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
+from region.telemetry import (
+    PROXY_METRICS,
+    follower_restarts,
+    metrics_handler,
+    metrics_middleware,
+)
 from region.tracing import TRACER, traces_handler, tracing_middleware
 
 log = logging.getLogger(__name__)
@@ -44,6 +54,9 @@ KIND = "read"
 PAGE_RECORDS_MAX = 10_000
 WAIT_MS_MAX = 30_000
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
+HEALTH_STREAMS_MAX = (
+    100  # streams named in one health answer's "not_following" (the count is whole)
+)
 
 
 class ReadProxy:
@@ -73,7 +86,9 @@ class ReadProxy:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
-        self._membership = registry.Membership(self._store, KIND, self.me)
+        self._membership = registry.Membership(
+            self._store, KIND, self.me, on_failed=follower_restarts(KIND, "registration")
+        )
         await self._membership.start()
         log.info("read proxy %s serving at %s", self.me.name, self.me.url)
 
@@ -83,14 +98,40 @@ class ReadProxy:
             await self._membership.stop()
         if self._runner is not None:
             await self._runner.cleanup()
-        for cache in self._caches.values():
-            await cache.close()
+        async with asyncio.TaskGroup() as closing:
+            for cache in self._caches.values():
+                closing.create_task(cache.close())
 
     # ------------------------------------------------------------------------ handlers
 
     async def _health(self, request: web.Request) -> web.Response:
+        now_s = time.monotonic()
         cached = {f"{ns}/{s}": c.next_seq for (ns, s), c in self._caches.items()}
-        return json_response({"name": self.me.name, "region": self.me.region, "streams": cached})
+        lagging = [
+            (f"{ns}/{s}", status)
+            for (ns, s), c in self._caches.items()
+            if not (status := c.status()).following
+        ]
+        followers = self._followers()
+        degraded = bool(lagging) or not all(f.following for f in followers)
+        return json_response(
+            {
+                "name": self.me.name,
+                "region": self.me.region,
+                "state": "degraded" if degraded else "serving",
+                "streams": cached,
+                "not_following": {
+                    name: status.describe(now_s) for name, status in lagging[:HEALTH_STREAMS_MAX]
+                },
+                "not_following_count": len(lagging),
+                "followers": {f.name: f.describe(now_s) for f in followers},
+            }
+        )
+
+    def _followers(self) -> list[FollowerStatus]:
+        """The proxy's own followers: its registration, its ledger client's watches."""
+        own = [] if self._membership is None else [self._membership.status()]
+        return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -191,7 +232,12 @@ class ReadProxy:
         async with lock:
             cache = self._caches.get(key)
             if cache is None:
-                cache = StreamCache(self._streams(ns), self._ledgers, stream)
+                cache = StreamCache(
+                    self._streams(ns),
+                    self._ledgers,
+                    stream,
+                    on_failed=follower_restarts(KIND, "stream cache"),
+                )
                 await cache.start(seq)
                 self._caches[key] = cache
         return cache

@@ -17,6 +17,7 @@ from uhashring import HashRing
 
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
 from global_meta import MetaStore
+from global_meta.followers import Follower, FollowerStatus
 from global_meta.store import SessionState
 
 ROOT = "/globelog/proxies"
@@ -78,7 +79,9 @@ class Membership:
     When the session expires (a partition, a pause past the timeout) the proxy's ephemeral
     nodes are gone: its registration, and the ownership locks of its streams, which other
     proxies may already have taken. `on_expired` lets the proxy drop what it no longer owns;
-    once the store has a new session, the proxy registers again and serves anew.
+    once the store has a new session, the proxy registers again and serves anew. The
+    follower of session events runs supervised: restarted after a failure, it first catches
+    up with a session that changed while it was down.
     """
 
     def __init__(
@@ -87,42 +90,57 @@ class Membership:
         kind: str,
         info: ProxyInfo,
         on_expired: Callable[[], Awaitable[None]] | None = None,
+        on_failed: Callable[[FollowerStatus], None] | None = None,
     ) -> None:
         self._store = store
         self._kind = kind
         self.info = info
         self._on_expired = on_expired
         self._session = store.session_id
-        self._task: asyncio.Task[None] | None = None
+        self._follower = Follower("registration", self._follow, on_failed=on_failed)
         self.expirations = 0
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._follow())
-        await asyncio.sleep(0)  # the task subscribes to session events before we register
+        self._follower.start()
+        await asyncio.sleep(0)  # the follower subscribes to session events before we register
         await register(self._store, self._kind, self.info)
 
-    async def _follow(self) -> None:
-        async for event in self._store.session_events():
-            if event.state is SessionState.EXPIRED:
-                self.expirations += 1
-                log.warning(
-                    "%s proxy %s: ZooKeeper session %s expired; its registration and locks "
-                    "are gone",
-                    self._kind,
-                    self.info.name,
-                    _hex(self._session),
-                )
-                if self._on_expired is not None:
-                    await self._on_expired()
-            elif event.state is SessionState.CONNECTED and event.session_id != self._session:
-                await self._register_again()
-                self._session = event.session_id
-                log.info(
-                    "%s proxy %s registered again (session %s)",
-                    self._kind,
-                    self.info.name,
-                    _hex(self._session),
-                )
+    def status(self) -> FollowerStatus:
+        return self._follower.status()
+
+    async def _follow(self, following: Callable[[], None]) -> None:
+        if self._store.session_id != self._session:  # it changed while we were not following
+            await self._expired()
+            if self._store.session_id is not None:
+                await self._registered_again()
+        following()
+        async with contextlib.aclosing(self._store.session_events()) as events:
+            async for event in events:
+                if event.state is SessionState.EXPIRED:
+                    await self._expired()
+                elif event.state is SessionState.CONNECTED and event.session_id != self._session:
+                    await self._registered_again()
+
+    async def _expired(self) -> None:
+        self.expirations += 1
+        log.warning(
+            "%s proxy %s: ZooKeeper session %s expired; its registration and locks are gone",
+            self._kind,
+            self.info.name,
+            _hex(self._session),
+        )
+        if self._on_expired is not None:
+            await self._on_expired()
+
+    async def _registered_again(self) -> None:
+        await self._register_again()
+        self._session = self._store.session_id
+        log.info(
+            "%s proxy %s registered again (session %s)",
+            self._kind,
+            self.info.name,
+            _hex(self._session),
+        )
 
     async def _register_again(self) -> None:
         path = proxy_path(self.info.region, self._kind, self.info.name)
@@ -138,16 +156,7 @@ class Membership:
                 await asyncio.sleep(REREGISTER_RETRY_S)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-
-
-async def cancel_and_wait(task: asyncio.Task[None] | None, timeout_s: float = 5.0) -> None:
-    """Cancels a follower task and waits (at most `timeout_s`) until it has ended."""
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            async with asyncio.timeout(timeout_s):
-                await task
+        await self._follower.stop()
 
 
 def _hex(session: int | None) -> str:
@@ -155,34 +164,43 @@ def _hex(session: int | None) -> str:
 
 
 class Ring:
-    """A region's live proxies of one kind, kept current by a ZooKeeper watch."""
+    """A region's live proxies of one kind, kept current by a supervised ZooKeeper watch."""
 
-    def __init__(self, store: MetaStore, kind: str, region: str) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        kind: str,
+        region: str,
+        on_failed: Callable[[FollowerStatus], None] | None = None,
+    ) -> None:
         self._store = store
         self._kind = kind
         self.region = region
         self._names: list[str] = []
         self._ring = HashRing(nodes=[])
         self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._follower = Follower(f"{kind} proxies of {region}", self._follow, on_failed=on_failed)
 
     async def start(self, timeout_s: float) -> None:
         await self._store.ensure_path(proxy_path(self.region, self._kind))
-        self._task = asyncio.get_running_loop().create_task(self._follow())
+        self._follower.start()
         async with asyncio.timeout(timeout_s):
             await self._ready.wait()
 
-    async def _follow(self) -> None:
-        try:
-            async for names in self._store.watch_children(proxy_path(self.region, self._kind)):
+    def status(self) -> FollowerStatus:
+        return self._follower.status()
+
+    async def _follow(self, following: Callable[[], None]) -> None:
+        path = proxy_path(self.region, self._kind)
+        async with contextlib.aclosing(self._store.watch_children(path)) as watch:
+            async for names in watch:
+                following()
                 self._names = names
                 self._ring = HashRing(nodes=names)
                 self._ready.set()
-        except GlobelogError as err:
-            log.error("stopped following the %s proxies of %s: %s", self._kind, self.region, err)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await self._follower.stop()
 
     @property
     def names(self) -> list[str]:

@@ -12,6 +12,8 @@ reader whose registry `/metrics` renders. Names (Prometheus form, docs/operation
     globelog_proxy_ownership_changes_total{event}                  taken | released | lost
     globelog_proxy_delivered_records_total / _delivery_latency_seconds{region}   read proxy
     globelog_proxy_cache_reads_total{result}                       hit | miss (read proxy)
+    globelog_proxy_follower_restarts_total{kind, follower}         a background follower failed
+                                                                   and was restarted
 
 plus the ledger client's own (globelog_ledger_*).
 """
@@ -31,6 +33,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from global_meta.followers import FollowerStatus
+
 LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -47,6 +51,7 @@ class ProxyMetrics:
     delivered: metrics.Counter
     delivery_latency: metrics.Histogram
     cache_reads: metrics.Counter
+    follower_restarts: metrics.Counter
 
     @classmethod
     def create(cls) -> ProxyMetrics:
@@ -81,6 +86,10 @@ class ProxyMetrics:
                 DELIVERY_BUCKETS_S,
             ),
             cache_reads=m.create_counter("globelog.proxy.cache.reads", description="hit | miss"),
+            follower_restarts=m.create_counter(
+                "globelog.proxy.follower.restarts",
+                description="failures of a background follower, each followed by a restart",
+            ),
         )
 
 
@@ -120,6 +129,17 @@ def error_code(response: web.StreamResponse) -> str:
         return str(json.loads(body)["code"]) if isinstance(body, bytes) else "unknown"
     except (ValueError, KeyError, TypeError):
         return "unknown"
+
+
+def follower_restarts(kind: str, follower: str) -> Callable[[FollowerStatus], None]:
+    """Counts the restarts of one kind of follower ("stream cache", "registration", ...):
+    the label is the kind, never a stream's name, so the series stay few."""
+    labels = {"kind": kind, "follower": follower}
+
+    def count(status: FollowerStatus) -> None:
+        PROXY_METRICS.follower_restarts.add(1, labels)
+
+    return count
 
 
 def record_error(kind: str, code: str) -> None:

@@ -1,7 +1,8 @@
 """The write proxy: an aiohttp server that owns streams and appends to them for clients.
 
 HTTP API (docs/http-api.md), every path under /v1:
-    GET    /v1/health                                      heartbeat: name, region, owned streams
+    GET    /v1/health                                      name, region, state (serving | degraded),
+                                                           owned streams, ring, followers
     GET    /v1/namespaces/{ns}/streams                     stream names
     PUT    /v1/namespaces/{ns}/streams/{stream}            create
     GET    /v1/namespaces/{ns}/streams/{stream}            describe
@@ -37,6 +38,7 @@ from core.errors import (
     SessionFencedError,
 )
 from core.records import Record
+from global_meta.followers import Follower, FollowerStatus
 from ledger import LedgerClient
 from region import registry
 from region.batch_format import decode_batch
@@ -44,7 +46,12 @@ from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from region.producers import PRODUCER_SEQ_MAX, check_producer
-from region.telemetry import PROXY_METRICS, metrics_handler, metrics_middleware
+from region.telemetry import (
+    PROXY_METRICS,
+    follower_restarts,
+    metrics_handler,
+    metrics_middleware,
+)
 from region.tracing import TRACER, traces_handler, tracing_middleware
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
@@ -76,10 +83,16 @@ class WriteProxy:
         self.limits = limits or Limits()
         self._store = store
         self._ledgers = ledgers
-        self._ring = registry.Ring(store, KIND, config.me.region)
+        self._ring = registry.Ring(
+            store, KIND, config.me.region, on_failed=follower_restarts(KIND, "ring")
+        )
         self.ownership = Ownership(config, store, ledgers, self._ring)
-        self._drain = DrainWatch(store, config.me.region)
-        self._drainer: asyncio.Task[None] | None = None
+        self._drain = DrainWatch(
+            store, config.me.region, on_failed=follower_restarts(KIND, "drain watch")
+        )
+        self._drainer = Follower(
+            "drain releases", self._follow_drains, on_failed=follower_restarts(KIND, "drain")
+        )
         self._runner: web.AppRunner | None = None
         self._membership: registry.Membership | None = None
 
@@ -113,27 +126,38 @@ class WriteProxy:
         await web.TCPSite(self._runner, host, port).start()
         await self._ring.start(RING_TIMEOUT_S)
         await self._drain.start()
-        self._drainer = asyncio.get_running_loop().create_task(self._follow_drains())
+        self._drainer.start()
         self._membership = registry.Membership(
-            self._store, KIND, self.config.me, self.ownership.drop_all
+            self._store,
+            KIND,
+            self.config.me,
+            self.ownership.drop_all,
+            on_failed=follower_restarts(KIND, "registration"),
         )
         await self._membership.start()
         log.info("write proxy %s serving at %s", self.config.me.name, self.config.me.url)
 
-    async def _follow_drains(self) -> None:
-        """Releases the streams an operator drains in this region as soon as it says so."""
+    async def _follow_drains(self, following: Callable[[], None]) -> None:
+        """Releases the streams an operator drains in this region as soon as it says so
+        (a restart applies the drains as they are now: one may have come meanwhile)."""
+        following()
         while True:
-            await self._drain.changed.wait()
             self._drain.changed.clear()
             self.ownership.drained = self._drain.drained
             await self.ownership.release_drained()
+            await self._drain.changed.wait()
+
+    def followers(self) -> list[FollowerStatus]:
+        """Every background follower of this proxy, its ledger client's included."""
+        own = [self._ring.status(), self._drain.status(), self._drainer.status()]
+        if self._membership is not None:
+            own.append(self._membership.status())
+        return own + self._ledgers.followers()
 
     async def stop(self) -> None:
         if self._membership is not None:
             await self._membership.stop()
-        if self._drainer is not None:
-            self._drainer.cancel()
-            await asyncio.gather(self._drainer, return_exceptions=True)
+        await self._drainer.stop()
         await self._drain.stop()
         await self.ownership.release_all()
         await self._ring.stop()
@@ -148,7 +172,19 @@ class WriteProxy:
         me = self.config.me
         owned = [f"{ns}/{stream}" for ns, stream in self.ownership.owned]
         ring = self._ring.names
-        return json_response({"name": me.name, "region": me.region, "owned": owned, "ring": ring})
+        now_s = time.monotonic()
+        followers = self.followers()
+        state = "serving" if all(f.following for f in followers) else "degraded"
+        return json_response(
+            {
+                "name": me.name,
+                "region": me.region,
+                "state": state,
+                "owned": owned,
+                "ring": ring,
+                "followers": {f.name: f.describe(now_s) for f in followers},
+            }
+        )
 
     async def _list(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])

@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from opentelemetry import metrics
 
-from core.errors import GlobelogError, MetadataError
+from core.errors import MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
+from global_meta.followers import Follower, FollowerStatus
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
@@ -31,7 +33,6 @@ from ledger.errors import LedgerUnauthorizedError
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
-MEMBERSHIP_STOP_TIMEOUT_S = 5.0  # close() waits this long for the membership watch to stop
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,12 @@ class LedgerClient:
             LedgerMetrics.create(meter),
         )
         self._store = store
-        self._membership: asyncio.Task[None] | None = None
-        self._topology: asyncio.Task[None] | None = None
+        self._membership = Follower(
+            "bookie membership", self._follow_membership, on_failed=self._count_restart
+        )
+        self._topology = Follower(
+            "published topology", self._follow_topology, on_failed=self._count_restart
+        )
 
     @classmethod
     async def connect(
@@ -98,10 +103,16 @@ class LedgerClient:
         client = cls(store, published, config, bookies, meter)
         holder.append(client)
         await client._refresh_membership()
-        loop = asyncio.get_running_loop()
-        client._membership = loop.create_task(client._follow_membership())
-        client._topology = loop.create_task(client._follow_topology())
+        client._membership.start()
+        client._topology.start()
         return client
+
+    def followers(self) -> list[FollowerStatus]:
+        """The states of the client's metadata watch followers, for its owner's health."""
+        return [self._membership.status(), self._topology.status()]
+
+    def _count_restart(self, status: FollowerStatus) -> None:
+        self.context.metrics.follower_restarts.add(1, {"follower": status.name})
 
     def _apply_topology(self, published: PublishedTopology) -> None:
         if self.context.config.region not in published.regions:
@@ -116,11 +127,12 @@ class LedgerClient:
             LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies
         )
 
-    async def _follow_topology(self) -> None:
+    async def _follow_topology(self, following: Callable[[], None]) -> None:
         """Picks up a republished topology (`globelog init` after adding a bookie): its
         bookies' locations for placement, their routes for connections."""
-        try:
-            async for found in self._store.watch_data(TOPOLOGY_ZNODE):
+        async with contextlib.aclosing(self._store.watch_data(TOPOLOGY_ZNODE)) as watch:
+            async for found in watch:
+                following()
                 if found is None:
                     continue
                 try:
@@ -135,8 +147,6 @@ class LedgerClient:
                         published.name,
                         len(published.bookies),
                     )
-        except GlobelogError as err:
-            log.error("stopped following the published topology: %s", err)
 
     async def _refresh_membership(self) -> None:
         names = set(await self._store.children(AVAILABLE))
@@ -147,29 +157,22 @@ class LedgerClient:
         )
         self.context.placement.update_membership(names - {"readonly"}, read_only)
 
-    async def _follow_membership(self) -> None:
-        """Keeps placement's writable/read-only view in step with bookie registrations."""
-        try:
-            async for _ in self._store.watch_children(AVAILABLE):
-                try:
-                    await self._refresh_membership()
-                except GlobelogError as err:  # the next change tries again
-                    log.warning("bookie membership refresh failed: %s", err)
-        except GlobelogError as err:
-            log.error("stopped following bookie membership: %s", err)
+    async def _follow_membership(self, following: Callable[[], None]) -> None:
+        """Keeps placement's writable/read-only view in step with bookie registrations. A
+        failed refresh fails the follower: its restart reads them afresh, where waiting for
+        the next change would leave placement stale until a bookie comes or goes."""
+        async with contextlib.aclosing(self._store.watch_children(AVAILABLE)) as watch:
+            async for _ in watch:
+                await self._refresh_membership()
+                following()
 
     async def close(self) -> None:
-        for task in (self._membership, self._topology):
-            if task is None:
-                continue
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=MEMBERSHIP_STOP_TIMEOUT_S)
-            if not done:  # never expected: a task that ignores its cancellation is a bug
-                log.error("a metadata watch task ignored its cancellation; left behind")
-            else:
-                with contextlib.suppress(asyncio.CancelledError, GlobelogError):
-                    task.result()
-        await self.context.bookies.close()
+        try:
+            async with asyncio.TaskGroup() as stopping:
+                stopping.create_task(self._membership.stop())
+                stopping.create_task(self._topology.stop())
+        finally:
+            await self.context.bookies.close()
 
     async def __aenter__(self) -> LedgerClient:
         return self

@@ -26,6 +26,7 @@ class LedgerMetrics:
     batch_read_latency: metrics.Histogram
     batch_read_entries: metrics.Counter
     recoveries: metrics.Counter
+    follower_restarts: metrics.Counter
 
     @classmethod
     def create(cls, meter: metrics.Meter | None = None) -> LedgerMetrics:
@@ -60,5 +61,9 @@ class LedgerMetrics:
             ),
             recoveries=m.create_counter(
                 "globelog.ledger.recoveries", description="ledger recoveries, by outcome"
+            ),
+            follower_restarts=m.create_counter(
+                "globelog.ledger.follower.restarts",
+                description="failures of a metadata watch follower, each followed by a restart",
             ),
         )
