@@ -14,11 +14,10 @@ from typing import Any, TextIO
 import aiohttp
 
 from cli.stream_commands import _line_problem, _stdin_lines
-from core.errors import GlobelogError
 from core.records import ENTRY_RECORDS_BYTES_MAX
 from core.topology import Topology
 from reader.positions import By, Position
-from region.client import ProxyClient, ProxyError
+from region.client import ProxyClient, proxy_error
 
 PROBE_TIMEOUT_S = 0.5
 BATCH_RECORDS_MAX = 10_000
@@ -138,7 +137,7 @@ async def read_pages(
             async with http.get(base, params=params) as answer:
                 body = await answer.json(content_type=None)
                 if answer.status != 200:
-                    raise _error(body)
+                    raise proxy_error(body, answer.status, f"GET {base}")
             records = body["records"]
             for record in records:
                 out.write(_line(record, as_json))
@@ -161,8 +160,3 @@ def _line(record: dict[str, Any], as_json: bool) -> str:
     if "payload" in record:
         return str(record["payload"]) + "\n"
     return base64.b64decode(record["payload_b64"]).decode(errors="replace") + "\n"
-
-
-def _error(body: dict[str, Any]) -> GlobelogError:
-    code = str(body.get("code", "internal"))
-    return ProxyError(code, str(body.get("message", body)), bool(body.get("retriable")), 0)

@@ -259,3 +259,52 @@ class OwnerUnreachableError(ServiceError):
 
     code = "owner_unreachable"
     retriable = True
+
+
+# ------------------------------------------------------------------ errors answered by code
+
+# Each error a server may answer with (an HTTP JSON body's "code"), so a client raises the
+# class the library raises for the same condition and callers catch classes instead of
+# comparing code strings. One constructor argument each: the message answered.
+ANSWERED_ERRORS: tuple[type[GlobelogError], ...] = (
+    MetadataUnavailableError,
+    SessionExpiredError,
+    InvalidDlsnError,
+    InvalidStreamNameError,
+    StreamNotFoundError,
+    StreamExistsError,
+    RecordTooLargeError,
+    TxidOutOfOrderError,
+    InvalidRecordError,
+    EntryFormatError,
+    SegmentMetadataError,
+    OwnershipError,
+    OwnerFencedError,
+    WriteFailedError,
+    WriterClosedError,
+    EndOfStreamError,
+    TruncatedPositionError,
+    ReadTimeoutError,
+    BadRequestError,
+    OverCapacityError,
+    SeqMismatchError,
+    SessionFencedError,
+    ProducerSeqStaleError,
+    ProducerSeqInFlightError,
+    OwnerUnreachableError,
+)
+ERROR_BY_CODE: dict[str, type[GlobelogError]] = {cls.code: cls for cls in ANSWERED_ERRORS}
+assert len(ERROR_BY_CODE) == len(ANSWERED_ERRORS), "every answered code names one class"
+
+
+def answered_error(code: str, message: str, retriable: bool) -> GlobelogError | None:
+    """The library's error for a code a server answered with, or None for a code it does not
+    know. `retriable` is the server's word for this request (a proxy replaces a fenced writer
+    on the next request, so it calls `owner_fenced` retriable where the library's writer that
+    raised it is finished)."""
+    cls = ERROR_BY_CODE.get(code)
+    if cls is None:
+        return None
+    error = cls(message)
+    error.retriable = retriable
+    return error

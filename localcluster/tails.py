@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError
+from core.errors import GlobelogError, answered_error
 from localcluster.controller import Cluster
 
 POLL_WAIT_MS = 1000
@@ -79,8 +79,9 @@ def _being_cancelled() -> bool:
 
 
 class ReadAnswerError(GlobelogError):
-    """A read proxy answered a page request with one of its documented errors: its code,
-    retriable flag and HTTP status as answered."""
+    """A read proxy answered a page request with an error whose code core/errors.py's table
+    does not know (the known ones are raised as their own class): its code, retriable flag
+    and HTTP status as answered."""
 
     def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
         super().__init__(f"[{code}] {message} (HTTP {status})")
@@ -139,9 +140,7 @@ class ProxyPages:
             ) from err
         body = _json_object(self.path, status, text)
         if status != 200:
-            raise ReadAnswerError(
-                str(body.get("code")), str(body.get("message")), bool(body.get("retriable")), status
-            )
+            raise _answered(body, status, f"GET {self.path} from_seq {self.next_seq}")
         try:
             page = [
                 PagedRecord(int(r["seq"]), DLSN.parse(r["dlsn"]), _payload(r))
@@ -154,6 +153,16 @@ class ProxyPages:
         if page:
             self.next_seq = page[-1].seq + 1
         return page
+
+
+def _answered(body: dict[str, Any], status: int, request: str) -> GlobelogError:
+    code, message = str(body.get("code")), str(body.get("message"))
+    retriable = bool(body.get("retriable"))
+    error = answered_error(code, message, retriable)
+    if error is None:
+        return ReadAnswerError(code, message, retriable, status)
+    error.add_note(f"answered to {request} with HTTP {status}")
+    return error
 
 
 def _json_object(path: str, status: int, text: str) -> dict[str, Any]:

@@ -8,7 +8,9 @@ Routing: a stream's first request goes to its home on a hash ring over the given
 the client's region (the proxies agree on homes, so this is usually the owner); redirects are
 followed and the proxy that finally answered is remembered as the stream's owner. A request
 that fails with a retriable code is retried with backoff until `deadline_s`; the error of the
-last try is raised otherwise, as a GlobelogError with the proxy's code.
+last try is raised otherwise, as the library's class for the proxy's code (core/errors.py's
+table: `StreamNotFoundError`, `SeqMismatchError`, ...), or a `ProxyError` carrying a code that
+table does not know.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ from opentelemetry import propagate
 from uhashring import HashRing
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError
+from core.errors import (
+    GlobelogError,
+    MetadataUnavailableError,
+    SessionExpiredError,
+    answered_error,
+)
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
 DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
-CUT_OFF_CODES = frozenset({"metadata_unavailable", "metadata_session_expired"})
+CUT_OFF_ERRORS = (MetadataUnavailableError, SessionExpiredError)  # the proxy has no ZooKeeper
 REDIRECTS_MAX = 3
 
 
@@ -46,7 +53,8 @@ class Acked:
 
 
 class ProxyError(GlobelogError):
-    """An error a proxy answered with: its stable code, retriable flag and HTTP status."""
+    """An error a proxy answered with a code core/errors.py's table does not know: the code,
+    retriable flag and HTTP status as answered."""
 
     def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
         super().__init__(f"[{code}] {message}")
@@ -126,7 +134,7 @@ class ProxyClient:
         producer: tuple[int, int] | None = None,
     ) -> Acked:
         """Appends one record; with `expected_seq`, only if it lands at that sequence id
-        (ProxyError `seq_mismatch` otherwise); with `producer` (producer id, producer seq),
+        (SeqMismatchError otherwise); with `producer` (producer id, producer seq),
         at most once however often it is retried (see `Producer`)."""
         params = self._session_params(stream)
         if producer is not None:
@@ -255,16 +263,12 @@ class ProxyClient:
                     if answer.status < 300:
                         self._unreachable.pop(stream, None)
                         return body
-                    if body.get("code") in CUT_OFF_CODES:
+                    error = proxy_error(body, answer.status, f"{method} {url}")
+                    if isinstance(error, CUT_OFF_ERRORS):
                         # The proxy answers but has no ZooKeeper: its region is cut off.
                         # Another region's proxy can take the stream; pass this one over.
                         self._down[proxy] = time.monotonic() + DOWN_FOR_S
-                    return ProxyError(
-                        body.get("code", "internal"),
-                        body.get("message", json.dumps(body)),
-                        bool(body.get("retriable")),
-                        answer.status,
-                    )
+                    return error
             except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
                 self._down[proxy] = time.monotonic() + DOWN_FOR_S
                 name = self._names.get(proxy)
@@ -302,6 +306,19 @@ class Producer:
         return await self.client.write_bulk(
             self.stream, payloads, producer=(self.producer_id, first)
         )
+
+
+def proxy_error(body: dict[str, Any], status: int, request: str) -> GlobelogError:
+    """The error a proxy answered `request` with (its JSON body and HTTP status), as the
+    library's class for its code, or a ProxyError for a code the table does not know."""
+    code = str(body.get("code", "internal"))
+    message = str(body.get("message", json.dumps(body)))
+    retriable = bool(body.get("retriable"))
+    error = answered_error(code, message, retriable)
+    if error is None:
+        return ProxyError(code, message, retriable, status)
+    error.add_note(f"answered to {request} with HTTP {status}")
+    return error
 
 
 def _acked(body: dict[str, Any]) -> Acked:

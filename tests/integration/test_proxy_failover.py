@@ -14,10 +14,11 @@ import time
 import aiohttp
 import pytest
 
+from core.errors import StreamNotFoundError
 from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
-from region.client import Acked, ProxyClient, ProxyError
+from region.client import Acked, ProxyClient
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -101,7 +102,7 @@ async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster
     async with ProxyClient([f"http://{write.address}"], namespace) as client:
         await client.create("s")
         await client.write_bulk("s", [b"a", b"b", b"c"])
-        with pytest.raises(ProxyError):
+        with pytest.raises(StreamNotFoundError):
             await client.write("missing", b"x")
     async with aiohttp.ClientSession() as http:
         page = f"http://{read.address}/v1/namespaces/{namespace}/streams/s/records?from_seq=0"

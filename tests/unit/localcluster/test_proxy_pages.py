@@ -1,5 +1,6 @@
 """A read proxy's pages as the failover run takes them: a page moves the next request on; an
-error answered is raised with its code, retriable flag and status; no answer is unreachable
+error answered is raised as the library's class for its code (or with its code, retriable flag
+and status when no class has it); no answer is unreachable
 (retriable); an answer that is not the documented one is its own error, never a page."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import aiohttp
 import pytest
 
 from core.dlsn import DLSN
+from core.errors import MetadataUnavailableError, StreamNotFoundError
 from localcluster.tails import (
     PagedRecord,
     ProxyPages,
@@ -72,14 +74,25 @@ async def test_pages_follow_on_from_where_the_last_one_ended() -> None:
     assert session.queries[1]["wait_ms"] == "200" and reader.next_seq == 2
 
 
-async def test_an_error_answered_is_raised_with_its_code_flag_and_status() -> None:
+async def test_an_error_answered_is_raised_as_the_class_of_its_code_with_its_flag() -> None:
     body = {"code": "metadata_unavailable", "message": "no session", "retriable": True}
-    with pytest.raises(ReadAnswerError) as refused:
+    with pytest.raises(MetadataUnavailableError) as refused:
         await pages(Session(Answer(503, json.dumps(body)))).next()
+    assert refused.value.retriable and str(refused.value) == "no session"
+    assert "from_seq 0 with HTTP 503" in refused.value.__notes__[0]
+    body = {"code": "stream_not_found", "message": "no stream", "retriable": False}
+    with pytest.raises(StreamNotFoundError):
+        await pages(Session(Answer(404, json.dumps(body)))).next()
+
+
+async def test_an_error_of_a_code_no_class_has_keeps_its_code_flag_and_status() -> None:
+    body = {"code": "not_found", "message": "Not Found for '/v1/x'", "retriable": False}
+    with pytest.raises(ReadAnswerError) as refused:
+        await pages(Session(Answer(404, json.dumps(body)))).next()
     assert (refused.value.code, refused.value.retriable, refused.value.status) == (
-        "metadata_unavailable",
-        True,
-        503,
+        "not_found",
+        False,
+        404,
     )
 
 
