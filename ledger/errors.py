@@ -64,7 +64,7 @@ class NoSuchEntryError(BookieError):
     status = StatusCode.ENOENTRY
 
 
-class BadRequestError(BookieError):
+class BookieBadRequestError(BookieError):
     code = "bookie_bad_request"
     status = StatusCode.EBADREQ
 
@@ -264,7 +264,7 @@ STATUS_ERRORS: Mapping[StatusCode, type[BookieError]] = MappingProxyType(
     {
         StatusCode.ENOLEDGER: NoSuchLedgerError,
         StatusCode.ENOENTRY: NoSuchEntryError,
-        StatusCode.EBADREQ: BadRequestError,
+        StatusCode.EBADREQ: BookieBadRequestError,
         StatusCode.EIO: BookieIOError,
         StatusCode.EUA: UnauthorizedError,
         StatusCode.EBADVERSION: ProtocolVersionError,
