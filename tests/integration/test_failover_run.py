@@ -28,12 +28,16 @@ async def test_a_short_run_with_faults_breaks_no_guarantee(
     assert faults and {op.f for op in history if op.process == "nemesis"} == {"fault", "heal"}
     assert report.operations["send ok"] > 50
     assert report.operations["final ok"] == 3 * len(services.topology.region_names)
+    assert report.operations["proxy-final ok"] == 3 * len(services.topology.region_names)
+    assert report.operations["catch-up ok"] == 1  # every tailing reader reached the end
     broken = [a.describe() for a in report.anomalies if a.kind in VIOLATIONS]
     assert broken == [] and report.valid
     for kind, windows in report.unavailability_s.items():
         assert all(w is not None for w in windows), (kind, windows)
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["send_latency_ms"]["outside"]["count"] > 0
+    for region, seen in saved["tail_coverage"].items():
+        assert seen["read"] == seen["acked"] > 50, (region, seen)
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -55,5 +59,6 @@ async def test_a_run_through_every_fault_kind_breaks_no_guarantee(
     broken = [a.describe() for a in report.anomalies if a.kind in VIOLATIONS]
     assert broken == [] and report.valid
     assert report.operations["final ok"] == 3 * len(services.topology.region_names)
+    assert report.operations["proxy-final ok"] == 3 * len(services.topology.region_names)
     for kind, windows in report.unavailability_s.items():
         assert all(w is not None for w in windows), (kind, windows)
