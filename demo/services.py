@@ -15,10 +15,12 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.figures import percentile
 from core.errors import ClusterError, GlobelogError
+from demo.timeline import Timeline, draw, sample_deliveries
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import audit_ledgers
@@ -70,6 +72,14 @@ def _first_ack_after(written: Written, moment: float) -> float | None:
     return min(later) - moment if later else None
 
 
+def _ack_gap(written: Written, moment: float) -> tuple[float, float]:
+    """The acks either side of `moment`: the last at or before it, the first after it (which
+    must exist). Writes go one at a time, so nothing was acknowledged between the two."""
+    after = min(t for t in written.ack_times if t > moment)
+    before = max((t for t in written.ack_times if t <= moment), default=moment)
+    return before, after
+
+
 async def _settle(
     what: str, done: Callable[[], bool], timeout_s: float, why: Callable[[], str] = str
 ) -> None:
@@ -111,12 +121,14 @@ async def _audit(cluster: Cluster) -> tuple[int, bool]:
     return len(ledger_ids), adhere
 
 
-async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
-    """Runs the story, printing each step; returns the figures of the summary table."""
+async def services_demo(cluster: Cluster, tools: Tools, picture: Path) -> dict[str, Any]:
+    """Runs the story, printing each step, and draws it to `picture`; returns the figures of
+    the summary table."""
     urls = [proxy_url(cluster, r, "write") for r in cluster.topology.region_names]
     stop_reading = asyncio.Event()
     written = Written()
     received = {r: Received(r) for r in cluster.topology.region_names}
+    timeline = Timeline()
     async with (
         ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], NAMESPACE) as local,
         ProxyClient(urls, NAMESPACE, deadline_s=30) as client,
@@ -135,12 +147,17 @@ async def services_demo(cluster: Cluster, tools: Tools) -> dict[str, Any]:
             )
             for r in received
         ]
+        sampler = asyncio.create_task(sample_deliveries(timeline, received, stop_reading))
         try:
-            total, failover_s, adhere = await _story(cluster, tools, client, written, received)
+            total, failover_s, adhere = await _story(
+                cluster, tools, client, written, received, timeline
+            )
         finally:
             stop_reading.set()
-            await _stop(readers, POLL_WAIT_S_MAX)
+            await _stop([*readers, sampler], POLL_WAIT_S_MAX)
+    timeline.acked_s = [timeline.at(t) for t in written.ack_times]
     return {
+        "picture": draw(timeline, picture, STREAM, WRITER_REGION),
         "written": total,
         "failed_writes": written.failed,
         "errors": written.errors,
@@ -165,10 +182,12 @@ async def _story(
     client: ProxyClient,
     written: Written,
     received: dict[str, Received],
+    timeline: Timeline,
 ) -> tuple[int, float, bool]:
     """The faults, with a writer going; then every region's reader catching up. Returns the
     records acknowledged, the owner failover time and the durability audit's verdict."""
     stop_writing = asyncio.Event()
+    timeline.began = time.monotonic()
     writer = asyncio.create_task(_write(client, written, stop_writing))
     try:
         await asyncio.sleep(STEADY_S)
@@ -176,13 +195,20 @@ async def _story(
         print(f"  writing from {WRITER_REGION} through {owner}: {len(written.acked)} acked")
 
         victim = owner.split("@")[0]
-        killed_at = time.monotonic()
         print(f"  {await controller.fault(cluster, tools, 'kill', victim)}")
+        # `fault` returns once the process is dead: an ack after that is the new owner's; one
+        # between the signal and the death was the old owner's last.
+        dead_at = time.monotonic()
         await _settle(
-            "a write after the kill", lambda: bool(_first_ack_after(written, killed_at)), 60
+            "a write after the kill", lambda: bool(_first_ack_after(written, dead_at)), 60
         )
-        failover_s = _first_ack_after(written, killed_at) or 0.0
-        print(f"  writes resumed on {await _owner(client)} {failover_s:.2f} s after the kill")
+        last, first = _ack_gap(written, dead_at)
+        failover_s = first - last
+        timeline.fault(last, first, f"owner {victim} killed: no acks for {failover_s:.1f} s")
+        print(
+            f"  writes resumed on {await _owner(client)} {failover_s:.2f} s after the last "
+            "before the kill"
+        )
         print(f"  {await controller.fault(cluster, tools, 'restart', victim)}")
         await asyncio.sleep(STEADY_S)
 
@@ -202,6 +228,12 @@ async def _story(
             f"{'every ensemble keeps the durability rule' if adhere else 'AUDIT FAILED'}"
         )
         started = await regions.region_up(cluster, tools, DOWN_REGION)
+        last, first = _ack_gap(written, down_at)
+        timeline.fault(
+            down_at,
+            time.monotonic(),
+            f"region {DOWN_REGION} down (no acks for {first - last:.1f} s)",
+        )
         print(f"  region {DOWN_REGION} up: restarted {len(started)} processes")
         await asyncio.sleep(STEADY_S)
     finally:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
+import socket
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.errors import ClusterError, GlobelogError
@@ -19,9 +22,14 @@ from localcluster.controller import Cluster
 from localcluster.tools import REPO_ROOT, find_tools
 from localcluster.topology_files import load_local_topology
 
+DEMO_TOPOLOGY = REPO_ROOT / "topology.yaml"
 DEMO_DATA_DIR = REPO_ROOT / ".cluster-demo"
 DEMO_PROFILE = "realistic"
 PINGS_PER_LINK = 7
+PORT_PROBE_TIMEOUT_S = 0.5
+# The story shows the warnings of the drivers it runs (a bookie unreachable while its region is
+# down is part of it); the libraries' own logs (the ZooKeeper client reconnecting) are not.
+SHOWN_LOGGERS = frozenset({"ledger", "global_meta", "region", "reader", "writer"})
 
 
 def step(title: str) -> None:
@@ -64,13 +72,50 @@ async def wan_matrix(cluster: Cluster) -> None:
         print(f"  {source:<10}" + "".join(f"{c:>18}" for c in cells))
 
 
-async def demo() -> None:
-    topology_path = REPO_ROOT / "topology.yaml"
+def _answering(cluster: Cluster) -> list[str]:
+    """The topology's ZooKeeper, bookie and proxy addresses that something answers at."""
+    topology = cluster.topology
+    endpoints = [n.client for n in topology.zookeeper] + [b.endpoint for b in topology.bookies]
+    for region in topology.regions:
+        endpoints += [p.endpoint for p in (*region.write_proxies, *region.read_proxies)]
+    answering = []
+    for endpoint in endpoints:
+        try:
+            with socket.create_connection(
+                (endpoint.host, endpoint.port), timeout=PORT_PROBE_TIMEOUT_S
+            ):
+                answering.append(endpoint.address)
+        except OSError:
+            pass
+    return answering
+
+
+def _fresh_start(cluster: Cluster) -> None:
+    """The story begins on a new cluster: an earlier demo's leftovers in the data dir (one cut
+    short keeps its logs there) are stopped and removed. Then the ports must be free: the demo
+    must not adopt, and at its end tear down, a cluster someone else runs on them."""
+    if cluster.data_dir.exists():
+        stopped = controller.down(cluster, purge=True)
+        print(f"  removed an earlier demo's {cluster.data_dir.name}/ ({len(stopped)} running)")
+    taken = _answering(cluster)
+    if taken:
+        raise ClusterError(
+            f"demo: the ports of {cluster.topology_path} are in use ({', '.join(taken[:4])}"
+            f"{', ...' if len(taken) > 4 else ''}): another cluster or demo runs on them. "
+            "Stop it (`globelog cluster down`), or give the demo another topology: "
+            "python -m demo --topology FILE --data-dir DIR"
+        )
+
+
+async def demo(topology_path: Path, data_dir: Path) -> None:
     topology = load_local_topology(topology_path)
-    cluster = Cluster(topology, topology_path, DEMO_DATA_DIR, DEMO_PROFILE, services=True)
+    cluster = Cluster(topology, topology_path, data_dir, DEMO_PROFILE, services=True)
+    picture = data_dir.parent / f"demo-report-{STREAM}.png"
     tools = find_tools()
+    told = False
+    step(f"cluster up ({topology_path.name}, WAN profile {DEMO_PROFILE}, with every proxy)")
+    _fresh_start(cluster)
     try:
-        step(f"cluster up ({topology_path.name}, WAN profile {DEMO_PROFILE}, with every proxy)")
         report = await controller.up(cluster, tools)
         print(f"  up in {report.total_s:.1f} s; {region_loss_summary(cluster.topology)}")
         await show_status(cluster)
@@ -85,10 +130,11 @@ async def demo() -> None:
             "stream 'orders': written from us-east through the write proxies, tailed in every "
             "region through its read proxy; the owning proxy killed; us-west down and back"
         )
-        summary = await services_demo(cluster, tools)
+        summary = await services_demo(cluster, tools, picture)
 
         step("summary")
         print_summary(summary)
+        print(f"  the story in a picture: {summary['picture']}")
         lost = sum(row["lost"] for row in summary["regions"].values())
         duplicated = sum(row["duplicated"] for row in summary["regions"].values())
         if lost or duplicated or not summary["audit_ok"]:
@@ -103,19 +149,42 @@ async def demo() -> None:
         )
         from demo.pipeline import pipeline_demo
 
-        archive = DEMO_DATA_DIR / "archive"
+        archive = data_dir / "archive"
         await asyncio.to_thread(pipeline_demo, cluster, NAMESPACE, STREAM, archive)
+        told = True
     finally:
         step("cluster down")
-        stopped = controller.down(cluster, purge=True)
-        print(f"  stopped {len(stopped)} processes; removed {Path(DEMO_DATA_DIR).name}/")
+        # A story cut short keeps the servers' logs, for whoever reports it.
+        stopped = controller.down(cluster, purge=told)
+        kept = f"removed {data_dir.name}/" if told else f"their logs are in {data_dir / 'logs'}"
+        print(f"  stopped {len(stopped)} processes; {kept}")
 
 
-def main() -> int:
-    # Warnings from the drivers (a partitioned link, a failed connection) are part of the show.
-    logging.basicConfig(level=logging.WARNING, format="  (log) %(name)s: %(message)s")
+def _show_driver_warnings() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("  (log) %(name)s: %(message)s"))
+    handler.addFilter(lambda record: record.name.partition(".")[0] in SHOWN_LOGGERS)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
+    parser.add_argument(
+        "--topology", type=Path, default=DEMO_TOPOLOGY, help=f"default {DEMO_TOPOLOGY}"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEMO_DATA_DIR,
+        help=f"the demo cluster's, removed at the end (default {DEMO_DATA_DIR}); the "
+        "picture goes next to it",
+    )
+    args = parser.parse_args(argv)
+    _show_driver_warnings()
     try:
-        asyncio.run(demo())
+        asyncio.run(demo(args.topology.resolve(), args.data_dir.resolve()))
     except GlobelogError as err:
         print(f"demo failed [{err.code}]: {err}", file=sys.stderr)
         return 1

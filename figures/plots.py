@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,4 +101,44 @@ def failover_timeline(
         rate.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
     for axes in (rate, lat):
         axes.grid(True, alpha=0.3)
+    return _save(figure, path)
+
+
+def story_timeline(
+    path: Path,
+    title: str,
+    acked_s: Sequence[float],
+    delivered: Mapping[str, Sequence[tuple[float, float]]],
+    faults: Sequence[tuple[float, float, str]],
+) -> Path:
+    """Records acknowledged and records delivered to each region so far above, each delivery's
+    lag by region below (`delivered`: region -> (seconds, lag ms) points), each fault a shaded
+    span (start, end, label) named on the picture; returns `path`."""
+    figure, (count, lag) = plt.subplots(2, 1, figsize=(12, 8), dpi=100, sharex=True)
+    acked = sorted(acked_s)
+    count.plot([0.0, *acked], range(len(acked) + 1), drawstyle="steps-post", color="black",
+               linewidth=4, alpha=0.3, label="acknowledged to the writer")  # fmt: skip
+    for index, (region, series) in enumerate(sorted(delivered.items())):
+        colour = f"C{index}"
+        times = sorted(p[0] for p in series)
+        count.plot([0.0, *times], range(len(times) + 1), drawstyle="steps-post", color=colour,
+                   linewidth=1.2, label=f"read in {region}")  # fmt: skip
+        lag.plot([p[0] for p in series], [max(p[1], 1.0) for p in series], ".", color=colour,
+                 markersize=3, alpha=0.6, label=region)  # fmt: skip
+    count.set_title(title)
+    count.set_ylabel("records so far")
+    lag.set_ylabel("delivery lag (ms, send -> read)")
+    lag.set_yscale("log")
+    lag.set_xlabel("time since the writer started (s)")
+    for index, (start, stop, label) in enumerate(faults):
+        colour = ("tab:red", "tab:gray", "tab:purple")[index % 3]
+        for axes in (count, lag):
+            axes.axvspan(start, max(stop, start + 0.3), color=colour, alpha=0.2)
+        count.text(start, 0.97 - 0.07 * index, f" {label}", transform=count.get_xaxis_transform(),
+                   va="top", ha="left", fontsize=9, color=colour, fontweight="bold")  # fmt: skip
+    count.legend(loc="lower right", fontsize=9)
+    if delivered:
+        lag.legend(loc="upper left", fontsize=9, markerscale=3)
+    for axes in (count, lag):
+        axes.grid(True, which="both", alpha=0.3)
     return _save(figure, path)

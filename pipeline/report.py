@@ -226,7 +226,7 @@ def report_json(report: DeliveryReport, plot: Path) -> dict[str, Any]:
     }
 
 
-def report_text(report: DeliveryReport, plot: Path) -> str:
+def report_text(report: DeliveryReport, plot: Path | None = None) -> str:
     lines = [f"== delivery report: stream {report.stream!r} since {report.since:%Y-%m-%d %H:%M:%S}"]
     lines += _lag_lines(report)
     lines.append("throughput per minute (by write timestamp and writer region):")
@@ -237,7 +237,8 @@ def report_text(report: DeliveryReport, plot: Path) -> str:
             f"  {minute.minute:%H:%M}  {minute.writer_region:<10} {minute.records:>9} records "
             f"{minute.payload_bytes / 1e6:>9.2f} MB  ({minute.records / 60:,.1f} rec/s)"
         )
-    lines.append(f"plot: {plot}")
+    if plot is not None:
+        lines.append(f"plot: {plot}")
     return "\n".join(lines)
 
 
