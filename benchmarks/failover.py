@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-from benchmarks.figures import percentile
 from benchmarks.harness import (
     add_cluster_arguments,
     bench_cluster,
@@ -26,6 +25,7 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError
+from figures.percentiles import percentile
 from global_meta import MetaStore
 from localcluster import controller
 from localcluster.controller import Cluster

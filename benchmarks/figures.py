@@ -1,30 +1,21 @@
-"""Pure figures of `globelog bench ledger`: percentiles, run summaries, Java benchmark output.
+"""Pure figures of `globelog bench ledger`: run summaries (percentiles from figures/), Java
+benchmark output.
 
 No IO here: the driver (`benchmarks.ledger`) hands in latencies and captured text.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from core.errors import ClusterError
+from figures.percentiles import percentile
 
 MB = 1_000_000  # throughput in MB/s is payload bytes / 10^6 per second
 NS_PER_MS = 1_000_000
-
-
-def percentile(ordered: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile of ascending `ordered`: the smallest sample with at least
-    p % of all samples at or below it (exact for p given in decimal, e.g. 99.9)."""
-    assert ordered, "percentile of no samples"
-    assert 0 < p <= 100, p
-    rank = math.ceil(Fraction(str(p)) * len(ordered) / 100)  # Fraction: 99.9 % of 1000 is 999
-    return ordered[max(rank, 1) - 1]
 
 
 @dataclass(frozen=True, slots=True)

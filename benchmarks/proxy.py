@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-from benchmarks.figures import percentile
 from benchmarks.harness import (
     add_cluster_arguments,
     bench_cluster,
@@ -32,6 +31,7 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError
+from figures.percentiles import percentile
 from localcluster.controller import Cluster
 from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import Received, proxy_url, tail_region

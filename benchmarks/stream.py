@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.figures import percentile
 from benchmarks.ledger import fsync_policy
 from core.records import Record
 from core.streams import StreamSettings, TransmitPolicy
+from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from localcluster.controller import Cluster
 from reader.log_reader import LogReader, ReaderConfig

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.figures import percentile
 from core.errors import ClusterError, GlobelogError
 from demo.timeline import Timeline, draw, sample_deliveries
+from figures.percentiles import percentile
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import audit_ledgers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from figures.percentiles import percentile
 from figures.plots import failover_timeline
 from verify.history import Op
 
@@ -52,10 +53,10 @@ def _percentiles(values: list[float]) -> dict[str, float]:
         return {"count": 0}
     ordered = sorted(values)
 
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+    def at(p: float) -> float:
+        return round(percentile(ordered, p), 1)
 
-    return {"count": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
+    return {"count": len(ordered), "p50": at(50), "p90": at(90), "p99": at(99),
             "max": round(ordered[-1], 1)}  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The pure parts of `globelog bench ledger`: percentiles, summaries, flags, and the parsing of
+"""The pure parts of `globelog bench ledger`: summaries, flags, and the parsing of
 BookKeeper's BenchThroughputLatency output.
 
 The samples in data/ are captured from a real run of BenchThroughputLatency 4.17.3 against
@@ -12,15 +12,12 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from benchmarks.figures import (
     describe_regions,
     ensemble_regions,
     parse_java_output,
     parse_latency_dump,
-    percentile,
     summarise,
 )
 from benchmarks.harness import parse_options
@@ -29,6 +26,7 @@ from benchmarks.ledger import fsync_policy
 from cli.main import _parser
 from core.errors import ClusterError, ConfigError
 from core.topology_loader import load_topology
+from figures.percentiles import percentile
 from ledger.codecs.entry import DigestType
 from localcluster import nodes
 from localcluster.controller import Cluster
@@ -39,47 +37,6 @@ pytestmark = pytest.mark.unit
 DATA = Path(__file__).parent / "data"
 JAVA_LOG = (DATA / "bench_throughput_latency_4.17.3.log").read_text()
 JAVA_DUMP = (DATA / "bench_throughput_latency_4.17.3.latency.dat").read_text()
-
-
-# ------------------------------------------------------------------------------ percentiles
-
-
-def test_percentile_is_the_nearest_rank() -> None:
-    hundred = [float(v) for v in range(1, 101)]
-    assert percentile(hundred, 50) == 50
-    assert percentile(hundred, 95) == 95
-    assert percentile(hundred, 99) == 99
-    assert percentile(hundred, 99.9) == 100  # 99.9 % of 100 samples is rank 99.9 -> 100
-    assert percentile(hundred, 100) == 100
-    assert percentile([7.0], 50) == 7.0
-
-
-def test_percentile_has_no_float_error_at_whole_ranks() -> None:
-    thousand = [float(v) for v in range(1, 1001)]
-    # 99.9 / 100 * 1000 is 999.0000000000001 in floats, which would round up to rank 1000
-    assert percentile(thousand, 99.9) == 999
-    assert percentile(thousand, 50) == 500
-
-
-@given(
-    st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=300),
-    st.sampled_from([1, 50, 95, 99, 99.9, 100]),
-)
-def test_percentile_has_p_percent_at_or_below_and_fewer_strictly_below(
-    samples: list[float], p: float
-) -> None:
-    ordered = sorted(samples)
-    value = percentile(ordered, p)
-    assert value in ordered
-    at_or_below = sum(1 for v in ordered if v <= value)
-    below = sum(1 for v in ordered if v < value)
-    assert at_or_below * 100 >= p * len(ordered) - 1e-9
-    assert below * 100 < p * len(ordered) + 1e-9
-
-
-def test_percentile_of_no_samples_is_a_programming_error() -> None:
-    with pytest.raises(AssertionError):
-        percentile([], 50)
 
 
 def test_summarise_gives_throughput_and_latency_figures() -> None:
