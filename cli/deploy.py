@@ -27,7 +27,7 @@ from global_meta import MetaStore
 from ledger import LEDGERS_ROOT, BookieUnreachableError, init_cluster_metadata, ping_bookie
 from localcluster import nodes
 from localcluster.metadata import publish, registered_bookies
-from localcluster.probes import service_health, zookeeper_mode
+from localcluster.probes import DEGRADED, service_health, zookeeper_mode
 from placement import load_checked_topology
 
 DEFAULT_DATA_DIR = Path("/var/lib/globelog")
@@ -208,14 +208,17 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
 
 
 def _row(kind: str, name: str, region: str, address: str, ok: bool, detail: str) -> dict[str, str]:
+    # a proxy that answers with followers not following is degraded: neither up nor down
+    state = "up" if ok else DEGRADED if detail.startswith(DEGRADED) else "down"
     return {
         "kind": kind, "name": name, "region": region, "address": address,
-        "state": "up" if ok else "down", "detail": detail,
+        "state": state, "detail": detail,
     }  # fmt: skip
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """Prints every node's state; exit 0 when all are up, 3 when some are not."""
+    """Prints every node's state; exit 0 when all are up, 3 when some are not (down, or a
+    proxy degraded: answering, with a follower not following, named with its cause)."""
     topology = load_checked_topology(args.topology)
     rows = asyncio.run(deployment_status(topology))
     down = [row for row in rows if row["state"] != "up"]
@@ -227,8 +230,11 @@ def run_status(args: argparse.Namespace) -> int:
                 f"{row['kind']:<11} {row['name']:<16} {row['region']:<10} {row['address']:<28} "
                 f"{row['state']:<5} {row['detail']}"
             )
+        degraded = sum(row["state"] == DEGRADED for row in rows)
         print(
-            f"{len(rows) - len(down)} of {len(rows)} up" + (f"; {len(down)} down" if down else "")
+            f"{len(rows) - len(down)} of {len(rows)} up"
+            + (f"; {len(down) - degraded} down" if len(down) > degraded else "")
+            + (f"; {degraded} {DEGRADED}" if degraded else "")
         )
     return 3 if down else 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -52,9 +53,37 @@ async def service_health(port: int, host: str = "127.0.0.1") -> tuple[bool, str]
             if answer.status != 200:
                 return False, f"health answered {answer.status}"
             streams = len(body.get("owned", body.get("streams", [])))
+            if body.get("state") == "degraded":
+                return False, f"{DEGRADED}, {streams} stream(s): {_not_following(body)}"
             return True, f"serving, {streams} stream(s)"
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return False, f"not serving: {type(err).__name__}"
+
+
+DEGRADED = "degraded"  # a proxy that answers but has followers not following
+HEALTH_NAMES_MAX = 5  # streams and followers a status line names; the rest are counted
+
+
+def _not_following(body: dict[str, Any]) -> str:
+    """What a degraded health answer says is not following: names, states and causes."""
+    streams = body.get("not_following", {})
+    followers = {
+        name: what
+        for name, what in body.get("followers", {}).items()
+        if isinstance(what, dict) and what.get("state") not in ("running", "finished")
+    }
+    found = [(f"stream {name}", what) for name, what in streams.items() if isinstance(what, dict)]
+    found += list(followers.items())
+    parts = [
+        f"{name} {what.get('state')} for {what.get('for_s')} s "
+        f"({what.get('restarts')} restarts; {what.get('last_error')})"
+        for name, what in found[:HEALTH_NAMES_MAX]
+    ]
+    # a read proxy names at most some of its streams; the count covers them all
+    total = int(body.get("not_following_count", len(streams))) + len(followers)
+    if total > len(parts):
+        parts.append(f"and {total - len(parts)} more")
+    return "; ".join(parts) or "not following"
 
 
 async def wait_until(

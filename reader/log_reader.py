@@ -218,18 +218,29 @@ class LogReader:
         """The segment watch and the read-ahead, owned together: when either fails, the
         other is stopped and the failure becomes the item the caller receives (I8). A
         watch that died alone would leave a tailing reader waiting for ever for a segment
-        list that never changes."""
+        list that never changes. (Not an asyncio.TaskGroup: on Python 3.11 a child's error
+        there wins over close()'s cancellation, and the error's hand-over could then wait
+        for ever on a full queue.)"""
+        run = asyncio.get_running_loop().create_task(self._run(start))
+        watch = asyncio.get_running_loop().create_task(self._watch())
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._watch())
-                tasks.create_task(self._run(start))
-        except* Exception as group:
-            first, *others = group.exceptions
+            await asyncio.wait({run, watch}, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in (run, watch):
+                task.cancel()
+            await asyncio.wait({run, watch})
+        failures = [
+            error
+            for task in (run, watch)
+            if not task.cancelled() and (error := task.exception()) is not None
+        ]
+        if failures:
+            first, *others = failures
             for other in others:
                 log.warning("reader of %r also failed: %r", self.stream, other)
             if not isinstance(first, GlobelogError):
                 log.error("reader of %r failed", self.stream, exc_info=first)
-            await self._queue.put(first)
+            await self._queue.put(first if isinstance(first, Exception) else RuntimeError(first))
 
     async def _watch(self) -> None:
         async for _ in self._streams.watch_segments(self.stream):

@@ -137,10 +137,11 @@ class BatchingWriter:
         return future
 
     async def flush(self) -> None:
-        """Sends what is buffered and waits until every write so far is answered."""
+        """Sends what is buffered and waits until every write so far is answered (each
+        write's future holds its outcome). A cancelled flush stops waiting, not the sends."""
         self._send()
         if self._sending:
-            await asyncio.gather(*self._sending)
+            await asyncio.wait(set(self._sending))
 
     def _send(self) -> None:
         if not self._payloads:
@@ -152,9 +153,21 @@ class BatchingWriter:
         task.add_done_callback(self._sending.discard)
 
     async def _bulk(self, payloads: list[bytes], futures: list[asyncio.Future[Acked]]) -> None:
+        """Sends one batch; every one of its futures ends, with its acknowledgement or with
+        the batch's error, whatever that error is (a future left pending would hang its
+        writer for ever)."""
         try:
             acked = await self.client.write_bulk(self.stream, payloads)
-        except GlobelogError as err:
+            if len(acked) != len(futures):
+                raise GlobelogError(
+                    f"bulk write to stream {self.stream!r}: {len(futures)} records sent, "
+                    f"{len(acked)} acknowledged"
+                )
+        except asyncio.CancelledError:
+            for future in futures:
+                future.cancel()
+            raise
+        except Exception as err:  # noqa: BLE001 - handed to the writes' futures
             for future in futures:
                 if not future.done():
                     future.set_exception(err)

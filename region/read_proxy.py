@@ -226,11 +226,15 @@ class ReadProxy:
     async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
         key = (ns, stream)
         cache = self._caches.get(key)
-        if cache is not None and cache.started:
+        if cache is not None and cache.started and not cache.gone:
             return cache
         lock = self._starting.setdefault(key, asyncio.Lock())
         async with lock:
             cache = self._caches.get(key)
+            if cache is not None and cache.gone:  # deleted (perhaps made again): start afresh
+                del self._caches[key]
+                await cache.close()
+                cache = None
             if cache is None:
                 cache = StreamCache(
                     self._streams(ns),

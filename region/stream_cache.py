@@ -21,9 +21,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.errors import DataLossError, GlobelogError
+from core.errors import DataLossError, GlobelogError, StreamNotFoundError
 from core.records import LogRecord
-from global_meta.followers import Follower, FollowerState, FollowerStatus
+from global_meta.followers import Follower, FollowerState, FollowerStatus, RestartBackoff
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
@@ -57,12 +57,14 @@ class StreamCache:
         *,
         on_failed: Callable[[FollowerStatus], None] | None = None,
         open_source: SourceOpener | None = None,
+        restart_backoff: RestartBackoff | None = None,
     ) -> None:
         self.stream = stream
         self._streams = streams
         self._ledgers = ledgers
         self._open_source = open_source or self._open_reader
         self._on_failed = on_failed
+        self._restart_backoff = restart_backoff
         self._records: list[LogRecord] = []
         self._seqs: list[int] = []
         self._bytes = 0
@@ -78,6 +80,11 @@ class StreamCache:
     @property
     def started(self) -> bool:
         return self._follower is not None
+
+    @property
+    def gone(self) -> bool:
+        """True once the stream was found deleted: the cache follows it no more."""
+        return isinstance(self._failure, StreamNotFoundError)
 
     def status(self) -> FollowerStatus:
         """The follow loop's state (starting before `start`)."""
@@ -106,7 +113,10 @@ class StreamCache:
         self.start_seq = seq
         self._opened = await self._open_source(seq)
         self._follower = Follower(
-            f"stream cache of {self.stream!r}", self._follow, on_failed=self._on_failed
+            f"stream cache of {self.stream!r}",
+            self._follow,
+            backoff=self._restart_backoff,
+            on_failed=self._on_failed,
         )
         self._follower.start()
 
@@ -135,6 +145,8 @@ class StreamCache:
                     return  # sealed: nothing follows
                 self._append(record)
                 self._notify()
+        except StreamNotFoundError as err:  # deleted: nothing to restart for
+            self._failure = err
         except Exception as err:
             self._failure = err
             raise
@@ -173,9 +185,11 @@ class StreamCache:
                 async with asyncio.timeout(wait_s):
                     # Not following, too: a restart within the wait may still bring it.
                     while bisect.bisect_left(self._seqs, seq) == len(self._records):
+                        if self.gone:
+                            break
                         await self._arrived.wait()
         index = bisect.bisect_left(self._seqs, seq)
-        if index == len(self._records) and not self.status().following:
+        if index == len(self._records) and (self.gone or not self.status().following):
             raise self._not_following()
         return self._records[index : index + max_records]
 

@@ -402,6 +402,9 @@ class LogWriter:
             self._blocked.append((action.transmit_id, payload))
             if self._drainer is None:
                 self._drainer = self._loop.create_task(self._drain())
+                # its failure fails the writer, as any task of the writer's (I8): the writes
+                # it holds would otherwise wait for ever
+                self._drainer.add_done_callback(self._task_done)
             return
         self._append(action.transmit_id, payload)
 

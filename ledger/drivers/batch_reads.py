@@ -85,6 +85,9 @@ async def read_batched(
     batches = [
         asyncio.ensure_future(one_batch(lo, hi)) for lo, hi in plan_batches(firsts, first, last)
     ]
+    # Not an asyncio.TaskGroup: on Python 3.11 its error wins over our caller's cancellation,
+    # and a child failing while it waits leaves our task's cancel count raised, which turns
+    # a later asyncio.timeout of the caller into a cancellation instead of a TimeoutError.
     try:
         await asyncio.gather(*batches)
     except BaseException:

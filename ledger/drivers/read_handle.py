@@ -15,6 +15,7 @@ from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.drivers.batch_reads import can_batch, read_batched
 from ledger.drivers.context import LedgerContext
+from ledger.drivers.handle_errors import raise_bugs
 from ledger.drivers.metadata_store import VersionedMetadata
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import (
@@ -133,9 +134,12 @@ class LedgerReader:
                 best = max(best, self._codec.decode_last_entry(response.last_entry_body).lac)
             return best
 
+        # Each bookie's outcome counts on its own (any one answer will do), but an error that
+        # is not a bookie's (a bug) is raised, not counted as one bookie not answering.
         answers = await asyncio.gather(
             *(ask(b) for b in self.metadata.current_ensemble), return_exceptions=True
         )
+        raise_bugs(answers)
         lacs = [a for a in answers if isinstance(a, int)]
         if not lacs:
             raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie returned its LAC")

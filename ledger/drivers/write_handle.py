@@ -16,7 +16,7 @@ from ledger.codecs.frames import AddFrames
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.connections.bookie_client import add_frames
 from ledger.drivers.context import LedgerContext, require_open, update_metadata, with_ensemble
-from ledger.drivers.handle_errors import add_error
+from ledger.drivers.handle_errors import add_error, raise_bugs
 from ledger.drivers.metadata_store import VersionedMetadata
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
@@ -151,7 +151,9 @@ class LedgerWriter:
                 bookie, self.ledger_id, lac, self._master_key, body
             )
 
+        # best effort per bookie, but a failure that is not a bookie's (a bug) is raised
         results = await asyncio.gather(*(send(b) for b in bookies), return_exceptions=True)
+        raise_bugs(results)
         if all(isinstance(r, BaseException) for r in results):
             raise LedgerHandleError(
                 f"ledger {self.ledger_id}: no bookie took the explicit LAC {lac}"
