@@ -50,10 +50,6 @@ class DLSN:
         segment, entry, slot = (int(g) for g in match.groups())
         return DLSN(segment, entry, slot)
 
-    def next_slot(self) -> DLSN:
-        """The position just after this record (the next slot of the same entry)."""
-        return DLSN(self.segment, self.entry, self.slot + 1)
-
     def next_entry(self) -> DLSN:
         return DLSN(self.segment, self.entry + 1, 0)
 

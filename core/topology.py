@@ -182,7 +182,3 @@ class Topology:
         region cut off from the quorum loses its sessions.
         """
         return ",".join(node.client.address for node in self.zk_nodes_for(region))
-
-    def region_pairs(self) -> list[tuple[str, str]]:
-        names = self.region_names
-        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]

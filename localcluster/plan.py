@@ -103,27 +103,6 @@ def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessS
     return ProcessSpec("toxiproxy", "toxiproxy", argv, log, ports=ports)
 
 
-def bookie_shell_argv(data_dir: Path, tools: Tools, *args: str) -> tuple[str, ...]:
-    """A BookKeeper shell command on this cluster (its conf is written by `up`)."""
-    conf = data_dir / "bookies" / "shell.conf"
-    shell = "org.apache.bookkeeper.bookie.BookieShell"
-    return (
-        tools.java,
-        "-Xmx256m",
-        "-cp",
-        tools.bookkeeper_classpath,
-        shell,
-        "-conf",
-        str(conf),
-        *args,
-    )
-
-
-def init_metadata_argv(data_dir: Path, tools: Tools) -> tuple[str, ...]:
-    """BookKeeper's own shell initialises /ledgers (instance id, layout, available)."""
-    return bookie_shell_argv(data_dir, tools, "initnewcluster")
-
-
 def shell_conf(topology: Topology) -> str:
     return f"metadataServiceUri={nodes.metadata_service_uri(topology)}\nzkTimeout=10000\n"
 

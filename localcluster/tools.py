@@ -25,10 +25,6 @@ class Tools:
     bookkeeper_classpath: str
     toxiproxy: str
 
-    @property
-    def bookkeeper_jar_dir(self) -> Path:
-        return Path(self.bookkeeper_classpath.removesuffix("/*"))
-
 
 def cache_dir() -> Path:
     return Path(os.environ.get("GLOBELOG_CACHE", REPO_ROOT / ".cache"))

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import errors
-from ledger.codecs.metadata import LedgerMetadata
 from ledger.machines.signals import BookieFailure
 from verify.sim.bookie import SimBookie, StoredEntry
 from verify.sim.world import World
@@ -201,9 +200,3 @@ def segments_path(stream: str) -> str:
 
 def lock_dir(stream: str) -> str:
     return f"/streams/{stream}/lock"
-
-
-def metadata_of(zk: SimZooKeeper, ledger_id: int) -> LedgerMetadata:
-    data, _ = zk.get(ledger_path(ledger_id))
-    assert isinstance(data, LedgerMetadata)
-    return data
