@@ -18,7 +18,11 @@ pytestmark = pytest.mark.unit
 class HangingGet:
     """A request that never answers and, cancelled, raises TimeoutError as aiohttp may."""
 
+    begun: asyncio.Event | None = None  # set once a request is waiting for its answer
+
     async def __aenter__(self) -> Any:
+        if self.begun is not None:
+            self.begun.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -45,11 +49,13 @@ class Session:
 
 async def test_a_reader_cancelled_inside_a_request_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proxy_probes.aiohttp, "ClientSession", Session)
+    begun = asyncio.Event()
+    monkeypatch.setattr(HangingGet, "begun", begun)
     received = Received("us-west")
     reader = asyncio.create_task(
         tail_region("http://127.0.0.1:1", received, asyncio.Event(), "s", "ns")
     )
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(begun.wait(), 5)  # inside a request
     reader.cancel()  # once, as asyncio.run's clean-up does
     done, _ = await asyncio.wait([reader], timeout=5)
     assert reader in done and reader.cancelled()

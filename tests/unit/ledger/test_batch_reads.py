@@ -90,11 +90,15 @@ async def test_a_cancelled_caller_is_cancelled_even_while_a_batch_fails() -> Non
     async def batch_read(bookie: str, *args: Any, **kwargs: Any) -> tuple[bytes, ...]:
         raise ConnectionLostError("v2 connection lost")
 
+    failed, waiting = asyncio.Event(), asyncio.Event()
+
     async def read_singly(first: int, last: int) -> list[bytes]:
         if first == 0:
+            failed.set()
             raise EntryMissingError(f"ledger {LEDGER}: entry 0 is on no bookie")
         try:
-            await asyncio.sleep(10)
+            waiting.set()
+            await asyncio.Event().wait()
         except asyncio.CancelledError:
             await asyncio.sleep(0.05)  # slow to stop: the caller is cancelled meanwhile
             raise
@@ -103,7 +107,8 @@ async def test_a_cancelled_caller_is_cancelled_even_while_a_batch_fails() -> Non
     reading = asyncio.ensure_future(
         read_batched(_context(batch_read), LEDGER, METADATA, CODEC, 0, 19, read_singly)
     )
-    await asyncio.sleep(0.01)  # the first batch has failed; the group waits for the second
+    # the first batch has failed; the group waits for the second
+    await asyncio.wait_for(asyncio.gather(failed.wait(), waiting.wait()), 5)
     reading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(reading, 5)

@@ -12,11 +12,23 @@ from localcluster import peer_relay
 
 pytestmark = pytest.mark.unit
 
+LISTENING_TIMEOUT_S = 5.0
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def connected(address: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the relay once it listens (at most LISTENING_TIMEOUT_S after start)."""
+    async with asyncio.timeout(LISTENING_TIMEOUT_S):
+        while True:
+            try:
+                return await asyncio.open_connection(*address)
+            except ConnectionRefusedError:
+                await asyncio.sleep(0.01)
 
 
 async def test_a_late_upstream_is_waited_for_and_a_missing_one_closes_the_connection(
@@ -26,8 +38,7 @@ async def test_a_late_upstream_is_waited_for_and_a_missing_one_closes_the_connec
     listen, upstream = ("127.0.0.1", free_port()), ("127.0.0.1", free_port())
     relay = asyncio.ensure_future(peer_relay.main(listen, upstream))
     try:
-        await asyncio.sleep(0.2)
-        reader, writer = await asyncio.open_connection(*listen)
+        reader, writer = await connected(listen)
         await asyncio.sleep(0.3)  # the upstream opens after the connection was accepted
 
         async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:

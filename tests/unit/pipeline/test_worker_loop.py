@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from localcluster.probes import wait_until
 from pipeline import worker_loop
 from pipeline.worker_loop import WorkerLoop
 
@@ -147,7 +148,11 @@ def test_calls_at_once_share_one_new_session(monkeypatch: pytest.MonkeyPatch) ->
     @contextlib.asynccontextmanager
     async def session(topology: Any, region: str, namespace: str) -> AsyncIterator[str]:
         opened.append(region)
-        await asyncio.sleep(0.05)  # connecting: the other call arrives meanwhile
+
+        async def all_called() -> bool:  # each call is a task on the worker's loop
+            return len(asyncio.all_tasks()) >= len(threads)
+
+        await wait_until("every call waiting for the session", all_called, 5)  # connecting
         yield "session"
 
     monkeypatch.setattr(worker_loop, "load_topology", lambda path: path)
