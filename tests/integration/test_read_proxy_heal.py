@@ -172,6 +172,7 @@ async def test_an_isolated_regions_read_proxy_serves_its_streams_again_after_the
                 await client.write(stream, f"after-{i}".encode()) for i in range(RECORDS_PER_PHASE)
             ]
         newest = {s: acked[s][-1].seq for s in STREAMS}
+        written = time.monotonic()
         try:
             await reached(tails, acked, CATCH_UP_TIMEOUT_S)
         except TimeoutError:
@@ -181,14 +182,21 @@ async def test_an_isolated_regions_read_proxy_serves_its_streams_again_after_the
                 f"{CATCH_UP_TIMEOUT_S} s after the heal, {REGION}'s read proxy tails stood at "
                 f"{where}; answers that were errors: {errors}; last health: {health.answers[-1][1]}"
             ) from None
-        caught_up_s = time.monotonic() - healed
+        caught_up = time.monotonic()
         # Back to serving once every cache follows again.
         async with asyncio.timeout(CATCH_UP_TIMEOUT_S):
             await health.serving()
         for task in (*readers, watcher):
             task.cancel()
 
-    print(f"{REGION}'s read proxy reached the newest records {caught_up_s:.1f} s after the heal")
+    degraded_at = [at for at, body in health.answers if body.get("state") == "degraded"]
+    print(
+        f"{REGION}'s read proxy reached the newest records {caught_up - healed:.1f} s after "
+        f"the heal ({caught_up - written:.1f} s after the last acknowledgement); health said "
+        f"degraded from {degraded_at[0] - healed + ISOLATED_S if degraded_at else 0:.1f} s "
+        f"into the {ISOLATED_S} s cut to {degraded_at[-1] - healed if degraded_at else 0:.1f} s "
+        "after the heal"
+    )
     for stream in STREAMS:
         assert tails[stream].seqs == [a.seq for a in acked[stream]], (
             f"{stream}: every acknowledged record once, in order, through the read proxy"
