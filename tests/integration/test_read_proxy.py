@@ -9,9 +9,12 @@ import json
 import aiohttp
 
 from localcluster.controller import Cluster
+from localcluster.probes import wait_until
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
+
+READERS_AT_TAIL_S = 30.0
 
 
 def url(proxy: ReadProxy, namespace: str, stream: str) -> str:
@@ -32,20 +35,28 @@ async def test_a_hundred_readers_of_one_stream_see_the_same_records_in_order(
         writer = await east.writer("s")
         first_half = await writer.write_bulk([f"r{i}".encode() for i in range(count // 2)])
 
+        reached: list[int] = []  # how far each reader has read
+
         async def read_all() -> list[tuple[str, int, str]]:
             got: list[tuple[str, int, str]] = []
             seq = 0
+            me = len(reached)
+            reached.append(0)
             while len(got) < count:
                 params = {"from_seq": str(seq), "max": "97", "wait_ms": "5000"}
                 async with http.get(url(west, namespace, "s") + "/records", params=params) as r:
                     assert r.status == 200, await r.text()
                     page = await r.json()
                 got += [(rec["dlsn"], rec["seq"], rec["payload"]) for rec in page["records"]]
-                seq = page["next_seq"]
+                seq = reached[me] = page["next_seq"]
             return got
 
         readers = [asyncio.create_task(read_all()) for _ in range(100)]
-        await asyncio.sleep(0.5)  # readers wait (long poll) at the tail for the second half
+
+        async def all_at_the_tail() -> bool:  # then they wait (long poll) for the second half
+            return len(reached) == len(readers) and min(reached) == count // 2
+
+        await wait_until("every reader at the tail", all_at_the_tail, READERS_AT_TAIL_S)
         second_half = await writer.write_bulk([f"r{i}".encode() for i in range(count // 2, count)])
         await writer.close()
         results = await asyncio.gather(*readers)

@@ -30,15 +30,11 @@ def write_proxy_url(cluster: Cluster, region: str) -> str:
     return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
 
 
-async def read_all(cluster: Cluster, region: str, namespace: str) -> list[bytes]:
-    """Every record of the stream, read in `region` after the writer's flush SLA: a reader
-    sees the last acknowledged entry once a later entry or control record carries the LAC
-    past it (within the SLA), so a read at once may end one entry short."""
-    await asyncio.sleep(2 * cluster.topology.streams.flush_sla_s + 0.1)
+async def read_all(cluster: Cluster, region: str, namespace: str, count: int) -> list[bytes]:
+    """Every record of the stream, read in `region` until `count` are there (bounded: a read
+    at once may end one entry short until the LAC is carried past it, within the flush SLA)."""
     async with stream_env(cluster, region, namespace) as env:
-        reader = await env.reader("s", follow=False)
-        async with reader:
-            return [r.payload async for r in reader]
+        return [r.payload for r in await env.read_complete("s", count)]
 
 
 async def owned_by(url: str) -> list[str]:
@@ -91,7 +87,7 @@ async def test_an_isolated_region_loses_its_streams_and_its_zombie_writes_fail(
     expected = [f"before-{i}".encode() for i in range(20)] + [
         f"after-{i}".encode() for i in range(20)
     ]
-    assert await read_all(services, "eu-west", namespace) == expected
+    assert await read_all(services, "eu-west", namespace, len(expected)) == expected
     # Back in the quorum, the old owner has dropped the stream it lost with its session.
     async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
         while True:
@@ -180,7 +176,7 @@ async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_region
             f"after-{i}".encode() for i in range(20)
         ]
         for region in ("us-east", "eu-west"):
-            assert await read_all(services, region, namespace) == expected, region
+            assert await read_all(services, region, namespace, len(expected)) == expected, region
         # Every ensemble of every segment, before and after the loss, spans two regions.
         async with await MetaStore.connect(services.topology.zk_connect_for("us-east")) as store:
             segments = await StreamMetaStore(store, namespace).segments("s")
@@ -192,7 +188,7 @@ async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_region
     finally:
         started = await regions.region_up(services, tools, "us-west")
     assert set(killed) == set(started)
-    assert await read_all(services, "us-west", namespace) == expected
+    assert await read_all(services, "us-west", namespace, len(expected)) == expected
 
 
 async def test_an_owner_paused_past_its_session_is_a_zombie_whose_writes_fail(
@@ -219,10 +215,11 @@ async def test_an_owner_paused_past_its_session_is_a_zombie_whose_writes_fail(
         new_owner = (await other_client.describe("s"))["owner"]
     assert not new_owner.endswith("@us-east"), new_owner
     assert [a.seq for a in acked] == list(range(20))
-    records = await read_all(services, "us-west", namespace)
     expected = [f"before-{i}".encode() for i in range(10)] + [
         f"after-{i}".encode() for i in range(10)
     ]
+    landed = len(expected) + (0 if isinstance(outcome, BaseException) else 1)
+    records = await read_all(services, "us-west", namespace, landed)
     if isinstance(outcome, BaseException):
         assert records == expected  # the zombie's write failed: it is nowhere
     else:

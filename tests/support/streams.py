@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from core.records import LogRecord
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaStore
@@ -20,6 +23,10 @@ from reader.positions import Position
 from writer.log_writer import LogWriter, WriterConfig
 
 REPLICATION = Replication(3, 3, 2, 2)
+# A reader sees the last acknowledged entry once a later entry or control record carries the
+# LAC past it, which the writer sends within its flush SLA (a fraction of a second here).
+READ_COMPLETE_TIMEOUT_S = 10.0
+READ_AGAIN_S = 0.05
 
 
 @dataclass
@@ -45,6 +52,19 @@ class StreamEnv:
         return await LogReader.open(
             self.streams, self.ledgers, stream, start, ReaderConfig(**config)
         )
+
+    async def read_complete(self, stream: str, count: int) -> list[LogRecord]:
+        """The stream read to its end, again until a read finds `count` records or
+        READ_COMPLETE_TIMEOUT_S passes; then what the last read found, for the caller's
+        assertion to show (a read at once may end one entry short of the acknowledged end)."""
+        deadline = time.monotonic() + READ_COMPLETE_TIMEOUT_S
+        while True:
+            reader = await self.reader(stream, follow=False)
+            async with reader:
+                records = [r async for r in reader]
+            if len(records) >= count or time.monotonic() > deadline:
+                return records
+            await asyncio.sleep(READ_AGAIN_S)
 
 
 def fresh_namespace() -> str:
