@@ -19,6 +19,7 @@ import asyncio
 import base64
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,11 +28,15 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError
-from region.client import Acked, ProxyClient, ProxyError, ProxyUnreachableError
+from region.client import Acked, ProxyClient, ProxyUnreachableError, proxy_error
 
 POLL_WAIT_MS = 1000
 PAGE_RECORDS = 1000
 RETRY_S = 0.2
+# How long a read goes on failing (every proxy unreachable, or answering a retriable error)
+# before it raises the last error: long enough for a proxy's restart or a ZooKeeper session's
+# return after a heal, short enough that a reader is told its region cannot serve it.
+READ_FAILING_MAX_S = 30.0
 T = TypeVar("T")
 
 
@@ -51,10 +56,18 @@ class ReadClient:
     """Reads streams through a region's read proxies (long-poll pages), retrying through a
     proxy's restart or a region's outage on the next proxy of the list."""
 
-    def __init__(self, proxies: Sequence[str], namespace: str = "default") -> None:
+    def __init__(
+        self,
+        proxies: Sequence[str],
+        namespace: str = "default",
+        failing_max_s: float = READ_FAILING_MAX_S,
+    ) -> None:
         if not proxies:
             raise ValueError("ReadClient needs at least one read proxy URL, got none")
+        if not 0 < failing_max_s <= 3600:
+            raise ValueError(f"failing_max_s {failing_max_s}: expected 0 < seconds <= 3600")
         self.namespace = namespace
+        self.failing_max_s = failing_max_s
         self._proxies = [p.rstrip("/") for p in proxies]
         self._http: aiohttp.ClientSession | None = None
 
@@ -71,11 +84,14 @@ class ReadClient:
         self, stream: str, from_seq: int = 0, follow: bool = True
     ) -> AsyncIterator[ReadRecord]:
         """Every record from sequence id `from_seq` on, in order; with `follow`, waits for
-        new ones for ever, else stops at the first empty page."""
+        new ones for ever, else stops at the first empty page. Failures (a proxy down, a
+        retriable answer) are retried on the next proxy; after `failing_max_s` of nothing but
+        failures the last one is raised, a non-retriable answer at once."""
         if self._http is None:
             raise RuntimeError("use `async with ReadClient(...)` before reading")
         seq = from_seq
         proxy = random.randrange(len(self._proxies))
+        failing_since: float | None = None
         while True:
             url = f"{self._proxies[proxy]}/v1/namespaces/{self.namespace}/streams/{stream}/records"
             query = {"from_seq": str(seq), "max": str(PAGE_RECORDS), "wait_ms": str(POLL_WAIT_MS)}
@@ -83,17 +99,25 @@ class ReadClient:
                 async with self._http.get(url, params=query) as answer:
                     page = await answer.json(content_type=None)
                     if answer.status != 200:
-                        error = ProxyError(
-                            str(page.get("code")), str(page.get("message")),
-                            bool(page.get("retriable")), answer.status,
-                        )  # fmt: skip
-                        if not error.retriable:
-                            raise error
-                        raise ProxyUnreachableError(str(error))
-            except (aiohttp.ClientError, TimeoutError, ValueError, ProxyUnreachableError):
+                        raise proxy_error(page, answer.status, f"GET {url} from_seq={seq}")
+            except (aiohttp.ClientError, TimeoutError, ValueError, GlobelogError) as err:
+                if isinstance(err, GlobelogError) and not err.retriable:
+                    raise
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= self.failing_max_s:
+                    where = (
+                        f"read {stream!r} from seq {seq}: no read proxy of {self._proxies} "
+                        f"served it for {now - failing_since:.1f} s"
+                    )
+                    if isinstance(err, GlobelogError):
+                        err.add_note(where)
+                        raise
+                    raise ProxyUnreachableError(f"{where}; the last failure: {err!r}") from err
                 proxy = (proxy + 1) % len(self._proxies)
                 await asyncio.sleep(RETRY_S)
                 continue
+            failing_since = None
             records = page["records"]
             for body in records:
                 yield _record(body)
