@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from localcluster.controller import Cluster
-from region.client import ProxyClient
-from region.client_extras import BatchingWriter, ReadClient, SyncProxyClient
+from region.client import BatchingWriter, ProxyClient, ReadClient, SyncProxyClient
 from region.registry import live_urls
 from tests.support.proxies import read_proxy, write_proxy
 from tests.support.streams import fresh_namespace, stream_env

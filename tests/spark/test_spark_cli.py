@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from localcluster.controller import Cluster
-from region.client_extras import ReadClient
+from region.client import ReadClient
 from tests.integration.test_stream_cli import run_bounded
 from tests.spark.test_archive import ledger_exists
 from tests.spark.test_batch_read import write_stream

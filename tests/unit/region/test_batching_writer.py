@@ -11,8 +11,7 @@ import pytest
 
 from core.dlsn import DLSN
 from core.errors import MetadataUnavailableError
-from region.client import Acked
-from region.client_extras import BatchingWriter
+from region.client import Acked, BatchingWriter
 
 
 class FakeClient:

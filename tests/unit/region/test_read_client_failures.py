@@ -11,8 +11,7 @@ import pytest
 from aiohttp import web
 
 from core.errors import GlobelogError, MetadataUnavailableError, StreamNotFoundError
-from region.client import ProxyUnreachableError
-from region.client_extras import ReadClient
+from region.client import ProxyUnreachableError, ReadClient
 
 Answer = Callable[[int], tuple[int, dict[str, object]]]
 
