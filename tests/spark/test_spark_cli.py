@@ -14,7 +14,7 @@ import yaml
 
 from localcluster.controller import Cluster
 from region.client import ReadClient
-from tests.integration.test_stream_cli import run_bounded
+from tests.integration.streams.test_stream_cli import run_bounded
 from tests.spark.test_archive import ledger_exists
 from tests.spark.test_batch_read import write_stream
 from tests.support.proxies import read_proxy

@@ -367,6 +367,9 @@ def test_the_error_place_checker_catches_an_error_class(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the shape of the tree
+FOLDER_LINES_MAX = 3000  # lines of Python in one folder's own files (subfolders apart)
+CLI_LINES_MAX = 2500  # the command line is parsing and dispatch only
+NOT_OURS = {".git", ".venv", ".cache", "build", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 
 def test_the_arrows_form_no_cycle() -> None:
@@ -385,3 +388,30 @@ def test_the_cycle_finder_sees_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(ALLOWED, "core", {"ledger"})
     with pytest.raises(AssertionError, match="a cycle"):
         test_the_arrows_form_no_cycle()
+
+
+def lines_by_folder(root: Path) -> dict[str, int]:
+    """Lines of Python in each folder's own files."""
+    found: dict[str, int] = {}
+    for path in root.rglob("*.py"):
+        inner = path.relative_to(root)
+        if NOT_OURS & set(inner.parts) or path.name.endswith("_pb2.py"):
+            continue
+        folder = str(inner.parent)
+        found[folder] = found.get(folder, 0) + len(path.read_text().splitlines())
+    return found
+
+
+def test_no_folder_holds_more_than_its_share() -> None:
+    too_big = {f: n for f, n in lines_by_folder(REPO).items() if n > FOLDER_LINES_MAX}
+    assert too_big == {}, f"split these into subfolders by responsibility: {too_big}"
+    cli = sum(n for f, n in lines_by_folder(REPO).items() if f == "cli" or f.startswith("cli/"))
+    assert cli <= CLI_LINES_MAX
+
+
+def test_the_folder_counter_counts_own_files_only(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "x.py").write_text("1\n2\n")
+    (tmp_path / "a" / "b" / "y.py").write_text("1\n")
+    (tmp_path / "a" / "m_pb2.py").write_text("generated\n")
+    assert lines_by_folder(tmp_path) == {"a": 2, "a/b": 1}

@@ -1,4 +1,4 @@
-"""read_batched's driver decisions with stand-in bookies (the real ones: tests/integration/
+"""read_batched's driver decisions with stand-in bookies (the real ones: tests/integration/ledger/
 test_bookie_client.py and test_ledger_client.py): where it falls back, that it ends, and
 that a cancelled caller is cancelled."""
 
