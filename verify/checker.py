@@ -1,7 +1,8 @@
 """The failover checker: the invariants of docs/design.md §5 over a recorded history (history.py).
 
 Every anomaly names the operations that show it. Kinds (each count, 0 included, is a result):
-    lost                 an acknowledged send absent from some region's final read
+    lost                 an acknowledged send absent from some region's final read, or a
+                         range of records a final read found no bookie could serve
     fenced-ack           an acknowledged send absent from the final reads at a position its
                          segment no longer reaches: an owner acknowledged after it was fenced,
                          or acknowledged an entry too few bookies held for recovery to find
@@ -15,7 +16,8 @@ Every anomaly names the operations that show it. Kinds (each count, 0 included, 
     region-divergence    two regions' final reads of a stream that differ
     durability           a segment whose ensemble audit failed
     read-unavailable     a region whose read proxy did not reach a stream's acknowledged end
-                         within the run's bound (its final read through the proxy stopped short)
+                         within the run's bound (its final read through the proxy stopped short),
+                         or whose final read through the library did not end
 Liveness (verify/liveness.py): for each fault, the longest time a stream went without an
 acknowledged send while it lasted (its unavailability window).
 """
@@ -88,7 +90,8 @@ def check(history: list[Op]) -> CheckReport:
     sends: dict[tuple[str, int], _Send] = defaultdict(_Send)
     finals: dict[tuple[str, str], Op] = {}  # (stream, region) -> the last library final read
     proxy_finals: dict[tuple[str, str], Op] = {}  # the same through the region's read proxy
-    reads: list[Op] = []  # ok polls and finals of both kinds
+    reads: list[Op] = []  # ok polls and finals of both kinds, and the finals that did not end
+    unended: list[Op] = []  # library final reads that did not end (`info`)
     for op in history:
         if op.f == "send" and op.stream is not None and type(op.value) is int:
             entry = sends[(op.stream, op.value)]
@@ -102,6 +105,9 @@ def check(history: list[Op]) -> CheckReport:
                 finals[(op.stream, op.region)] = op
             elif op.f == "proxy-final" and op.region is not None:
                 proxy_finals[(op.stream, op.region)] = op
+        elif op.f == "final" and op.type == "info" and op.stream:
+            reads.append(op)
+            unended.append(op)
         elif op.f == "audit" and op.type == "ok" and op.value is False:
             report.anomalies.append(
                 Anomaly("durability", op.stream, (op,), f"segment {op.segment}: {op.detail}")
@@ -109,6 +115,8 @@ def check(history: list[Op]) -> CheckReport:
     report.operations = _operation_counts(history)
     _check_positions(report, sends, reads)
     _check_finals(report, sends, finals)
+    _check_lost_ranges(report, sends, finals, unended)
+    _check_finals_ended(report, finals, unended)
     _check_polls(report, reads, finals)
     _check_read_availability(report, sends, finals, proxy_finals)
     report.unavailability_s = unavailability(history)
@@ -210,7 +218,11 @@ def _check_finals(
         missing = [op for op in by_stream.get(stream, []) if value not in values_of[op.index]]
         if not missing:
             continue
-        if done.dlsn is not None and _segment_ended_before(done.dlsn, missing[0]):
+        found_lost = _lost_range_of(done.dlsn, missing)
+        if found_lost is not None:
+            kind = "lost"
+            why = f"acknowledged, in records {found_lost[0]} to {found_lost[1]} found lost"
+        elif done.dlsn is not None and _segment_ended_before(done.dlsn, missing[0]):
             kind = "fenced-ack"
             why = (
                 f"acknowledged at {done.dlsn}, past where its segment was sealed (acknowledged "
@@ -221,6 +233,73 @@ def _check_finals(
         regions = ", ".join(str(op.region) for op in missing)
         report.anomalies.append(
             Anomaly(kind, stream, (done, *missing), f"value {value} {why}; missing in {regions}")
+        )
+
+
+def _in_range(dlsn: DLSN, lost: tuple[DLSN, DLSN]) -> bool:
+    """True when `dlsn` is a record of the lost range: the reader names a range by its first
+    and last entry (slot 0), so every slot of the last entry is in it."""
+    first, last = lost
+    return first <= dlsn and (dlsn.segment, dlsn.entry) <= (last.segment, last.entry)
+
+
+def _lost_range_of(dlsn: DLSN | None, reads: list[Op]) -> tuple[DLSN, DLSN] | None:
+    """The range one of `reads` found lost that holds `dlsn`, if any."""
+    if dlsn is None:
+        return None
+    return next((r for op in reads for r in op.lost if _in_range(dlsn, r)), None)
+
+
+def _check_lost_ranges(
+    report: CheckReport,
+    sends: dict[tuple[str, int], _Send],
+    finals: dict[tuple[str, str], Op],
+    unended: list[Op],
+) -> None:
+    """A range of records a final read found no bookie could serve is data lost, whether or
+    not an acknowledged send is known to lie in it; a range that holds an acknowledgement
+    missing from that read is already reported with the send (_check_finals)."""
+    for op in sorted((*finals.values(), *unended), key=lambda op: op.index):
+        values = {value for _, value in op.records}
+        for lost in op.lost:
+            acked_in = any(
+                stream == op.stream
+                and send.done is not None
+                and send.done.type == "ok"
+                and send.done.dlsn is not None
+                and value not in values
+                and _in_range(send.done.dlsn, lost)
+                for (stream, value), send in sends.items()
+            )
+            if acked_in and op.type == "ok":
+                continue
+            report.anomalies.append(
+                Anomaly(
+                    "lost",
+                    op.stream,
+                    (op,),
+                    f"{op.region}: records {lost[0]} to {lost[1]} could be served by no bookie",
+                )
+            )
+
+
+def _check_finals_ended(
+    report: CheckReport, finals: dict[tuple[str, str], Op], unended: list[Op]
+) -> None:
+    """Every library final read ended: one whose bound ran out, or that an error answered
+    stopped, leaves its region's stream unjudged (unless another read of it ended)."""
+    for op in unended:
+        assert op.stream is not None
+        if op.region is not None and (op.stream, op.region) in finals:
+            continue
+        why = f": {op.detail}" if op.detail else ""
+        report.anomalies.append(
+            Anomaly(
+                "read-unavailable",
+                op.stream,
+                (op,),
+                f"{op.region}: the library's final read of {op.stream} did not end{why}",
+            )
         )
 
 

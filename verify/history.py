@@ -10,7 +10,8 @@ line (docs/failover.md), in the style of Jepsen's histories.
     {"time": 30.0, "process": "nemesis", "type": "info", "f": "fault", "value": "kill wp-us-east",
      "fault": "kill-write-proxy"}
     {"time": 95.0, "process": "final-us-west", "type": "ok", "f": "final", "stream": "s1",
-     "region": "us-west", "records": [["1.0.0", 0], ...]}
+     "region": "us-west", "records": [["1.0.0", 0], ...], "lost": [["2.4.0", "2.9.0"]],
+     "bound_s": 60.0, "detail": "read to the end after 0.4 s; data lost from 2.4.0 to 2.9.0"}
     {"time": 95.5, "process": "proxy-final-eu-west", "type": "ok", "f": "proxy-final",
      "stream": "s1", "region": "eu-west", "records": [["1.0.0", 0], ...], "bound_s": 15.0,
      "detail": "bound ran out; last answer metadata_unavailable: ..."}
@@ -18,7 +19,10 @@ line (docs/failover.md), in the style of Jepsen's histories.
      "segment": 3, "value": true, "detail": "every ensemble spans 2 regions"}
 
 `type` is invoke | ok | fail | info (Jepsen's: `fail` means the operation certainly did not
-happen, `info` that it may or may not have). A send's `value` is unique in the run.
+happen, `info` that it may or may not have). A send's `value` is unique in the run. A final
+read's `lost` holds each range of records (first and last DLSN) the reader found no bookie could
+serve; a final read that did not end (its bound ran out, or an error answered stopped it) is
+`info`, with what it read until then.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Op:
     dlsn: DLSN | None = None
     region: str | None = None
     records: tuple[tuple[DLSN, int], ...] = ()
+    lost: tuple[tuple[DLSN, DLSN], ...] = ()  # a final read's ranges no bookie could serve
     idempotent: bool = False
     fault: str | None = None
     segment: int | None = None
@@ -89,12 +94,13 @@ def parse_op(line: str, index: int) -> Op:
     try:
         dlsn = DLSN.parse(body["dlsn"]) if body.get("dlsn") is not None else None
         records = tuple(_record(r) for r in body.get("records") or ())
+        lost = tuple(_lost_range(r) for r in body.get("lost") or ())
     except (InvalidDlsnError, TypeError, ValueError) as err:
-        problems.append(f"dlsn or records: {err}")
-        dlsn, records = None, ()
+        problems.append(f"dlsn, records or lost: {err}")
+        dlsn, records, lost = None, (), ()
     if problems:
         raise ConfigError(f"history line {index + 1}: " + "; ".join(problems))
-    known = {"time", "process", "type", "f", "stream", "value", "dlsn", "region", "records"}
+    known = {"time", "process", "type", "f", "stream", "value", "dlsn", "region", "records", "lost"}
     known |= {"idempotent", "fault", "segment", "detail"}
     assert isinstance(process, str) and isinstance(kind, str) and isinstance(f, str)
     assert isinstance(time, int | float)
@@ -109,6 +115,7 @@ def parse_op(line: str, index: int) -> Op:
         dlsn=dlsn,
         region=body.get("region"),
         records=records,
+        lost=lost,
         idempotent=bool(body.get("idempotent", False)),
         fault=body.get("fault"),
         segment=body.get("segment"),
@@ -124,6 +131,15 @@ def _record(item: Any) -> tuple[DLSN, int]:
     if not isinstance(dlsn, str) or type(value) is not int:
         raise ValueError(f"record {item!r:.60} (expected [dlsn text, integer value])")
     return DLSN.parse(dlsn), value
+
+
+def _lost_range(item: Any) -> tuple[DLSN, DLSN]:
+    if not (isinstance(item, list | tuple) and len(item) == 2):
+        raise ValueError(f"lost range {item!r:.60} (expected [first dlsn, last dlsn])")
+    first, last = (DLSN.parse(d) if isinstance(d, str) else None for d in item)
+    if first is None or last is None or last < first:
+        raise ValueError(f"lost range {item!r:.60} (expected [first dlsn, last dlsn] as text)")
+    return first, last
 
 
 def encode_op(body: dict[str, Any]) -> str:

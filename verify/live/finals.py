@@ -1,6 +1,7 @@
 """The live failover run's final reads, after the last heal: every stream read in full in every
-region through the region's read proxy (what users read through), bounded, and through the
-ledger client (the library), each written to the history for the checker."""
+region through the region's read proxy (what users read through) and through the ledger client
+(the library), each bounded and written to the history however it ended, a data loss the
+reader reports included, for the checker."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import time
 import aiohttp
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError
+from core.errors import DataLossError, GlobelogError
 from localcluster.controller import Cluster
 from localcluster.tails import PagedRecord, ProxyPages, proxy_url
 from reader.log_reader import LogReader, ReaderConfig
-from reader.session import read_session
+from reader.session import ReadSession, read_session
 from verify.live.recorder import Recorder, describe, operating_answer, owned
 from verify.live.workload import READ_RETRY_S
 
@@ -22,6 +23,11 @@ from verify.live.workload import READ_RETRY_S
 # once the run's final reads begin (the last fault was healed AFTER_LAST_HEAL_S and the
 # tailing readers' catch-up before): a proxy that cannot is `read-unavailable` (docs/failover.md).
 PROXY_READ_BOUND_S = 15.0
+# How long the library has to read a stream in full, after the reads through the proxies: past
+# the reader's own retries of bookies that do not answer (reader/log_reader.py, about a minute),
+# so a read that cannot go on says why before the bound runs out. One that does not end is in
+# the history as such, and the checker calls it `read-unavailable`.
+LIBRARY_READ_BOUND_S = 90.0
 FINAL_PAGE_WAIT_MS = 200  # a page past the acknowledged end only shows nothing follows
 
 
@@ -77,20 +83,65 @@ async def _proxy_final(
 async def library_final_reads(
     cluster: Cluster, namespace: str, streams: list[str], rec: Recorder
 ) -> list[int]:
-    """Every stream in full in every region through the ledger client; the ledger ids of
-    every segment (for the ensemble audits)."""
+    """Every stream in full in every region through the ledger client, each read bounded and
+    written to the history however it ended; the ledger ids of every segment (for the
+    ensemble audits). An error answered (no ZooKeeper, no bookie) ends that region's reads
+    in the history; any other error is raised: the run fails."""
     ledger_ids: list[int] = []
+    listed: set[str] = set()  # the streams whose segments were listed for the audits
     for region in cluster.topology.region_names:
-        async with read_session(cluster.topology, region, namespace) as session:
-            for stream in streams:
-                reader = await LogReader.open(
-                    session.streams, session.ledgers, stream, None, ReaderConfig(follow=False)
-                )
-                async with reader:
-                    records = [[str(r.dlsn), int(r.payload)] async for r in reader]
-                rec.add(process=f"final-{region}", type="ok", f="final", stream=stream,
-                        region=region, records=records)  # fmt: skip
-                if region == cluster.topology.region_names[0]:
-                    segments = await session.streams.segments(stream)
-                    ledger_ids += [v.segment.ledger_id for v in segments]
+        unread = list(streams)
+        try:
+            async with read_session(cluster.topology, region, namespace) as session:
+                while unread:
+                    await _library_final(session, region, unread[0], rec)
+                    stream = unread.pop(0)
+                    if stream not in listed:
+                        segments = await session.streams.segments(stream)
+                        ledger_ids += [v.segment.ledger_id for v in segments]
+                        listed.add(stream)
+        except GlobelogError as err:
+            if not operating_answer(err):
+                raise
+            for stream in unread:
+                rec.add(process=f"final-{region}", type="info", f="final", stream=stream,
+                        region=region, records=[], bound_s=LIBRARY_READ_BOUND_S,
+                        detail=f"not read: {describe(err)}")  # fmt: skip
     return ledger_ids
+
+
+async def _library_final(session: ReadSession, region: str, stream: str, rec: Recorder) -> None:
+    """One stream from its start to its end as it is, through a LogReader that does not
+    follow, at most LIBRARY_READ_BOUND_S. A range the reader reports lost (DataLossError, once
+    per range) goes into the history with the read, which goes on after it; a read that did
+    not end (the bound, or an error answered) is `info` with what it read until then."""
+    records: list[list[str | int]] = []
+    lost: list[list[str]] = []
+    ended = "read to the end"
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(LIBRARY_READ_BOUND_S):
+            reader = await LogReader.open(
+                session.streams, session.ledgers, stream, None, ReaderConfig(follow=False)
+            )
+            async with reader:
+                while True:
+                    try:
+                        record = await reader.read_next()
+                    except DataLossError as err:
+                        lost.append([err.first, err.last])
+                        continue
+                    if record is None:
+                        break
+                    records.append([str(record.dlsn), int(record.payload)])
+    except TimeoutError:
+        ended = f"the {LIBRARY_READ_BOUND_S:g} s bound ran out"
+    except GlobelogError as err:
+        if not operating_answer(err):
+            raise
+        ended = f"stopped by {describe(err)}"
+    detail = f"{ended} after {time.monotonic() - began:.1f} s"
+    detail += "".join(f"; data lost from {first} to {last}" for first, last in lost)
+    rec.add(process=f"final-{region}", type="ok" if ended == "read to the end" else "info",
+            f="final", stream=stream, region=region, records=records, lost=lost,
+            bound_s=LIBRARY_READ_BOUND_S, detail=detail)  # fmt: skip

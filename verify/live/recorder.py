@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from core import errors
 from core.errors import GlobelogError
 from verify.history import encode_op
+
+T = TypeVar("T")
 
 # Answers that say the request or the server is broken, never that a fault is in the way:
 # a 500, a request the proxy calls malformed, a stream the run created being unknown, a page
@@ -60,11 +62,12 @@ class WorkerFailedError(GlobelogError):
         super().__init__(f"the failover run stopped: {shown}")
 
 
-async def owned(worker: str, work: Awaitable[None]) -> None:
-    """Runs one worker of the run (under a TaskGroup); any exception it ends with becomes a
-    WorkerFailedError naming it, so its group cancels the others and the run fails."""
+async def owned(worker: str, work: Awaitable[T]) -> T:
+    """Runs one worker of the run (under a TaskGroup, or awaited by the run itself); any
+    exception it ends with becomes a WorkerFailedError naming it, so its group cancels the
+    others and the run fails."""
     try:
-        await work
+        return await work
     except Exception as err:
         raise WorkerFailedError([(worker, err)]) from err
 

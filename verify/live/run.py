@@ -83,7 +83,9 @@ async def failover_run(
             "proxy and the library, ensemble audits"
         )
         await supervised(proxy_final_reads(cluster, cfg.namespace, streams, frontier.acked, rec))
-        ledger_ids = await library_final_reads(cluster, cfg.namespace, streams, rec)
+        ledger_ids = await owned(
+            "final-library", library_final_reads(cluster, cfg.namespace, streams, rec)
+        )
         min_regions = cluster.topology.replication.min_regions_for_durability
         reports, adhere = await audit_ledgers(cluster.topology, ledger_ids, min_regions)
         rec.add(process="auditor", type="ok", f="audit", value=bool(adhere),

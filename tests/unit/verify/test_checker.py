@@ -103,6 +103,33 @@ def test_an_ack_past_its_segments_end_is_a_fenced_owners_ack() -> None:
     assert "value 1 acknowledged at 1.1.0, past where its segment was sealed" in anomaly.detail
 
 
+def test_a_range_a_final_read_found_lost_is_lost_even_with_no_acknowledgement_in_it() -> None:
+    h = clean()
+    h.add(process="final-us-west", type="ok", f="final", stream="s", region="us-west",
+          records=[list(r) for r in (("1.0.0", 0), ("1.1.0", 1), ("1.2.0", 2), ("2.0.0", 3))],
+          lost=[["1.3.0", "1.4.0"]])  # fmt: skip
+    report = check(h.ops())
+    assert kinds(h) == {"lost": 1}
+    [anomaly] = report.anomalies
+    assert anomaly.ops == (h.ops()[-1],)
+    assert "us-west: records 1.3.0 to 1.4.0 could be served by no bookie" in anomaly.detail
+
+
+def test_an_ack_in_a_range_found_lost_is_lost_not_fenced() -> None:
+    h = History()
+    h.send(0, "1.0.0")
+    h.send(1, "1.1.0")  # the end of its segment, which no bookie could serve any more
+    h.send(2, "2.0.0")
+    for region in REGIONS:
+        h.add(process=f"final-{region}", type="ok", f="final", stream="s", region=region,
+              records=[["1.0.0", 0], ["2.0.0", 2]], lost=[["1.1.0", "1.1.0"]])  # fmt: skip
+    report = check(h.ops())
+    assert kinds(h) == {"lost": 1}, "one anomaly per lost ack, the range named in it"
+    assert (
+        "value 1 acknowledged, in records 1.1.0 to 1.1.0 found lost" in report.anomalies[0].detail
+    )
+
+
 def test_a_value_at_two_positions_is_a_duplicate_counted_by_how_it_was_sent() -> None:
     for idempotent, kind in ((True, "duplicate-idempotent"), (False, "duplicate-plain")):
         h = History()
@@ -215,6 +242,11 @@ def test_a_fault_lasts_until_its_worst_hit_stream_is_acknowledged_again() -> Non
         ('{"time": "x", "process": "w", "type": "ok", "f": "send"}', "time 'x'"),
         ('{"time": 1, "process": "w", "type": "ok", "f": "send", "dlsn": "1.x"}', "dlsn"),
         ('{"time": 1, "process": "w", "type": "ok", "f": "poll", "records": [[1, 2]]}', "record"),
+        ('{"time": 1, "process": "w", "type": "ok", "f": "final", "lost": [["2.0.0"]]}', "lost"),
+        (
+            '{"time": 1, "process": "w", "type": "ok", "f": "final", "lost": [["2.0.0", "1.0.0"]]}',
+            "lost range",
+        ),
     ],
 )
 def test_malformed_history_lines_are_refused_with_their_line(line: str, expected: str) -> None:
