@@ -4,23 +4,28 @@ go unretrieved ("Task exception was never retrieved"), so no failure dies in a l
 
 Every event loop made through the policy (pytest-asyncio's per-test loop, `asyncio.run` in a
 sync test, `asyncio.new_event_loop()` in a thread) is a `WatchedEventLoop`. It notes where each
-task is created, reports tasks still pending when it is closed (and cancels them, as
-`asyncio.run` does, so they do not spill into the next test), and records the loop exception
-handler's calls about lost tasks. The `asyncio` logger is watched too, for loops made some
-other way. At the end of each test the garbage is collected (an unretrieved exception is only
-reported when its task is freed) and whatever was recorded fails the test, naming each task:
-its coroutine, where that is defined and where the task was created.
+task is created, reports tasks still pending when it is closed (and cancels them, bounded, so
+they do not spill into the next test), and records the loop exception handler's calls about
+lost tasks. `asyncio.run` (and `asyncio.Runner`, which the CLI's uvloop runs use) cancels the
+tasks its main coroutine left behind itself before it closes the loop, where the loop would not
+see them: that cancel (`asyncio.runners._cancel_all_tasks`) is wrapped to report them first,
+whatever loop they ran on. The `asyncio` logger is watched too, for loops made some other way.
+At the end of each test the garbage is collected (an unretrieved exception is only reported when
+its task is freed) and whatever was recorded fails the test, naming each task: its coroutine,
+where that is defined and where the task was created. What is lost after the last test (a
+session fixture's teardown) fails the session at its end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.runners
 import gc
 import logging
 import sys
 import threading
 import weakref
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextvars import Context
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,7 @@ LOST_TASK_MESSAGES = (
     "unhandled exception during asyncio.run() shutdown",
 )
 PENDING_AT_CLOSE = "Task still pending when its event loop was closed"
+PENDING_AT_RUN_END = "Task still pending when asyncio.run's main coroutine returned"
 # Leftover tasks are cancelled at close; one that ignores the cancel is not waited for longer.
 CANCEL_LEFTOVERS_TIMEOUT_S = 5.0
 CREATION_FRAMES_MAX = 3
@@ -175,13 +181,15 @@ class WatchedEventLoop(asyncio.SelectorEventLoop):
 
     def close(self) -> None:
         if not self.is_running() and not self.is_closed():
-            self._cancel_leftovers()
+            self.cancel_leftovers(PENDING_AT_CLOSE)
         super().close()
 
-    def _cancel_leftovers(self) -> None:
+    def cancel_leftovers(self, what: str) -> None:
+        """Reports each task still pending as `what`, cancels them and waits for their ends,
+        at most CANCEL_LEFTOVERS_TIMEOUT_S."""
         pending = [task for task in asyncio.all_tasks(self) if not task.done()]
         for task in pending:
-            self._recorder.add(Leak(PENDING_AT_CLOSE, self._recorder.describe(task)))
+            self._recorder.add(Leak(what, self._recorder.describe(task)))
             task.cancel()
         if pending:
             ended = asyncio.wait(pending, timeout=CANCEL_LEFTOVERS_TIMEOUT_S)
@@ -189,6 +197,28 @@ class WatchedEventLoop(asyncio.SelectorEventLoop):
             for task in pending:  # their ends were reported above; no second report at GC
                 if task.done() and not task.cancelled():
                     task.exception()
+
+
+def watch_runners(recorder: LeakRecorder) -> Callable[[], None]:
+    """Wraps asyncio.Runner's cancel of the tasks left when its main coroutine returned, so
+    each is reported (a watched loop also cancels them bounded); returns the undo."""
+    cancel_all = asyncio.runners._cancel_all_tasks
+    assert callable(cancel_all), "asyncio.runners changed: the task-leak check needs a new hook"
+
+    def reported_cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+        if isinstance(loop, WatchedEventLoop):
+            loop.cancel_leftovers(PENDING_AT_RUN_END)
+        else:
+            for task in asyncio.all_tasks(loop):
+                recorder.add(Leak(PENDING_AT_RUN_END, recorder.describe(task)))
+        cancel_all(loop)
+
+    asyncio.runners._cancel_all_tasks = reported_cancel_all  # type: ignore[attr-defined]
+
+    def undo() -> None:
+        asyncio.runners._cancel_all_tasks = cancel_all  # type: ignore[attr-defined]
+
+    return undo
 
 
 class WatchingPolicy(asyncio.DefaultEventLoopPolicy):
@@ -216,10 +246,10 @@ class LostTaskLogHandler(logging.Handler):
             self._recorder.add(Leak(f"{first} (asyncio logger)", rest.strip()))
 
 
-def leak_report(leaks: list[Leak], earlier: list[Leak]) -> str:
+def leak_report(leaks: list[Leak], earlier: list[Leak], by: str = "this test") -> str:
     lines = []
     if leaks:
-        lines.append(f"{len(leaks)} asyncio task(s) lost by this test:")
+        lines.append(f"{len(leaks)} asyncio task(s) lost by {by}:")
         lines += [f"  - {leak}" for leak in leaks]
     if earlier:
         lines.append(f"{len(earlier)} lost before it started (a fixture's teardown or setup):")
@@ -239,11 +269,32 @@ def pytest_configure(config: pytest.Config) -> None:
     handler = LostTaskLogHandler(recorder)
     logging.getLogger("asyncio").addHandler(handler)
     config.stash[_RECORDER] = recorder
-    config.stash[_UNDO] = [previous_policy, handler]
+    config.stash[_UNDO] = [previous_policy, handler, watch_runners(recorder)]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """What was lost after the last test's check (a session or module fixture's teardown, a
+    loop closed at the end) fails the session: no test is left to report it."""
+    recorder = session.config.stash.get(_RECORDER, None)
+    if recorder is None:
+        return
+    gc.collect()
+    leaks = recorder.take()
+    if not leaks:
+        return
+    report = leak_report(leaks, [], by="the session after its last test")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "asyncio tasks lost after the last test", red=True)
+        reporter.write_line(report)
+    else:
+        print(report, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    previous_policy, handler = config.stash[_UNDO]
+    previous_policy, handler, unwatch_runners = config.stash[_UNDO]
+    unwatch_runners()
     logging.getLogger("asyncio").removeHandler(handler)
     asyncio.set_event_loop_policy(previous_policy)
 

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.task_leaks import PENDING_AT_CLOSE, LeakRecorder, WatchedEventLoop
+from tests.support.task_leaks import (
+    PENDING_AT_CLOSE,
+    PENDING_AT_RUN_END,
+    LeakRecorder,
+    WatchedEventLoop,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,5 +126,95 @@ def test_the_suite_fixture_fails_each_leaking_test_and_names_the_task(
             "*Task exception was never retrieved: task 'sender' running fail()*",
             "*Task exception was never retrieved: task 'runner-child' running fail()*",
             "*exception: ValueError('lost')*",
+        ]
+    )
+
+
+def _suite_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    pytester.makeconftest('pytest_plugins = ["tests.support.task_leaks"]')
+
+
+def test_a_task_asyncio_run_would_cancel_in_silence_fails_its_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _suite_plugin(pytester, monkeypatch)
+    pytester.makepyfile(
+        test_runs=textwrap.dedent(
+            """
+            import asyncio
+
+            async def follow():
+                await asyncio.Event().wait()
+
+            def test_leaves_a_task_behind_in_asyncio_run():
+                async def main():
+                    asyncio.create_task(follow(), name="left-behind")
+                    await asyncio.sleep(0)
+
+                asyncio.run(main())
+
+            def test_leaves_one_in_a_runner_of_another_loop():
+                async def main():
+                    asyncio.create_task(follow(), name="runner-left")
+
+                with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
+                    runner.run(main())
+
+            def test_awaits_its_tasks_in_asyncio_run():
+                async def main():
+                    await asyncio.create_task(asyncio.sleep(0))
+
+                asyncio.run(main())
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, errors=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*ERROR at teardown of test_leaves_a_task_behind_in_asyncio_run*",
+            f"*{PENDING_AT_RUN_END}: task 'left-behind' running follow()*"
+            "created at */test_runs.py:8 in main*",
+            f"*{PENDING_AT_RUN_END}: task 'runner-left' running follow()*",
+        ]
+    )
+
+
+def test_a_task_lost_after_the_last_test_fails_the_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _suite_plugin(pytester, monkeypatch)
+    pytester.makepyfile(
+        test_session=textwrap.dedent(
+            """
+            import asyncio
+
+            import pytest
+
+            async def follow():
+                await asyncio.Event().wait()
+
+            @pytest.fixture(scope="session")
+            def loop_of_the_session():
+                loop = asyncio.new_event_loop()
+                yield loop
+                loop.create_task(follow(), name="teardown-follower")
+                loop.run_until_complete(asyncio.sleep(0))
+                loop.close()
+
+            def test_uses_it(loop_of_the_session):
+                assert not loop_of_the_session.is_closed()
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*asyncio tasks lost after the last test*",
+            "1 asyncio task(s) lost by the session after its last test:",
+            f"*{PENDING_AT_CLOSE}: task 'teardown-follower' running follow()*",
         ]
     )
