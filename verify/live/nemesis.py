@@ -1,5 +1,6 @@
 """The live failover run's nemesis: faults from the local cluster's own controls on a schedule
-drawn from the seed, each written to the history when applied and when healed."""
+drawn from the seed, each registered for healing before it is applied (verify/live/faults.py)
+and written to the history when applied and when healed."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
 
 from core.errors import GlobelogError
 from localcluster import controller, regions, wan
@@ -17,6 +17,7 @@ from localcluster.controller import Cluster
 from localcluster.tails import proxy_url
 from localcluster.tools import Tools
 from region.client import ProxyClient
+from verify.live.faults import FaultsInForce, Undo
 from verify.live.recorder import Recorder
 
 FAULT_KINDS = (
@@ -44,73 +45,85 @@ async def _owner(cluster: Cluster, namespace: str, stream: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    what: str  # the fault as the history names it (its heal names it the same)
+    apply: Undo
+    undo: Undo
+
+
 async def nemesis(
     cluster: Cluster, tools: Tools, faults: tuple[str, ...], namespace: str, rec: Recorder,
-    rng: random.Random, deadline: float,
+    rng: random.Random, deadline: float, in_force: FaultsInForce,
 ) -> None:  # fmt: skip
-    """Faults until `deadline`, every chosen kind at least once; each healed before the next,
-    and the one in force healed too when the run is cancelled."""
-    names = cluster.topology.region_names
+    """Faults until `deadline`, every chosen kind at least once; each healed before the next.
+    Each fault's undo is registered in `in_force` before the fault is applied, so one that is
+    being applied or held when the nemesis is stopped (cancelled, or failing) is the run's to
+    heal at its end."""
     # every chosen kind once, in an order drawn from the seed, before any repeats
     first = rng.sample(faults, len(faults))
     # ... and every one of them at least once, even when that takes longer than the run's time
     while first or time.monotonic() + QUIET_S + max(HOLD_S.values()) < deadline:
         await asyncio.sleep(QUIET_S)
         kind = first.pop(0) if first else rng.choice(faults)
-        hold = HOLD_S[kind]
-        heal: Callable[[], Awaitable[Any]]
-        if kind in ("kill-write-proxy", "pause-write-proxy", "expire-session"):
-            target = await _owner(cluster, namespace, f"s{rng.randrange(STREAMS)}")
-            if target is None:
-                continue
-            if kind == "expire-session":  # an instant fault: the proxy gets a new session
-                what = await controller.expire_session(cluster, target)
-                heal = _nothing
-            else:
-                heal, what = await _process_fault(cluster, tools, kind, target)
-        elif kind in ("kill-read-proxy", "pause-read-proxy"):
-            region = cluster.topology.region(rng.choice(names))
-            heal, what = await _process_fault(cluster, tools, kind, region.read_proxies[0].name)
-        elif kind in ("kill-bookie", "pause-bookie"):
-            target = rng.choice([b.name for b in cluster.topology.bookies])
-            heal, what = await _process_fault(cluster, tools, kind, target)
-        elif kind == "slow-bookie":
-            target = rng.choice([b.name for b in cluster.topology.bookies])
-            await wan.slow(cluster.topology, target, SLOW_BOOKIE_MS)
-            heal = functools.partial(wan.unslow, cluster.topology, target)
-            what = f"slow {target} +{SLOW_BOOKIE_MS} ms"
-        elif kind == "partition":
-            a, b = rng.sample(names, 2)
-            await wan.partition(cluster.topology, a, b)
-            heal = functools.partial(wan.heal, cluster.topology, a, b)
-            what = f"partition {a} {b}"
-        elif kind == "isolate-region":
-            region_name = rng.choice(names)
-            await regions.isolate(cluster, region_name)
-            heal = functools.partial(wan.heal, cluster.topology)
-            what = f"isolate {region_name}"
-        else:
-            region_name = rng.choice(names)
-            await regions.region_down(cluster, region_name)
-            heal = functools.partial(regions.region_up, cluster, tools, region_name)
-            what = f"region-down {region_name}"
-        rec.add(process="nemesis", type="info", f="fault", fault=kind, value=what)
-        try:
-            await asyncio.sleep(hold)
-        finally:
-            await heal()
-        rec.add(process="nemesis", type="info", f="heal", fault=kind, value=what)
+        planned = await _plan(cluster, tools, kind, namespace, rng)
+        if planned is None:
+            continue
+        in_force.applying(kind, planned.what, planned.undo)
+        done = await planned.apply()
+        rec.add(process="nemesis", type="info", f="fault", fault=kind, value=planned.what,
+                **({"detail": done} if isinstance(done, str) else {}))  # fmt: skip
+        await asyncio.sleep(HOLD_S[kind])
+        await in_force.heal()
+
+
+async def _plan(
+    cluster: Cluster, tools: Tools, kind: str, namespace: str, rng: random.Random
+) -> _Planned | None:
+    """The fault of `kind` on a target drawn from `rng` (None: a stream without an owner to
+    fault), how to apply it and how to undo it; nothing is applied yet."""
+    topology, names = cluster.topology, cluster.topology.region_names
+    if kind in ("kill-write-proxy", "pause-write-proxy", "expire-session"):
+        target = await _owner(cluster, namespace, f"s{rng.randrange(STREAMS)}")
+        if target is None:
+            return None
+        if kind == "expire-session":  # an instant fault: the proxy gets a new session
+            expire = functools.partial(controller.expire_session, cluster, target)
+            return _Planned(f"expire-session {target}", expire, _nothing)
+        return _process_fault(cluster, tools, kind, target)
+    if kind in ("kill-read-proxy", "pause-read-proxy"):
+        region = topology.region(rng.choice(names))
+        return _process_fault(cluster, tools, kind, region.read_proxies[0].name)
+    if kind in ("kill-bookie", "pause-bookie"):
+        return _process_fault(cluster, tools, kind, rng.choice([b.name for b in topology.bookies]))
+    if kind == "slow-bookie":
+        target = rng.choice([b.name for b in topology.bookies])
+        slow = functools.partial(wan.slow, topology, target, SLOW_BOOKIE_MS)
+        unslow = functools.partial(wan.unslow, topology, target)
+        return _Planned(f"slow {target} +{SLOW_BOOKIE_MS} ms", slow, unslow)
+    if kind == "partition":
+        a, b = rng.sample(names, 2)
+        cut, heal = (functools.partial(f, topology, a, b) for f in (wan.partition, wan.heal))
+        return _Planned(f"partition {a} {b}", cut, heal)
+    region_name = rng.choice(names)
+    if kind == "isolate-region":
+        isolate = functools.partial(regions.isolate, cluster, region_name)
+        heal_all = functools.partial(wan.heal, topology)
+        return _Planned(f"isolate {region_name}", isolate, heal_all)
+    assert kind == "region-down", kind
+    down = functools.partial(regions.region_down, cluster, region_name)
+    up = functools.partial(regions.region_up, cluster, tools, region_name)
+    return _Planned(f"region-down {region_name}", down, up)
 
 
 async def _nothing() -> None:
     return None
 
 
-async def _process_fault(
-    cluster: Cluster, tools: Tools, kind: str, target: str
-) -> tuple[Callable[[], Awaitable[Any]], str]:
-    """kill (healed by a restart) or pause (healed by resume) of one process, by name."""
+def _process_fault(cluster: Cluster, tools: Tools, kind: str, target: str) -> _Planned:
+    """kill (undone by a restart) or pause (undone by resume) of one process, by name."""
     action = kind.split("-", 1)[0]
-    await controller.fault(cluster, tools, action, target)
     undo = "restart" if action == "kill" else "resume"
-    return functools.partial(controller.fault, cluster, tools, undo, target), f"{action} {target}"
+    apply, heal = (functools.partial(controller.fault, cluster, tools, a, target)
+                   for a in (action, undo))  # fmt: skip
+    return _Planned(f"{action} {target}", apply, heal)

@@ -9,11 +9,14 @@ operating answer fails the run (WorkerFailedError) instead of vanishing. After t
 healed and the tailing readers reached the acknowledged end (or their bound ran out, which the
 history says), every region reads every stream in full through its read proxy and through the
 library, every segment's ensembles are audited, and the checker (verify/checker.py) reports.
+However the workload ends, the fault in force (registered before it was applied) and every WAN
+partition and slowed route are healed first (verify/live/faults.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -31,6 +34,7 @@ from localcluster.tools import Tools
 from region.client import ProxyClient
 from verify.checker import CheckReport, check
 from verify.history import Op, load_history
+from verify.live.faults import FaultsInForce, heal_at_end
 from verify.live.finals import library_final_reads, proxy_final_reads
 from verify.live.nemesis import FAULT_KINDS, nemesis
 from verify.live.recorder import Recorder, owned, supervised
@@ -73,11 +77,17 @@ async def failover_run(
                 await admin.create(stream)  # fails if it exists: a run starts from nothing
         frontier = Frontier()
         progress(f"workload on {STREAMS} streams in every region; faults {', '.join(cfg.faults)}")
+        faults = FaultsInForce(rec, [
+            ("heal every WAN partition", functools.partial(wan.heal, cluster.topology)),
+            ("unslow every WAN route", functools.partial(wan.unslow, cluster.topology)),
+        ])  # fmt: skip
+        workload = _workload(cluster, tools, cfg, streams, rec, frontier, faults, progress)
         try:
-            await supervised(_workload(cluster, tools, cfg, streams, rec, frontier, progress))
-        finally:
-            await wan.heal(cluster.topology)
-            await wan.unslow(cluster.topology)
+            await supervised(workload)
+        except BaseException as ended:
+            await heal_at_end(faults, ended, progress)
+            raise
+        await heal_at_end(faults, None, progress)
         progress(
             f"{len(frontier.acked)} streams written; final reads through every region's read "
             "proxy and the library, ensemble audits"
@@ -98,7 +108,7 @@ async def failover_run(
 
 async def _workload(
     cluster: Cluster, tools: Tools, cfg: RunConfig, streams: list[str], rec: Recorder,
-    frontier: Frontier, progress: Callable[[str], None],
+    frontier: Frontier, in_force: FaultsInForce, progress: Callable[[str], None],
 ) -> None:  # fmt: skip
     """Producers and the nemesis until the time is up (and the last fault's window could end),
     tailing readers until they reached the acknowledged end or CATCH_UP_S ran out."""
@@ -120,7 +130,9 @@ async def _workload(
                     )  # fmt: skip
                     writers.create_task(owned(f"w-{region}-{stream}", work))
             rng = random.Random(cfg.seed)
-            faults = nemesis(cluster, tools, cfg.faults, cfg.namespace, rec, rng, deadline)
+            faults = nemesis(
+                cluster, tools, cfg.faults, cfg.namespace, rec, rng, deadline, in_force
+            )
             await owned("nemesis", faults)
             await asyncio.sleep(max(AFTER_LAST_HEAL_S, deadline - time.monotonic()))
             stop_sends.set()

@@ -1,0 +1,151 @@
+"""The live failover run heals every fault it applied however the run ends: a fault being
+applied when a worker fails, a fault held when the run is interrupted; a heal that fails is
+reported with its cause (the run fails, or an interrupt stays an interrupt). The cluster's
+controls are fakes at their seam (localcluster's controller, regions and wan functions)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from core.errors import ClusterError
+from verify.history import load_history
+from verify.live import nemesis, run
+from verify.live.recorder import WorkerFailedError
+from verify.live.run import RunConfig, failover_run
+
+pytestmark = pytest.mark.unit
+
+RUN_BOUND_S = 10.0
+
+
+class Controls:
+    """The cluster's controls as the nemesis and the run call them, each call logged."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.paused = asyncio.Event()
+        self.pause_never_settles = False  # the SIGSTOP is sent; the wait for it never ends
+        self.failing_undos = 0  # how many resumes raise before one works
+
+    async def fault(self, cluster: Any, tools: Any, action: str, name: str) -> str:
+        await asyncio.sleep(0)
+        self.log.append(f"{action} {name}")
+        if action == "pause":
+            self.paused.set()
+            if self.pause_never_settles:
+                await asyncio.Event().wait()
+        if action == "resume" and self.failing_undos:
+            self.failing_undos -= 1
+            raise ClusterError(f"cluster resume {name}: pid 7 is not running")
+        return f"{action} {name} (pid 7)"
+
+    async def wan(self, what: str, *_: Any) -> None:
+        await asyncio.sleep(0)
+        self.log.append(what)
+
+
+class FakeAdmin:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    async def __aenter__(self) -> FakeAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def create(self, stream: str) -> None:
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def controls(monkeypatch: pytest.MonkeyPatch) -> Controls:
+    found = Controls()
+    wan = SimpleNamespace(
+        heal=lambda *a: found.wan("heal every partition", *a),
+        unslow=lambda *a: found.wan("unslow every route", *a),
+    )
+    monkeypatch.setattr(nemesis, "controller", SimpleNamespace(fault=found.fault))
+    monkeypatch.setattr(run, "wan", wan)
+    monkeypatch.setattr(run, "ProxyClient", FakeAdmin)
+    monkeypatch.setattr(run, "proxy_url", lambda *args: "http://127.0.0.1:1")
+    monkeypatch.setattr(nemesis, "QUIET_S", 0.0)
+    monkeypatch.setattr(nemesis, "HOLD_S", {"pause-bookie": 0.05})
+    monkeypatch.setattr(run, "AFTER_LAST_HEAL_S", 0.0)
+    monkeypatch.setattr(run, "tail", idle_worker)
+    monkeypatch.setattr(run, "produce", idle_worker)
+    return found
+
+
+async def idle_worker(*args: Any) -> None:
+    """A tailing reader's or producer's fake: runs until told to stop (its last argument)."""
+    stop: asyncio.Event = args[-1]
+    await stop.wait()
+
+
+def cluster() -> Any:
+    topology = SimpleNamespace(region_names=["r1", "r2"], bookies=[SimpleNamespace(name="b1")])
+    return SimpleNamespace(topology=topology)
+
+
+async def start(tmp_path: Path, lines: list[str]) -> asyncio.Task[Any]:
+    cfg = RunConfig(seed=1, seconds=0.0, faults=("pause-bookie",), out=tmp_path)
+    work = failover_run(cluster(), None, cfg, lines.append)  # type: ignore[arg-type]
+    return asyncio.create_task(work)
+
+
+async def test_a_fault_being_applied_when_a_worker_fails_is_healed_at_the_end(
+    controls: Controls, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    controls.pause_never_settles = True
+
+    async def fails_once_paused(*args: Any) -> None:
+        await controls.paused.wait()
+        raise KeyError("records")
+
+    monkeypatch.setattr(run, "produce", fails_once_paused)
+    with pytest.raises(WorkerFailedError, match="w-r1-s0 failed: KeyError"):
+        await asyncio.wait_for(await start(tmp_path, []), RUN_BOUND_S)
+    assert controls.log[0] == "pause b1"
+    assert "resume b1" in controls.log, "the process was left stopped"
+    assert controls.log[-2:] == ["heal every partition", "unslow every route"]
+    heals = [op for op in load_history(tmp_path / "history.jsonl") if op.f == "heal"]
+    assert [(op.type, op.value) for op in heals] == [("info", "pause b1")]
+
+
+async def test_a_heal_failing_as_the_run_is_interrupted_is_printed_and_the_interrupt_stays(
+    controls: Controls, tmp_path: Path
+) -> None:
+    controls.failing_undos = 1
+    lines: list[str] = []
+    running = await start(tmp_path, lines)
+    await asyncio.wait_for(controls.paused.wait(), RUN_BOUND_S)
+    await asyncio.sleep(0.01)  # the fault is held
+    running.cancel()  # what Ctrl-C does to asyncio.run's main task
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, RUN_BOUND_S)
+    assert controls.log == ["pause b1", "resume b1", "heal every partition", "unslow every route"]
+    [printed] = [line for line in lines if "could not heal" in line]
+    assert "heal of pause b1: ClusterError: cluster resume b1: pid 7 is not running" in printed
+    history = load_history(tmp_path / "history.jsonl")
+    [heal] = [op for op in history if op.f == "heal"]
+    assert heal.type == "fail" and "pid 7 is not running" in heal.detail
+
+
+async def test_a_heal_that_fails_fails_the_run_with_its_cause_and_is_tried_again(
+    controls: Controls, tmp_path: Path
+) -> None:
+    controls.failing_undos = 2
+    with pytest.raises(WorkerFailedError) as failed:
+        await asyncio.wait_for(await start(tmp_path, []), RUN_BOUND_S)
+    assert [who for who, _ in failed.value.causes] == ["nemesis", "heal"]
+    assert "nemesis failed: HealFailedError: heal of pause b1: ClusterError" in str(failed.value)
+    for _, cause in failed.value.causes:
+        assert isinstance(cause.__cause__, ClusterError)
+    assert controls.log.count("resume b1") == 2
+    assert controls.log[-2:] == ["heal every partition", "unslow every route"]
