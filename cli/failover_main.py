@@ -3,7 +3,8 @@ run that records one on a running cluster, the simulation (docs/failover.md).
 
 Exit status 0 when no guarantee is broken, 4 when an anomaly breaks one (duplicates of plain
 sends are reported but break none), 1 for an unreadable history or bad flags, 3 when a live
-run's worker failed for a reason that is no operating answer (its cause is printed).
+run's worker failed for a reason that is no operating answer, or a fault could not be healed
+(its cause is printed), 130 when the run is interrupted (Ctrl-C), even as workers fail.
 """
 
 from __future__ import annotations

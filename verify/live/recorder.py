@@ -3,8 +3,9 @@ errors are operating answers (recorded in the history) and which fail the run.""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
@@ -72,21 +73,41 @@ async def owned(worker: str, work: Awaitable[T]) -> T:
         raise WorkerFailedError([(worker, err)]) from err
 
 
-async def supervised(work: Awaitable[None]) -> None:
-    """Awaits work that runs owned workers under TaskGroups: their failures come out as one
-    WorkerFailedError (the first cause chained), anything else as it was raised."""
+async def supervised(work: Coroutine[Any, Any, None]) -> None:
+    """Awaits work that runs owned workers under TaskGroups, and says precisely how it ended.
+    A cancel of the caller (Ctrl-C) wins and is re-raised, even when workers failed as it
+    came (a TaskGroup raises their errors instead); so does an interrupt a group holds.
+    Otherwise a group's failures come out as one WorkerFailedError (the first cause
+    chained), an exception of the run's own code among them named `harness`: never a raw
+    exception group. Anything raised outside a group is raised as it was."""
+    caller = asyncio.current_task()
+    assert caller is not None, "supervised runs in a task"
+    cancels_before = caller.cancelling()
+    # The work runs as a task of its own, awaited here (a cancel of the caller cancels it), so
+    # the caller's count of cancel requests holds only those from outside: on Python 3.11 a
+    # TaskGroup that cancels its parent after a task failed, while the parent already waited
+    # in the group's exit, never takes its request back (3.12 does).
+    running = asyncio.get_running_loop().create_task(work, name="supervised run")
     try:
-        await work
-    except BaseExceptionGroup as group:
-        failure = one_failure(group)
-        if failure is None:
+        await running
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:
+        if caller.cancelling() > cancels_before:
+            raise asyncio.CancelledError(f"cancelled as the run failed: {err!r}") from err
+        if not isinstance(err, BaseExceptionGroup):
             raise
+        leaves = _leaves(err)
+        interrupt = next((e for e in leaves if isinstance(e, KeyboardInterrupt | SystemExit)), None)
+        if interrupt is not None:
+            raise interrupt from err
+        failure = one_failure(leaves)
         raise failure from failure.__cause__
+    if caller.cancelling() > cancels_before:  # the work ended without heeding the cancel
+        raise asyncio.CancelledError("cancelled as the run ended")
 
 
-def one_failure(group: BaseExceptionGroup[BaseException]) -> WorkerFailedError | None:
-    """The WorkerFailedErrors of a TaskGroup's exception group as one (None when the group holds
-    anything else, which is then re-raised as it is)."""
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     leaves: list[BaseException] = []
     pending: list[BaseException] = [group]
     while pending:
@@ -95,10 +116,16 @@ def one_failure(group: BaseExceptionGroup[BaseException]) -> WorkerFailedError |
             pending[:0] = item.exceptions
         else:
             leaves.append(item)
-    failed = [leaf for leaf in leaves if isinstance(leaf, WorkerFailedError)]
-    if len(failed) != len(leaves):
-        return None
-    failures = [cause for leaf in failed for cause in leaf.causes]
+    return leaves
+
+
+def one_failure(leaves: list[BaseException]) -> WorkerFailedError:
+    """The exceptions of a TaskGroup's exception group as one WorkerFailedError: each failed
+    worker's causes, and anything else (the run's own code failing beside its workers) as the
+    `harness`'s."""
+    failures: list[tuple[str, BaseException]] = []
+    for leaf in leaves:
+        failures += leaf.causes if isinstance(leaf, WorkerFailedError) else [("harness", leaf)]
     combined = WorkerFailedError(failures)
     combined.__cause__ = failures[0][1]
     return combined

@@ -149,3 +149,21 @@ async def test_a_heal_that_fails_fails_the_run_with_its_cause_and_is_tried_again
         assert isinstance(cause.__cause__, ClusterError)
     assert controls.log.count("resume b1") == 2
     assert controls.log[-2:] == ["heal every partition", "unslow every route"]
+
+
+async def test_an_interrupt_as_a_worker_fails_stays_an_interrupt_and_the_fault_is_healed(
+    controls: Controls, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    async def fails_as_it_is_stopped(*args: Any) -> None:
+        try:
+            await args[-1].wait()
+        except asyncio.CancelledError:
+            raise KeyError("records") from None
+
+    monkeypatch.setattr(run, "produce", fails_as_it_is_stopped)
+    running = await start(tmp_path, [])
+    await asyncio.wait_for(controls.paused.wait(), RUN_BOUND_S)
+    running.cancel()  # Ctrl-C, while the fault is held
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, RUN_BOUND_S)
+    assert controls.log == ["pause b1", "resume b1", "heal every partition", "unslow every route"]

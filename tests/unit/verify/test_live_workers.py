@@ -73,14 +73,80 @@ async def test_a_failed_worker_fails_the_run_with_its_cause_and_stops_the_others
     assert others_cancelled.is_set()
 
 
-async def test_supervised_lets_other_exceptions_through_as_they_were() -> None:
+async def test_an_error_of_the_runs_own_code_beside_failed_workers_is_one_failure() -> None:
+    async def breaks_when_stopped() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise KeyError("records") from None
+
     async def run() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(owned("w-us-east-s1", breaks_when_stopped()))
+            await asyncio.sleep(0)
+            raise ValueError("not a worker's")
+
+    with pytest.raises(WorkerFailedError) as failed:
+        await supervised(run())
+    assert [(who, type(err)) for who, err in failed.value.causes] == [
+        ("w-us-east-s1", KeyError),
+        ("harness", ValueError),
+    ]
+    assert isinstance(failed.value.__cause__, KeyError)
+
+    async def alone() -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(asyncio.sleep(0))
             raise ValueError("not a worker's")
 
-    with pytest.raises(BaseExceptionGroup):
-        await supervised(run())
+    with pytest.raises(WorkerFailedError, match="harness failed: ValueError: not a worker's"):
+        await supervised(alone())
+    with pytest.raises(ValueError, match="outside a group"):  # raised as it was
+        await supervised(_raises())
+
+
+async def _raises() -> None:
+    await asyncio.sleep(0)
+    raise ValueError("outside a group")
+
+
+@pytest.mark.parametrize("first", ["cancel", "failure"])
+async def test_a_cancel_arriving_as_a_worker_fails_stays_a_cancel(first: str) -> None:
+    """Ctrl-C cancels asyncio.run's main task; a worker that fails as that cancel arrives (or
+    just before it, while the group waits for the others) must not turn it into a failure."""
+    running = asyncio.Event()
+    failure = asyncio.Event()
+
+    async def worker() -> None:
+        running.set()
+        try:
+            await failure.wait()
+        except asyncio.CancelledError:
+            raise KeyError("records") from None  # failing as it is cancelled
+        raise KeyError("records")
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # a heal, a connection closing
+            raise
+
+    async def run() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(owned("r-eu-west-s0", slow_to_stop()))
+            group.create_task(owned("w-us-east-s1", worker()))
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(supervised(run()))
+    await asyncio.wait_for(running.wait(), 5)
+    if first == "failure":
+        failure.set()
+        await asyncio.sleep(0.01)  # the group is waiting for the reader to stop
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert task.cancelled()
 
 
 class FakePages:
