@@ -6,7 +6,9 @@ the view stale with nothing to show for it (a read proxy's stream caches stopped
 ZooKeeper session and stayed stopped while its health said serving). So each one runs under a
 `Follower`, which
 
-- restarts its loop after a failure, waiting a capped exponential backoff first;
+- restarts its loop after a failure, waiting a capped exponential backoff first, with jitter
+  (the caches of a read proxy all fail together when its region is cut off; without it they
+  would all restart together at each step after the heal);
 - keeps its state for health and metrics: starting, running, restarting (since when, after
   how many restarts, and why), finished;
 - on `stop()` cancels the loop and waits, within a bound, until it has ended (I8).
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 RESTART_BACKOFF_FIRST_S = 0.1
 RESTART_BACKOFF_MULTIPLIER = 2.0
 RESTART_BACKOFF_CAP_S = 2.0
+# Each wait is drawn from [step * (1 - fraction), step]: never longer than the step (the cap
+# keeps its meaning) and never below half of it.
+RESTART_JITTER_FRACTION = 0.5
 STOP_TIMEOUT_S = 5.0  # a loop cancelled by stop() ends within this (it never ignores a cancel)
 ERROR_TEXT_CHARS_MAX = 500  # the last error as health shows it
 
@@ -65,16 +71,21 @@ class RestartBackoff:
     first_s: float = RESTART_BACKOFF_FIRST_S
     multiplier: float = RESTART_BACKOFF_MULTIPLIER
     cap_s: float = RESTART_BACKOFF_CAP_S
+    jitter_fraction: float = RESTART_JITTER_FRACTION
 
     def __post_init__(self) -> None:
         assert 0 < self.first_s <= self.cap_s, (self.first_s, self.cap_s)
         assert self.multiplier >= 1, self.multiplier
+        assert 0 <= self.jitter_fraction < 1, self.jitter_fraction
 
-    def delay_s(self, failures: int) -> float:
-        """The wait before the restart after `failures` consecutive failures (>= 1)."""
+    def delay_s(self, failures: int, unit_random: float = 0.0) -> float:
+        """The wait before the restart after `failures` consecutive failures (>= 1);
+        `unit_random` in [0, 1) is the jitter (0: the whole step)."""
         assert failures >= 1, failures
+        assert 0 <= unit_random < 1, unit_random
         exponent = min(failures - 1, 32)  # far past the cap already; bounds the float
-        return min(self.cap_s, self.first_s * self.multiplier**exponent)
+        step_s = min(self.cap_s, self.first_s * self.multiplier**exponent)
+        return step_s * (1 - self.jitter_fraction * unit_random)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +131,7 @@ class Follower:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         stop_timeout_s: float = STOP_TIMEOUT_S,
+        rng: random.Random | None = None,
     ) -> None:
         self.name = name
         self._loop = loop
@@ -128,6 +140,7 @@ class Follower:
         self._clock = clock
         self._sleep = sleep
         self._stop_timeout_s = stop_timeout_s
+        self._rng = rng or random.Random()  # a seed of its own: followers do not move together
         self._task: asyncio.Task[None] | None = None
         self._state = FollowerState.STARTING
         self._since_s = clock()
@@ -192,8 +205,7 @@ class Follower:
             try:
                 await self._loop(self._following)
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
+                if self._stopping():
                     raise  # stopped by our owner
                 error: BaseException = RuntimeError("the loop was cancelled from inside")
             except Exception as err:  # noqa: BLE001 - every failure restarts the loop
@@ -201,12 +213,23 @@ class Follower:
             else:
                 self._set(FollowerState.FINISHED)
                 return
+            if self._stopping():
+                # Stopped while the loop failed: its cleanup raised over our cancellation,
+                # which is gone with it. A restart would outlive the owner's stop (I8).
+                self._failed_stopping(error)
+                raise asyncio.CancelledError
             followed_s = (
                 0.0 if self._following_since_s is None else self._clock() - self._following_since_s
             )
             failures = 1 if followed_s >= self._backoff.cap_s else failures + 1
             self._failed(error)
-            await self._sleep(self._backoff.delay_s(failures))
+            await self._sleep(self._backoff.delay_s(failures, self._rng.random()))
+
+    @staticmethod
+    def _stopping() -> bool:
+        """True when the supervising task is being cancelled (by stop(), or its owner)."""
+        current = asyncio.current_task()
+        return current is not None and current.cancelling() > 0
 
     def _failed(self, error: BaseException) -> None:
         if self._state is not FollowerState.RESTARTING:
@@ -218,7 +241,15 @@ class Follower:
         else:  # a bug: its traceback is what fixes it
             log.error("follower %s failed (restart %d)", self.name, self._restarts, exc_info=error)
         if self._on_failed is not None:
-            self._on_failed(self.status())
+            try:
+                self._on_failed(self.status())
+            except Exception:  # a broken metric must not stop the follower
+                log.exception("follower %s: its on_failed callback failed (a bug)", self.name)
+
+    def _failed_stopping(self, error: BaseException) -> None:
+        """The loop failed as it was being stopped: no restart, the error kept for health."""
+        self._last_error = _error_text(error)[:ERROR_TEXT_CHARS_MAX]
+        log.error("follower %s failed while it was being stopped", self.name, exc_info=error)
 
 
 def _error_text(error: BaseException) -> str:

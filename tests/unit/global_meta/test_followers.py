@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -81,7 +82,8 @@ def follower(
     return Follower(
         "drained streams of us-east",
         loop,
-        backoff=RestartBackoff(first_s=0.1, multiplier=2.0, cap_s=1.0),
+        # no jitter: the steps are exact here (the jitter has its own test)
+        backoff=RestartBackoff(first_s=0.1, multiplier=2.0, cap_s=1.0, jitter_fraction=0.0),
         on_failed=None if failed is None else failed.append,
         clock=time.clock,
         sleep=time.sleep,
@@ -208,21 +210,85 @@ async def test_stop_of_a_loop_that_swallows_its_cancellation_fails_loudly() -> N
     await supervised.stop()  # a second stop reaps it once it ends
 
 
-async def test_stop_raises_what_the_supervision_itself_failed_with() -> None:
-    called = asyncio.Event()
+async def test_a_failing_on_failed_callback_is_logged_as_a_bug_and_the_follower_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
 
     def broken_metrics(status: FollowerStatus) -> None:
-        called.set()
+        calls.append(status.restarts)
         raise ZeroDivisionError("metrics")
 
-    loop = ScriptedLoop()
-    time = FakeTime()
+    loop, time = ScriptedLoop(), FakeTime()
     supervised = Follower(
         "with broken metrics", loop, on_failed=broken_metrics, clock=time.clock, sleep=time.sleep
     )
+    with caplog.at_level(logging.ERROR, logger="global_meta.followers"):
+        supervised.start()
+        await loop.runs.get()
+        await loop.order(unavailable())  # restarted although the callback failed
+        await loop.order(unavailable())
+        await loop.order(FOLLOW)
+        assert supervised.status().state is FollowerState.RUNNING
+        await supervised.stop()  # the supervision itself never failed: nothing to raise
+    assert calls == [1, 2] and supervised.status().restarts == 2
+    bugs = [r for r in caplog.records if "on_failed callback failed" in r.getMessage()]
+    assert len(bugs) == 2 and all(r.exc_info is not None for r in bugs)
+
+
+async def test_a_cleanup_that_fails_during_a_stop_does_not_turn_the_stop_into_a_restart() -> None:
+    """The loop's cleanup raises while the stop's cancellation passes through it: the
+    cancellation is gone with it, and the supervisor must end rather than restart."""
+    loop, time = ScriptedLoop(), FakeTime()
+    cleanup_failed = asyncio.Event()
+
+    async def failing_cleanup(following: Callable[[], None]) -> None:
+        try:
+            await loop(following)
+        finally:
+            cleanup_failed.set()
+            raise unavailable()  # e.g. closing a reader without a ZooKeeper session
+
+    supervised = Follower(
+        "drained streams of us-east",
+        failing_cleanup,
+        clock=time.clock,
+        sleep=time.sleep,
+        stop_timeout_s=1.0,
+    )
     supervised.start()
     await loop.runs.get()
-    await loop.orders.put(unavailable())
-    await called.wait()  # the supervision fails in the same step: its task has ended
-    with pytest.raises(ZeroDivisionError, match="metrics"):
+    await loop.order(FOLLOW)
+    await supervised.stop()  # ended within its bound: no AssertionError
+    assert cleanup_failed.is_set()
+    status = supervised.status()
+    assert status.state is FollowerState.STOPPED and loop.count == 1 and time.slept_s == []
+    assert status.last_error is not None and "no ZooKeeper session" in status.last_error
+    assert [t for t in asyncio.all_tasks() if t.get_name().startswith("follower ")] == []
+
+
+async def test_restart_waits_are_jittered_by_the_followers_own_random_within_each_step() -> None:
+    backoff = RestartBackoff(first_s=0.1, multiplier=2.0, cap_s=1.0)  # jitter: half a step
+    slept: list[list[float]] = []
+    for seed in (7, 7, 8):
+        loop, time = ScriptedLoop(), FakeTime()
+        supervised = Follower(
+            "stream cache of 'orders'",
+            loop,
+            backoff=backoff,
+            clock=time.clock,
+            sleep=time.sleep,
+            rng=random.Random(seed),
+        )
+        supervised.start()
+        await loop.runs.get()
+        for _ in range(5):
+            await loop.order(unavailable())
         await supervised.stop()
+        slept.append(time.slept_s)
+    same_seed, again, other_seed = slept
+    assert same_seed == again, "a seed replays its waits"
+    assert same_seed != other_seed, "followers with their own seeds do not restart together"
+    for delays in slept:
+        for step_s, delay_s in zip([0.1, 0.2, 0.4, 0.8, 1.0], delays, strict=True):
+            assert step_s / 2 <= delay_s <= step_s
