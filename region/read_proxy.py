@@ -201,11 +201,22 @@ class ReadProxy:
     ) -> list[LogRecord]:
         cache = await self._cache(ns, stream, seq)
         if cache.covers(seq):
-            PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
+            began_s = asyncio.get_running_loop().time()
             with TRACER.start_as_current_span("globelog.read.cache") as span:
                 cached = await cache.read(seq, max_records, wait_s)
-                span.set_attributes({"globelog.seq": seq, "globelog.records": len(cached)})
+                span.set_attributes(
+                    {
+                        "globelog.seq": seq,
+                        "globelog.records": len(cached or []),
+                        "globelog.left_cache": cached is None,
+                    }
+                )
+            if cached is not None:
+                PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
                 return cached
+            # It left the cache while the request waited (evicted by a burst, or dropped at a
+            # truncation): a reader of its own, within what is left of the request's wait.
+            wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - began_s))
         PROXY_METRICS.cache_reads.add(1, {"result": "miss"})
         # Before what the cache holds: a reader of its own, for this page only.
         reader = await LogReader.open(

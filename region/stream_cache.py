@@ -3,13 +3,19 @@
 A cache follows the stream with one LogReader from the first position asked of it and keeps
 the newest records (bounded by count and bytes). A request from a sequence id inside the
 cached range is served from memory, and waits (long poll) when it asks for the next record
-not read yet; a request from before the cached range gets a reader of its own.
+not read yet; a request from before the cached range gets a reader of its own. A long poll
+whose record left the cache while it waited (evicted by a burst, or dropped at a truncation)
+is told so, and goes to a reader of its own too: a page never starts past the record asked for.
 
 The follow loop runs under a `Follower`: when its reader fails (no ZooKeeper session while
 the region is cut off, bookies away) it is restarted with backoff from the record after the
-newest cached one, so the cache goes on where it stopped once the cause is gone. While it is
-not following, a request that finds nothing new gets the last failure, and the proxy's
-health names the stream.
+newest cached one, so the cache goes on where it stopped once the cause is gone. If
+retention or a truncation passed that record meanwhile, those records are gone for every
+reader: the cache goes on from the first readable record, notes the gap (`gaps`) and drops
+what it held before it, so a read from inside the gap gets a reader of its own and with it
+position_truncated, naming the first readable record, rather than a page from after the gap.
+While it is not following, a request that finds nothing new gets the last failure, and the
+proxy's health names the stream.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.errors import DataLossError, GlobelogError, StreamNotFoundError
+from core.errors import (
+    DataLossError,
+    GlobelogError,
+    StreamNotFoundError,
+    TruncatedPositionError,
+)
 from core.records import LogRecord
 from global_meta.followers import Follower, FollowerState, FollowerStatus, RestartBackoff
 from global_meta.streams import StreamMetaStore
@@ -32,7 +43,7 @@ from reader.positions import By, Position
 log = logging.getLogger(__name__)
 CACHE_RECORDS_MAX = 200_000
 CACHE_BYTES_MAX = 64 * 1024 * 1024
-GAPS_MAX = 1000  # lost ranges remembered per cache (the oldest go first)
+GAPS_MAX = 1000  # lost and truncated ranges remembered per cache (the oldest go first)
 
 
 class RecordSource(Protocol):
@@ -43,7 +54,7 @@ class RecordSource(Protocol):
     async def close(self) -> None: ...
 
 
-SourceOpener = Callable[[int], Awaitable[RecordSource]]
+SourceOpener = Callable[[Position], Awaitable[RecordSource]]
 
 
 class StreamCache:
@@ -74,8 +85,12 @@ class StreamCache:
         self._opened: RecordSource | None = None  # the first source, opened by start()
         self._follower: Follower | None = None
         self._failure: BaseException | None = None  # the newest failure of the follow loop
-        self.start_seq: int | None = None  # where the cache's reader started
-        self.gaps: list[DataLossError] = []  # lost ranges the cache's reader reported
+        # The first sequence id the cache holds or waits for: where its reader started, or
+        # after a truncation passed it, the first record read since (None until it comes).
+        self.start_seq: int | None = None
+        # Ranges the cache's readers passed over: lost data, and truncations passed while the
+        # cache was not following (the position it could not go on from).
+        self.gaps: list[DataLossError | TruncatedPositionError] = []
 
     @property
     def started(self) -> bool:
@@ -100,7 +115,8 @@ class StreamCache:
 
     @property
     def next_seq(self) -> int | None:
-        """The sequence id after the newest cached record."""
+        """The sequence id after the newest cached record (None: after a truncation, until
+        the first readable record has come)."""
         if self._seqs:
             return self._seqs[-1] + 1
         return self.start_seq
@@ -111,7 +127,7 @@ class StreamCache:
         if self._follower is not None:
             return
         self.start_seq = seq
-        self._opened = await self._open_source(seq)
+        self._opened = await self._open_source(Position(By.SEQ, seq))
         self._follower = Follower(
             f"stream cache of {self.stream!r}",
             self._follow,
@@ -120,19 +136,45 @@ class StreamCache:
         )
         self._follower.start()
 
-    async def _open_reader(self, seq: int) -> RecordSource:
+    async def _open_reader(self, position: Position) -> RecordSource:
         return await LogReader.open(
-            self._streams, self._ledgers, self.stream, Position(By.SEQ, seq), ReaderConfig()
+            self._streams, self._ledgers, self.stream, position, ReaderConfig()
         )
+
+    async def _reopen(self) -> RecordSource:
+        """A reader from the record after the newest cached one; from the first readable
+        record when a truncation or retention passed that one while the cache was down."""
+        next_seq = self.next_seq
+        if next_seq is not None:
+            try:
+                return await self._open_source(Position(By.SEQ, next_seq))
+            except TruncatedPositionError as truncated:
+                self._truncated(truncated)
+        return await self._open_source(Position.earliest())
+
+    def _truncated(self, truncated: TruncatedPositionError) -> None:
+        """The records from `next_seq` up to the first readable one are gone for every reader.
+        The cache holds only records before them (a truncation is a prefix of the stream): it
+        drops them, and holds nothing until the first readable record comes, so no page is
+        served across the gap and a read from inside it goes to a reader of its own."""
+        log.warning(
+            "stream cache of %r: %s; going on from the first readable record",
+            self.stream,
+            truncated,
+        )
+        self._gap(truncated)
+        self._records.clear()
+        self._seqs.clear()
+        self._bytes = 0
+        self.start_seq = None
+        self._notify()  # a long poll in the gap learns it is no longer served from here
 
     async def _follow(self, following: Callable[[], None]) -> None:
         """Reads the stream into the cache; a restart goes on after the newest record."""
         source, self._opened = self._opened, None
         try:
             if source is None:
-                next_seq = self.next_seq
-                assert next_seq is not None, "a cache follows only once started"
-                source = await self._open_source(next_seq)
+                source = await self._reopen()
             following()
             self._failure = None
             while True:
@@ -159,11 +201,13 @@ class StreamCache:
         self._arrived.set()
         self._arrived = asyncio.Event()
 
-    def _gap(self, gap: DataLossError) -> None:
+    def _gap(self, gap: DataLossError | TruncatedPositionError) -> None:
         self.gaps.append(gap)
         del self.gaps[:-GAPS_MAX]
 
     def _append(self, record: LogRecord) -> None:
+        if self.start_seq is None:  # the first readable record after a truncation
+            self.start_seq = record.seq
         self._records.append(record)
         self._seqs.append(record.seq)
         self._bytes += len(record.payload)
@@ -175,19 +219,24 @@ class StreamCache:
             del self._seqs[:drop]
             over = len(self._records) - self._records_max
 
-    async def read(self, seq: int, max_records: int, wait_s: float) -> list[LogRecord]:
+    async def read(self, seq: int, max_records: int, wait_s: float) -> list[LogRecord] | None:
         """Records from sequence id `seq` on (at most `max_records`); waits up to `wait_s`
-        for the first when none is there yet. Needs `covers(seq)`. With nothing to give
-        while the cache is not following, raises its newest failure (retriable when the
-        cause is, as a lost ZooKeeper session is): the reader learns why, not just "nothing"."""
+        for the first when none is there yet. Needs `covers(seq)`. None when `seq` is no
+        longer covered once the wait is over (evicted by a burst of newer records, or dropped
+        at a truncation): the caller reads it as any position before the cache, since a page
+        from here would start past it. With nothing to give while the cache is not
+        following, raises its newest failure (retriable when the cause is, as a lost
+        ZooKeeper session is): the reader learns why, not just "nothing"."""
         if bisect.bisect_left(self._seqs, seq) == len(self._records) and wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
                     # Not following, too: a restart within the wait may still bring it.
                     while bisect.bisect_left(self._seqs, seq) == len(self._records):
-                        if self.gone:
+                        if self.gone or not self.covers(seq):
                             break
                         await self._arrived.wait()
+        if not self.covers(seq):
+            return None
         index = bisect.bisect_left(self._seqs, seq)
         if index == len(self._records) and (self.gone or not self.status().following):
             raise self._not_following()

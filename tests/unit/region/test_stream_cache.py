@@ -1,6 +1,8 @@
 """A read proxy's stream cache follows its stream through its reader's failures: restarted
-after the newest cached record, failing reads with the cause while it is not following, and
-done with a stream that was deleted. Driven by scripted record sources (no ZooKeeper)."""
+after the newest cached record (from the first readable one when a truncation passed it),
+failing reads with the cause while it is not following, done with a stream that was deleted,
+and never serving a long poll past a record that left the cache while it waited. Driven by
+scripted record sources (no ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from typing import Any, cast
 import pytest
 
 from core.dlsn import DLSN
-from core.errors import MetadataUnavailableError, StreamNotFoundError
+from core.errors import MetadataUnavailableError, StreamNotFoundError, TruncatedPositionError
 from core.records import LogRecord
 from global_meta.followers import FollowerState, RestartBackoff
+from reader.positions import By, Position
 from region.stream_cache import RecordSource, StreamCache
 
 Item = LogRecord | Exception | None
@@ -27,12 +30,15 @@ def record(seq: int) -> LogRecord:
 class Source:
     """A record source that hands out what the test puts in it, then waits."""
 
-    def __init__(self, start_seq: int) -> None:
-        self.start_seq = start_seq
+    def __init__(self, start: Position) -> None:
+        self.start = start
         self.items: asyncio.Queue[Item] = asyncio.Queue()
+        self.idle = asyncio.Event()  # set when the cache has taken every item and waits
         self.closed = False
 
     async def read_next(self, timeout_s: float | None = None) -> LogRecord | None:
+        if self.items.empty():
+            self.idle.set()
         item = await self.items.get()
         if isinstance(item, Exception):
             raise item
@@ -49,26 +55,40 @@ class Opener:
         self.opened: asyncio.Queue[Source] = asyncio.Queue()
         self.failures: list[Exception] = []  # the next opens fail with these, in turn
         self.failing: Exception | None = None  # then every open fails with this one
+        self.first_readable_seq = 0  # opens by seq before it fail, as the reader's do
 
-    async def __call__(self, seq: int) -> RecordSource:
+    async def __call__(self, start: Position) -> RecordSource:
         if self.failures:
             raise self.failures.pop(0)
         if self.failing is not None:
             raise self.failing
-        source = Source(seq)
+        if start.by is By.SEQ and int(start.value) < self.first_readable_seq:
+            raise TruncatedPositionError(
+                f"stream 's0': sequence id {start.value} is truncated; the first readable one "
+                f"is {self.first_readable_seq}"
+            )
+        source = Source(start)
         await self.opened.put(source)
         return source
 
 
-def cache_of(opener: Opener, failed: asyncio.Event | None = None) -> StreamCache:
+def cache_of(
+    opener: Opener, failed: asyncio.Event | None = None, records_max: int = 1000
+) -> StreamCache:
     return StreamCache(
         cast(Any, None),
         cast(Any, None),
         "s0",
+        records_max,
         open_source=opener,
         restart_backoff=QUICK,
         on_failed=None if failed is None else lambda status: failed.set(),
     )
+
+
+def seqs(records: list[LogRecord] | None) -> list[int]:
+    assert records is not None, "served from the cache"
+    return [r.seq for r in records]
 
 
 def no_session() -> MetadataUnavailableError:
@@ -82,16 +102,16 @@ async def test_a_failed_reader_is_replaced_after_the_newest_cached_record() -> N
     first = await opener.opened.get()
     for seq in range(3):
         await first.items.put(record(seq))
-        assert [r.seq for r in await cache.read(seq, 10, LONG_WAIT_S)] == [seq]
+        assert seqs(await cache.read(seq, 10, LONG_WAIT_S)) == [seq]
     waiting = asyncio.create_task(cache.read(3, 10, LONG_WAIT_S))  # a long poll at the tail
     opener.failures.append(no_session())  # the first restart fails too: no session yet
     await first.items.put(no_session())
     second = await opener.opened.get()
-    assert first.closed and second.start_seq == 3
+    assert first.closed and second.start == Position(By.SEQ, 3)
     assert cache.status().state is FollowerState.RUNNING and cache.status().restarts == 2
     await second.items.put(record(3))
-    assert [r.seq for r in await waiting] == [3]
-    assert [r.seq for r in await cache.read(0, 10, 0)] == [0, 1, 2, 3]
+    assert seqs(await waiting) == [3]
+    assert seqs(await cache.read(0, 10, 0)) == [0, 1, 2, 3]
     await cache.close()
     assert second.closed
 
@@ -107,7 +127,7 @@ async def test_while_not_following_a_read_with_nothing_new_fails_with_the_cause(
     await source.items.put(no_session())
     await failed.wait()
     assert cache.status().state is FollowerState.RESTARTING
-    assert [r.seq for r in await cache.read(0, 10, 0)] == [0], "what is cached is served"
+    assert seqs(await cache.read(0, 10, 0)) == [0], "what is cached is served"
     with pytest.raises(MetadataUnavailableError, match="no ZooKeeper session"):
         await cache.read(1, 10, 0)
     assert cache.status().last_error is not None
@@ -125,4 +145,58 @@ async def test_a_deleted_stream_ends_the_cache_instead_of_restarting_it() -> Non
     with pytest.raises(StreamNotFoundError):
         await cache.read(0, 10, LONG_WAIT_S)
     assert cache.gone and cache.status().state is FollowerState.FINISHED
+    await cache.close()
+
+
+async def test_a_restart_after_a_truncation_passed_the_cache_goes_on_from_the_first_readable() -> (
+    None
+):
+    """Retention truncated the stream past the cache's next record while the cache was down:
+    it goes on from the first readable record (not restarting for ever), notes the gap, and
+    leaves reads from inside the gap to a reader of their own (position_truncated)."""
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    first = await opener.opened.get()
+    for seq in range(3):
+        await first.items.put(record(seq))
+        assert seqs(await cache.read(seq, 10, LONG_WAIT_S)) == [seq]
+    waiting = asyncio.create_task(cache.read(3, 10, LONG_WAIT_S))  # a long poll at the tail
+    opener.first_readable_seq = 10  # records 0..9 truncated while ZooKeeper was away
+    await first.items.put(no_session())
+    second = await opener.opened.get()
+    assert second.start == Position.earliest()
+    assert await waiting is None, "the long poll is not served from after the gap"
+    assert not cache.covers(10), "nothing is known to be readable before its first record"
+    second.idle.clear()
+    await second.items.put(record(10))
+    await second.items.put(record(11))
+    await second.idle.wait()
+    assert seqs(await cache.read(10, 10, LONG_WAIT_S)) == [10, 11]
+    assert cache.status().state is FollowerState.RUNNING and cache.status().restarts == 1
+    assert not cache.covers(0) and not cache.covers(3), "reads in the gap go to their own reader"
+    assert cache.start_seq == 10 and cache.next_seq == 12
+    assert len(cache.gaps) == 1 and isinstance(cache.gaps[0], TruncatedPositionError)
+    assert "sequence id 3 is truncated" in str(cache.gaps[0])
+    await cache.close()
+    assert second.closed
+
+
+async def test_a_long_poll_whose_record_a_burst_evicted_is_not_served_past_it() -> None:
+    """A long poll waits at the tail for record 4; a catch-up burst brings 4..12 at once and
+    the bounded cache evicts 4 before the poll wakes: it must not get a page from 9 on."""
+    opener = Opener()
+    cache = cache_of(opener, records_max=4)
+    await cache.start(0)
+    source = await opener.opened.get()
+    for seq in range(4):
+        await source.items.put(record(seq))
+    assert seqs(await cache.read(0, 10, LONG_WAIT_S)) == [0, 1, 2, 3]  # in one step
+    waiting = asyncio.create_task(cache.read(4, 10, LONG_WAIT_S))
+    await asyncio.sleep(0)  # one turn of the loop: the poll starts and parks at the tail
+    for seq in range(4, 13):
+        source.items.put_nowait(record(seq))  # taken in one step: 4 is evicted at once
+    assert await waiting is None, "record 4 left the cache: read it elsewhere"
+    assert not cache.covers(4)
+    assert seqs(await cache.read(9, 10, 0)) == [9, 10, 11, 12]
     await cache.close()
