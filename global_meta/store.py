@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -79,6 +80,40 @@ class Op:
     ephemeral: bool = False
 
 
+class SessionEvents:
+    """A subscription to a store's session state changes, from the moment it is made (so a
+    caller can subscribe, then read the session, and miss nothing in between). Iterate it for
+    each later change; the newest SESSION_EVENTS_MAX not yet taken are kept (an older one is
+    stale anyway). It ends with `aclose()`, with a cancelled wait (as an async generator's
+    would), or when dropped: the store holds its subscriptions weakly."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[SessionEvent] = asyncio.Queue(SESSION_EVENTS_MAX)
+        self.closed = False
+
+    def deliver(self, event: SessionEvent) -> None:
+        if self.closed:
+            return
+        if self._queue.full():
+            self._queue.get_nowait()  # keep the newest states
+        self._queue.put_nowait(event)
+
+    def __aiter__(self) -> SessionEvents:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        if self.closed:
+            raise StopAsyncIteration
+        try:
+            return await self._queue.get()
+        except BaseException:
+            self.closed = True
+            raise
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
 class MetaStore:
     """The one asyncio adapter over ZooKeeper. Create with `await MetaStore.connect(...)`."""
 
@@ -93,7 +128,7 @@ class MetaStore:
         self._loop = loop
         self._op_timeout_s = op_timeout_s
         self._session_timeout_s = session_timeout_s
-        self._subscribers: list[asyncio.Queue[SessionEvent]] = []
+        self._subscribers: weakref.WeakSet[SessionEvents] = weakref.WeakSet()
         self._abandon_timer: asyncio.TimerHandle | None = None
         self._replacing: asyncio.Task[None] | None = None
         self._without_session = False  # the session was given up; no new one connected yet
@@ -330,15 +365,11 @@ class MetaStore:
             mailbox.close()
             raise
 
-    async def session_events(self) -> AsyncGenerator[SessionEvent, None]:
-        """Yields each later session state change (connected, suspended, expired)."""
-        queue: asyncio.Queue[SessionEvent] = asyncio.Queue(SESSION_EVENTS_MAX)
-        self._subscribers.append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._subscribers.remove(queue)
+    def session_events(self) -> SessionEvents:
+        """Each session state change (connected, suspended, expired) from now on."""
+        subscription = SessionEvents()
+        self._subscribers.add(subscription)
+        return subscription
 
     def _on_state(self, state: str) -> None:
         mapped = {
@@ -351,10 +382,8 @@ class MetaStore:
     def _publish(self, state: SessionState) -> None:
         self._watch_suspension(state)
         event = SessionEvent(state, self.session_id)
-        for queue in self._subscribers:
-            if queue.full():
-                queue.get_nowait()  # keep the newest states; an old one is stale anyway
-            queue.put_nowait(event)
+        for subscription in list(self._subscribers):
+            subscription.deliver(event)
 
     # -- a session cut off from every server ------------------------------------------------
 

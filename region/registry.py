@@ -17,11 +17,14 @@ from uhashring import HashRing
 
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
 from global_meta import MetaStore
-from global_meta.followers import Follower, FollowerStatus
+from global_meta.followers import Follower, FollowerStatus, RestartBackoff
 from global_meta.store import SessionState
 
 ROOT = "/globelog/proxies"
 REREGISTER_RETRY_S = 0.5
+# Tries at registering in a new session (the old node not yet gone, ZooKeeper away again)
+# before the follower fails: it then shows restarting, and its restart tries again.
+REREGISTER_ATTEMPTS_MAX = 10
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +84,9 @@ class Membership:
     proxies may already have taken. `on_expired` lets the proxy drop what it no longer owns;
     once the store has a new session, the proxy registers again and serves anew. The
     follower of session events runs supervised: restarted after a failure, it first catches
-    up with a session that changed while it was down.
+    up with a session that changed while it was down. It subscribes to the session's events
+    before it reads the session, and registers for the session it read before registering:
+    a change while it registers comes as an event and is followed, never lost.
     """
 
     def __init__(
@@ -91,13 +96,20 @@ class Membership:
         info: ProxyInfo,
         on_expired: Callable[[], Awaitable[None]] | None = None,
         on_failed: Callable[[FollowerStatus], None] | None = None,
+        *,
+        restart_backoff: RestartBackoff | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._store = store
         self._kind = kind
         self.info = info
         self._on_expired = on_expired
-        self._session = store.session_id
-        self._follower = Follower("registration", self._follow, on_failed=on_failed)
+        self._sleep = sleep
+        self._session = store.session_id  # the session our registration belongs to
+        self._told_expired = False  # the owner knows that session's nodes are gone
+        self._follower = Follower(
+            "registration", self._follow, backoff=restart_backoff, on_failed=on_failed
+        )
         self.expirations = 0
 
     async def start(self) -> None:
@@ -109,19 +121,29 @@ class Membership:
         return self._follower.status()
 
     async def _follow(self, following: Callable[[], None]) -> None:
-        if self._store.session_id != self._session:  # it changed while we were not following
-            await self._expired()
-            if self._store.session_id is not None:
-                await self._registered_again()
-        following()
+        # Subscribed first: a change during the catch-up below waits in `events`.
         async with contextlib.aclosing(self._store.session_events()) as events:
+            session = self._store.session_id
+            if session != self._session:  # it changed while we were not following
+                await self._session_changed(session)
+            following()
             async for event in events:
                 if event.state is SessionState.EXPIRED:
                     await self._expired()
                 elif event.state is SessionState.CONNECTED and event.session_id != self._session:
-                    await self._registered_again()
+                    await self._session_changed(event.session_id)
+
+    async def _session_changed(self, session: int | None) -> None:
+        """A session other than ours: our nodes went with ours (its EXPIRED may have been
+        missed, or dropped as stale); register again in `session` if there is one."""
+        await self._expired()
+        if session is not None:
+            await self._registered_again(session)
 
     async def _expired(self) -> None:
+        if self._told_expired:
+            return  # the owner knows already (an EXPIRED, then the new session's CONNECTED)
+        self._told_expired = True
         self.expirations += 1
         log.warning(
             "%s proxy %s: ZooKeeper session %s expired; its registration and locks are gone",
@@ -132,9 +154,12 @@ class Membership:
         if self._on_expired is not None:
             await self._on_expired()
 
-    async def _registered_again(self) -> None:
-        await self._register_again()
-        self._session = self._store.session_id
+    async def _registered_again(self, session: int) -> None:
+        await self._register_again(session)
+        # `session`, read before registering: if another one came meanwhile, its events wait
+        # in the subscription and register us again in it.
+        self._session = session
+        self._told_expired = False
         log.info(
             "%s proxy %s registered again (session %s)",
             self._kind,
@@ -142,18 +167,22 @@ class Membership:
             _hex(self._session),
         )
 
-    async def _register_again(self) -> None:
+    async def _register_again(self, session: int) -> None:
+        """Registers in the store's session (`session`, or a newer one); raises the last
+        error after REREGISTER_ATTEMPTS_MAX failed tries."""
         path = proxy_path(self.info.region, self._kind, self.info.name)
-        while True:
+        for attempt in range(1, REREGISTER_ATTEMPTS_MAX + 1):
             try:
                 stat = await self._store.exists(path)
-                if stat is not None and stat.ephemeral_owner == self._store.session_id:
-                    return  # registered by this session already
+                if stat is not None and stat.ephemeral_owner == session:
+                    return  # registered in this session already
                 await register(self._store, self._kind, self.info)
                 return
             except GlobelogError as err:  # the old node not yet gone, or ZooKeeper away again
+                if attempt == REREGISTER_ATTEMPTS_MAX:
+                    raise  # the follower shows it, restarting
                 log.warning("registering %s again: %s; retrying", self.info.name, err)
-                await asyncio.sleep(REREGISTER_RETRY_S)
+                await self._sleep(REREGISTER_RETRY_S)
 
     async def stop(self) -> None:
         await self._follower.stop()

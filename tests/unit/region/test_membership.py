@@ -1,0 +1,158 @@
+"""A proxy's registration follows its ZooKeeper sessions: a session that changes while it
+registers, or while it catches up after a restart, is followed, not lost; and registering
+that keeps failing ends in a follower that shows restarting, not one that retries for ever
+while health says running.
+
+Driven by a scripted store at the MetaStore seam: its session expires when the test says,
+its create replies wait when the test holds them, and the test waits on what the store saw
+(a create in flight, a registration in a session), never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from core.errors import MetadataUnavailableError, NodeExistsError, SessionExpiredError
+from global_meta.followers import FollowerState, FollowerStatus, RestartBackoff
+from global_meta.store import NodeStat, SessionEvent, SessionEvents, SessionState
+from region.registry import Membership, ProxyInfo, proxy_path
+
+ME = ProxyInfo("w1", "us-east", "http://127.0.0.1:9001")
+NODE = proxy_path(ME.region, "write", ME.name)
+QUICK = RestartBackoff(first_s=0.001, cap_s=0.001)  # restarts at once: the test waits on events
+GUARD_S = 10.0  # bounds a wait that a bug would make endless; never reached when it passes
+
+
+class ScriptedStore:
+    """The MetaStore calls a Membership makes, over one node table and numbered sessions."""
+
+    def __init__(self) -> None:
+        self.session: int | None = 1
+        self.owners: dict[str, int] = {}  # ephemeral node -> its session
+        self.subscriptions: list[SessionEvents] = []
+        self.hold: asyncio.Event | None = None  # set: create replies wait for it
+        self.creating = asyncio.Event()  # a create was done and its reply waits
+        self.registered: asyncio.Queue[int] = asyncio.Queue()  # the session of each create
+        self.failing: Exception | None = None  # exists and create fail with it
+
+    @property
+    def session_id(self) -> int | None:
+        return self.session
+
+    def session_events(self) -> SessionEvents:
+        subscription = SessionEvents()
+        self.subscriptions.append(subscription)
+        return subscription
+
+    def expire(self) -> None:
+        """The session expires (its nodes go) and the next one connects."""
+        assert self.session is not None
+        self.owners = {p: s for p, s in self.owners.items() if s != self.session}
+        self._publish(SessionState.EXPIRED)
+        self.session += 1
+        self._publish(SessionState.CONNECTED)
+
+    def _publish(self, state: SessionState) -> None:
+        for subscription in self.subscriptions:
+            subscription.deliver(SessionEvent(state, self.session))
+
+    async def ensure_path(self, path: str) -> None:
+        pass
+
+    async def exists(self, path: str) -> NodeStat | None:
+        if self.failing is not None:
+            raise self.failing
+        owner = self.owners.get(path)
+        return None if owner is None else NodeStat(0, 0, 0, 0, owner, 0, 0)
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False) -> str:
+        if self.failing is not None:
+            raise self.failing
+        session = self.session
+        if session is None:
+            raise SessionExpiredError(f"create {path!r}: session expired")
+        if path in self.owners:
+            raise NodeExistsError(f"create {path!r}: node already exists")
+        self.owners[path] = session  # done at the server; the reply is on its way
+        if self.hold is not None:
+            self.creating.set()
+            await self.hold.wait()
+        self.registered.put_nowait(session)
+        return path
+
+
+async def registered_in(store: ScriptedStore, session: int) -> None:
+    async with asyncio.timeout(GUARD_S):
+        while await store.registered.get() != session:
+            pass
+    assert store.owners.get(NODE) == session
+
+
+def membership(
+    store: ScriptedStore, expired: list[int], failed: asyncio.Event | None = None
+) -> Membership:
+    async def on_expired() -> None:
+        expired.append(store.session or 0)
+
+    async def no_wait(delay_s: float) -> None:
+        pass
+
+    def on_failed(status: FollowerStatus) -> None:
+        if failed is not None:
+            failed.set()
+
+    return Membership(
+        cast(Any, store),
+        "write",
+        ME,
+        on_expired,
+        on_failed,
+        restart_backoff=QUICK,
+        sleep=no_wait,
+    )
+
+
+async def test_a_session_that_changes_while_registering_again_is_followed() -> None:
+    """Session 2 registers; before its reply is taken, 2 expires and 3 connects. The
+    registration is for 2, so 3's CONNECTED registers again in 3."""
+    store, expired = ScriptedStore(), []
+    member = membership(store, expired)
+    await member.start()
+    assert await store.registered.get() == 1
+    store.hold = asyncio.Event()
+    store.expire()  # 1 -> 2: registering again in 2, its reply held
+    await store.creating.wait()
+    store.expire()  # 2 -> 3 while the reply of 2's create is on its way
+    store.hold.set()
+    await registered_in(store, 3)
+    assert member.status().state is FollowerState.RUNNING
+    assert member.expirations == 2 and expired == [2, 3], "both sessions' expiries told"
+    await member.stop()
+
+
+async def test_registering_that_keeps_failing_restarts_and_the_catch_up_misses_no_expiry() -> None:
+    """Registering in session 2 fails every try: the follower fails after a bounded number
+    and shows restarting. Its restart catches up with session 2; session 2 expires while
+    that registration's reply is on its way: the EXPIRED and 3's CONNECTED are followed."""
+    store, expired, failed = ScriptedStore(), [], asyncio.Event()
+    member = membership(store, expired, failed)
+    await member.start()
+    assert await store.registered.get() == 1
+    store.failing = MetadataUnavailableError(f"exists {NODE!r}: connection to ZooKeeper lost")
+    store.hold = asyncio.Event()
+    store.expire()  # 1 -> 2: every try to register again fails
+    async with asyncio.timeout(GUARD_S):
+        await failed.wait()
+    status = member.status()
+    assert status.state is FollowerState.RESTARTING and status.restarts >= 1
+    assert status.last_error is not None and "connection to ZooKeeper lost" in status.last_error
+    store.failing = None  # the restart's catch-up registers in 2; its reply is held
+    async with asyncio.timeout(GUARD_S):
+        await store.creating.wait()
+    store.expire()  # 2 -> 3 during the catch-up
+    store.hold.set()
+    await registered_in(store, 3)
+    assert member.expirations == 2 and expired == [2, 3], "session 2's expiry is not lost"
+    assert member.status().state is FollowerState.RUNNING
+    await member.stop()
