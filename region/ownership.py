@@ -15,7 +15,13 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from core.errors import GlobelogError, NoNodeError, OwnershipError, OwnerUnreachableError
+from core.errors import (
+    GlobelogError,
+    NoNodeError,
+    OwnershipError,
+    OwnerUnreachableError,
+    WriterClosedError,
+)
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaStore
@@ -245,11 +251,28 @@ class Ownership:
         )
 
     async def release_drained(self) -> None:
-        """Releases every owned stream that is now drained here."""
+        """Releases every owned stream that is now drained here. A release that fails is
+        logged and, once the others were tried, the first failure is raised: the drain
+        follower shows it, restarting, and its restart applies the drains again."""
+        failures: list[GlobelogError] = []
         for key in [k for k in self._owned if k in self.drained]:
-            with contextlib.suppress(GlobelogError, TimeoutError):
+            try:
                 await self.release(*key)
+            except TimeoutError:
+                failures.append(
+                    WriterClosedError(
+                        f"stream {key[0]}/{key[1]}: drained, and its writer did not close "
+                        f"within {CLOSE_TIMEOUT_S} s"
+                    )
+                )
+            except GlobelogError as err:
+                failures.append(err)
+            else:
                 log.info("released drained stream %s/%s", *key)
+                continue
+            log.warning("releasing drained stream %s/%s failed: %s", *key, failures[-1])
+        if failures:
+            raise failures[0]
 
     def forget(self, namespace: str, stream: str, owned: Owned) -> None:
         """Drops a writer that failed or was fenced; the next request resolves afresh."""

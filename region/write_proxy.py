@@ -139,12 +139,13 @@ class WriteProxy:
 
     async def _follow_drains(self, following: Callable[[], None]) -> None:
         """Releases the streams an operator drains in this region as soon as it says so
-        (a restart applies the drains as they are now: one may have come meanwhile)."""
-        following()
+        (a restart applies the drains as they are now: one may have come meanwhile). It
+        follows once a pass has released them all: a release that fails fails the loop."""
         while True:
             self._drain.changed.clear()
             self.ownership.drained = self._drain.drained
             await self.ownership.release_drained()
+            following()
             await self._drain.changed.wait()
 
     def followers(self) -> list[FollowerStatus]:
