@@ -330,15 +330,33 @@ class MetaStore:
             yield value
 
     async def watch_children(self, path: str) -> AsyncGenerator[list[str], None]:
-        """Yields the sorted child names now and after each change (values coalesce)."""
+        """Yields the sorted child names now and after each change (values coalesce); raises
+        NoNodeError when the node is missing, or once it is deleted (even if made again).
+
+        kazoo's ChildrenWatch stops in silence when its node is deleted (its recipe takes the
+        NoNodeError and calls nothing): a consumer would wait for ever on a watch that is
+        dead while its follower says running. So a DataWatch on the same node, which is
+        called on its deletion, ends the iteration then.
+        """
         mailbox: Mailbox[list[str]] = Mailbox(self._loop)
+        watched: list[int] = []  # the node's creation zxid, once seen: tells a new node apart
 
         def on_change(names: list[str]) -> bool:
             return mailbox.put_threadsafe(sorted(names))
 
-        await self._register_watch(
-            "watch_children", path, mailbox, lambda: self._client.ChildrenWatch(path, on_change)
-        )
+        def on_node(data: bytes | None, stat: ZnodeStat | None, *_: Any) -> bool:
+            if stat is not None and (not watched or stat.czxid == watched[0]):
+                watched[:1] = [stat.czxid]
+                return mailbox.listening
+            return mailbox.fail_threadsafe(
+                errors.NoNodeError(f"watch_children {path!r}: no such node (or it was deleted)")
+            )
+
+        def start() -> None:
+            self._client.DataWatch(path, on_node)  # first: a missing node fails at once
+            self._client.ChildrenWatch(path, on_change)
+
+        await self._register_watch("watch_children", path, mailbox, start)
         async for value in mailbox:
             yield value
 

@@ -168,11 +168,15 @@ class StreamMetaStore:
         return VersionedSegment(segment, stat.version)
 
     async def watch_segments(self, stream: str) -> AsyncGenerator[list[str], None]:
-        """Yields the segment znode names now and after each change (values coalesce)."""
+        """Yields the segment znode names now and after each change (values coalesce);
+        StreamNotFoundError once the stream is deleted (its segment list goes with it)."""
         path = f"{self.path(stream)}/segments"
-        async with contextlib.aclosing(self.store.watch_children(path)) as names_now:
-            async for names in names_now:
-                yield names
+        try:
+            async with contextlib.aclosing(self.store.watch_children(path)) as names_now:
+                async for names in names_now:
+                    yield names
+        except NoNodeError as err:
+            raise self.not_found(stream) from err
 
     async def counters(self, stream: str) -> StreamCounters:
         path = self.path(stream)
@@ -260,6 +264,9 @@ class StreamMetaStore:
                 won = _lowest(await self.store.children(lock_dir)) == name
         except TimeoutError:
             won = False
+        except NoNodeError as err:  # the lock directory went: the stream was deleted
+            await self._release_path(mine)
+            raise self.not_found(stream) from err
         except BaseException:
             await self._release_path(mine)
             raise
