@@ -261,6 +261,24 @@ class OwnerUnreachableError(ServiceError):
     retriable = True
 
 
+class ProxyError(ServiceError):
+    """An error a proxy answered with a code the table below does not know: the code,
+    retriable flag and HTTP status as answered."""
+
+    def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
+        super().__init__(f"[{code}] {message} (HTTP {status})")
+        self.code = code
+        self.retriable = retriable
+        self.status = status
+
+
+class ProxyUnreachableError(ServiceError):
+    """No answer from a proxy: connection refused or reset, no answer in time, not JSON."""
+
+    code = "proxy_unreachable"
+    retriable = True
+
+
 # ------------------------------------------------------------------ errors answered by code
 
 # Each error a server may answer with (an HTTP JSON body's "code"), so a client raises the

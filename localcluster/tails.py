@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError, answered_error
+from core.errors import GlobelogError, ProxyError, ProxyUnreachableError, answered_error
 from localcluster.controller import Cluster
 
 POLL_WAIT_MS = 1000
@@ -78,25 +78,6 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class ReadAnswerError(GlobelogError):
-    """A read proxy answered a page request with an error whose code core/errors.py's table
-    does not know (the known ones are raised as their own class): its code, retriable flag
-    and HTTP status as answered."""
-
-    def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
-        super().__init__(f"[{code}] {message} (HTTP {status})")
-        self.code = code
-        self.retriable = retriable
-        self.status = status
-
-
-class ReadProxyUnreachableError(GlobelogError):
-    """No answer from the read proxy: connection refused or reset, or no answer in time."""
-
-    code = "proxy_unreachable"
-    retriable = True
-
-
 class ReadAnswerInvalidError(GlobelogError):
     """The read proxy answered something that is not its documented page or error: a bug."""
 
@@ -135,7 +116,7 @@ class ProxyPages:
         except (aiohttp.ClientError, TimeoutError) as err:
             if _being_cancelled():  # aiohttp may turn a cancel into a timeout
                 raise asyncio.CancelledError from None
-            raise ReadProxyUnreachableError(
+            raise ProxyUnreachableError(
                 f"GET {self.path} from_seq {self.next_seq}: {type(err).__name__}: {err}"
             ) from err
         body = _json_object(self.path, status, text)
@@ -160,7 +141,7 @@ def _answered(body: dict[str, Any], status: int, request: str) -> GlobelogError:
     retriable = bool(body.get("retriable"))
     error = answered_error(code, message, retriable)
     if error is None:
-        return ReadAnswerError(code, message, retriable, status)
+        return ProxyError(code, message, retriable, status)
     error.add_note(f"answered to {request} with HTTP {status}")
     return error
 

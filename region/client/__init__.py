@@ -2,13 +2,12 @@
 its idempotent Producer, BatchingWriter, SyncProxyClient) and reads through the read proxies
 (ReadClient). Errors a proxy answers are raised as the library's classes (core.errors)."""
 
+from core.errors import ProxyError, ProxyUnreachableError
 from region.client.batching import BatchingWriter
 from region.client.proxy_client import (
     Acked,
     Producer,
     ProxyClient,
-    ProxyError,
-    ProxyUnreachableError,
     proxy_error,
 )
 from region.client.reads import ReadClient, ReadRecord

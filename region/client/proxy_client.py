@@ -32,6 +32,8 @@ from core.dlsn import DLSN
 from core.errors import (
     GlobelogError,
     MetadataUnavailableError,
+    ProxyError,
+    ProxyUnreachableError,
     SessionExpiredError,
     answered_error,
 )
@@ -50,24 +52,6 @@ class Acked:
     txid: int
     seq: int
     duplicate: bool = False  # an idempotent write that had landed before: where it landed
-
-
-class ProxyError(GlobelogError):
-    """An error a proxy answered with a code core/errors.py's table does not know: the code,
-    retriable flag and HTTP status as answered."""
-
-    def __init__(self, code: str, message: str, retriable: bool, status: int) -> None:
-        super().__init__(f"[{code}] {message}")
-        self.code = code
-        self.retriable = retriable
-        self.status = status
-
-
-class ProxyUnreachableError(GlobelogError):
-    """No answer from the proxy (connection refused or reset, timeout, not JSON)."""
-
-    code = "proxy_unreachable"
-    retriable = True
 
 
 class ProxyClient:

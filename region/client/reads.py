@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError
-from region.client.proxy_client import ProxyUnreachableError, proxy_error
+from core.errors import GlobelogError, ProxyUnreachableError
+from region.client.proxy_client import proxy_error
 
 POLL_WAIT_MS = 1000
 PAGE_RECORDS = 1000

@@ -12,14 +12,13 @@ import aiohttp
 import pytest
 
 from core.dlsn import DLSN
-from core.errors import MetadataUnavailableError, StreamNotFoundError
-from localcluster.tails import (
-    PagedRecord,
-    ProxyPages,
-    ReadAnswerError,
-    ReadAnswerInvalidError,
-    ReadProxyUnreachableError,
+from core.errors import (
+    MetadataUnavailableError,
+    ProxyError,
+    ProxyUnreachableError,
+    StreamNotFoundError,
 )
+from localcluster.tails import PagedRecord, ProxyPages, ReadAnswerInvalidError
 
 pytestmark = pytest.mark.unit
 
@@ -87,7 +86,7 @@ async def test_an_error_answered_is_raised_as_the_class_of_its_code_with_its_fla
 
 async def test_an_error_of_a_code_no_class_has_keeps_its_code_flag_and_status() -> None:
     body = {"code": "not_found", "message": "Not Found for '/v1/x'", "retriable": False}
-    with pytest.raises(ReadAnswerError) as refused:
+    with pytest.raises(ProxyError) as refused:
         await pages(Session(Answer(404, json.dumps(body)))).next()
     assert (refused.value.code, refused.value.retriable, refused.value.status) == (
         "not_found",
@@ -100,7 +99,7 @@ async def test_no_answer_is_a_retriable_unreachable_proxy() -> None:
     session = Session(aiohttp.ClientConnectionError("refused"), TimeoutError())
     reader = pages(session)
     for _ in range(2):
-        with pytest.raises(ReadProxyUnreachableError) as unreachable:
+        with pytest.raises(ProxyUnreachableError) as unreachable:
             await reader.next()
         assert unreachable.value.retriable and reader.next_seq == 0
 

@@ -40,4 +40,4 @@ def test_an_unknown_code_keeps_its_code_flag_and_status() -> None:
     error = proxy_error({"code": "method_not_allowed", "message": "no"}, 405, "PATCH x")
     assert isinstance(error, ProxyError)
     assert (error.code, error.retriable, error.status) == ("method_not_allowed", False, 405)
-    assert str(error) == "[method_not_allowed] no"
+    assert str(error) == "[method_not_allowed] no (HTTP 405)"

@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 
 from core.dlsn import DLSN
-from core.errors import MetadataUnavailableError, OwnerFencedError, StreamNotFoundError
-from localcluster.tails import PagedRecord, ReadAnswerError, ReadProxyUnreachableError
+from core.errors import (
+    MetadataUnavailableError,
+    OwnerFencedError,
+    ProxyError,
+    ProxyUnreachableError,
+    StreamNotFoundError,
+)
+from localcluster.tails import PagedRecord
 from verify.history import read_history
 from verify.live import workload
 from verify.live.recorder import (
@@ -32,9 +38,9 @@ pytestmark = pytest.mark.unit
     [
         (MetadataUnavailableError("no ZooKeeper"), True),
         (OwnerFencedError("fenced"), True),
-        (ReadProxyUnreachableError("refused"), True),
-        (ReadAnswerError("metadata_session_expired", "gone", False, 500), True),
-        (ReadAnswerError("internal", "a bug", False, 500), False),
+        (ProxyUnreachableError("refused"), True),
+        (ProxyError("metadata_session_expired", "gone", False, 500), True),
+        (ProxyError("internal", "a bug", False, 500), False),
         (StreamNotFoundError("no s0"), False),
         (KeyError("records"), False),
     ],
@@ -172,9 +178,9 @@ async def test_a_tail_records_errors_answered_as_failed_polls_and_fails_on_other
     monkeypatch.setattr(workload, "proxy_url", lambda *args: "http://127.0.0.1:1")
     monkeypatch.setattr(workload, "READ_RETRY_S", 0)
     FakePages.script = [
-        ReadAnswerError("metadata_unavailable", "no ZooKeeper session", True, 503),
+        ProxyError("metadata_unavailable", "no ZooKeeper session", True, 503),
         [PagedRecord(0, DLSN(1, 0, 0), b"7"), PagedRecord(1, DLSN(1, 1, 0), b"8")],
-        ReadAnswerError("internal", "a bug", False, 500),
+        ProxyError("internal", "a bug", False, 500),
     ]
     file = io.StringIO()
     frontier = Frontier()
@@ -188,7 +194,7 @@ async def test_a_tail_records_errors_answered_as_failed_polls_and_fails_on_other
         frontier,
         asyncio.Event(),  # type: ignore[arg-type]
     )
-    with pytest.raises(WorkerFailedError, match="r-eu-west-s0 failed: ReadAnswerError"):
+    with pytest.raises(WorkerFailedError, match="r-eu-west-s0 failed: ProxyError"):
         await supervised(owned("r-eu-west-s0", work))
     ops = read_history(file.getvalue().splitlines())
     assert [(op.type, op.f) for op in ops] == [("fail", "poll"), ("ok", "poll")]
