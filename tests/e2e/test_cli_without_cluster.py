@@ -4,11 +4,11 @@ says what to do, at once, with no library log lines."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
+from tests.support.cli import run_globelog
 from tests.support.topologies import write_topology
 
 CLI_TIMEOUT_S = 120
@@ -16,13 +16,7 @@ ERROR_LINES_MAX = 6
 
 
 def globelog(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    return run_globelog(*args, timeout_s=CLI_TIMEOUT_S)
 
 
 def test_stream_list_without_cluster_says_what_to_do(tmp_path: Path) -> None:

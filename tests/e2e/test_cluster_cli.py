@@ -6,24 +6,18 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
+from tests.support.cli import run_globelog
 from tests.support.topologies import write_topology
 
 CLI_TIMEOUT_S = 240
 
 
 def globelog(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    return run_globelog(*args, timeout_s=CLI_TIMEOUT_S)
 
 
 def processes_mentioning(marker: str) -> list[int]:
