@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -14,7 +15,21 @@ CI_LATENCY_MS = {("us-east", "us-west"): 4, ("us-east", "eu-west"): 4, ("us-west
 
 # Below the kernel's ephemeral range (32768+), so outgoing connections never take these
 # ports between the check and the server's bind; random, so concurrent runs rarely meet.
-PORT_LOW, PORT_HIGH = 20000, 32000
+# Under pytest-xdist each worker draws from its own slice: two workers each writing a
+# cluster's topology before either binds its ports would otherwise pick the same one.
+
+
+def _port_range(low: int = 20000, high: int = 32000) -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return low, high
+    width = (high - low) // count
+    first = low + int(worker[2:]) * width
+    return first, first + width
+
+
+PORT_LOW, PORT_HIGH = _port_range()
 
 
 def _bindable(port: int) -> bool:

@@ -113,7 +113,12 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
     return doc
 
 
-DELETE = object()
+class _Delete:
+    def __repr__(self) -> str:  # a stable test id, the same in every worker process
+        return "DELETE"
+
+
+DELETE = _Delete()
 CASES: list[tuple[str, Any, str]] = [
     (
         "replication.ack_quorum",
