@@ -359,16 +359,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_stream_command(args)
         return asyncio.run(_run_cluster(args))
     except GlobelogError as err:
-        print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
-        if isinstance(err, OutcomeUnknownError):
-            print(OUTCOME_UNKNOWN_ADVICE, file=sys.stderr)
-            return EXIT_OUTCOME_UNKNOWN
-        if isinstance(err, MetadataUnavailableError):
-            used = Path(getattr(args, "topology", None) or default_topology_path())
-            print(reach.advice(used, default_topology_path()), file=sys.stderr)
-        return 1
+        return report_error(err, getattr(args, "topology", None))
     except KeyboardInterrupt:
         return 130
+
+
+def report_error(err: GlobelogError, topology: str | None) -> int:
+    """Prints a command's error (and what to do about it) to stderr; the exit status: 4 when
+    a write's outcome is unknown (it may have been appended), 1 for any other error."""
+    print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
+    if isinstance(err, OutcomeUnknownError):
+        print(OUTCOME_UNKNOWN_ADVICE, file=sys.stderr)
+        return EXIT_OUTCOME_UNKNOWN
+    if isinstance(err, MetadataUnavailableError):
+        used = Path(topology or default_topology_path())
+        print(reach.advice(used, default_topology_path()), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
