@@ -19,7 +19,12 @@ from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
 from cli import console_logs, deploy, failover_main, reach, serve, spark_main, stream_args
 from cli.topology import default_topology_path
-from core.errors import ConfigError, GlobelogError, MetadataUnavailableError
+from core.errors import (
+    ConfigError,
+    GlobelogError,
+    MetadataUnavailableError,
+    OutcomeUnknownError,
+)
 from core.topology import Topology
 from core.topology_loader import region_loss_summary, region_loss_warning
 from localcluster import controller, processes, regions, wan
@@ -27,6 +32,14 @@ from localcluster.controller import Cluster
 from localcluster.tools import REPO_ROOT, find_tools
 from localcluster.topology_files import load_local_topology
 from placement import load_checked_topology
+
+# A write whose outcome is unknown is not a failure like the others: it may have landed.
+EXIT_OUTCOME_UNKNOWN = 4
+OUTCOME_UNKNOWN_ADVICE = (
+    "globelog: the write's outcome is unknown: it may or may not have been appended (its answer "
+    "was lost, or its writer failed after taking it). Lines acknowledged above were written; "
+    "read the stream to see whether the rest were."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -346,13 +359,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_stream_command(args)
         return asyncio.run(_run_cluster(args))
     except GlobelogError as err:
-        print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
-        if isinstance(err, MetadataUnavailableError):
-            used = Path(getattr(args, "topology", None) or default_topology_path())
-            print(reach.advice(used, default_topology_path()), file=sys.stderr)
-        return 1
+        return report_error(err, getattr(args, "topology", None))
     except KeyboardInterrupt:
         return 130
+
+
+def report_error(err: GlobelogError, topology: str | None) -> int:
+    """Prints a command's error (and what to do about it) to stderr; the exit status: 4 when
+    a write's outcome is unknown (it may have been appended), 1 for any other error."""
+    print(f"globelog: error [{err.code}]: {err}", file=sys.stderr)
+    if isinstance(err, OutcomeUnknownError):
+        print(OUTCOME_UNKNOWN_ADVICE, file=sys.stderr)
+        return EXIT_OUTCOME_UNKNOWN
+    if isinstance(err, MetadataUnavailableError):
+        used = Path(topology or default_topology_path())
+        print(reach.advice(used, default_topology_path()), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

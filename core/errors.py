@@ -261,6 +261,39 @@ class OwnerUnreachableError(ServiceError):
     retriable = True
 
 
+class StorageUnavailableError(ServiceError):
+    """The bookies or ledgers below a proxy failed the request (a recovery that failed, too
+    few bookies, a bookie that timed out); the message starts with the storage error's code.
+    Nothing of the request was written."""
+
+    code = "storage_unavailable"
+    retriable = True
+
+
+class OutcomeUnknownError(StreamError):
+    """A write may or may not have been appended: it was accepted (possibly sent to the
+    bookies) and then its writer failed, or no answer came. `cause` is the code of what
+    failed. An idempotent write retried is answered with where it landed, if it did; a plain
+    write retried may land twice."""
+
+    code = "outcome_unknown"
+    retriable = True
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    @classmethod
+    def after(cls, err: Exception, what: str) -> OutcomeUnknownError:
+        """The answer for a write (`what`) accepted before `err` failed it (a globelog
+        error, or a TimeoutError: no acknowledgement in time)."""
+        if isinstance(err, GlobelogError):
+            cause, text = err.code, str(err)
+        else:
+            cause, text = "timeout", f"no acknowledgement in time ({type(err).__name__})"
+        return cls(f"{what} may have been appended: it was accepted, then {cause}: {text}", cause)
+
+
 class ProxyError(ServiceError):
     """An error a proxy answered with a code the table below does not know: the code,
     retriable flag and HTTP status as answered."""
@@ -273,10 +306,16 @@ class ProxyError(ServiceError):
 
 
 class ProxyUnreachableError(ServiceError):
-    """No answer from a proxy: connection refused or reset, no answer in time, not JSON."""
+    """No answer from a proxy: connection refused or reset, no answer in time, not JSON.
+    `maybe_sent` is False only when no connection was made (the request cannot have reached
+    the proxy); otherwise a write may have been appended."""
 
     code = "proxy_unreachable"
     retriable = True
+
+    def __init__(self, message: str, maybe_sent: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_sent = maybe_sent
 
 
 # ------------------------------------------------------------------ errors answered by code
@@ -310,6 +349,8 @@ ANSWERED_ERRORS: tuple[type[GlobelogError], ...] = (
     ProducerSeqStaleError,
     ProducerSeqInFlightError,
     OwnerUnreachableError,
+    StorageUnavailableError,
+    OutcomeUnknownError,
 )
 ERROR_BY_CODE: dict[str, type[GlobelogError]] = {cls.code: cls for cls in ANSWERED_ERRORS}
 assert len(ERROR_BY_CODE) == len(ANSWERED_ERRORS), "every answered code names one class"

@@ -1,62 +1,77 @@
-"""Errors as HTTP answers: JSON {"code", "message", "retriable"} with a status per code.
+"""Errors as HTTP answers: JSON {"code", "message", "retriable", "outcome"}, each code with the
+status, retriable flag and outcome of core/answers.py's table (docs/http-api.md, "Errors").
 
-`retriable` is whether the client may send the same request again: at the proxy a fenced or
-failed writer is replaced on the next request, so those are retriable there even though the
-library's writer object that raised them is finished.
+A proxy answers only the table's codes. An error of the code whose own code is not in the
+table is answered by its family: a metadata (ZooKeeper) failure as `metadata_unavailable`, a
+bookie, ledger or placement failure as `storage_unavailable`, anything else as `internal`
+(a bug); the message starts with the error's own code. `retriable` at the proxy may differ
+from the library class's: a fenced or failed writer is replaced on the next request, so those
+are retriable here although the library's writer object that raised them is finished.
+
+A write whose writer failed after accepting it is answered `outcome_unknown` (see
+`OutcomeUnknownError`), whatever the failure: it may have been appended.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from core import errors
+from core.answers import ANSWERS, Answer
+from ledger import errors as ledger_errors
+from placement.errors import PlacementError
 
-STATUS_BY_CODE = {
-    errors.BadRequestError.code: 400,
-    errors.InvalidDlsnError.code: 400,
-    errors.InvalidStreamNameError.code: 400,
-    errors.InvalidRecordError.code: 400,
-    errors.TxidOutOfOrderError.code: 400,
-    errors.RecordTooLargeError.code: 413,
-    errors.StreamNotFoundError.code: 404,
-    errors.StreamExistsError.code: 409,
-    errors.OwnershipError.code: 409,
-    errors.EndOfStreamError.code: 409,
-    errors.SeqMismatchError.code: 409,
-    errors.ProducerSeqStaleError.code: 409,
-    errors.ProducerSeqInFlightError.code: 409,
-    errors.SessionFencedError.code: 409,
-    errors.TruncatedPositionError.code: 410,
-    errors.OverCapacityError.code: 429,
-    errors.OwnerFencedError.code: 503,
-    errors.WriteFailedError.code: 503,
-    errors.WriterClosedError.code: 503,
-    errors.OwnerUnreachableError.code: 503,
-    errors.MetadataUnavailableError.code: 503,
-}
-RETRIABLE_AT_THE_PROXY = {
-    errors.OwnerFencedError.code,
-    errors.WriteFailedError.code,
-    errors.WriterClosedError.code,
-}
+log = logging.getLogger(__name__)
+
+# Errors of the storage below a proxy (bookies, ledgers, placement of their copies).
+STORAGE_ERRORS: tuple[type[errors.GlobelogError], ...] = (
+    ledger_errors.ProtocolError,
+    ledger_errors.FrameTooLargeError,
+    ledger_errors.DigestMismatchError,
+    ledger_errors.LedgerIdOverflowError,
+    ledger_errors.BookieError,
+    ledger_errors.BookieConnectionError,
+    ledger_errors.ClientClosedError,
+    ledger_errors.PoolFullError,
+    ledger_errors.BookieUnreachableError,
+    ledger_errors.LedgerHandleError,
+    ledger_errors.LedgerExistsError,
+    ledger_errors.NoSuchLedgerMetadataError,
+    ledger_errors.LedgerMetadataConflictError,
+    PlacementError,
+)
 
 
-def error_body(code: str, message: str, retriable: bool) -> bytes:
-    return json.dumps({"code": code, "message": message, "retriable": retriable}).encode()
+def answered_code(err: errors.GlobelogError) -> str:
+    """The table's code a proxy answers `err` with."""
+    if err.code in ANSWERS:
+        return err.code
+    if isinstance(err, errors.MetadataError):
+        return errors.MetadataUnavailableError.code
+    if isinstance(err, STORAGE_ERRORS):
+        return errors.StorageUnavailableError.code
+    return errors.GlobelogError.code
+
+
+def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> bytes:
+    answer = ANSWERS[code]
+    body = {"code": code, "message": message, "retriable": answer.retriable}
+    body["outcome"] = answer.outcome
+    return json.dumps({**body, **(extra or {})}).encode()
 
 
 def error_response(err: errors.GlobelogError) -> web.Response:
-    status = STATUS_BY_CODE.get(err.code, 500)
-    retriable = err.retriable or err.code in RETRIABLE_AT_THE_PROXY
-    return web.Response(
-        status=status,
-        body=error_body(err.code, str(err), retriable),
-        content_type="application/json",
-    )
+    code = answered_code(err)
+    message = str(err) if code == err.code else f"{err.code}: {err}"
+    extra = {"cause": err.cause} if isinstance(err, errors.OutcomeUnknownError) else None
+    if code == errors.GlobelogError.code:
+        log.error("answered internal for %s: %s", type(err).__name__, err, exc_info=err)
+    return _json_error(ANSWERS[code], error_body(code, message, extra))
 
 
 def http_error_response(err: web.HTTPException, path: str) -> web.Response:
@@ -69,9 +84,11 @@ def http_error_response(err: web.HTTPException, path: str) -> web.Response:
         message += f"; expected one of {sorted(err.allowed_methods)}"
     if err.status == 413:
         message = f"request body too large for {path!r}: {err.text}"
-    return web.Response(
-        status=err.status, body=error_body(code, message, False), content_type="application/json"
-    )
+    return _json_error(ANSWERS[code], error_body(code, message))
+
+
+def _json_error(answer: Answer, body: bytes) -> web.Response:
+    return web.Response(status=answer.status, body=body, content_type="application/json")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -88,6 +105,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if err.status < 400:
             raise
         return http_error_response(err, request.path)
+    except Exception as err:  # a bug: answered in the documented form, and logged
+        log.error("%s %s failed", request.method, request.path, exc_info=err)
+        message = f"{type(err).__name__}: {err}"
+        return _json_error(ANSWERS["internal"], error_body("internal", message))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -33,6 +33,7 @@ from core.dlsn import DLSN
 from core.errors import (
     BadRequestError,
     GlobelogError,
+    OutcomeUnknownError,
     OverCapacityError,
     SeqMismatchError,
     SessionFencedError,
@@ -225,7 +226,8 @@ class WriteProxy:
         if isinstance(owned, web.StreamResponse):
             return owned
         if request.query.get("fence_session") in ("1", "true"):
-            owned.session = await owned.writer.mark_session()  # every older session is fenced
+            # A session marker fences every older session.
+            owned.session = await self._append(request, owned, 0, owned.writer.mark_session)
             owned.exclusive = request.query.get("exclusive") in ("1", "true")
         last = owned.writer.last_written
         return json_response(
@@ -282,9 +284,7 @@ class WriteProxy:
         if producer is not None:
             return await self._write_once(request, owned, record, producer, expected_text)
         if expected_text is None:
-            written = await self._append(
-                request, owned, len(payload), lambda: owned.writer.write(record)
-            )
+            written = await self._append(request, owned, len(payload), self._plain(owned, record))
             return json_response(_written(written))
         expected = _int(expected_text, "expected_seq")
 
@@ -308,7 +308,7 @@ class WriteProxy:
 
         def start() -> Awaitable[Written]:
             if expected_text is None:
-                return owned.writer.write(record)
+                return self._plain(owned, record)()
             return self._conditional(owned, record, _int(expected_text, "expected_seq"))
 
         async def write(_: list[int]) -> list[Written]:
@@ -326,9 +326,7 @@ class WriteProxy:
         _check_session(request, owned)
         producer = _producer(request)
         if producer is None:
-            results = await self._append(
-                request, owned, len(body), lambda: owned.writer.write_bulk(payloads)
-            )
+            results = await self._append(request, owned, len(body), self._many(owned, payloads))
             return json_response({"records": [_written(w) for w in results]})
         producer_id, first = producer
         if first + len(payloads) - 1 > PRODUCER_SEQ_MAX:
@@ -341,7 +339,7 @@ class WriteProxy:
             records = [Record(payloads[i], None, keys[i]) for i in todo]
             size = sum(len(payloads[i]) for i in todo)
             written: list[Written] = await self._append(
-                request, owned, size, lambda: owned.writer.write_bulk(records)
+                request, owned, size, self._many(owned, records)
             )
             return written
 
@@ -349,6 +347,22 @@ class WriteProxy:
         return json_response({"records": [_written(w) for w in landed], "duplicates": duplicates})
 
     # -------------------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _plain(owned: Owned, record: Record) -> Callable[[], Awaitable[Written]]:
+        def start() -> Awaitable[Written]:
+            owned.writer.check_write(record)  # refused now (a failed writer, a bad txid, ...)
+            return owned.writer.write(record)
+
+        return start
+
+    @staticmethod
+    def _many(owned: Owned, records: list[Record] | list[bytes]) -> Callable[[], Awaitable[Any]]:
+        def start() -> Awaitable[list[Written]]:
+            owned.writer.check_batch(records)
+            return owned.writer.write_bulk(records)
+
+        return start
 
     def _conditional(self, owned: Owned, record: Record, expected: int) -> Awaitable[Written]:
         """A write that lands at sequence id `expected` or not at all: checked and accepted
@@ -395,7 +409,12 @@ class WriteProxy:
         start: Callable[[], Awaitable[Any]],
     ) -> Any:
         """Starts a write (`start()`) unless the stream's bytes in flight would pass the limit;
-        its result. A writer that failed on it is dropped: the next request opens another."""
+        its result. A writer that failed on it is dropped: the next request opens another.
+
+        What `start()` raises is a refusal: nothing was accepted, and the error is answered as
+        it is (a definite failure). Once it returned, the write may have been sent to the
+        bookies, so whatever fails it then is answered `outcome_unknown` (docs/http-api.md):
+        a new owner's recovery may find its entry, and an idempotent retry then finds it."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limit = self.limits.stream_inflight_bytes_max
         if owned.inflight_bytes + size > limit:
@@ -405,6 +424,7 @@ class WriteProxy:
             )
         owned.inflight_bytes += size
         started = time.perf_counter()
+        accepting: asyncio.Future[Any] | None = None
         try:
             with TRACER.start_as_current_span("globelog.commit") as span:
                 accepting = asyncio.ensure_future(start())
@@ -421,11 +441,13 @@ class WriteProxy:
                 len(result) if isinstance(result, list) else 1, labels
             )
             return result
-        except GlobelogError as err:
+        except (GlobelogError, TimeoutError) as err:
             if owned.writer.failed:
                 log.warning("writer of %s/%s failed (%s); dropped, lock released", ns, stream, err)
                 self.ownership.forget(ns, stream, owned)
-            raise err
+            if accepting is None:
+                raise
+            raise OutcomeUnknownError.after(err, f"a write to {ns}/{stream}") from err
         finally:
             owned.inflight_bytes -= size
 

@@ -10,7 +10,8 @@ Every anomaly names the operations that show it. Kinds (each count, 0 included, 
     duplicate-plain      the same for a plain send (a retried send may land twice: reported,
                          but it breaks no guarantee of plain writes)
     inconsistent-offset  one DLSN holding two values (reads and acknowledgements)
-    aborted-read         a value read whose send failed definitively
+    aborted-read         a value read whose send failed definitively (`fail`: the answer
+                         said not written, docs/http-api.md) in a poll or a final read
     nonmonotonic-poll    a reader's polls going back in a stream
     poll-skip            a reader passing over a record the final reads hold
     region-divergence    two regions' final reads of a stream that differ
@@ -18,6 +19,8 @@ Every anomaly names the operations that show it. Kinds (each count, 0 included, 
     read-unavailable     a region whose read proxy did not reach a stream's acknowledged end
                          within the run's bound (its final read through the proxy stopped short),
                          or whose final read through the library did not end
+    undocumented-answer  an error whose code is neither in docs/http-api.md's table nor one
+                         the client raises itself (core/answers.py)
 Liveness (verify/liveness.py): for each fault, the longest time a stream went without an
 acknowledged send while it lasted (its unavailability window).
 """
@@ -28,6 +31,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from core.answers import ANSWERS, CLIENT_CODES
 from core.dlsn import DLSN
 from verify.history import Op
 from verify.liveness import unavailability
@@ -44,6 +48,7 @@ KINDS = (
     "region-divergence",
     "durability",
     "read-unavailable",
+    "undocumented-answer",
 )
 # Guarantees broken by an anomaly of each kind; duplicate-plain breaks none.
 VIOLATIONS = frozenset(KINDS) - {"duplicate-plain"}
@@ -108,7 +113,13 @@ def check(history: list[Op]) -> CheckReport:
         elif op.f == "final" and op.type == "info" and op.stream:
             reads.append(op)
             unended.append(op)
-        elif op.f == "audit" and op.type == "ok" and op.value is False:
+        if op.type in ("fail", "info") and "code" in op.extra:
+            code = op.extra["code"]
+            if code not in ANSWERS and code not in CLIENT_CODES:
+                report.anomalies.append(
+                    Anomaly("undocumented-answer", op.stream, (op,), f"answered {code!r}")
+                )
+        if op.f == "audit" and op.type == "ok" and op.value is False:
             report.anomalies.append(
                 Anomaly("durability", op.stream, (op,), f"segment {op.segment}: {op.detail}")
             )

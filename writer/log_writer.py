@@ -195,6 +195,10 @@ class LogWriter:
         """Raises the error a write of `record` would give now, changing nothing."""
         self._state.check_write(record)
 
+    def check_batch(self, records: Sequence[Record | bytes]) -> None:
+        """Raises the error `write_bulk(records)` would give now, changing nothing."""
+        self._state.check_batch(records)
+
     @property
     def has_room(self) -> bool:
         return self._state.room > 0

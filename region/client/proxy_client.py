@@ -11,11 +11,20 @@ that fails with a retriable code is retried with backoff until `deadline_s`; the
 last try is raised otherwise, as the library's class for the proxy's code (core/errors.py's
 table: `StreamNotFoundError`, `SeqMismatchError`, ...), or a `ProxyError` carrying a code that
 table does not know.
+
+Writes follow the answers' outcomes (docs/http-api.md, "Errors"). An error raised for a write
+means it was not written, except `OutcomeUnknownError`: it may have been. A plain write (or a
+conditional one) whose answer is indefinite (`outcome_unknown`, `internal`, or no answer after
+it was sent) is not retried: it raises `OutcomeUnknownError` at once, since a retry could
+append it twice. An idempotent write is retried through indefinite answers until it is
+acknowledged (a retry of one that landed is answered with where) or `deadline_s` passes; then
+it raises `OutcomeUnknownError` if any try's answer was indefinite, else the last error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import random
 import time
@@ -28,10 +37,12 @@ import aiohttp
 from opentelemetry import propagate
 from uhashring import HashRing
 
+from core.answers import UNKNOWN, answer_of
 from core.dlsn import DLSN
 from core.errors import (
     GlobelogError,
     MetadataUnavailableError,
+    OutcomeUnknownError,
     ProxyError,
     ProxyUnreachableError,
     SessionExpiredError,
@@ -127,7 +138,10 @@ class ProxyClient:
             params["txid"] = str(txid)
         if expected_seq is not None:
             params["expected_seq"] = str(expected_seq)
-        body = await self._call("POST", stream, "/records", data=payload, params=params)
+        write = Write.IDEMPOTENT if producer is not None else Write.PLAIN
+        body = await self._call(
+            "POST", stream, "/records", data=payload, params=params, write=write
+        )
         return _acked(body)
 
     async def write_bulk(
@@ -140,7 +154,10 @@ class ProxyClient:
         params = self._session_params(stream)
         if producer is not None:
             params["producer"], params["producer_seq"] = str(producer[0]), str(producer[1])
-        body = await self._call("POST", stream, "/bulk", data=data, headers=headers, params=params)
+        write = Write.IDEMPOTENT if producer is not None else Write.PLAIN
+        body = await self._call(
+            "POST", stream, "/bulk", data=data, headers=headers, params=params, write=write
+        )
         return [_acked(r) for r in body["records"]]
 
     async def producer_last_seq(self, stream: str, producer_id: int) -> int | None:
@@ -194,19 +211,28 @@ class ProxyClient:
         up = [p for p in candidates if self._down.get(p, 0.0) <= now]
         return (up or candidates)[0]
 
-    async def _call(self, method: str, stream: str, suffix: str, **kwargs: Any) -> Any:
+    async def _call(
+        self, method: str, stream: str, suffix: str, write: Write | None = None, **kwargs: Any
+    ) -> Any:
         if self._http is None:
             raise RuntimeError("use `async with ProxyClient(...)` before calling it")
         deadline = time.monotonic() + self.deadline_s
         backoff = BACKOFF_FIRST_S
         path = f"/v1/namespaces/{self.namespace}/streams/{stream}{suffix}"
+        unknown: GlobelogError | None = None  # a write's first indefinite answer
         while True:
             proxy = self._proxy_for(stream)
             error = await self._try(method, proxy, path, stream, kwargs)
             if not isinstance(error, GlobelogError):
                 return error
             self._owners.pop(stream, None)  # ask the ring (or be redirected) afresh
+            if write is not None and unknown is None and indefinite(error):
+                unknown = error
+                if write is Write.PLAIN:  # a retry could append it twice
+                    raise outcome_unknown(f"{method} {path}", unknown, error)
             if not error.retriable or time.monotonic() + backoff > deadline:
+                if unknown is not None:
+                    raise outcome_unknown(f"{method} {path}", unknown, error)
                 raise error
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, BACKOFF_MAX_S)
@@ -258,7 +284,9 @@ class ProxyClient:
                 name = self._names.get(proxy)
                 if name is not None and stream:
                     self._unreachable[stream] = name
-                return ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}")
+                # Only a connection never made is known not to have carried the request.
+                sent = not isinstance(err, aiohttp.ClientConnectorError)
+                return ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}", sent)
         return ProxyError(
             "redirect_loop", f"{method} {path}: over {REDIRECTS_MAX} redirects", True, 307
         )
@@ -301,7 +329,38 @@ def proxy_error(body: dict[str, Any], status: int, request: str) -> GlobelogErro
     error = answered_error(code, message, retriable)
     if error is None:
         return ProxyError(code, message, retriable, status)
+    if isinstance(error, OutcomeUnknownError):
+        error.cause = str(body.get("cause", ""))
     error.add_note(f"answered to {request} with HTTP {status}")
+    return error
+
+
+class Write(enum.Enum):
+    """What a request writes, for how its indefinite answers are handled (module doc)."""
+
+    PLAIN = "plain"
+    IDEMPOTENT = "idempotent"
+
+
+def indefinite(error: GlobelogError) -> bool:
+    """Whether a request that got `error` may have taken effect (docs/http-api.md)."""
+    if isinstance(error, ProxyUnreachableError):
+        return error.maybe_sent
+    answer = answer_of(error.code)
+    return answer is None or answer.outcome == UNKNOWN  # a code outside the table: unknown
+
+
+def outcome_unknown(request: str, first: GlobelogError, last: GlobelogError) -> OutcomeUnknownError:
+    """A write's error once an answer to it was indefinite: `first` such answer, `last` the
+    one it ends on."""
+    if first is last and isinstance(first, OutcomeUnknownError):
+        return first
+    cause = first.cause if isinstance(first, OutcomeUnknownError) else first.code
+    message = f"{request} may have been appended: {first.code}: {first}"
+    if last is not first:
+        message += f"; the last try: {last.code}: {last}"
+    error = OutcomeUnknownError(message, cause)
+    error.__cause__ = last
     return error
 
 

@@ -41,12 +41,25 @@ NOT_OPERATING_CODES = frozenset(
 
 
 def operating_answer(err: BaseException) -> bool:
-    """True for an error a client meets while faults come and go (history, not failure)."""
-    return isinstance(err, GlobelogError) and err.code not in NOT_OPERATING_CODES
+    """True for an error a client meets while faults come and go (history, not failure); a
+    write whose outcome is unknown is judged by what made it so (a 500 is no fault's)."""
+    if not isinstance(err, GlobelogError):
+        return False
+    cause = err.cause if isinstance(err, errors.OutcomeUnknownError) else None
+    return err.code not in NOT_OPERATING_CODES and cause not in NOT_OPERATING_CODES
 
 
 def describe(err: GlobelogError) -> str:
     return f"{err.code}: {err}"[:200]
+
+
+def answered(err: GlobelogError) -> dict[str, str]:
+    """The fields a history op keeps of an error answered: its code, and for an outcome
+    unknown what made it so (`cause`)."""
+    fields = {"code": err.code, "detail": describe(err)}
+    if isinstance(err, errors.OutcomeUnknownError):
+        fields["cause"] = err.cause
+    return fields
 
 
 class WorkerFailedError(GlobelogError):

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from core.dlsn import DLSN
-from core.errors import GlobelogError
+from core.errors import GlobelogError, OutcomeUnknownError
 from localcluster.controller import Cluster
 from localcluster.tails import ProxyPages, proxy_url
 from region.client import ProxyClient
-from verify.live.recorder import Recorder, describe, operating_answer
+from verify.live.recorder import Recorder, answered, operating_answer
 
 SEND_DEADLINE_S = 20.0
 READ_RETRY_S = 0.5  # after an error answered (or none), as ReadClient and the demo's readers
@@ -64,8 +64,9 @@ async def produce(
     interval_s: float, rec: Recorder, frontier: Frontier, values: list[int], stop: asyncio.Event,
 ) -> None:  # fmt: skip
     """One producer per region and stream, so a stream stalled by a fault does not stop the
-    sends to the others. An operating answer makes the send indefinite (`info`); any other
-    error ends the producer, and the run with it."""
+    sends to the others. An operating answer ends the send as the client says: `info` (it may
+    have landed: OutcomeUnknownError) or `fail` (it did not); any other error ends the
+    producer, and the run with it."""
     urls = [proxy_url(cluster, region, "write")] + [
         proxy_url(cluster, r, "write") for r in cluster.topology.region_names if r != region
     ]
@@ -86,8 +87,11 @@ async def produce(
             except GlobelogError as err:
                 if not operating_answer(err):
                     raise
-                rec.add(process=process, type="info", f="send", stream=stream, value=value,
-                        detail=describe(err))  # fmt: skip
+                # The client raises OutcomeUnknownError when the write may have landed; any
+                # other error means it certainly did not (docs/http-api.md, "Errors").
+                done = "info" if isinstance(err, OutcomeUnknownError) else "fail"
+                rec.add(process=process, type=done, f="send", stream=stream, value=value,
+                        **answered(err))  # fmt: skip
             else:
                 rec.add(process=process, type="ok", f="send", stream=stream, value=value,
                         dlsn=str(acked.dlsn))  # fmt: skip
@@ -113,7 +117,7 @@ async def tail(
             if not operating_answer(err):
                 raise
             rec.add(process=process, type="fail", f="poll", stream=stream, region=region,
-                    detail=describe(err))  # fmt: skip
+                    **answered(err))  # fmt: skip
             await asyncio.sleep(READ_RETRY_S)
             continue
         if page:

@@ -12,17 +12,16 @@ from typing import Any
 
 import aiohttp
 
+from core.answers import ANSWERS
 from localcluster.controller import Cluster
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
-from region.http_errors import STATUS_BY_CODE
 from tests.support.proxies import read_proxy, write_proxy
 from tests.support.streams import fresh_namespace
 
 CASES = 2500
 SEED = 20261124
-AIOHTTP_CODES = {"not_found", "method_not_allowed", "request_too_large", "bad_request"}
-DOCUMENTED = set(STATUS_BY_CODE) | AIOHTTP_CODES
+DOCUMENTED = set(ANSWERS)
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 NAMES = ["s", "fuzz-1", "", "..", "a/b", "%00", "x" * 300, "ü", "-lead", "white space", "a" * 65]
 SUFFIXES = ["", "/records", "/bulk", "/truncate", "/release", "/last", "/tail", "/nope", "/"]

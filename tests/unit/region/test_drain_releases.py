@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from core.errors import OwnerFencedError, WriterClosedError
+from core.errors import OutcomeUnknownError, OwnerFencedError
 from region.idempotence import Idempotence
 from region.ownership import Owned, Ownership
 from region.producers import ProducerTable
@@ -56,9 +56,10 @@ async def test_a_failed_drain_release_is_logged_and_raised_after_the_others(
     assert "ns/a" in warning.getMessage() and "fenced by a newer owner" in warning.getMessage()
 
 
-async def test_a_drain_release_that_times_out_is_raised_as_the_writer_not_closing() -> None:
+async def test_a_drain_release_that_times_out_is_raised_with_its_outcome_unknown() -> None:
     ownership = Ownership(cast(Any, None), cast(Any, None), cast(Any, None), cast(Any, None))
     ownership._owned = {("ns", "a"): owned(ScriptedWriter(TimeoutError()))}  # its close's bound
     ownership.drained = frozenset({("ns", "a")})
-    with pytest.raises(WriterClosedError, match=r"stream ns/a: drained, and its writer did not"):
+    with pytest.raises(OutcomeUnknownError, match=r"stream ns/a: its writer did not close") as e:
         await ownership.release_drained()
+    assert e.value.cause == "timeout"

@@ -164,6 +164,22 @@ def test_a_value_read_after_its_send_failed_is_an_aborted_read() -> None:
     assert kinds(h) == {}
 
 
+def test_an_answer_outside_the_documented_table_is_reported() -> None:
+    h = clean()
+    h.add(process="w0", type="invoke", f="send", stream="s", value=9)
+    h.add(process="w0", type="info", f="send", stream="s", value=9, code="outcome_unknown",
+          cause="owner_fenced")  # fmt: skip
+    h.add(process="w1", type="invoke", f="send", stream="s", value=10)
+    h.add(process="w1", type="fail", f="send", stream="s", value=10, code="proxy_unreachable")
+    assert kinds(h) == {}, "documented codes and the client's own are fine"
+    h.add(process="w0", type="invoke", f="send", stream="s", value=11)
+    h.add(process="w0", type="fail", f="send", stream="s", value=11, code="ledger_recovery_failed")
+    h.add(process="r0", type="fail", f="poll", stream="s", region="eu-west", code="bookie_timeout")
+    report = check(h.ops())
+    assert report.counts()["undocumented-answer"] == 2 and not report.valid
+    assert "answered 'ledger_recovery_failed'" in report.anomalies[0].describe()
+
+
 def test_polls_going_back_or_passing_over_records_are_reported() -> None:
     h = History()
     for i in range(4):
