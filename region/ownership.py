@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from core.errors import (
     GlobelogError,
     NoNodeError,
+    OutcomeUnknownError,
     OwnershipError,
     OwnerUnreachableError,
-    WriterClosedError,
 )
 from core.streams import StreamSettings
 from core.topology import Replication
@@ -258,13 +258,6 @@ class Ownership:
         for key in [k for k in self._owned if k in self.drained]:
             try:
                 await self.release(*key)
-            except TimeoutError:
-                failures.append(
-                    WriterClosedError(
-                        f"stream {key[0]}/{key[1]}: drained, and its writer did not close "
-                        f"within {CLOSE_TIMEOUT_S} s"
-                    )
-                )
             except GlobelogError as err:
                 failures.append(err)
             else:
@@ -293,19 +286,29 @@ class Ownership:
             PROXY_METRICS.ownership_changes.add(1, {"event": "lost"})
 
     async def release(self, namespace: str, stream: str) -> bool:
-        """Closes this proxy's writer of the stream (its segment completed, lock released)."""
+        """Closes this proxy's writer of the stream (its segment completed, lock released).
+        OutcomeUnknownError when the writer did not close in time (this proxy no longer
+        serves the stream either way)."""
         owned = self._owned.pop((namespace, stream), None)
         if owned is None:
             return False
         owned.idempotence.close()
         PROXY_METRICS.ownership_changes.add(1, {"event": "released"})
-        async with asyncio.timeout(CLOSE_TIMEOUT_S):
-            await owned.writer.close()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await owned.writer.close()
+        except TimeoutError:
+            raise OutcomeUnknownError(
+                f"stream {namespace}/{stream}: its writer did not close within "
+                f"{CLOSE_TIMEOUT_S} s; whether its segment was completed and its lock released "
+                "is unknown (this proxy no longer serves it)",
+                "timeout",
+            ) from None
         return True
 
     async def release_all(self) -> None:
         for namespace, stream in list(self._owned):
-            with contextlib.suppress(GlobelogError, TimeoutError):
+            with contextlib.suppress(GlobelogError):
                 await self.release(namespace, stream)
 
 
