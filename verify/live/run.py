@@ -16,6 +16,7 @@ partition and slowed route are healed first (verify/live/faults.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import random
@@ -45,6 +46,7 @@ __all__ = ["FAULT_KINDS", "RunConfig", "failover_run"]
 
 STREAMS = 3
 AFTER_LAST_HEAL_S = 8.0  # the workload outlives the last heal, so the last fault's window can end
+PROGRESS_EVERY_S = 15.0  # how often a run says how far its workload is
 CATCH_UP_S = 10.0  # the tailing readers' time to reach the acknowledged end once sends stop
 
 
@@ -129,6 +131,9 @@ async def _workload(
                         STREAMS / cfg.rate, rec, frontier, values, stop_sends,
                     )  # fmt: skip
                     writers.create_task(owned(f"w-{region}-{stream}", work))
+            writers.create_task(
+                owned("progress", _progress_every(cfg, values, in_force, stop_sends, progress))
+            )
             rng = random.Random(cfg.seed)
             faults = nemesis(
                 cluster, tools, cfg.faults, cfg.namespace, rec, rng, deadline, in_force
@@ -148,6 +153,25 @@ async def _workload(
         if behind:
             progress(f"tailing readers {detail}")
         stop_tails.set()
+
+
+async def _progress_every(
+    cfg: RunConfig, values: list[int], in_force: FaultsInForce, stop: asyncio.Event,
+    progress: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Says how far the workload is every PROGRESS_EVERY_S until `stop`."""
+    began = time.monotonic()
+    while True:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PROGRESS_EVERY_S):
+                await stop.wait()
+        if stop.is_set():
+            return
+        fault = in_force.in_force or "none"
+        progress(
+            f"{time.monotonic() - began:.0f} s of {cfg.seconds:g} s: {values[0]} sends; "
+            f"fault in force: {fault}"
+        )
 
 
 def _write_report(cfg: RunConfig, history: list[Op], report: CheckReport) -> None:

@@ -13,6 +13,7 @@ import pytest
 from core.dlsn import DLSN
 from core.errors import (
     MetadataUnavailableError,
+    OutcomeUnknownError,
     OwnerFencedError,
     ProxyError,
     ProxyUnreachableError,
@@ -20,7 +21,8 @@ from core.errors import (
 )
 from localcluster.tails import PagedRecord
 from verify.history import read_history
-from verify.live import workload
+from verify.live import run, workload
+from verify.live.faults import FaultsInForce
 from verify.live.recorder import (
     Recorder,
     WorkerFailedError,
@@ -41,6 +43,8 @@ pytestmark = pytest.mark.unit
         (ProxyUnreachableError("refused"), True),
         (ProxyError("metadata_session_expired", "gone", False, 500), True),
         (ProxyError("internal", "a bug", False, 500), False),
+        (OutcomeUnknownError("may have landed", "owner_fenced"), True),
+        (OutcomeUnknownError("may have landed", "internal"), False),  # a 500 behind it
         (StreamNotFoundError("no s0"), False),
         (KeyError("records"), False),
     ],
@@ -222,3 +226,20 @@ async def test_the_wait_for_tailing_readers_is_bounded_and_names_who_is_behind()
     frontier.acknowledged("s1", DLSN(3, 0, 0))
     frontier.read[("us-west", "s1")] = DLSN(2, 7, 0)
     assert await frontier.caught_up(bound_s=0.01) == ["r-us-west-s1 at 2.7.0 of 3.0.0"]
+
+
+async def test_the_workload_says_how_far_it_is_until_it_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run, "PROGRESS_EVERY_S", 0.02)
+    said: list[str] = []
+    stop = asyncio.Event()
+    in_force = FaultsInForce(Recorder(io.StringIO()), [])
+    reporting = asyncio.create_task(
+        run._progress_every(run.RunConfig(seconds=180), [42], in_force, stop, said.append)
+    )
+    await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(reporting, 1.0)
+    assert len(said) >= 2
+    assert said[0].endswith("s of 180 s: 42 sends; fault in force: none"), said
