@@ -59,13 +59,24 @@ HEALTH_STREAMS_MAX = (
 )
 
 
+class _Starting:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class ReadProxy:
     def __init__(self, me: registry.ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> None:
         self.me = me
         self._store = store
         self._ledgers = ledgers
         self._caches: dict[tuple[str, str], StreamCache] = {}
-        self._starting: dict[tuple[str, str], asyncio.Lock] = {}
+        # Per stream whose cache is being started: its lock and how many requests hold or
+        # wait for it; the entry goes with the last of them (names that do not exist leave
+        # nothing behind).
+        self._starting: dict[tuple[str, str], _Starting] = {}
         self._runner: web.AppRunner | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -239,22 +250,30 @@ class ReadProxy:
         cache = self._caches.get(key)
         if cache is not None and cache.started and not cache.gone:
             return cache
-        lock = self._starting.setdefault(key, asyncio.Lock())
-        async with lock:
-            cache = self._caches.get(key)
-            if cache is not None and cache.gone:  # deleted (perhaps made again): start afresh
-                del self._caches[key]
-                await cache.close()
-                cache = None
-            if cache is None:
-                cache = StreamCache(
-                    self._streams(ns),
-                    self._ledgers,
-                    stream,
-                    on_failed=follower_restarts(KIND, "stream cache"),
-                )
-                await cache.start(seq)
-                self._caches[key] = cache
+        starting = self._starting.get(key)
+        if starting is None:
+            starting = self._starting[key] = _Starting()
+        starting.users += 1
+        try:
+            async with starting.lock:
+                cache = self._caches.get(key)
+                if cache is not None and cache.gone:  # deleted (perhaps made again): afresh
+                    del self._caches[key]
+                    await cache.close()
+                    cache = None
+                if cache is None:
+                    cache = StreamCache(
+                        self._streams(ns),
+                        self._ledgers,
+                        stream,
+                        on_failed=follower_restarts(KIND, "stream cache"),
+                    )
+                    await cache.start(seq)
+                    self._caches[key] = cache
+        finally:
+            starting.users -= 1
+            if starting.users == 0:
+                del self._starting[key]
         return cache
 
     def _streams(self, namespace: str) -> StreamMetaStore:

@@ -38,6 +38,7 @@ from core.errors import (
     SeqMismatchError,
     SessionFencedError,
 )
+from core.parsing import bounded_int
 from core.records import Record
 from global_meta.followers import Follower, FollowerStatus
 from ledger import LedgerClient
@@ -383,7 +384,13 @@ class WriteProxy:
     async def _owner_of(self, request: web.Request) -> Owned | web.StreamResponse:
         """This proxy's writer of the request's stream, or a redirect to where it is."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
-        hop = _int(request.query.get("hop", "0"), "hop")
+        hop_text = request.query.get("hop", "0")
+        hop = bounded_int(hop_text, 0, HOPS_MAX)
+        if hop is None:
+            raise BadRequestError(
+                f"hop is {hop_text[:40]!r}; expected how often the request was redirected, "
+                f"0..{HOPS_MAX}"
+            )
         # A client that could not reach the stream's owner names it (see Ownership.resolve).
         unreachable = request.query.get("unreachable_owner")
         if unreachable is not None and not 0 < len(unreachable) <= OWNER_TEXT_MAX:

@@ -87,6 +87,10 @@ async def test_a_proxy_redirects_to_the_owner_in_another_region_and_ownership_mo
             assert answer.status == 200 and (await answer.json())["seq"] == 1
         async with http.post(f"{redirected}?hop=2", data=b"x") as answer:
             assert answer.status == 400 and (await answer.json())["code"] == "bad_request"
+        for hop in ("-5", "3", "x"):  # no extra redirects bought with a negative count
+            async with http.post(f"{redirected}?hop={hop}", data=b"x") as answer:
+                refused = await answer.json()
+            assert answer.status == 400 and "expected how often" in refused["message"], refused
         # us-east gives the stream up; eu-west takes it on its next write; us-east redirects
         async with http.post(f"{base(east, namespace)}/s/release") as answer:
             assert (await answer.json())["released"] is True

@@ -13,12 +13,18 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from core import errors
 from core.answers import ANSWERS, Answer
 from ledger import errors as ledger_errors
 from placement import errors as placement_errors
-from region.http_errors import answered_code, error_response, http_error_response
+from region.http_errors import (
+    answered_code,
+    error_middleware,
+    error_response,
+    http_error_response,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -168,3 +174,20 @@ def _instance(cls: type[errors.GlobelogError]) -> errors.GlobelogError:
     error = cls.__new__(cls)
     Exception.__init__(error, f"a {cls.__name__}")
     return error
+
+
+async def test_a_bug_in_a_handler_is_answered_as_json_internal_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("a bug")
+
+    app = web.Application(middlewares=[error_middleware])
+    app.router.add_get("/v1/broken", broken)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        answer = await client.get("/v1/broken")
+        body = await answer.json()
+    assert answer.status == 500 and body["code"] == "internal"
+    assert body["outcome"] == "unknown" and body["retriable"] is False
+    assert body["message"] == "RuntimeError: a bug"
+    assert any("GET /v1/broken failed" in r.getMessage() and r.exc_info for r in caplog.records)
