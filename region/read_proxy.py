@@ -52,6 +52,9 @@ from region.tracing import TRACER, traces_handler, tracing_middleware
 log = logging.getLogger(__name__)
 KIND = "read"
 PAGE_RECORDS_MAX = 10_000
+# A page's payload bytes (a page holds at least one record, whatever its size): without it,
+# `max` records of 1 MiB each would be a 10 GiB answer, built in memory twice (JSON, base64).
+PAGE_BYTES_MAX = 4 * 1024 * 1024
 WAIT_MS_MAX = 30_000
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = (
@@ -224,7 +227,7 @@ class ReadProxy:
                 )
             if cached is not None:
                 PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
-                return cached
+                return within_page_bytes(cached)
             # It left the cache while the request waited (evicted by a burst, or dropped at a
             # truncation): a reader of its own, within what is left of the request's wait.
             wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - began_s))
@@ -234,15 +237,19 @@ class ReadProxy:
             self._streams(ns), self._ledgers, stream, Position(By.SEQ, seq), ReaderConfig()
         )
         records: list[LogRecord] = []
+        size = 0
         async with reader:
-            while len(records) < max_records:
+            while len(records) < max_records and size < PAGE_BYTES_MAX:
                 try:
                     record = await reader.read_next(timeout_s=wait_s if not records else 0.05)
                 except ReadTimeoutError:
                     break
                 if record is None:
                     break
+                if records and size + len(record.payload) > PAGE_BYTES_MAX:
+                    break  # the next page starts with it
                 records.append(record)
+                size += len(record.payload)
         return records
 
     async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
@@ -278,6 +285,16 @@ class ReadProxy:
 
     def _streams(self, namespace: str) -> StreamMetaStore:
         return StreamMetaStore(self._store, namespace)
+
+
+def within_page_bytes(records: list[LogRecord]) -> list[LogRecord]:
+    """The records from the first while their payloads fit in PAGE_BYTES_MAX (at least one)."""
+    size = 0
+    for count, record in enumerate(records):
+        size += len(record.payload)
+        if size > PAGE_BYTES_MAX and count > 0:
+            return records[:count]
+    return records
 
 
 def _record(record: LogRecord) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
 
 READERS_AT_TAIL_S = 30.0
+MIB = 1024 * 1024
 
 
 def url(proxy: ReadProxy, namespace: str, stream: str) -> str:
@@ -107,3 +108,33 @@ async def test_positions_a_streamed_tail_and_bad_requests(cluster: Cluster) -> N
             assert r.status == 405 and (await r.json())["code"] == "method_not_allowed"
         async with http.get(base + "/records", params={"from_seq": "0"}) as r:
             assert (await r.json())["records"][0]["payload"] == "a"
+
+
+async def test_a_page_of_large_records_is_bounded_by_bytes(cluster: Cluster) -> None:
+    """`max=10` records of almost 1 MiB each come as pages of at most PAGE_BYTES_MAX (4 MiB),
+    each going on where the last stopped, whether served from the read-ahead or by a reader
+    of its own (a request from before what the read-ahead holds)."""
+    namespace = fresh_namespace()
+    payloads = [bytes([65 + i]) * (MIB - 64) for i in range(10)]
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        read_proxy(cluster, "us-west") as west,
+        aiohttp.ClientSession() as http,
+    ):
+        await east.streams.create_stream("s")
+        writer = await east.writer("s")
+        for payload in payloads:
+            await writer.write(payload)
+        await writer.close()
+        base = url(west, namespace, "s") + "/records"
+        for first in (3, 0):  # the read-ahead starts at 3; a read from 0 has a reader of its own
+            pages, seq = [], first
+            while seq < len(payloads):
+                async with http.get(base, params={"from_seq": str(seq), "max": "10"}) as r:
+                    assert r.status == 200, await r.text()
+                    page = await r.json()
+                pages.append([rec["seq"] for rec in page["records"]])
+                seq = page["next_seq"]
+            sizes = [len(p) for p in pages]
+            assert all(size <= 4 for size in sizes) and sum(sizes) == len(payloads) - first, pages
+            assert [s for p in pages for s in p] == list(range(first, len(payloads)))

@@ -1,6 +1,7 @@
-"""The read proxy's table of streams whose read-ahead is being started holds an entry only
-while a request starts or waits for one: names that do not exist, asked once each, leave
-nothing behind, and requests for one stream share one start."""
+"""Bounds of the read proxy: its table of streams whose read-ahead is being started holds an
+entry only while a request starts or waits for one (names that do not exist, asked once each,
+leave nothing behind; requests for one stream share one start), and a page holds at most
+PAGE_BYTES_MAX of payloads."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any, cast
 
 import pytest
 
+from core.dlsn import DLSN
 from core.errors import StreamNotFoundError
+from core.records import LogRecord
 from region import read_proxy
-from region.read_proxy import ReadProxy
+from region.read_proxy import ReadProxy, within_page_bytes
 from region.registry import ProxyInfo
 
 pytestmark = pytest.mark.unit
+MIB = 1024 * 1024
 
 
 class FakeCache:
@@ -58,3 +62,25 @@ async def test_concurrent_requests_share_one_start_and_leave_no_entry(
     caches = await asyncio.gather(*starts)
     assert len({id(c) for c in caches}) == 1 and FakeCache.started_count == 1
     assert server._starting == {}
+
+
+def record(seq: int, size: int) -> LogRecord:
+    return LogRecord(DLSN(1, seq, 0), seq, seq, b"x" * size, 0, "us-east")
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kept"),
+    [
+        ([MIB] * 10, 4),  # 10 records of 1 MiB: a page of 4 MiB
+        ([6 * MIB, 1], 1),  # one record over the bound still makes a page
+        ([100] * 50, 50),
+        ([3 * MIB, MIB, 1], 2),  # exactly the bound
+        ([], 0),
+    ],
+)
+def test_a_page_holds_at_most_its_bytes_and_at_least_one_record(
+    sizes: list[int], kept: int
+) -> None:
+    records = [record(i, size) for i, size in enumerate(sizes)]
+    assert read_proxy.PAGE_BYTES_MAX == 4 * MIB
+    assert within_page_bytes(records) == records[:kept]
