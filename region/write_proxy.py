@@ -35,11 +35,12 @@ from core.errors import (
     GlobelogError,
     OutcomeUnknownError,
     OverCapacityError,
+    RecordTooLargeError,
     SeqMismatchError,
     SessionFencedError,
 )
 from core.parsing import bounded_int
-from core.records import Record
+from core.records import RECORD_BYTES_MAX, Record
 from global_meta.followers import Follower, FollowerStatus
 from ledger import LedgerClient
 from region import registry
@@ -68,6 +69,7 @@ RING_TIMEOUT_S = 10.0
 class Limits:
     request_bytes_max: int = 64 * 1024 * 1024
     stream_inflight_bytes_max: int = 128 * 1024 * 1024  # accepted, not yet acknowledged
+    proxy_inflight_bytes_max: int = 512 * 1024 * 1024  # the same over every stream
 
 
 class WriteProxy:
@@ -97,6 +99,7 @@ class WriteProxy:
         )
         self._runner: web.AppRunner | None = None
         self._membership: registry.Membership | None = None
+        self._inflight_bytes = 0  # over every owned stream
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -275,7 +278,7 @@ class WriteProxy:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
-        payload = await request.read()
+        payload = await _record_body(request)
         txid_text = request.query.get("txid")
         txid = None if txid_text is None else _int(txid_text, "txid")
         producer = _producer(request)
@@ -322,6 +325,7 @@ class WriteProxy:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
+        self._check_inflight(request, owned, request.content_length or 0)
         body = await request.read()
         payloads = decode_batch(body)
         _check_session(request, owned)
@@ -423,13 +427,9 @@ class WriteProxy:
         bookies, so whatever fails it then is answered `outcome_unknown` (docs/http-api.md):
         a new owner's recovery may find its entry, and an idempotent retry then finds it."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
-        limit = self.limits.stream_inflight_bytes_max
-        if owned.inflight_bytes + size > limit:
-            raise OverCapacityError(
-                f"stream {ns}/{stream} has {owned.inflight_bytes} bytes in flight; a request of "
-                f"{size} bytes would pass the limit of {limit}; retry later"
-            )
+        self._check_inflight(request, owned, size)
         owned.inflight_bytes += size
+        self._inflight_bytes += size
         started = time.perf_counter()
         accepting: asyncio.Future[Any] | None = None
         try:
@@ -457,6 +457,25 @@ class WriteProxy:
             raise OutcomeUnknownError.after(err, f"a write to {ns}/{stream}") from err
         finally:
             owned.inflight_bytes -= size
+            self._inflight_bytes -= size
+
+    def _check_inflight(self, request: web.Request, owned: Owned, size: int) -> None:
+        """OverCapacityError (nothing written) when a write of `size` bytes would pass the
+        stream's or the proxy's limit of bytes accepted and not yet acknowledged."""
+        ns, stream = request.match_info["ns"], request.match_info["stream"]
+        limits = self.limits
+        if owned.inflight_bytes + size > limits.stream_inflight_bytes_max:
+            raise OverCapacityError(
+                f"stream {ns}/{stream} has {owned.inflight_bytes} bytes in flight; a request of "
+                f"{size} bytes would pass the limit of {limits.stream_inflight_bytes_max}; "
+                "retry later"
+            )
+        if self._inflight_bytes + size > limits.proxy_inflight_bytes_max:
+            raise OverCapacityError(
+                f"this proxy has {self._inflight_bytes} bytes in flight over all its streams; a "
+                f"request of {size} bytes would pass the limit of "
+                f"{limits.proxy_inflight_bytes_max}; retry later"
+            )
 
     def _flush_soon(self, owned: Owned) -> None:
         """Transmits the stream's buffer once this turn of the event loop has accepted every
@@ -474,6 +493,28 @@ class WriteProxy:
                     owned.writer.flush()
 
         asyncio.get_running_loop().call_soon(flush)
+
+
+async def _record_body(request: web.Request) -> bytes:
+    """A single record's body, refused as record_too_large as soon as it passes
+    RECORD_BYTES_MAX (by its Content-Length, or while it arrives): never buffered whole up
+    to the request limit first."""
+    length = request.content_length
+    if length is not None and length > RECORD_BYTES_MAX:
+        raise RecordTooLargeError(
+            f"{request.path}: a record of {length} bytes; the limit is {RECORD_BYTES_MAX}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > RECORD_BYTES_MAX:
+            raise RecordTooLargeError(
+                f"{request.path}: a record of more than {RECORD_BYTES_MAX} bytes (sent without "
+                f"a Content-Length); the limit is {RECORD_BYTES_MAX}"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _check_session(request: web.Request, owned: Owned) -> None:

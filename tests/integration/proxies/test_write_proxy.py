@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -144,8 +145,21 @@ async def test_bad_requests_get_their_codes_and_harm_nothing(cluster: Cluster) -
                 reply = await answer.json()
                 assert (answer.status, reply["code"]) == (status, code), (path, reply)
                 assert reply["message"] and reply["retriable"] is False
-        async with http.post(f"{url}/s/records", data=b"x" * (5 * 1024 * 1024)) as answer:
+        async with http.post(f"{url}/s/bulk", data=b"x" * (5 * 1024 * 1024)) as answer:
             assert answer.status == 413 and (await answer.json())["code"] == "request_too_large"
+        # A record over 1 MiB is refused by its Content-Length, or as it arrives without one,
+        # not buffered up to the request limit first.
+        async with http.post(f"{url}/s/records", data=b"x" * (3 * 1024 * 1024)) as answer:
+            refused = await answer.json()
+            assert answer.status == 413 and refused["code"] == "record_too_large", refused
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(40):
+                yield b"x" * 64 * 1024
+
+        async with http.post(f"{url}/s/records", data=chunks()) as answer:
+            refused = await answer.json()
+            assert answer.status == 413 and "without a Content-Length" in refused["message"]
         async with http.post(f"{url}/s/records", data=b"still") as answer:
             assert answer.status == 200 and (await answer.json())["seq"] == 1
     async with stream_env(cluster, "us-east", namespace) as env:
@@ -171,6 +185,30 @@ async def test_a_stream_over_its_bytes_in_flight_answers_over_capacity(cluster: 
         assert sum(status == 200 for status, _ in answers) >= 2
         assert all(status in (200, 429) for status, _ in answers), answers
         async with http.post(f"{url}/s/records", data=b"after") as answer:
+            assert answer.status == 200
+
+
+async def test_the_proxys_bytes_in_flight_over_every_stream_are_bounded(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    limits = Limits(proxy_inflight_bytes_max=64 * 1024)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        url = base(east, namespace)
+        for stream in ("s1", "s2", "s3"):
+            async with http.put(f"{url}/{stream}") as created:
+                assert created.status == 201
+
+        async def post(stream: str) -> tuple[int, str]:
+            async with http.post(f"{url}/{stream}/records", data=b"x" * 30_000) as answer:
+                body = await answer.json()
+                return answer.status, body.get("message", "")
+
+        answers = await asyncio.gather(*(post(f"s{1 + i % 3}") for i in range(12)))
+        refused = [message for status, message in answers if status == 429]
+        assert refused and all("over all its streams" in m for m in refused), answers
+        assert all(status in (200, 429) for status, _ in answers), answers
+        async with http.post(f"{url}/s2/records", data=b"after") as answer:
             assert answer.status == 200
 
 
