@@ -255,7 +255,7 @@ class ReadProxy:
     async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
         key = (ns, stream)
         cache = self._caches.get(key)
-        if cache is not None and cache.started and not cache.gone:
+        if cache is not None and cache.started and not cache.gone and not _below(cache, seq):
             return cache
         starting = self._starting.get(key)
         if starting is None:
@@ -264,7 +264,9 @@ class ReadProxy:
         try:
             async with starting.lock:
                 cache = self._caches.get(key)
-                if cache is not None and cache.gone:  # deleted (perhaps made again): afresh
+                # Deleted (perhaps made again), or started past every record so far (by a
+                # request from far ahead) and asked for from before that: start afresh.
+                if cache is not None and (cache.gone or _below(cache, seq)):
                     del self._caches[key]
                     await cache.close()
                     cache = None
@@ -285,6 +287,15 @@ class ReadProxy:
 
     def _streams(self, namespace: str) -> StreamMetaStore:
         return StreamMetaStore(self._store, namespace)
+
+
+def _below(cache: StreamCache, seq: int) -> bool:
+    """True when `seq` is before where `cache` started and the cache holds nothing yet: the
+    first request of a stream fixes where its read-ahead starts, and one from far past the
+    end (`from_seq=2**62`) would otherwise leave every later reader a reader of its own. A
+    read-ahead only ever moves back, and only while moving loses nothing."""
+    start = cache.start_seq
+    return cache.holds_nothing and start is not None and seq < start
 
 
 def within_page_bytes(records: list[LogRecord]) -> list[LogRecord]:

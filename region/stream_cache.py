@@ -85,6 +85,7 @@ class StreamCache:
         self._opened: RecordSource | None = None  # the first source, opened by start()
         self._follower: Follower | None = None
         self._failure: BaseException | None = None  # the newest failure of the follow loop
+        self._closed = False  # then it covers nothing: its waiters go to readers of their own
         # The first sequence id the cache holds or waits for: where its reader started, or
         # after a truncation passed it, the first record read since (None until it comes).
         self.start_seq: int | None = None
@@ -109,9 +110,14 @@ class StreamCache:
 
     def covers(self, seq: int) -> bool:
         """True when `seq` is served from here (cached, or the next record to arrive)."""
-        if self.start_seq is None or seq < self.start_seq:
+        if self._closed or self.start_seq is None or seq < self.start_seq:
             return False
         return not self._seqs or seq >= self._seqs[0]
+
+    @property
+    def holds_nothing(self) -> bool:
+        """True while no record has come: nothing is lost by starting it again elsewhere."""
+        return not self._seqs
 
     @property
     def next_seq(self) -> int | None:
@@ -239,14 +245,22 @@ class StreamCache:
             return None
         index = bisect.bisect_left(self._seqs, seq)
         if index == len(self._records) and (self.gone or not self.status().following):
-            raise self._not_following()
+            failure = self._not_following()
+            if failure is not None:
+                raise failure
+            # Not following yet, and nothing failed: still starting, so nothing new (a 500
+            # once, for a request with wait_ms=0 that came as the read-ahead started).
         return self._records[index : index + max_records]
 
-    def _not_following(self) -> GlobelogError:
+    def _not_following(self) -> GlobelogError | None:
+        """Why the read-ahead is not following: its newest failure (None when none came, as
+        while it starts)."""
         failure = self._failure
         if isinstance(failure, GlobelogError):
             # the same error each time: a fresh traceback, so raising it again does not grow one
             return failure.with_traceback(None)
+        if failure is None:
+            return None
         status = self.status()
         return GlobelogError(
             f"the read-ahead of stream {self.stream!r} is {status.state.value} "
@@ -254,6 +268,8 @@ class StreamCache:
         )
 
     async def close(self) -> None:
+        self._closed = True
+        self._notify()  # a long poll waiting here is answered by a reader of its own
         if self._follower is not None:
             await self._follower.stop()
         if self._opened is not None:

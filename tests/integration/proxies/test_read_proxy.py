@@ -138,3 +138,28 @@ async def test_a_page_of_large_records_is_bounded_by_bytes(cluster: Cluster) -> 
             sizes = [len(p) for p in pages]
             assert all(size <= 4 for size in sizes) and sum(sizes) == len(payloads) - first, pages
             assert [s for p in pages for s in p] == list(range(first, len(payloads)))
+
+
+async def test_a_first_request_from_far_ahead_does_not_fix_the_read_ahead(
+    cluster: Cluster,
+) -> None:
+    """The first request of a stream starts its read-ahead; one from far past the end used to
+    leave a read-ahead that covers no record, so every later reader had a reader of its own."""
+    namespace = fresh_namespace()
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        read_proxy(cluster, "us-west") as west,
+        aiohttp.ClientSession() as http,
+    ):
+        await east.streams.create_stream("s")
+        writer = await east.writer("s")
+        await writer.write_bulk([f"r{i}".encode() for i in range(5)])
+        await writer.close()
+        base = url(west, namespace, "s") + "/records"
+        async with http.get(base, params={"from_seq": str(2**62), "wait_ms": "0"}) as r:
+            assert r.status == 200 and (await r.json())["records"] == []
+        async with http.get(base, params={"from_seq": "0"}) as r:
+            assert [rec["seq"] for rec in (await r.json())["records"]] == [0, 1, 2, 3, 4]
+        async with http.get(f"{west.me.url}/v1/health") as r:
+            health = await r.json()
+    assert health["streams"] == {f"{namespace}/s": 5}, "the read-ahead holds the stream from 0"

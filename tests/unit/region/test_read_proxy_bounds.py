@@ -28,6 +28,9 @@ class FakeCache:
         self.stream = stream
         self.started = False
         self.gone = False
+        self.closed = False
+        self.start_seq: int | None = None
+        self.holds_nothing = True
 
     async def start(self, seq: int) -> None:
         await asyncio.sleep(0.01)
@@ -35,6 +38,10 @@ class FakeCache:
             raise StreamNotFoundError(f"no stream {self.stream!r}")
         FakeCache.started_count += 1
         self.started = True
+        self.start_seq = seq
+
+    async def close(self) -> None:
+        self.closed = True
 
 
 def proxy(monkeypatch: pytest.MonkeyPatch) -> ReadProxy:
@@ -84,3 +91,15 @@ def test_a_page_holds_at_most_its_bytes_and_at_least_one_record(
     records = [record(i, size) for i, size in enumerate(sizes)]
     assert read_proxy.PAGE_BYTES_MAX == 4 * MIB
     assert within_page_bytes(records) == records[:kept]
+
+
+async def test_a_read_ahead_started_far_ahead_moves_back_for_a_reader_from_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = proxy(monkeypatch)
+    poisoned = await server._cache("ns", "s", 2**62)  # the stream's first request, far ahead
+    honest = await server._cache("ns", "s", 5)
+    assert poisoned.closed and honest.start_seq == 5, "holding nothing, it starts again at 5"
+    assert await server._cache("ns", "s", 2**62) is honest, "never moved forward"
+    honest.holds_nothing = False
+    assert await server._cache("ns", "s", 0) is honest, "holding records, it stays"
