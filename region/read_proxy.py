@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from core.dlsn import DLSN
-from core.errors import BadRequestError, ReadTimeoutError
+from core.errors import BadRequestError, OverCapacityError, ReadTimeoutError
 from core.parsing import bounded_int
 from core.records import LogRecord
 from global_meta import MetaStore
@@ -55,6 +55,10 @@ PAGE_RECORDS_MAX = 10_000
 # A page's payload bytes (a page holds at least one record, whatever its size): without it,
 # `max` records of 1 MiB each would be a 10 GiB answer, built in memory twice (JSON, base64).
 PAGE_BYTES_MAX = 4 * 1024 * 1024
+# Requests a read proxy serves at once: pages (long polls included) and streamed tails. Past
+# either, a request is answered over_capacity (429, retriable) instead of holding a waiter.
+READS_MAX = 10_000
+TAILS_MAX = 1_000
 WAIT_MS_MAX = 30_000
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = (
@@ -80,6 +84,8 @@ class ReadProxy:
         # wait for it; the entry goes with the last of them (names that do not exist leave
         # nothing behind).
         self._starting: dict[tuple[str, str], _Starting] = {}
+        self._reads = 0  # pages being served (long polls included)
+        self._tails = 0  # streamed tails open
         self._runner: web.AppRunner | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -148,6 +154,14 @@ class ReadProxy:
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
+        _check_room("pages being served", self._reads, READS_MAX)
+        self._reads += 1
+        try:
+            return await self._records_page(request)
+        finally:
+            self._reads -= 1
+
+    async def _records_page(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         max_records = _bounded(request, "max", 1000, 1, PAGE_RECORDS_MAX)
         wait_s = _bounded(request, "wait_ms", 1000, 0, WAIT_MS_MAX) / 1000
@@ -159,6 +173,14 @@ class ReadProxy:
         return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
+        _check_room("streamed tails open", self._tails, TAILS_MAX)
+        self._tails += 1
+        try:
+            return await self._stream_tail(request)
+        finally:
+            self._tails -= 1
+
+    async def _stream_tail(self, request: web.Request) -> web.StreamResponse:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         seq = _bounded(request, "from_seq", 0, 0, 2**62)
         await self._cache(ns, stream, seq)  # errors (unknown stream) before the 200
@@ -287,6 +309,11 @@ class ReadProxy:
 
     def _streams(self, namespace: str) -> StreamMetaStore:
         return StreamMetaStore(self._store, namespace)
+
+
+def _check_room(what: str, now: int, most: int) -> None:
+    if now >= most:
+        raise OverCapacityError(f"this read proxy has {now} {what}, its most; retry later")
 
 
 def _below(cache: StreamCache, seq: int) -> bool:

@@ -7,9 +7,11 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
+from region import read_proxy as read_proxy_module
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
@@ -163,3 +165,48 @@ async def test_a_first_request_from_far_ahead_does_not_fix_the_read_ahead(
         async with http.get(f"{west.me.url}/v1/health") as r:
             health = await r.json()
     assert health["streams"] == {f"{namespace}/s": 5}, "the read-ahead holds the stream from 0"
+
+
+async def test_long_polls_and_tails_past_their_limits_are_over_capacity(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(read_proxy_module, "READS_MAX", 2)
+    monkeypatch.setattr(read_proxy_module, "TAILS_MAX", 1)
+    namespace = fresh_namespace()
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        read_proxy(cluster, "us-west") as west,
+        aiohttp.ClientSession() as http,
+    ):
+        await east.streams.create_stream("s")
+        writer = await east.writer("s")
+        await writer.write(b"r0")
+        base = url(west, namespace, "s")
+        polls = [
+            asyncio.create_task(
+                http.get(base + "/records", params={"from_seq": "1", "wait_ms": "20000"})
+            )
+            for _ in range(2)
+        ]
+        await wait_until("two long polls waiting", lambda: _reads(west, 2), 10)
+        async with http.get(base + "/records", params={"from_seq": "0"}) as r:
+            refused = await r.json()
+        assert r.status == 429 and refused["code"] == "over_capacity", refused
+        assert "pages being served" in refused["message"]
+        async with http.get(base + "/tail", params={"from_seq": "0"}) as tail:
+            assert tail.status == 200
+            async with http.get(base + "/tail", params={"from_seq": "0"}) as second:
+                assert second.status == 429 and "tails open" in (await second.json())["message"]
+        await writer.write(b"r1")  # the long polls are answered; there is room again
+        for answer in await asyncio.gather(*polls):
+            assert answer.status == 200 and [
+                r["seq"] for r in (await answer.json())["records"]
+            ] == [1]
+            answer.release()
+        await writer.close()
+        async with http.get(base + "/records", params={"from_seq": "0"}) as r:
+            assert r.status == 200 and len((await r.json())["records"]) == 2
+
+
+async def _reads(proxy: ReadProxy, count: int) -> bool:
+    return proxy._reads == count
