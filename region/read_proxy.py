@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -74,6 +76,27 @@ class _Starting:
         self.users = 0
 
 
+class _Slots:
+    """Requests of one kind served at once, at most `most`; one past it is over_capacity."""
+
+    def __init__(self, what: str, most: int) -> None:
+        self.what = what
+        self.most = most
+        self.taken = 0
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        if self.taken >= self.most:
+            raise OverCapacityError(
+                f"this read proxy has {self.taken} {self.what}, its most; retry later"
+            )
+        self.taken += 1
+        try:
+            yield
+        finally:
+            self.taken -= 1
+
+
 class ReadProxy:
     def __init__(self, me: registry.ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> None:
         self.me = me
@@ -84,8 +107,8 @@ class ReadProxy:
         # wait for it; the entry goes with the last of them (names that do not exist leave
         # nothing behind).
         self._starting: dict[tuple[str, str], _Starting] = {}
-        self._reads = 0  # pages being served (long polls included)
-        self._tails = 0  # streamed tails open
+        self._reads = _Slots("pages being served", READS_MAX)  # long polls included
+        self._tails = _Slots("streamed tails open", TAILS_MAX)
         self._runner: web.AppRunner | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -154,12 +177,8 @@ class ReadProxy:
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
-        _check_room("pages being served", self._reads, READS_MAX)
-        self._reads += 1
-        try:
+        with self._reads.slot():
             return await self._records_page(request)
-        finally:
-            self._reads -= 1
 
     async def _records_page(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -173,12 +192,8 @@ class ReadProxy:
         return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
-        _check_room("streamed tails open", self._tails, TAILS_MAX)
-        self._tails += 1
-        try:
+        with self._tails.slot():
             return await self._stream_tail(request)
-        finally:
-            self._tails -= 1
 
     async def _stream_tail(self, request: web.Request) -> web.StreamResponse:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -259,20 +274,18 @@ class ReadProxy:
             self._streams(ns), self._ledgers, stream, Position(By.SEQ, seq), ReaderConfig()
         )
         records: list[LogRecord] = []
-        size = 0
+        size = 0  # read until past the page's bytes: the record that passes them is dropped
         async with reader:
-            while len(records) < max_records and size < PAGE_BYTES_MAX:
+            while len(records) < max_records and size <= PAGE_BYTES_MAX:
                 try:
                     record = await reader.read_next(timeout_s=wait_s if not records else 0.05)
                 except ReadTimeoutError:
                     break
                 if record is None:
                     break
-                if records and size + len(record.payload) > PAGE_BYTES_MAX:
-                    break  # the next page starts with it
                 records.append(record)
                 size += len(record.payload)
-        return records
+        return within_page_bytes(records)
 
     async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
         key = (ns, stream)
@@ -309,11 +322,6 @@ class ReadProxy:
 
     def _streams(self, namespace: str) -> StreamMetaStore:
         return StreamMetaStore(self._store, namespace)
-
-
-def _check_room(what: str, now: int, most: int) -> None:
-    if now >= most:
-        raise OverCapacityError(f"this read proxy has {now} {what}, its most; retry later")
 
 
 def _below(cache: StreamCache, seq: int) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -15,9 +17,26 @@ from region import read_proxy as read_proxy_module
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
+from writer.log_writer import LogWriter
 
 READERS_AT_TAIL_S = 30.0
 MIB = 1024 * 1024
+
+
+@asynccontextmanager
+async def stream_s(
+    cluster: Cluster, region: str
+) -> AsyncIterator[tuple[LogWriter, ReadProxy, aiohttp.ClientSession, str]]:
+    """Stream "s" in a fresh namespace, its writer in us-east, a read proxy in `region` (in
+    this process) and an HTTP session: (writer, read proxy, session, namespace)."""
+    namespace = fresh_namespace()
+    async with (
+        stream_env(cluster, "us-east", namespace) as east,
+        read_proxy(cluster, region) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        await east.streams.create_stream("s")
+        yield await east.writer("s"), proxy, http, namespace
 
 
 def url(proxy: ReadProxy, namespace: str, stream: str) -> str:
@@ -27,15 +46,8 @@ def url(proxy: ReadProxy, namespace: str, stream: str) -> str:
 async def test_a_hundred_readers_of_one_stream_see_the_same_records_in_order(
     cluster: Cluster,
 ) -> None:
-    namespace = fresh_namespace()
     count = 600
-    async with (
-        stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, "eu-west") as west,
-        aiohttp.ClientSession() as http,
-    ):
-        await east.streams.create_stream("s")
-        writer = await east.writer("s")
+    async with stream_s(cluster, "eu-west") as (writer, west, http, namespace):
         first_half = await writer.write_bulk([f"r{i}".encode() for i in range(count // 2)])
 
         reached: list[int] = []  # how far each reader has read
@@ -71,14 +83,7 @@ async def test_a_hundred_readers_of_one_stream_see_the_same_records_in_order(
 
 
 async def test_positions_a_streamed_tail_and_bad_requests(cluster: Cluster) -> None:
-    namespace = fresh_namespace()
-    async with (
-        stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, "us-west") as west,
-        aiohttp.ClientSession() as http,
-    ):
-        await east.streams.create_stream("s")
-        writer = await east.writer("s")
+    async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
         written = await writer.write_bulk([b"a", b"\xff\xfe", b"c"])
         base = url(west, namespace, "s")
         async with http.get(base + "/records", params={"from": f"dlsn:{written[1].dlsn}"}) as r:
@@ -116,15 +121,8 @@ async def test_a_page_of_large_records_is_bounded_by_bytes(cluster: Cluster) -> 
     """`max=10` records of almost 1 MiB each come as pages of at most PAGE_BYTES_MAX (4 MiB),
     each going on where the last stopped, whether served from the read-ahead or by a reader
     of its own (a request from before what the read-ahead holds)."""
-    namespace = fresh_namespace()
     payloads = [bytes([65 + i]) * (MIB - 64) for i in range(10)]
-    async with (
-        stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, "us-west") as west,
-        aiohttp.ClientSession() as http,
-    ):
-        await east.streams.create_stream("s")
-        writer = await east.writer("s")
+    async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
         for payload in payloads:
             await writer.write(payload)
         await writer.close()
@@ -147,14 +145,7 @@ async def test_a_first_request_from_far_ahead_does_not_fix_the_read_ahead(
 ) -> None:
     """The first request of a stream starts its read-ahead; one from far past the end used to
     leave a read-ahead that covers no record, so every later reader had a reader of its own."""
-    namespace = fresh_namespace()
-    async with (
-        stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, "us-west") as west,
-        aiohttp.ClientSession() as http,
-    ):
-        await east.streams.create_stream("s")
-        writer = await east.writer("s")
+    async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
         await writer.write_bulk([f"r{i}".encode() for i in range(5)])
         await writer.close()
         base = url(west, namespace, "s") + "/records"
@@ -172,14 +163,7 @@ async def test_long_polls_and_tails_past_their_limits_are_over_capacity(
 ) -> None:
     monkeypatch.setattr(read_proxy_module, "READS_MAX", 2)
     monkeypatch.setattr(read_proxy_module, "TAILS_MAX", 1)
-    namespace = fresh_namespace()
-    async with (
-        stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, "us-west") as west,
-        aiohttp.ClientSession() as http,
-    ):
-        await east.streams.create_stream("s")
-        writer = await east.writer("s")
+    async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
         await writer.write(b"r0")
         base = url(west, namespace, "s")
         polls = [
@@ -209,4 +193,4 @@ async def test_long_polls_and_tails_past_their_limits_are_over_capacity(
 
 
 async def _reads(proxy: ReadProxy, count: int) -> bool:
-    return proxy._reads == count
+    return proxy._reads.taken == count

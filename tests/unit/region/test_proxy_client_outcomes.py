@@ -20,6 +20,7 @@ from core.errors import (
     SessionExpiredError,
 )
 from region.client import ProxyClient
+from tests.support.loopback import serving
 
 Script = Callable[[int], tuple[int, dict[str, object]] | None]  # None: no answer at all
 
@@ -70,16 +71,11 @@ class Server:
 async def serve(server: Server) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/v1/namespaces/{ns}/streams/{stream}/records", server.records)
-    runner = web.AppRunner(app, shutdown_timeout=2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.released.set()
-        await runner.cleanup()
+    async with serving(app, shutdown_timeout_s=2) as url:
+        try:
+            yield url
+        finally:
+            server.released.set()  # before the server stops: it waits for its handlers
 
 
 def client(url: str, deadline_s: float = 5.0) -> ProxyClient:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from core.errors import GlobelogError, MetadataUnavailableError, StreamNotFoundError
 from region.client import ProxyUnreachableError, ReadClient
+from tests.support.loopback import serving
 
 Answer = Callable[[int], tuple[int, dict[str, object]]]
 
@@ -27,15 +28,8 @@ async def serve(answer: Answer) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/v1/namespaces/{ns}/streams/{stream}/records", records)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 UNAVAILABLE = (503, {"code": "metadata_unavailable", "message": "no session", "retriable": True})
