@@ -71,12 +71,17 @@ def descendants(pid: int) -> list[int]:
     return below
 
 
-def _proc_state(pid: int) -> str | None:
+PF_KTHREAD = 0x00200000  # the kernel's flag for its own threads (stat field 9)
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """The process's state letter and flags, or None when there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[0]
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[6])
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -96,13 +101,23 @@ def _reap(pid: int) -> None:
 def run_state(record: ProcessRecord) -> RunState:
     """RUNNING, PAUSED or DEAD; a reused pid running something else counts as DEAD."""
     _reap(record.pid)
-    state = _proc_state(record.pid)
-    if state is None or state in ("Z", "X"):
+    stat = _proc_stat(record.pid)
+    if stat is None:
         return RunState.DEAD
-    cmdline = _cmdline(record.pid)
-    # Between fork and exec a child started a moment ago still shows this process's command
-    # line: it is starting, not dead (nor a reused pid).
-    if cmdline != record.argv and cmdline != _cmdline(os.getpid()):
+    return judge(*stat, _cmdline(record.pid), record.argv, _cmdline(os.getpid()))
+
+
+def judge(
+    state: str, flags: int, cmdline: list[str], argv: list[str], own_cmdline: list[str]
+) -> RunState:
+    """The run state of a live pid from what /proc shows of it, for a process started as
+    `argv` by a process whose command line is `own_cmdline`."""
+    if state in ("Z", "X") or flags & PF_KTHREAD:
+        return RunState.DEAD
+    # A child started a moment ago is starting, not dead (nor a reused pid): between fork and
+    # exec it shows this process's command line, and in the middle of exec, once the kernel
+    # has swapped in the new address space and before it has laid out the arguments, none.
+    if cmdline not in (argv, own_cmdline, []):
         return RunState.DEAD
     return RunState.PAUSED if state in ("T", "t") else RunState.RUNNING
 

@@ -1,4 +1,5 @@
-"""A recorded process's state: a child between fork and exec is starting, not dead."""
+"""A recorded process's state: a child between fork and exec, or in the middle of exec, is
+starting, not dead."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.processes import ProcessRecord, RunState, run_state
+from localcluster.processes import PF_KTHREAD, ProcessRecord, RunState, judge, run_state
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +40,27 @@ def test_a_live_pid_running_something_else_is_dead_and_a_matching_one_runs() -> 
         child.kill()
         child.wait(timeout=10)
     assert run_state(record(child.pid, argv)) is RunState.DEAD
+
+
+ARGV = ["python", "-m", "cli.main", "serve", "read-proxy"]
+OURS = ["python", "-m", "pytest"]
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "cmdline", "expected"),
+    [
+        ("S", 0, ARGV, RunState.RUNNING),
+        ("T", 0, ARGV, RunState.PAUSED),
+        ("S", 0, OURS, RunState.RUNNING),  # forked, not yet exec'd
+        # In the middle of exec the new address space has no arguments yet: /proc shows none
+        # (a read proxy judged dead in that instant once failed a region's restart).
+        ("R", 0, [], RunState.RUNNING),
+        ("S", PF_KTHREAD, [], RunState.DEAD),  # a kernel thread that took the pid
+        ("S", 0, ["java", "-jar", "x"], RunState.DEAD),
+        ("Z", 0, [], RunState.DEAD),
+    ],
+)
+def test_what_proc_shows_of_a_pid_decides_its_state(
+    state: str, flags: int, cmdline: list[str], expected: RunState
+) -> None:
+    assert judge(state, flags, cmdline, ARGV, OURS) is expected
