@@ -117,9 +117,10 @@ async def serve_proxy(
                 ),
                 store,
                 ledgers,
+                topology.limits,
             )
             if kind == "write"
-            else ReadProxy(me, store, ledgers)
+            else ReadProxy(me, store, ledgers, topology.limits)
         )
         await server.start(endpoint.host, endpoint.port)
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)

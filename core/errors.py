@@ -226,6 +226,25 @@ class OverCapacityError(ServiceError):
     retriable = True
 
 
+class QuotaExceededError(ServiceError):
+    """The client used its quota of a proxy (bytes or requests per second); retry after
+    `retry_after_s`, when the quota has room for the request again."""
+
+    code = "quota_exceeded"
+    retriable = True
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestTimeoutError(ServiceError):
+    """A request's body did not arrive within the proxy's deadline; nothing of it was done."""
+
+    code = "request_timeout"
+    retriable = True
+
+
 class SeqMismatchError(StreamError):
     """A conditional append named a sequence id other than the one it would land at."""
 
@@ -344,6 +363,8 @@ ANSWERED_ERRORS: tuple[type[GlobelogError], ...] = (
     ReadTimeoutError,
     BadRequestError,
     OverCapacityError,
+    QuotaExceededError,
+    RequestTimeoutError,
     SeqMismatchError,
     SessionFencedError,
     ProducerSeqStaleError,

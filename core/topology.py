@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError
+from core.limits import ProxyLimits
 from core.streams import StreamSettings
 
 
@@ -123,6 +124,7 @@ class Topology:
         default_factory=StreamSettings
     )  # writer defaults (topology.yaml `streams:`)
     archive_uri: str | None = None  # tiered storage (topology.yaml `archive:`), docs/spark.md
+    limits: ProxyLimits = field(default_factory=ProxyLimits)  # topology.yaml `limits:`
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:

@@ -19,6 +19,7 @@ from core.durability import (
     replication_surviving_a_region,
 )
 from core.errors import TopologyError
+from core.limits_loader import parse_limits
 from core.stream_settings_loader import parse_streams
 from core.topology import (
     Bookie,
@@ -253,7 +254,16 @@ def load_topology(path: str | Path) -> Topology:
     return topology
 
 
-TOP_KEYS = {"name", "replication", "zookeeper", "regions", "wan", "streams", "archive"}
+TOP_KEYS = {
+    "name",
+    "replication",
+    "zookeeper",
+    "regions",
+    "wan",
+    "streams",
+    "limits",
+    "archive",
+}
 
 
 def _parse_document(document: Any, p: _Problems) -> Topology | None:
@@ -268,13 +278,16 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     # Only the local launcher emulates a WAN; a deployment's topology leaves it out.
     wan = None if root.get("wan") is None else _parse_wan(root["wan"], p, region_names)
     streams = parse_streams(root.get("streams"), p)
+    limits = parse_limits(root.get("limits"), p)
     archive_uri = _parse_archive(root.get("archive"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
-    if None in (name, replication, streams) or p.items:
+    if None in (name, replication, streams, limits) or p.items:
         return None
     assert name is not None and replication is not None
-    assert streams is not None
-    return Topology(name, replication, tuple(zookeeper), tuple(regions), wan, streams, archive_uri)
+    assert streams is not None and limits is not None
+    return Topology(
+        name, replication, tuple(zookeeper), tuple(regions), wan, streams, archive_uri, limits
+    )
 
 
 def _parse_archive(node: Any, p: _Problems) -> str | None:

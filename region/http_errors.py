@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -71,7 +72,11 @@ def error_response(err: errors.GlobelogError) -> web.Response:
     extra = {"cause": err.cause} if isinstance(err, errors.OutcomeUnknownError) else None
     if code == errors.GlobelogError.code:
         log.error("answered internal for %s: %s", type(err).__name__, err, exc_info=err)
-    return _json_error(ANSWERS[code], error_body(code, message, extra))
+    response = _json_error(ANSWERS[code], error_body(code, message, extra))
+    if isinstance(err, errors.QuotaExceededError):
+        # whole seconds (RFC 9110), at least one: a client that waits it is let in
+        response.headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    return response
 
 
 def http_error_response(err: web.HTTPException, path: str) -> web.Response:

@@ -17,7 +17,7 @@ from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
-from region.producers import SCAN_RECORDS, ProducerTable
+from region.producers import SCAN_RECORDS, ProducerBudget, ProducerTable
 from writer.events import Written
 
 log = logging.getLogger(__name__)
@@ -32,10 +32,11 @@ async def rebuild_table(
     stream: str,
     upto_seq: int,
     scan_records: int = SCAN_RECORDS,
+    budget: ProducerBudget | None = None,
 ) -> ProducerTable:
     """The producer table of the stream's records before sequence id `upto_seq`, from its
     last `scan_records` records (or all of them, when fewer remain after truncation)."""
-    table = ProducerTable()
+    table = ProducerTable(budget=budget)
     if upto_seq == 0:
         return table
     start = Position(By.SEQ, max(0, upto_seq - scan_records))
@@ -107,5 +108,10 @@ class Idempotence:
         return [where for where in landed if where is not None], len(keys) - len(todo)
 
     def close(self) -> None:
-        if self._building is not None:
-            self._building.cancel()
+        building = self._building
+        if building is None:
+            return
+        if not building.done():
+            building.cancel()
+        elif not building.cancelled() and building.exception() is None:
+            building.result().close()  # its acks leave the proxy's budget

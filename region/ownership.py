@@ -19,16 +19,18 @@ from core.errors import (
     GlobelogError,
     NoNodeError,
     OutcomeUnknownError,
+    OverCapacityError,
     OwnershipError,
     OwnerUnreachableError,
 )
+from core.limits import ProxyLimits
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from region.idempotence import Idempotence, rebuild_table
-from region.producers import ProducerTable
+from region.producers import ProducerBudget, ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path
 from region.telemetry import PROXY_METRICS
@@ -56,6 +58,7 @@ class Owned:
     inflight_bytes: int = 0
     exclusive: bool = False  # the session is exclusive: writes without a session are refused
     flush_scheduled: bool = False  # a flush of the writer's buffer is due this loop turn
+    used_at: float = 0.0  # when a request last came for it (the event loop's clock)
 
 
 @dataclass
@@ -70,9 +73,16 @@ class OwnershipConfig:
 
 class Ownership:
     def __init__(
-        self, config: OwnershipConfig, store: MetaStore, ledgers: LedgerClient, ring: Ring
+        self,
+        config: OwnershipConfig,
+        store: MetaStore,
+        ledgers: LedgerClient,
+        ring: Ring,
+        limits: ProxyLimits | None = None,
     ) -> None:
         self.config = config
+        self.limits = limits or ProxyLimits()
+        self.producer_budget = ProducerBudget(self.limits.producer_acks_max)
         self._store = store
         self._ledgers = ledgers
         self._ring = ring
@@ -113,6 +123,7 @@ class Ownership:
             return await self._elsewhere_than_here(key)
         owned = self._owned.get(key)
         if owned is not None:
+            owned.used_at = asyncio.get_running_loop().time()
             return owned
         opening = self._opening.get(key)
         if opening is not None:
@@ -176,6 +187,13 @@ class Ownership:
         it queues for the lock of an owner that is going."""
         task = self._opening.get(key)
         if task is None:
+            most = self.limits.owned_streams_max
+            if len(self._owned) + len(self._opening) >= most:
+                raise OverCapacityError(
+                    f"this write proxy owns {len(self._owned)} streams and is taking "
+                    f"{len(self._opening)}, its most ({most}, owned_streams_max); streams "
+                    "unused for stream_idle_release_s are let go: retry later"
+                )
             task = asyncio.get_running_loop().create_task(self._open(key, streams, wait_s))
             self._opening[key] = task
             task.add_done_callback(lambda done: self._opened(key, done))
@@ -216,9 +234,13 @@ class Ownership:
         streams_of = self.streams(key[0])
 
         async def producers() -> ProducerTable:
-            return await rebuild_table(streams_of, self._ledgers, key[1], writer.next_seq)
+            return await rebuild_table(
+                streams_of, self._ledgers, key[1], writer.next_seq, budget=self.producer_budget
+            )
 
-        owned = self._owned[key] = Owned(writer, session, Idempotence(producers))
+        owned = self._owned[key] = Owned(
+            writer, session, Idempotence(producers), used_at=asyncio.get_running_loop().time()
+        )
         log.info("took ownership of %s/%s (session %d)", *key, session)
         PROXY_METRICS.ownership_changes.add(1, {"event": "taken"})
         return owned
@@ -305,6 +327,27 @@ class Ownership:
                 "timeout",
             ) from None
         return True
+
+    async def release_idle(self) -> int:
+        """Releases the owned streams no request came for in `stream_idle_release_s` and
+        with nothing in flight; how many. Each holds a writer, an open ledger and a lock."""
+        idle_before = asyncio.get_running_loop().time() - self.limits.stream_idle_release_s
+        idle = [
+            key
+            for key, owned in self._owned.items()
+            if owned.used_at < idle_before and owned.inflight_bytes == 0
+        ]
+        released = 0
+        for key in idle:
+            try:
+                released += await self.release(*key)
+            except GlobelogError as err:
+                log.warning("releasing idle stream %s/%s failed: %s", *key, err)
+        if released:
+            log.info(
+                "released %d stream(s) idle for %g s", released, self.limits.stream_idle_release_s
+            )
+        return released
 
     async def release_all(self) -> None:
         for namespace, stream in list(self._owned):

@@ -13,6 +13,7 @@ Pure bookkeeping: no IO, no clock. The write proxy does the reading and the wait
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -26,6 +27,32 @@ PRODUCER_ID_MAX = (1 << 64) - 1
 PRODUCER_SEQ_MAX = (1 << 63) - 1
 
 
+class ProducerBudget:
+    """The acks every producer table of a proxy remembers together, at most `most` (each
+    costs about 300 bytes). Past it, the table holding the most gives up its least recently
+    seen producers, an eighth of its acks at a time: a client that names producers without
+    end in one stream costs that stream's producers their memory, not every stream's."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.used = 0
+        self._tables: weakref.WeakSet[ProducerTable] = weakref.WeakSet()
+
+    def join(self, table: ProducerTable) -> None:
+        self._tables.add(table)
+
+    def leave(self, table: ProducerTable) -> None:
+        self._tables.discard(table)
+        self.used -= table.acks
+
+    def grew(self) -> None:
+        while self.used > self.most:
+            largest = max(self._tables, key=lambda t: t.acks, default=None)
+            if largest is None or largest.acks == 0:
+                return
+            largest.forget_acks(max(1, largest.acks // 8))
+
+
 @dataclass(slots=True)
 class _Producer:
     last_seq: int
@@ -33,10 +60,19 @@ class _Producer:
 
 
 class ProducerTable:
-    def __init__(self, window: int = WINDOW, producers_max: int = PRODUCERS_MAX) -> None:
+    def __init__(
+        self,
+        window: int = WINDOW,
+        producers_max: int = PRODUCERS_MAX,
+        budget: ProducerBudget | None = None,
+    ) -> None:
         self.window = window
         self.producers_max = producers_max
+        self.acks = 0  # remembered over every producer
         self._producers: OrderedDict[int, _Producer] = OrderedDict()
+        self._budget = budget
+        if budget is not None:
+            budget.join(self)
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -71,15 +107,42 @@ class ProducerTable:
         if known is None:
             known = self._producers[producer] = _Producer(seq)
             if len(self._producers) > self.producers_max:
-                self._producers.popitem(last=False)
+                self._forget_oldest()
         else:
             self._producers.move_to_end(producer)
             known.last_seq = max(known.last_seq, seq)
+        before = len(known.acks)
         known.acks[seq] = written
         known.acks.move_to_end(seq)
         floor = known.last_seq - self.window
         while known.acks and (len(known.acks) > self.window or next(iter(known.acks)) <= floor):
             known.acks.popitem(last=False)
+        self._counted(len(known.acks) - before)
+        if self._budget is not None:
+            self._budget.grew()
+
+    def forget_acks(self, count: int) -> None:
+        """Forgets the least recently seen producers until `count` acks are gone (for the
+        proxy's budget; such a producer's retry of an old write is no longer recognised)."""
+        forgotten = 0
+        while forgotten < count and self._producers:
+            forgotten += self._forget_oldest()
+
+    def _forget_oldest(self) -> int:
+        _, gone = self._producers.popitem(last=False)
+        self._counted(-len(gone.acks))
+        return len(gone.acks)
+
+    def _counted(self, change: int) -> None:
+        self.acks += change
+        if self._budget is not None:
+            self._budget.used += change
+
+    def close(self) -> None:
+        """Gives the table's acks back to the budget (its stream was let go)."""
+        if self._budget is not None:
+            self._budget.leave(self)
+            self._budget = None
 
 
 def check_producer(producer: int, seq: int) -> None:

@@ -15,6 +15,9 @@ HTTP API (docs/http-api.md), under /v1:
         the same records as newline-delimited JSON, streamed as they arrive, until the client
         goes away
 Reads come from the bookies of the proxy's region first (its ledger client's read order).
+Everything a client can make it hold is bounded by core/limits.py's ProxyLimits: pages, long
+polls and tails at once, a page's records and bytes, the read-aheads' number, bytes and idle
+time, and each client's read quota.
 """
 
 from __future__ import annotations
@@ -22,27 +25,32 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
 
 from core.dlsn import DLSN
 from core.errors import BadRequestError, OverCapacityError, ReadTimeoutError
+from core.limits import ProxyLimits
 from core.parsing import bounded_int
 from core.records import LogRecord
 from global_meta import MetaStore
-from global_meta.followers import FollowerStatus
+from global_meta.followers import Follower, FollowerStatus
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
+from region.admission.listener import Listener
+from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.http_errors import error_middleware, json_response
-from region.stream_cache import StreamCache
+from region.stream_cache import CacheBudget, StreamCache
 from region.telemetry import (
     PROXY_METRICS,
     follower_restarts,
@@ -53,19 +61,9 @@ from region.tracing import TRACER, traces_handler, tracing_middleware
 
 log = logging.getLogger(__name__)
 KIND = "read"
-PAGE_RECORDS_MAX = 10_000
-# A page's payload bytes (a page holds at least one record, whatever its size): without it,
-# `max` records of 1 MiB each would be a 10 GiB answer, built in memory twice (JSON, base64).
-PAGE_BYTES_MAX = 4 * 1024 * 1024
-# Requests a read proxy serves at once: pages (long polls included) and streamed tails. Past
-# either, a request is answered over_capacity (429, retriable) instead of holding a waiter.
-READS_MAX = 10_000
-TAILS_MAX = 1_000
-WAIT_MS_MAX = 30_000
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
-HEALTH_STREAMS_MAX = (
-    100  # streams named in one health answer's "not_following" (the count is whole)
-)
+HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
+SWEEP_S = 5.0  # how often idle read-aheads are looked for
 
 
 class _Starting:
@@ -98,24 +96,42 @@ class _Slots:
 
 
 class ReadProxy:
-    def __init__(self, me: registry.ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> None:
+    def __init__(
+        self,
+        me: registry.ProxyInfo,
+        store: MetaStore,
+        ledgers: LedgerClient,
+        limits: ProxyLimits | None = None,
+    ) -> None:
         self.me = me
+        self.limits = limits = limits or ProxyLimits()
+        self.quotas = Quotas(limits, "read")
         self._store = store
         self._ledgers = ledgers
-        self._caches: dict[tuple[str, str], StreamCache] = {}
+        # Least recently read first: the first to go past cache_streams_max or the budget.
+        self._caches: OrderedDict[tuple[str, str], StreamCache] = OrderedDict()
+        self._budget = CacheBudget(limits.cache_bytes_max, self._caches.values)
+        self._sweeper = Follower(
+            "read-ahead sweep", self._sweep, on_failed=follower_restarts(KIND, "sweep")
+        )
         # Per stream whose cache is being started: its lock and how many requests hold or
         # wait for it; the entry goes with the last of them (names that do not exist leave
         # nothing behind).
         self._starting: dict[tuple[str, str], _Starting] = {}
-        self._reads = _Slots("pages being served", READS_MAX)  # long polls included
-        self._tails = _Slots("streamed tails open", TAILS_MAX)
-        self._runner: web.AppRunner | None = None
+        self._reads = _Slots("pages being served", limits.reads_max)  # long polls included
+        self._tails = _Slots("streamed tails open", limits.tails_max)
+        self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[tracing_middleware(KIND), metrics_middleware(KIND), error_middleware]
+            middlewares=[
+                tracing_middleware(KIND),
+                metrics_middleware(KIND),
+                error_middleware,
+                quota_middleware(self.quotas, lambda _: False),  # bytes: once the page is built
+            ]
         )
         base = "/v1/namespaces/{ns}/streams/{stream}"
         app.router.add_get("/v1/health", self._health)
@@ -126,9 +142,9 @@ class ReadProxy:
         return app
 
     async def start(self, host: str, port: int) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        self._listener = Listener(self.app(), self.limits)
+        await self._listener.start(host, port)
+        self._sweeper.start()
         self._membership = registry.Membership(
             self._store, KIND, self.me, on_failed=follower_restarts(KIND, "registration")
         )
@@ -139,8 +155,9 @@ class ReadProxy:
         self._stopping = True
         if self._membership is not None:
             await self._membership.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.stop()
+        await self._sweeper.stop()
         async with asyncio.TaskGroup() as closing:
             for cache in self._caches.values():
                 closing.create_task(cache.close())
@@ -149,20 +166,25 @@ class ReadProxy:
 
     async def _health(self, request: web.Request) -> web.Response:
         now_s = time.monotonic()
-        cached = {f"{ns}/{s}": c.next_seq for (ns, s), c in self._caches.items()}
+        cached = {
+            f"{ns}/{s}": c.next_seq
+            for (ns, s), c in itertools.islice(reversed(self._caches.items()), HEALTH_STREAMS_MAX)
+        }
         lagging = [
             (f"{ns}/{s}", status)
             for (ns, s), c in self._caches.items()
             if not (status := c.status()).following
         ]
-        followers = self._followers()
+        followers = [self._sweeper.status(), *self._followers()]
         degraded = bool(lagging) or not all(f.following for f in followers)
         return json_response(
             {
                 "name": self.me.name,
                 "region": self.me.region,
                 "state": "degraded" if degraded else "serving",
-                "streams": cached,
+                "streams": cached,  # the most recently read
+                "streams_count": len(self._caches),
+                "cache_bytes": self._budget.used,
                 "not_following": {
                     name: status.describe(now_s) for name, status in lagging[:HEALTH_STREAMS_MAX]
                 },
@@ -182,12 +204,14 @@ class ReadProxy:
 
     async def _records_page(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
-        max_records = _bounded(request, "max", 1000, 1, PAGE_RECORDS_MAX)
-        wait_s = _bounded(request, "wait_ms", 1000, 0, WAIT_MS_MAX) / 1000
+        limits = self.limits
+        max_records = _bounded(request, "max", 1000, 1, limits.page_records_max)
+        wait_s = _bounded(request, "wait_ms", 1000, 0, limits.wait_ms_max) / 1000
         seq = await self._start_seq(request, ns, stream, wait_s)
         if seq is None:
             return json_response({"records": [], "next_seq": None})
         records = await self._page(ns, stream, seq, max_records, wait_s)
+        self._take_bytes(request, ns, records)
         next_seq = records[-1].seq + 1 if records else seq
         return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
 
@@ -206,7 +230,13 @@ class ReadProxy:
                 transport = request.transport
                 if transport is None or transport.is_closing():
                     break  # the client went away
-                records = await self._page(ns, stream, seq, PAGE_RECORDS_MAX, TAIL_POLL_S)
+                # a client past its read quota waits: its tail slows down to the quota
+                client = client_of(request)
+                await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))
+                records = await self._page(
+                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S
+                )
+                self._take_bytes(request, ns, records)
                 if records:
                     lines = "".join(json.dumps(_record(r)) + "\n" for r in records)
                     await response.write(lines.encode())
@@ -216,6 +246,31 @@ class ReadProxy:
         return response
 
     # -------------------------------------------------------------------------- helpers
+
+    def _take_bytes(self, request: web.Request, ns: str, records: list[LogRecord]) -> None:
+        size = sum(len(r.payload) for r in records)
+        self.quotas.take_bytes(client_of(request), ns, size)
+
+    async def _sweep(self, following: Callable[[], None]) -> None:
+        """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
+        streams: each holds a follow reader, its watches and up to its bytes."""
+        following()
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(SWEEP_S, self.limits.cache_idle_s / 2))
+            idle_before = loop.time() - self.limits.cache_idle_s
+            done = [
+                key
+                for key, cache in self._caches.items()
+                if cache.read_at < idle_before or cache.gone
+            ]
+            for key in done:
+                await self._close_cache(key)
+
+    async def _close_cache(self, key: tuple[str, str]) -> None:
+        cache = self._caches.pop(key, None)
+        if cache is not None:
+            await cache.close()
 
     async def _start_seq(
         self, request: web.Request, ns: str, stream: str, wait_s: float
@@ -264,7 +319,7 @@ class ReadProxy:
                 )
             if cached is not None:
                 PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
-                return within_page_bytes(cached)
+                return within_page_bytes(cached, self.limits.page_bytes_max)
             # It left the cache while the request waited (evicted by a burst, or dropped at a
             # truncation): a reader of its own, within what is left of the request's wait.
             wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - began_s))
@@ -276,7 +331,7 @@ class ReadProxy:
         records: list[LogRecord] = []
         size = 0  # read until past the page's bytes: the record that passes them is dropped
         async with reader:
-            while len(records) < max_records and size <= PAGE_BYTES_MAX:
+            while len(records) < max_records and size <= self.limits.page_bytes_max:
                 try:
                     record = await reader.read_next(timeout_s=wait_s if not records else 0.05)
                 except ReadTimeoutError:
@@ -285,13 +340,13 @@ class ReadProxy:
                     break
                 records.append(record)
                 size += len(record.payload)
-        return within_page_bytes(records)
+        return within_page_bytes(records, self.limits.page_bytes_max)
 
     async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
         key = (ns, stream)
         cache = self._caches.get(key)
         if cache is not None and cache.started and not cache.gone and not _below(cache, seq):
-            return cache
+            return self._read_now(key, cache)
         starting = self._starting.get(key)
         if starting is None:
             starting = self._starting[key] = _Starting()
@@ -302,22 +357,33 @@ class ReadProxy:
                 # Deleted (perhaps made again), or started past every record so far (by a
                 # request from far ahead) and asked for from before that: start afresh.
                 if cache is not None and (cache.gone or _below(cache, seq)):
-                    del self._caches[key]
-                    await cache.close()
+                    await self._close_cache(key)
                     cache = None
                 if cache is None:
                     cache = StreamCache(
                         self._streams(ns),
                         self._ledgers,
                         stream,
+                        bytes_max=self.limits.cache_stream_bytes_max,
                         on_failed=follower_restarts(KIND, "stream cache"),
+                        budget=self._budget,
                     )
                     await cache.start(seq)
+                    while len(self._caches) >= self.limits.cache_streams_max:
+                        # the least recently read goes (its readers go to readers of their own)
+                        await self._close_cache(next(iter(self._caches)))
                     self._caches[key] = cache
         finally:
             starting.users -= 1
             if starting.users == 0:
                 del self._starting[key]
+        return self._read_now(key, cache)
+
+    def _read_now(self, key: tuple[str, str], cache: StreamCache) -> StreamCache:
+        """Notes that `cache` is read now: the most recently read, the last to go."""
+        if key in self._caches:
+            self._caches.move_to_end(key)
+        cache.read_at = asyncio.get_running_loop().time()
         return cache
 
     def _streams(self, namespace: str) -> StreamMetaStore:
@@ -333,12 +399,12 @@ def _below(cache: StreamCache, seq: int) -> bool:
     return cache.holds_nothing and start is not None and seq < start
 
 
-def within_page_bytes(records: list[LogRecord]) -> list[LogRecord]:
-    """The records from the first while their payloads fit in PAGE_BYTES_MAX (at least one)."""
+def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
+    """The records from the first while their payloads fit in `most` bytes (at least one)."""
     size = 0
     for count, record in enumerate(records):
         size += len(record.payload)
-        if size > PAGE_BYTES_MAX and count > 0:
+        if size > most and count > 0:
             return records[:count]
     return records
 

@@ -24,7 +24,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from core.errors import (
@@ -57,6 +57,26 @@ class RecordSource(Protocol):
 SourceOpener = Callable[[Position], Awaitable[RecordSource]]
 
 
+class CacheBudget:
+    """The bytes every read-ahead of a proxy holds together, at most `most`. Past it, the
+    least recently read caches drop their oldest records (the one that grew last of all),
+    down to 7/8 of `most`; `order` gives the caches least recently read first."""
+
+    def __init__(self, most: int, order: Callable[[], Iterable[StreamCache]]) -> None:
+        self.most = most
+        self.used = 0
+        self._order = order
+
+    def grew(self, growing: StreamCache) -> None:
+        if self.used <= self.most:
+            return
+        target = self.most * 7 // 8
+        for cache in [*(c for c in self._order() if c is not growing), growing]:
+            if self.used <= target:
+                return
+            cache.shed(self.used - target)
+
+
 class StreamCache:
     def __init__(
         self,
@@ -69,6 +89,7 @@ class StreamCache:
         on_failed: Callable[[FollowerStatus], None] | None = None,
         open_source: SourceOpener | None = None,
         restart_backoff: RestartBackoff | None = None,
+        budget: CacheBudget | None = None,
     ) -> None:
         self.stream = stream
         self._streams = streams
@@ -81,6 +102,8 @@ class StreamCache:
         self._bytes = 0
         self._records_max = records_max
         self._bytes_max = bytes_max
+        self._budget = budget
+        self.read_at = 0.0  # when a request last read here (the proxy's clock)
         self._arrived = asyncio.Event()  # replaced after each set: one generation per change
         self._opened: RecordSource | None = None  # the first source, opened by start()
         self._follower: Follower | None = None
@@ -116,7 +139,8 @@ class StreamCache:
 
     @property
     def holds_nothing(self) -> bool:
-        """True while no record has come: nothing is lost by starting it again elsewhere."""
+        """True while it holds no record (none came yet, or every one was dropped): nothing
+        is lost by starting it again elsewhere."""
         return not self._seqs
 
     @property
@@ -169,9 +193,7 @@ class StreamCache:
             truncated,
         )
         self._gap(truncated)
-        self._records.clear()
-        self._seqs.clear()
-        self._bytes = 0
+        self._drop(len(self._records))
         self.start_seq = None
         self._notify()  # a long poll in the gap learns it is no longer served from here
 
@@ -211,19 +233,50 @@ class StreamCache:
         self.gaps.append(gap)
         del self.gaps[:-GAPS_MAX]
 
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
     def _append(self, record: LogRecord) -> None:
         if self.start_seq is None:  # the first readable record after a truncation
             self.start_seq = record.seq
         self._records.append(record)
         self._seqs.append(record.seq)
         self._bytes += len(record.payload)
+        if self._budget is not None:
+            self._budget.used += len(record.payload)
         over = len(self._records) - self._records_max
         while over > 0 or self._bytes > self._bytes_max:
-            drop = max(over, len(self._records) // 8, 1)
-            self._bytes -= sum(len(r.payload) for r in self._records[:drop])
-            del self._records[:drop]
-            del self._seqs[:drop]
+            self._drop(max(over, len(self._records) // 8, 1))
             over = len(self._records) - self._records_max
+        if self._budget is not None:
+            self._budget.grew(self)
+
+    def shed(self, size: int) -> None:
+        """Drops the oldest records until `size` bytes are freed or none is left (for the
+        proxy's budget over every cache)."""
+        freed = 0
+        count = 0
+        for record in self._records:
+            if freed >= size:
+                break
+            freed += len(record.payload)
+            count += 1
+        self._drop(count)
+
+    def _drop(self, count: int) -> None:
+        """Drops the `count` oldest records. Dropping them all leaves the cache covering only
+        what comes next: a request for one of them gets a reader of its own."""
+        if count <= 0 or not self._records:
+            return
+        size = sum(len(r.payload) for r in self._records[:count])
+        if count >= len(self._records):
+            self.start_seq = self._seqs[-1] + 1
+        self._bytes -= size
+        if self._budget is not None:
+            self._budget.used -= size
+        del self._records[:count]
+        del self._seqs[:count]
 
     async def read(self, seq: int, max_records: int, wait_s: float) -> list[LogRecord] | None:
         """Records from sequence id `seq` on (at most `max_records`); waits up to `wait_s`
@@ -269,6 +322,7 @@ class StreamCache:
 
     async def close(self) -> None:
         self._closed = True
+        self._drop(len(self._records))  # its bytes leave the proxy's budget
         self._notify()  # a long poll waiting here is answered by a reader of its own
         if self._follower is not None:
             await self._follower.stop()

@@ -12,6 +12,9 @@ reader whose registry `/metrics` renders. Names (Prometheus form, docs/operation
     globelog_proxy_ownership_changes_total{event}                  taken | released | lost
     globelog_proxy_delivered_records_total / _delivery_latency_seconds{region}   read proxy
     globelog_proxy_cache_reads_total{result}                       hit | miss (read proxy)
+    globelog_proxy_quota_used_total{kind, unit}                    bytes | requests taken of
+                                                                   clients' quotas
+    globelog_proxy_quota_refused_total{kind, unit}                 requests refused by a quota
     globelog_proxy_follower_restarts_total{kind, follower}         a background follower failed
                                                                    and was restarted
 
@@ -51,6 +54,8 @@ class ProxyMetrics:
     delivered: metrics.Counter
     delivery_latency: metrics.Histogram
     cache_reads: metrics.Counter
+    quota_used: metrics.Counter
+    quota_refused: metrics.Counter
     follower_restarts: metrics.Counter
 
     @classmethod
@@ -86,6 +91,12 @@ class ProxyMetrics:
                 DELIVERY_BUCKETS_S,
             ),
             cache_reads=m.create_counter("globelog.proxy.cache.reads", description="hit | miss"),
+            quota_used=m.create_counter(
+                "globelog.proxy.quota.used", description="bytes or requests taken of quotas"
+            ),
+            quota_refused=m.create_counter(
+                "globelog.proxy.quota.refused", description="requests refused by a quota"
+            ),
             follower_restarts=m.create_counter(
                 "globelog.proxy.follower.restarts",
                 description="failures of a background follower, each followed by a restart",

@@ -24,7 +24,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -35,15 +34,17 @@ from core.errors import (
     GlobelogError,
     OutcomeUnknownError,
     OverCapacityError,
-    RecordTooLargeError,
     SeqMismatchError,
     SessionFencedError,
 )
+from core.limits import ProxyLimits
 from core.parsing import bounded_int
-from core.records import RECORD_BYTES_MAX, Record
+from core.records import Record
 from global_meta.followers import Follower, FollowerStatus
 from ledger import LedgerClient
 from region import registry
+from region.admission.listener import Listener, record_body, request_body
+from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.batch_format import decode_batch
 from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
@@ -63,13 +64,7 @@ log = logging.getLogger(__name__)
 HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
 OWNER_TEXT_MAX = 512  # the `unreachable_owner` parameter: name@region
 RING_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    request_bytes_max: int = 64 * 1024 * 1024
-    stream_inflight_bytes_max: int = 128 * 1024 * 1024  # accepted, not yet acknowledged
-    proxy_inflight_bytes_max: int = 512 * 1024 * 1024  # the same over every stream
+IDLE_CHECK_S = 30.0  # how often idle owned streams are looked for (at most)
 
 
 class WriteProxy:
@@ -81,23 +76,27 @@ class WriteProxy:
         config: OwnershipConfig,
         store: Any,
         ledgers: LedgerClient,
-        limits: Limits | None = None,
+        limits: ProxyLimits | None = None,
     ) -> None:
         self.config = config
-        self.limits = limits or Limits()
+        self.limits = limits or ProxyLimits()
+        self.quotas = Quotas(self.limits, "append")
         self._store = store
         self._ledgers = ledgers
         self._ring = registry.Ring(
             store, KIND, config.me.region, on_failed=follower_restarts(KIND, "ring")
         )
-        self.ownership = Ownership(config, store, ledgers, self._ring)
+        self.ownership = Ownership(config, store, ledgers, self._ring, self.limits)
         self._drain = DrainWatch(
             store, config.me.region, on_failed=follower_restarts(KIND, "drain watch")
         )
         self._drainer = Follower(
             "drain releases", self._follow_drains, on_failed=follower_restarts(KIND, "drain")
         )
-        self._runner: web.AppRunner | None = None
+        self._idler = Follower(
+            "idle releases", self._release_idle, on_failed=follower_restarts(KIND, "idle")
+        )
+        self._listener: Listener | None = None
         self._membership: registry.Membership | None = None
         self._inflight_bytes = 0  # over every owned stream
 
@@ -106,7 +105,12 @@ class WriteProxy:
     def app(self) -> web.Application:
         app = web.Application(
             client_max_size=self.limits.request_bytes_max,
-            middlewares=[tracing_middleware(KIND), metrics_middleware(KIND), error_middleware],
+            middlewares=[
+                tracing_middleware(KIND),
+                metrics_middleware(KIND),
+                error_middleware,
+                quota_middleware(self.quotas, _appends),
+            ],
         )
         base = "/v1/namespaces/{ns}/streams"
         app.router.add_get("/v1/health", self._health)
@@ -126,12 +130,12 @@ class WriteProxy:
         return app
 
     async def start(self, host: str, port: int) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        self._listener = Listener(self.app(), self.limits)
+        await self._listener.start(host, port)
         await self._ring.start(RING_TIMEOUT_S)
         await self._drain.start()
         self._drainer.start()
+        self._idler.start()
         self._membership = registry.Membership(
             self._store,
             KIND,
@@ -153,9 +157,22 @@ class WriteProxy:
             following()
             await self._drain.changed.wait()
 
+    async def _release_idle(self, following: Callable[[], None]) -> None:
+        """Lets go of owned streams no request came for in `stream_idle_release_s`."""
+        following()
+        every_s = min(IDLE_CHECK_S, self.limits.stream_idle_release_s / 2)
+        while True:
+            await asyncio.sleep(every_s)
+            await self.ownership.release_idle()
+
     def followers(self) -> list[FollowerStatus]:
         """Every background follower of this proxy, its ledger client's included."""
-        own = [self._ring.status(), self._drain.status(), self._drainer.status()]
+        own = [
+            self._ring.status(),
+            self._drain.status(),
+            self._drainer.status(),
+            self._idler.status(),
+        ]
         if self._membership is not None:
             own.append(self._membership.status())
         return own + self._ledgers.followers()
@@ -164,11 +181,12 @@ class WriteProxy:
         if self._membership is not None:
             await self._membership.stop()
         await self._drainer.stop()
+        await self._idler.stop()
         await self._drain.stop()
         await self.ownership.release_all()
         await self._ring.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.stop()
 
     # ---------------------------------------------------------------------- middleware
 
@@ -278,7 +296,8 @@ class WriteProxy:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
-        payload = await _record_body(request)
+        payload = await record_body(request, self.limits)
+        self._take_unsized(request, len(payload))
         txid_text = request.query.get("txid")
         txid = None if txid_text is None else _int(txid_text, "txid")
         producer = _producer(request)
@@ -326,7 +345,8 @@ class WriteProxy:
         if isinstance(owned, web.StreamResponse):
             return owned
         self._check_inflight(request, owned, request.content_length or 0)
-        body = await request.read()
+        body = await request_body(request, self.limits)
+        self._take_unsized(request, len(body))
         payloads = decode_batch(body)
         _check_session(request, owned)
         producer = _producer(request)
@@ -459,6 +479,12 @@ class WriteProxy:
             owned.inflight_bytes -= size
             self._inflight_bytes -= size
 
+    def _take_unsized(self, request: web.Request, size: int) -> None:
+        """A body sent without a Content-Length counts against the client's append bytes
+        once read (one with it was taken as the request came in)."""
+        if request.content_length is None:
+            self.quotas.take_bytes(client_of(request), request.match_info["ns"], size)
+
     def _check_inflight(self, request: web.Request, owned: Owned, size: int) -> None:
         """OverCapacityError (nothing written) when a write of `size` bytes would pass the
         stream's or the proxy's limit of bytes accepted and not yet acknowledged."""
@@ -495,26 +521,9 @@ class WriteProxy:
         asyncio.get_running_loop().call_soon(flush)
 
 
-async def _record_body(request: web.Request) -> bytes:
-    """A single record's body, refused as record_too_large as soon as it passes
-    RECORD_BYTES_MAX (by its Content-Length, or while it arrives): never buffered whole up
-    to the request limit first."""
-    length = request.content_length
-    if length is not None and length > RECORD_BYTES_MAX:
-        raise RecordTooLargeError(
-            f"{request.path}: a record of {length} bytes; the limit is {RECORD_BYTES_MAX}"
-        )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > RECORD_BYTES_MAX:
-            raise RecordTooLargeError(
-                f"{request.path}: a record of more than {RECORD_BYTES_MAX} bytes (sent without "
-                f"a Content-Length); the limit is {RECORD_BYTES_MAX}"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _appends(request: web.Request) -> bool:
+    """Requests whose bodies count against a client's append bytes (single and bulk)."""
+    return request.method == "POST" and request.path.endswith(("/records", "/bulk"))
 
 
 def _check_session(request: web.Request, owned: Owned) -> None:

@@ -7,7 +7,8 @@
 Routing: a stream's first request goes to its home on a hash ring over the given proxies of
 the client's region (the proxies agree on homes, so this is usually the owner); redirects are
 followed and the proxy that finally answered is remembered as the stream's owner. A request
-that fails with a retriable code is retried with backoff until `deadline_s`; the error of the
+that fails with a retriable code is retried with backoff until `deadline_s` (past a quota,
+after the proxy's Retry-After); the error of the
 last try is raised otherwise, as the library's class for the proxy's code (core/errors.py's
 table: `StreamNotFoundError`, `SeqMismatchError`, ...), or a `ProxyError` carrying a code that
 table does not know.
@@ -45,6 +46,7 @@ from core.errors import (
     OutcomeUnknownError,
     ProxyError,
     ProxyUnreachableError,
+    QuotaExceededError,
     SessionExpiredError,
     answered_error,
 )
@@ -55,6 +57,7 @@ BACKOFF_MAX_S = 0.5
 DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
 CUT_OFF_ERRORS = (MetadataUnavailableError, SessionExpiredError)  # the proxy has no ZooKeeper
 REDIRECTS_MAX = 3
+RETRY_AFTER_MAX_S = 60.0  # a proxy's Retry-After is waited at most this long at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,11 @@ class ProxyClient:
                 if unknown is not None:
                     raise outcome_unknown(f"{method} {path}", unknown, error)
                 raise error
+            if isinstance(error, QuotaExceededError):  # the proxy says when: wait that long
+                if time.monotonic() + error.retry_after_s > deadline:
+                    raise error
+                await asyncio.sleep(error.retry_after_s)
+                continue
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
@@ -274,6 +282,8 @@ class ProxyClient:
                         self._unreachable.pop(stream, None)
                         return body
                     error = proxy_error(body, answer.status, f"{method} {url}")
+                    if isinstance(error, QuotaExceededError):
+                        error.retry_after_s = retry_after_s(answer.headers.get("Retry-After"))
                     if isinstance(error, CUT_OFF_ERRORS):
                         # The proxy answers but has no ZooKeeper: its region is cut off.
                         # Another region's proxy can take the stream; pass this one over.
@@ -318,6 +328,14 @@ class Producer:
         return await self.client.write_bulk(
             self.stream, payloads, producer=(self.producer_id, first)
         )
+
+
+def retry_after_s(header: str | None) -> float:
+    """Seconds from a Retry-After header (whole seconds; 1 when absent or not a number)."""
+    try:
+        return min(max(float(header or 1), 0.0), RETRY_AFTER_MAX_S)
+    except ValueError:
+        return 1.0
 
 
 def proxy_error(body: dict[str, Any], status: int, request: str) -> GlobelogError:

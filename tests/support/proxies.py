@@ -7,13 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from core.limits import ProxyLimits
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
 from localcluster.controller import Cluster
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
-from region.write_proxy import Limits, WriteProxy
+from region.write_proxy import WriteProxy
 from tests.support.streams import REPLICATION
 
 
@@ -38,7 +39,7 @@ async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIt
 
 
 def write_proxy(
-    cluster: Cluster, region: str, limits: Limits | None = None
+    cluster: Cluster, region: str, limits: ProxyLimits | None = None
 ) -> Any:  # an async context manager giving a WriteProxy
     def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> WriteProxy:
         config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
@@ -47,5 +48,10 @@ def write_proxy(
     return _proxy(cluster, region, "write", make)
 
 
-def read_proxy(cluster: Cluster, region: str) -> Any:  # ... giving a ReadProxy
-    return _proxy(cluster, region, "read", ReadProxy)
+def read_proxy(
+    cluster: Cluster, region: str, limits: ProxyLimits | None = None
+) -> Any:  # ... giving a ReadProxy
+    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> ReadProxy:
+        return ReadProxy(me, store, ledgers, limits)
+
+    return _proxy(cluster, region, "read", make)

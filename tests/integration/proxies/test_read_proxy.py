@@ -9,11 +9,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
-import pytest
 
+from core.limits import ProxyLimits
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
-from region import read_proxy as read_proxy_module
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace, stream_env
@@ -25,14 +24,14 @@ MIB = 1024 * 1024
 
 @asynccontextmanager
 async def stream_s(
-    cluster: Cluster, region: str
+    cluster: Cluster, region: str, limits: ProxyLimits | None = None
 ) -> AsyncIterator[tuple[LogWriter, ReadProxy, aiohttp.ClientSession, str]]:
     """Stream "s" in a fresh namespace, its writer in us-east, a read proxy in `region` (in
     this process) and an HTTP session: (writer, read proxy, session, namespace)."""
     namespace = fresh_namespace()
     async with (
         stream_env(cluster, "us-east", namespace) as east,
-        read_proxy(cluster, region) as proxy,
+        read_proxy(cluster, region, limits) as proxy,
         aiohttp.ClientSession() as http,
     ):
         await east.streams.create_stream("s")
@@ -118,7 +117,7 @@ async def test_positions_a_streamed_tail_and_bad_requests(cluster: Cluster) -> N
 
 
 async def test_a_page_of_large_records_is_bounded_by_bytes(cluster: Cluster) -> None:
-    """`max=10` records of almost 1 MiB each come as pages of at most PAGE_BYTES_MAX (4 MiB),
+    """`max=10` records of almost 1 MiB each come as pages of at most `page_bytes_max` (4 MiB),
     each going on where the last stopped, whether served from the read-ahead or by a reader
     of its own (a request from before what the read-ahead holds)."""
     payloads = [bytes([65 + i]) * (MIB - 64) for i in range(10)]
@@ -158,12 +157,9 @@ async def test_a_first_request_from_far_ahead_does_not_fix_the_read_ahead(
     assert health["streams"] == {f"{namespace}/s": 5}, "the read-ahead holds the stream from 0"
 
 
-async def test_long_polls_and_tails_past_their_limits_are_over_capacity(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(read_proxy_module, "READS_MAX", 2)
-    monkeypatch.setattr(read_proxy_module, "TAILS_MAX", 1)
-    async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
+async def test_long_polls_and_tails_past_their_limits_are_over_capacity(cluster: Cluster) -> None:
+    limits = ProxyLimits(reads_max=2, tails_max=1)
+    async with stream_s(cluster, "us-west", limits) as (writer, west, http, namespace):
         await writer.write(b"r0")
         base = url(west, namespace, "s")
         polls = [

@@ -17,13 +17,14 @@ from core.errors import (
     SessionFencedError,
     StreamNotFoundError,
 )
+from core.limits import ProxyLimits
 from core.streams import LEDGER_PASSWORD
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from region.drain import set_drained
-from region.write_proxy import Limits, WriteProxy
+from region.write_proxy import WriteProxy
 from tests.support.proxies import write_proxy
 from tests.support.streams import fresh_namespace, stream_env
 
@@ -133,7 +134,7 @@ BAD_REQUESTS = [
 
 async def test_bad_requests_get_their_codes_and_harm_nothing(cluster: Cluster) -> None:
     namespace = fresh_namespace()
-    limits = Limits(request_bytes_max=4 * 1024 * 1024)
+    limits = ProxyLimits(request_bytes_max=4 * 1024 * 1024)
     async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
         url = base(east, namespace)
         async with http.put(f"{url}/s") as created:
@@ -170,7 +171,7 @@ async def test_bad_requests_get_their_codes_and_harm_nothing(cluster: Cluster) -
 
 async def test_a_stream_over_its_bytes_in_flight_answers_over_capacity(cluster: Cluster) -> None:
     namespace = fresh_namespace()
-    limits = Limits(stream_inflight_bytes_max=64 * 1024)
+    limits = ProxyLimits(stream_inflight_bytes_max=64 * 1024)
     async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
         url = base(east, namespace)
         async with http.put(f"{url}/s") as created:
@@ -192,7 +193,7 @@ async def test_the_proxys_bytes_in_flight_over_every_stream_are_bounded(
     cluster: Cluster,
 ) -> None:
     namespace = fresh_namespace()
-    limits = Limits(proxy_inflight_bytes_max=64 * 1024)
+    limits = ProxyLimits(proxy_inflight_bytes_max=64 * 1024)
     async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
         url = base(east, namespace)
         for stream in ("s1", "s2", "s3"):

@@ -1,7 +1,7 @@
 """Bounds of the read proxy: its table of streams whose read-ahead is being started holds an
 entry only while a request starts or waits for one (names that do not exist, asked once each,
 leave nothing behind; requests for one stream share one start), and a page holds at most
-PAGE_BYTES_MAX of payloads."""
+`page_bytes_max` of payloads."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from core.dlsn import DLSN
 from core.errors import StreamNotFoundError
+from core.limits import ProxyLimits
 from core.records import LogRecord
 from region import read_proxy
 from region.read_proxy import ReadProxy, within_page_bytes
@@ -24,7 +25,7 @@ MIB = 1024 * 1024
 class FakeCache:
     started_count = 0
 
-    def __init__(self, streams: Any, ledgers: Any, stream: str, on_failed: Any) -> None:
+    def __init__(self, streams: Any, ledgers: Any, stream: str, **_: Any) -> None:
         self.stream = stream
         self.started = False
         self.gone = False
@@ -89,8 +90,8 @@ def test_a_page_holds_at_most_its_bytes_and_at_least_one_record(
     sizes: list[int], kept: int
 ) -> None:
     records = [record(i, size) for i, size in enumerate(sizes)]
-    assert read_proxy.PAGE_BYTES_MAX == 4 * MIB
-    assert within_page_bytes(records) == records[:kept]
+    assert ProxyLimits().page_bytes_max == 4 * MIB
+    assert within_page_bytes(records, 4 * MIB) == records[:kept]
 
 
 async def test_a_read_ahead_started_far_ahead_moves_back_for_a_reader_from_before_it(

@@ -16,7 +16,7 @@ from core.errors import MetadataUnavailableError, StreamNotFoundError, Truncated
 from core.records import LogRecord
 from global_meta.followers import FollowerState, RestartBackoff
 from reader.positions import By, Position
-from region.stream_cache import RecordSource, StreamCache
+from region.stream_cache import CacheBudget, RecordSource, StreamCache
 
 Item = LogRecord | Exception | None
 QUICK = RestartBackoff(first_s=0.001, cap_s=0.001)  # restarts at once: the test waits on opens
@@ -200,3 +200,34 @@ async def test_a_long_poll_whose_record_a_burst_evicted_is_not_served_past_it() 
     assert not cache.covers(4)
     assert seqs(await cache.read(9, 10, 0)) == [9, 10, 11, 12]
     await cache.close()
+
+
+async def test_the_proxys_budget_takes_from_the_least_recently_read_cache_first() -> None:
+    caches: list[StreamCache] = []  # least recently read first
+    budget = CacheBudget(most=40, order=lambda: caches)  # 20 records of 2 bytes ("rN")
+    opener = Opener()
+    for _ in range(2):
+        cache = StreamCache(
+            cast(Any, None), cast(Any, None), "s0", open_source=opener, budget=budget
+        )
+        caches.append(cache)
+        await cache.start(0)
+    old, new = caches
+    old_source, new_source = await opener.opened.get(), await opener.opened.get()
+    for seq in range(10):
+        await old_source.items.put(record(seq))
+    assert seqs(await old.read(9, 10, LONG_WAIT_S)) == [9]
+    for seq in range(13):  # r0..r9 of 2 bytes, r10..r12 of 3: past 40, down to 35 each time
+        await new_source.items.put(record(seq))
+    assert seqs(await new.read(12, 10, LONG_WAIT_S)) == [12]
+    assert budget.used == 35 == old.bytes + new.bytes
+    assert new.bytes == 29 and seqs(await new.read(0, 20, 0)) == list(range(13))
+    # the least recently read gave its oldest records up
+    assert not old.covers(6) and seqs(await old.read(7, 10, 0)) == [7, 8, 9]
+    # Every record given up: it covers only what comes next; earlier reads go elsewhere.
+    old.shed(old.bytes)
+    assert old.holds_nothing and not old.covers(9) and old.covers(10)
+    assert old.start_seq == 10
+    await old.close()
+    await new.close()
+    assert budget.used == 0

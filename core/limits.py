@@ -1,0 +1,81 @@
+"""Every bound a proxy keeps on what clients can make it hold, and the quotas it enforces.
+
+One frozen value per proxy, built from topology.yaml's optional `limits:` section over the
+defaults below (core/limits_loader.py). docs/http-api.md's "Limits" table lists each one with
+its default and the answer a client gets past it; a test holds the two to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What one client (its address, per namespace) may take of one proxy each second; None
+    is no limit. A request past it is answered 429 quota_exceeded with Retry-After."""
+
+    append_bytes_per_s: float | None = 64 * MIB
+    append_requests_per_s: float | None = 5_000
+    read_bytes_per_s: float | None = 256 * MIB
+    read_requests_per_s: float | None = 5_000
+
+    def rate(self, kind: str, unit: str) -> float | None:
+        """The rate of `kind` (append | read) in `unit` (bytes | requests)."""
+        value: float | None = getattr(self, f"{kind}_{unit}_per_s")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    # connections (both proxies)
+    connections_max: int = 10_000  # open at once; past it a new one is answered 503 and closed
+    idle_timeout_s: float = 30.0  # a request's headers are due within it, and idle keep-alive
+    body_timeout_s: float = 30.0  # a request's body is due within it once its headers came
+    request_bytes_max: int = 64 * MIB  # one request's body (a bulk batch)
+    # write proxy
+    stream_inflight_bytes_max: int = 128 * MIB  # accepted, not yet acknowledged, per stream
+    proxy_inflight_bytes_max: int = 512 * MIB  # the same over every stream
+    owned_streams_max: int = 10_000  # streams one write proxy owns at once
+    stream_idle_release_s: float = 600.0  # an owned stream not written this long is released
+    producer_acks_max: int = 500_000  # idempotent writes remembered over every stream (~300 B)
+    # read proxy
+    page_records_max: int = 10_000
+    page_bytes_max: int = 4 * MIB  # a page's payloads (at least one record, whatever its size)
+    reads_max: int = 10_000  # pages served at once, long polls included
+    tails_max: int = 1_000  # streamed tails open at once
+    wait_ms_max: int = 30_000  # a long poll's wait
+    cache_streams_max: int = 1_000  # streams with a read-ahead (the least recently read go)
+    cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead
+    cache_bytes_max: int = 1024 * MIB  # every read-ahead together
+    cache_idle_s: float = 300.0  # a read-ahead no one read this long is closed
+    # quotas, per client and namespace
+    quota: Quota = field(default_factory=Quota)
+    namespace_quotas: tuple[tuple[str, Quota], ...] = ()
+
+    def quota_for(self, namespace: str) -> Quota:
+        for name, quota in self.namespace_quotas:
+            if name == namespace:
+                return quota
+        return self.quota
+
+
+def limit_names() -> list[str]:
+    """The names of the scalar limits (topology.yaml keys and docs table rows)."""
+    return [f.name for f in fields(ProxyLimits) if f.name not in ("quota", "namespace_quotas")]
+
+
+def quota_names() -> list[str]:
+    return [f.name for f in fields(Quota)]
+
+
+def shown(name: str, value: float) -> str:
+    """A limit's value as docs/http-api.md's table shows it (64 MiB, 30 s, 10 000)."""
+    if name.endswith("_bytes_max") or name.endswith("_bytes_per_s"):
+        return f"{int(value) // MIB} MiB"
+    if name.endswith("_s") and not name.endswith("_per_s"):
+        return f"{value:g} s"
+    text = f"{int(value):,}".replace(",", " ")
+    return f"{text} ms" if name.endswith("_ms_max") else text

@@ -1,0 +1,169 @@
+"""Quotas: what one client may take of one proxy each second, per namespace.
+
+A client is its address while security is off. Each (client, namespace, kind) has two token
+buckets, requests and bytes, each holding at most one second of its rate (core/limits.py
+`Quota`; per-namespace overrides in topology.yaml). A request is let in while its buckets are
+not in debt, and then takes what it uses, into debt if need be: a request bigger than a
+second's worth of bytes passes once, and the client's next one waits until the debt is paid
+(the way Kafka throttles after the fact). Bytes of a read are known once its page is built,
+so they are taken then. A refused request is answered 429 quota_exceeded with Retry-After:
+the seconds until its buckets let it in.
+
+The buckets are a bounded table (`buckets_max`). A bucket that has refilled is the same as
+none, so those go first when it is full; when every one is still in use, a new client is
+refused until one has refilled (retry after a second).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from core.errors import QuotaExceededError
+from core.limits import ProxyLimits, Quota
+from core.streams import check_name
+from region.telemetry import PROXY_METRICS
+
+BUCKETS_MAX = 100_000  # (client, namespace, kind) triples tracked at once
+PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long
+
+
+class _Buckets:
+    __slots__ = ("at", "bytes", "quota", "requests")
+
+    def __init__(self, quota: Quota, kind: str, now: float) -> None:
+        self.quota = quota
+        self.requests = quota.rate(kind, "requests") or 0.0
+        self.bytes = quota.rate(kind, "bytes") or 0.0
+        self.at = now
+
+    def refill(self, kind: str, now: float) -> None:
+        elapsed = now - self.at
+        self.at = now
+        if (rate := self.quota.rate(kind, "requests")) is not None:
+            self.requests = min(rate, self.requests + rate * elapsed)
+        if (rate := self.quota.rate(kind, "bytes")) is not None:
+            self.bytes = min(rate, self.bytes + rate * elapsed)
+
+    def full(self, kind: str) -> bool:
+        requests, size = self.quota.rate(kind, "requests"), self.quota.rate(kind, "bytes")
+        return (requests is None or self.requests >= requests) and (
+            size is None or self.bytes >= size
+        )
+
+    def wait_s(self, kind: str) -> tuple[float, str]:
+        """Seconds until a request is let in (0: now), and the unit that holds it back."""
+        waits = [(0.0, "")]
+        if (rate := self.quota.rate(kind, "requests")) is not None and self.requests < 1:
+            waits.append(((1 - self.requests) / rate, "requests"))
+        if (rate := self.quota.rate(kind, "bytes")) is not None and self.bytes < 0:
+            waits.append((-self.bytes / rate, "bytes"))
+        return max(waits)
+
+
+class Quotas:
+    """One proxy's quota table; `kind` is "append" (write proxy) or "read" (read proxy)."""
+
+    def __init__(
+        self,
+        limits: ProxyLimits,
+        kind: str,
+        clock: Callable[[], float] = time.monotonic,
+        buckets_max: int = BUCKETS_MAX,
+    ) -> None:
+        self.limits = limits
+        self.kind = kind
+        self._clock = clock
+        self._buckets_max = buckets_max
+        self._table: dict[tuple[str, str], _Buckets] = {}
+        self._prune_after = 0.0
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def admit(self, client: str, namespace: str, size: int = 0) -> None:
+        """Lets one request of `client` in `namespace` in, taking one request and `size`
+        bytes, or raises QuotaExceededError."""
+        buckets = self._buckets(client, namespace)
+        wait_s, unit = buckets.wait_s(self.kind)
+        if wait_s > 0:
+            PROXY_METRICS.quota_refused.add(1, {"kind": self.kind, "unit": unit})
+            rate = buckets.quota.rate(self.kind, unit)
+            raise QuotaExceededError(
+                f"client {client} used its {self.kind} quota in namespace {namespace!r} "
+                f"({rate:g} {unit}/s); retry in {wait_s:.2f} s",
+                wait_s,
+            )
+        buckets.requests -= 1
+        PROXY_METRICS.quota_used.add(1, {"kind": self.kind, "unit": "requests"})
+        self.take_bytes(client, namespace, size)
+
+    def take_bytes(self, client: str, namespace: str, size: int) -> None:
+        """Takes `size` bytes of the client's quota (into debt if need be)."""
+        if size <= 0:
+            return
+        buckets = self._buckets(client, namespace)
+        buckets.bytes -= size
+        PROXY_METRICS.quota_used.add(size, {"kind": self.kind, "unit": "bytes"})
+
+    def wait_s(self, client: str, namespace: str) -> float:
+        """Seconds until the client's next request is let in (0: now)."""
+        return self._buckets(client, namespace).wait_s(self.kind)[0]
+
+    def _buckets(self, client: str, namespace: str) -> _Buckets:
+        key = (client, namespace)
+        now = self._clock()
+        buckets = self._table.get(key)
+        if buckets is not None:
+            buckets.refill(self.kind, now)
+            return buckets
+        if len(self._table) >= self._buckets_max:
+            self._prune(now)
+        if len(self._table) >= self._buckets_max:
+            raise QuotaExceededError(
+                f"this proxy tracks the quotas of {len(self._table)} clients and namespaces, "
+                "its most, all active in the last second; retry later",
+                PRUNE_PAUSE_S,
+            )
+        buckets = self._table[key] = _Buckets(self.limits.quota_for(namespace), self.kind, now)
+        return buckets
+
+    def _prune(self, now: float) -> None:
+        """Drops the buckets that have refilled (at most once a second when that frees
+        little, so a table full of active clients does not cost a scan per request)."""
+        if now < self._prune_after:
+            return
+        before = len(self._table)
+        for key, buckets in list(self._table.items()):
+            buckets.refill(self.kind, now)
+            if buckets.full(self.kind):
+                del self._table[key]
+        if len(self._table) > before * 0.9:
+            self._prune_after = now + PRUNE_PAUSE_S
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def quota_middleware(quotas: Quotas, sized: Callable[[web.Request], bool]) -> Middleware:
+    """Admits each request of a namespace through `quotas`, taking its Content-Length when
+    `sized(request)` (appends; a body without one is taken once read)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        namespace = request.match_info.get("ns")
+        if namespace is not None:
+            check_name(namespace, "namespace")
+            size = (request.content_length or 0) if sized(request) else 0
+            quotas.admit(client_of(request), namespace, size)
+        return await handler(request)
+
+    return middleware
+
+
+def client_of(request: web.Request) -> str:
+    """Who a request counts against: its peer address (until tokens name a subject)."""
+    return request.remote or "unknown"

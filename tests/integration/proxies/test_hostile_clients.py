@@ -1,0 +1,189 @@
+"""Hostile clients against real proxies on the real cluster: each attack meets its bound (a
+named limit of core/limits.py, set low here) while a well-behaved client in the same test is
+still served."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from core.limits import ProxyLimits, Quota
+from localcluster.controller import Cluster
+from localcluster.probes import wait_until
+from region.client import ProxyClient
+from region.read_proxy import ReadProxy
+from region.write_proxy import WriteProxy
+from tests.support.proxies import read_proxy, write_proxy
+from tests.support.streams import fresh_namespace, stream_env
+
+KIB = 1024
+NO_QUOTA = Quota(None, None, None, None)
+
+
+def streams_url(proxy: WriteProxy, namespace: str) -> str:
+    return f"{proxy.config.me.url}/v1/namespaces/{namespace}/streams"
+
+
+async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
+    cluster: Cluster,
+) -> None:
+    flooded, calm = fresh_namespace(), fresh_namespace()
+    quota = Quota(append_requests_per_s=20, append_bytes_per_s=None)
+    limits = ProxyLimits(quota=quota)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        for namespace in (flooded, calm):
+            async with http.put(f"{streams_url(east, namespace)}/s") as created:
+                assert created.status == 201
+
+        async def post(namespace: str, i: int) -> tuple[int, str, str | None]:
+            url = f"{streams_url(east, namespace)}/s/records"
+            async with http.post(url, data=f"r{i}".encode()) as answer:
+                body = await answer.json()
+                return answer.status, body.get("code", ""), answer.headers.get("Retry-After")
+
+        answers = await asyncio.gather(*(post(flooded, i) for i in range(100)))
+        refused = [a for a in answers if a[0] == 429]
+        assert {(code, after) for _, code, after in refused} == {("quota_exceeded", "1")}
+        assert 15 <= sum(a[0] == 200 for a in answers) <= 30, answers  # about a second's worth
+        # The same client in another namespace has a quota of its own.
+        assert [await post(calm, i) for i in range(5)] == [(200, "", None)] * 5
+        # ProxyClient waits out Retry-After: every write lands, in order, none twice.
+        async with ProxyClient([east.config.me.url], flooded, deadline_s=30) as client:
+            acked = [await client.write("s", f"c{i}".encode()) for i in range(30)]
+        seqs = [a.seq for a in acked]
+        assert seqs == list(range(seqs[0], seqs[0] + 30))
+
+
+async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    limits = ProxyLimits(connections_max=12, idle_timeout_s=1.5, quota=NO_QUOTA)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        url = f"{streams_url(east, namespace)}/s"
+        async with http.put(url) as created:  # the well-behaved client's pooled connection
+            assert created.status == 201
+        endpoint = east.config.me.url.removeprefix("http://")
+        host, port = endpoint.split(":")
+        slow = []
+        for _ in range(11):  # the rest of the connections, each sending headers forever
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /v1/health HTTP/1.1\r\nHost: x\r\n")
+            slow.append((reader, writer))
+        await asyncio.sleep(0.1)
+        health = f"{east.config.me.url}/v1/health"
+        async with aiohttp.ClientSession() as newcomer, newcomer.get(health) as answer:
+            refused = await answer.json()
+            assert answer.status == 503 and refused["code"] == "over_capacity", refused
+        for i in range(5):  # the pooled connection is served meanwhile
+            async with http.post(f"{url}/records", data=f"r{i}".encode()) as answer:
+                assert answer.status == 200, await answer.text()
+        # The slow ones are cut at the idle deadline; a newcomer is served again.
+        for reader, _ in slow:
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        async with aiohttp.ClientSession() as newcomer, newcomer.get(health) as answer:
+            assert answer.status == 200
+        for _, writer in slow:
+            writer.close()
+
+
+async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    limits = ProxyLimits(
+        cache_streams_max=3,
+        cache_stream_bytes_max=128 * KIB,
+        cache_bytes_max=256 * KIB,
+        cache_idle_s=1.0,
+        quota=NO_QUOTA,
+    )
+    names = [f"s{i}" for i in range(5)]
+    payloads = {
+        name: [f"{name}-{i}-".encode() + b"x" * 8 * KIB for i in range(40)] for name in names
+    }
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "eu-west", limits) as west,
+        aiohttp.ClientSession() as http,
+    ):
+        for name in names:
+            await env.streams.create_stream(name)
+            writer = await env.writer(name)
+            await writer.write_bulk(payloads[name])
+            await writer.close()
+        for name in names:  # every stream read whole, through its read-ahead and around it
+            assert await read_all(http, west, namespace, name) == payloads[name]
+            health = await health_of(http, west)
+            assert health["streams_count"] <= 3 and health["cache_bytes"] <= 256 * KIB, health
+        assert len(west._caches) <= 3 and west._budget.used <= 256 * KIB
+        await wait_until("idle read-aheads closed", lambda: no_caches(west), 10)
+
+
+async def test_owned_streams_are_capped_and_idle_ones_let_go(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    limits = ProxyLimits(owned_streams_max=3, stream_idle_release_s=1.0, quota=NO_QUOTA)
+    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+        url = streams_url(east, namespace)
+        for name in ("s0", "s1", "s2", "s3"):
+            async with http.put(f"{url}/{name}") as created:
+                assert created.status == 201
+        for name in ("s0", "s1", "s2"):
+            async with http.post(f"{url}/{name}/records", data=b"first") as answer:
+                assert answer.status == 200
+        async with http.post(f"{url}/s3/records", data=b"first") as answer:
+            refused = await answer.json()
+            assert answer.status == 429 and refused["code"] == "over_capacity", refused
+            assert "owned_streams_max" in refused["message"]
+        await wait_until("idle streams let go", lambda: owns_nothing(east), 10)
+        for name in ("s3", "s0"):  # taken again on their next write, the stream goes on
+            async with http.post(f"{url}/{name}/records", data=b"second") as answer:
+                assert answer.status == 200, await answer.text()
+                assert (await answer.json())["seq"] == (0 if name == "s3" else 1)
+
+
+async def test_a_client_naming_producers_without_end_costs_only_its_own_stream(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    limits = ProxyLimits(producer_acks_max=200, quota=NO_QUOTA)
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        ProxyClient([east.config.me.url], namespace) as client,
+    ):
+        await client.create("calm")
+        await client.create("noisy")
+        calm = [await client.write("calm", b"c", producer=(7, seq)) for seq in range(50)]
+        for producer in range(600):  # 600 producers of one write each
+            await client.write("noisy", b"n", producer=(1000 + producer, 0))
+        assert east.ownership.producer_budget.used <= 200
+        for seq in (0, 25, 49):  # the calm stream's producer is still known
+            again = await client.write("calm", b"c", producer=(7, seq))
+            assert again.duplicate and again.seq == calm[seq].seq
+
+
+async def read_all(
+    http: aiohttp.ClientSession, proxy: ReadProxy, namespace: str, stream: str
+) -> list[bytes]:
+    url = f"{proxy.me.url}/v1/namespaces/{namespace}/streams/{stream}/records"
+    got: list[bytes] = []
+    seq = 0
+    while len(got) < 40:
+        async with http.get(url, params={"from_seq": str(seq), "max": "7"}) as answer:
+            assert answer.status == 200, await answer.text()
+            page = await answer.json()
+        got += [r["payload"].encode() for r in page["records"]]
+        seq = page["next_seq"]
+    return got
+
+
+async def health_of(http: aiohttp.ClientSession, proxy: ReadProxy) -> dict[str, int]:
+    async with http.get(f"{proxy.me.url}/v1/health") as answer:
+        return dict(await answer.json())
+
+
+async def no_caches(proxy: ReadProxy) -> bool:
+    return not proxy._caches
+
+
+async def owns_nothing(proxy: WriteProxy) -> bool:
+    return not proxy.ownership.owned

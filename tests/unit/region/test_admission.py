@@ -1,0 +1,186 @@
+"""What a proxy lets in: quotas per client and namespace, connections within their cap and
+deadlines, and the proxy-wide budgets of read-aheads and producer tables."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from core.dlsn import DLSN
+from core.errors import QuotaExceededError
+from core.limits import ProxyLimits, Quota
+from region.admission.listener import Listener, request_body
+from region.admission.quotas import Quotas
+from region.client.proxy_client import retry_after_s
+from region.http_errors import error_middleware
+from region.producers import ProducerBudget, ProducerTable
+from writer.events import Written
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def quotas(clock: Clock, buckets_max: int = 1000, **rates: float | None) -> Quotas:
+    quota = Quota(**{"append_bytes_per_s": None, "append_requests_per_s": None, **rates})
+    limits = ProxyLimits(quota=quota, namespace_quotas=(("open", Quota(None, None, None, None)),))
+    return Quotas(limits, "append", clock, buckets_max)
+
+
+def test_requests_past_the_rate_wait_until_the_bucket_lets_one_in() -> None:
+    clock = Clock()
+    table = quotas(clock, append_requests_per_s=10)
+    for _ in range(10):
+        table.admit("10.0.0.1", "ns")
+    with pytest.raises(QuotaExceededError) as refused:
+        table.admit("10.0.0.1", "ns")
+    assert refused.value.retry_after_s == pytest.approx(0.1)
+    assert "10 requests/s" in str(refused.value) and "'ns'" in str(refused.value)
+    table.admit("10.0.0.2", "ns")  # another client: its own bucket
+    table.admit("10.0.0.1", "other")  # another namespace: its own bucket
+    table.admit("10.0.0.1", "open")  # a namespace whose override has no limit
+    clock.now += 0.101
+    table.admit("10.0.0.1", "ns")
+
+
+def test_bytes_go_into_debt_once_and_the_next_request_waits_it_out() -> None:
+    clock = Clock()
+    table = quotas(clock, append_bytes_per_s=1000)
+    table.admit("c", "ns", 5000)  # larger than a second's worth: let in, into debt
+    with pytest.raises(QuotaExceededError) as refused:
+        table.admit("c", "ns", 1)
+    assert refused.value.retry_after_s == pytest.approx(4.0)
+    clock.now += 4.0
+    table.admit("c", "ns", 10)
+    table.take_bytes("c", "ns", 2000)  # a read's page, taken once built
+    assert table.wait_s("c", "ns") == pytest.approx(2.01)  # 10 + 2000 bytes of debt at 1000/s
+
+
+def test_the_table_is_bounded_and_drops_buckets_that_refilled() -> None:
+    clock = Clock()
+    table = quotas(clock, buckets_max=100, append_requests_per_s=5)
+    for i in range(100):
+        table.admit(f"c{i}", "ns")
+    with pytest.raises(QuotaExceededError, match="its most"):
+        table.admit("newcomer", "ns")  # every bucket was used within the last second
+    assert len(table) == 100
+    clock.now += 1.0  # all refilled: the same as no bucket at all
+    table.admit("newcomer", "ns")
+    assert len(table) == 1
+
+
+def test_retry_after_is_read_as_seconds_within_bounds() -> None:
+    assert retry_after_s("3") == 3.0
+    assert retry_after_s(None) == 1.0
+    assert retry_after_s("soon") == 1.0
+    assert retry_after_s("100000") == 60.0
+
+
+async def started(app: web.Application, limits: ProxyLimits) -> Listener:
+    listener = Listener(app, limits)
+    await listener.start("127.0.0.1", 0)
+    return listener
+
+
+async def echo(request: web.Request) -> web.Response:
+    body = await request_body(request, ProxyLimits(body_timeout_s=0.3))
+    return web.Response(body=body)
+
+
+async def test_connections_past_the_cap_are_refused_and_those_open_are_served() -> None:
+    app = web.Application()
+    app.router.add_post("/echo", echo)
+    listener = await started(app, ProxyLimits(connections_max=3))
+    url = f"http://127.0.0.1:{listener.port}/echo"
+    try:
+        async with aiohttp.ClientSession() as served:
+            async with served.post(url, data=b"first") as answer:  # its pooled connection
+                assert await answer.read() == b"first"
+            idle = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            refused = await asyncio.wait_for(reader.read(), 5)
+            head, _, body = refused.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503") and json.loads(body)["code"] == "over_capacity"
+            assert listener.refused == 1
+            async with served.post(url, data=b"again") as answer:  # kept-alive: still served
+                assert await answer.read() == b"again"
+            for _, idle_writer in idle:
+                idle_writer.close()
+            writer.close()
+    finally:
+        await listener.stop()
+
+
+async def test_a_request_whose_headers_trickle_in_is_cut_off_at_the_idle_deadline() -> None:
+    app = web.Application()
+    app.router.add_post("/echo", echo)
+    listener = await started(app, ProxyLimits(idle_timeout_s=0.5))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        cut_after_s = None
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\n")
+        for i in range(20):  # a header line every 0.1 s, never the blank line: a slow loris
+            try:
+                writer.write(f"X-Slow-{i}: {i}\r\n".encode())
+                await writer.drain()
+            except (ConnectionResetError, BrokenPipeError):
+                cut_after_s = loop.time() - began
+                break
+            if reader.at_eof():  # closed by the proxy
+                cut_after_s = loop.time() - began
+                break
+            await asyncio.sleep(0.1)
+        assert cut_after_s is not None, "the proxy waited for every trickled byte"
+        assert 0.5 <= cut_after_s < 1.9  # at the deadline
+        writer.close()
+    finally:
+        await listener.stop()
+
+
+async def test_a_body_that_does_not_come_is_answered_request_timeout() -> None:
+    app = web.Application(middlewares=[error_middleware])
+    app.router.add_post("/echo", echo)
+    listener = await started(app, ProxyLimits())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 408")
+        body = await asyncio.wait_for(reader.read(), 5)  # then the proxy closes: the rest of
+        assert json.loads(body)["code"] == "request_timeout"  # the body is not waited for
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await listener.stop()
+
+
+def written(seq: int) -> Written:
+    return Written(DLSN(1, seq, 0), seq, seq)
+
+
+def test_the_producer_budget_takes_from_the_stream_that_remembers_the_most() -> None:
+    budget = ProducerBudget(most=1000)
+    calm, noisy = ProducerTable(budget=budget), ProducerTable(budget=budget)
+    for seq in range(100):
+        calm.record(1, seq, written(seq))
+    for producer in range(5000):  # a client naming a new producer for every write
+        noisy.record(producer, 0, written(producer))
+    assert budget.used <= 1000 and budget.used == calm.acks + noisy.acks
+    assert calm.acks == 100 and calm.lookup(1, 0) == written(0)  # the calm stream keeps all
+    assert noisy.last_seq(4999) == 0 and noisy.last_seq(0) is None  # the oldest went
+    noisy.close()
+    assert budget.used == 100
