@@ -13,10 +13,11 @@ from typing import Any
 
 from benchmarks import failover as bench_failover
 from benchmarks import harness as bench_ledger_options
-from benchmarks import proxy as bench_proxy
 from benchmarks import reads as bench_reads
 from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
+from benchmarks.proxies import abuse as bench_abuse
+from benchmarks.proxies import throughput as bench_proxy
 from cli import console_logs, deploy, failover_main, reach, serve, spark_main, stream_args
 from cli.topology import default_topology_path
 from core.errors import (
@@ -79,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
         "proxy", help="write-proxy throughput, commit latency and delivery to every region"
     )
     bench_proxy.add_arguments(proxy_bench)
+    abuse_bench = bench_sub.add_parser(
+        "abuse", help="hostile clients against a region's proxies while a canary is served"
+    )
+    bench_abuse.add_arguments(abuse_bench)
     reads_bench = bench_sub.add_parser(
         "reads", help="catch-up reads of a ledger, beside BookKeeper's Java read benchmark"
     )
@@ -265,6 +270,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_failover.run(args)
     if args.action == "proxy":
         return bench_proxy.run(args)
+    if args.action == "abuse":
+        return bench_abuse.run(args)
     if args.action == "spark":
         return bench_spark.run(args)
     if args.action == "reads":

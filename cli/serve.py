@@ -22,11 +22,11 @@ from ledger import LedgerClient, LedgerConfig
 from placement import load_checked_topology
 from region import event_loop, logs
 from region.isolation import cut_off_check
+from region.observability.telemetry import install_prometheus
+from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
-from region.telemetry import install_prometheus
-from region.tracing import install_tracing
 from region.write_proxy import WriteProxy
 
 log = logging.getLogger(__name__)

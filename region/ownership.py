@@ -30,11 +30,11 @@ from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from region.idempotence import Idempotence, rebuild_table
+from region.observability.telemetry import PROXY_METRICS
+from region.observability.tracing import TRACER
 from region.producers import ProducerBudget, ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path
-from region.telemetry import PROXY_METRICS
-from region.tracing import TRACER
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)

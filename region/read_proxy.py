@@ -50,14 +50,14 @@ from region import registry
 from region.admission.listener import Listener
 from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.http_errors import error_middleware, json_response
-from region.stream_cache import CacheBudget, StreamCache
-from region.telemetry import (
+from region.observability.telemetry import (
     PROXY_METRICS,
     follower_restarts,
     metrics_handler,
     metrics_middleware,
 )
-from region.tracing import TRACER, traces_handler, tracing_middleware
+from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.stream_cache import CacheBudget, StreamCache
 
 log = logging.getLogger(__name__)
 KIND = "read"

@@ -48,15 +48,15 @@ from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.batch_format import decode_batch
 from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
-from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
-from region.producers import PRODUCER_SEQ_MAX, check_producer
-from region.telemetry import (
+from region.observability.telemetry import (
     PROXY_METRICS,
     follower_restarts,
     metrics_handler,
     metrics_middleware,
 )
-from region.tracing import TRACER, traces_handler, tracing_middleware
+from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
+from region.producers import PRODUCER_SEQ_MAX, check_producer
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
 

@@ -25,7 +25,7 @@ from aiohttp.typedefs import Middleware
 from core.errors import QuotaExceededError
 from core.limits import ProxyLimits, Quota
 from core.streams import check_name
-from region.telemetry import PROXY_METRICS
+from region.observability.telemetry import PROXY_METRICS
 
 BUCKETS_MAX = 100_000  # (client, namespace, kind) triples tracked at once
 PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from core.errors import BadRequestError
-from region.telemetry import error_code
+from region.observability.telemetry import error_code
 
 TRACER = trace.get_tracer("globelog.proxy")
 RECENT_SPANS_MAX = 4096

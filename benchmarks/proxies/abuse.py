@@ -1,0 +1,445 @@
+"""`globelog bench abuse`: hostile clients against a region's proxies while a canary is served.
+
+On one cluster (every process on this machine, proxies with the topology's limits), a canary
+client writes a record through us-east's write proxy every CANARY_PERIOD_S and reads it back
+through us-east's read proxy, in a namespace of its own. Each attack runs for `--seconds`
+against the same two proxies; before them, a baseline with no attack. For each phase: the
+canary's write and read latency (p50, p99), the proxies' peak resident memory, and the
+attack's answers by status and code. Goals (docs/benchmarks.md): each proxy's RSS stays under
+RSS_CEILING_MIB, and the canary's p99 stays within 2x its baseline under every attack.
+
+Attacks: slow connections (headers never finished), a flood of single writes, oversized
+bodies, wide pages of large records, reads of many streams and of names that do not exist,
+tails past the cap, long polls, idempotent writes each under a new producer, and many streams
+owned at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.harness import (
+    add_cluster_arguments,
+    bench_cluster,
+    bench_progress,
+    check_cluster_ports,
+    run_on_bench_cluster,
+)
+from core.errors import ConfigError, GlobelogError
+from figures.percentiles import percentile
+from figures.plots import latency_over_time
+from localcluster.controller import Cluster
+from localcluster.processes import load_state
+from localcluster.tails import proxy_url
+from localcluster.tools import REPO_ROOT, find_tools
+from region.batch_format import CONTENT_TYPE
+from region.client import ProxyClient
+
+REGION = "us-east"
+CANARY_PERIOD_S = 0.02
+RSS_CEILING_MIB = 1024  # per proxy process, under every attack (docs/benchmarks.md)
+P99_FACTOR_MAX = 2.0
+KIB, MIB = 1024, 1024 * 1024
+STREAMS_READ = 1200  # past cache_streams_max (1000)
+STREAMS_OWNED = 300
+
+
+@dataclass
+class Target:
+    write_url: str
+    read_url: str
+    namespace: str  # the attacker's
+    http: aiohttp.ClientSession
+    answers: Counter[str] = field(default_factory=Counter)
+
+    def streams(self, base: str) -> str:
+        return f"{base}/v1/namespaces/{self.namespace}/streams"
+
+    async def note(self, answer: aiohttp.ClientResponse) -> None:
+        code = ""
+        if answer.status >= 400:
+            try:
+                code = str((await answer.json(content_type=None)).get("code", ""))
+            except (ValueError, aiohttp.ClientError):
+                code = "?"
+        self.answers[f"{answer.status} {code}".strip()] += 1
+
+    def failed(self, err: BaseException) -> None:
+        self.answers[type(err).__name__] += 1
+
+
+@dataclass
+class Phase:
+    name: str
+    started_s: float = 0.0
+    writes: list[tuple[float, float]] = field(default_factory=list)  # (at s, latency s)
+    reads: list[float] = field(default_factory=list)
+    canary_errors: Counter[str] = field(default_factory=Counter)
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    answers: Counter[str] = field(default_factory=Counter)
+
+
+Attack = Callable[[Target, asyncio.Event], Coroutine[Any, Any, None]]
+
+
+async def _loops(count: int, stop: asyncio.Event, body: Callable[[int], Awaitable[None]]) -> None:
+    async def loop(i: int) -> None:
+        while not stop.is_set():
+            await body(i)
+
+    await asyncio.gather(*(loop(i) for i in range(count)))
+
+
+async def _request(target: Target, method: str, url: str, **kwargs: object) -> None:
+    try:
+        async with target.http.request(method, url, **kwargs) as answer:  # type: ignore[arg-type]
+            await target.note(answer)
+    except (aiohttp.ClientError, TimeoutError) as err:
+        target.failed(err)
+
+
+async def slow_connections(target: Target, stop: asyncio.Event) -> None:
+    """3000 connections that send a request line and then nothing (kept at that number)."""
+    host, port = target.write_url.removeprefix("http://").split(":")
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def open_one() -> None:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /v1/health HTTP/1.1\r\nHost: x\r\n")
+            held.append((reader, writer))
+        except OSError as err:
+            target.failed(err)
+
+    while not stop.is_set():
+        alive = [(r, w) for r, w in held if not r.at_eof()]
+        target.answers["closed by the proxy"] += len(held) - len(alive)
+        held[:] = alive
+        await asyncio.gather(*(open_one() for _ in range(3000 - len(held))))
+        await asyncio.sleep(0.5)
+    for _, writer in held:
+        writer.close()
+
+
+async def flood(target: Target, stop: asyncio.Event) -> None:
+    url = f"{target.streams(target.write_url)}/flood/records"
+    await _loops(64, stop, lambda _: _request(target, "POST", url, data=b"x" * 100))
+
+
+async def big_bodies(target: Target, stop: asyncio.Event) -> None:
+    """Records over 1 MiB, sent with and without a Content-Length, and bulk bodies over 64 MiB."""
+    url = target.streams(target.write_url)
+    big = b"x" * (2 * MIB)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield b"x" * 64 * KIB
+
+    async def one(i: int) -> None:
+        if i % 3 == 0:
+            await _request(target, "POST", f"{url}/flood/records", data=big)
+        elif i % 3 == 1:
+            await _request(target, "POST", f"{url}/flood/records", data=chunks())
+        else:
+            headers = {"Content-Type": CONTENT_TYPE}
+            await _request(target, "POST", f"{url}/flood/bulk", data=chunks(), headers=headers)
+
+    await _loops(6, stop, one)
+
+
+async def wide_pages(target: Target, stop: asyncio.Event) -> None:
+    """Pages of max=10000 records of 512 KiB each, from the start, over and over."""
+    url = f"{target.streams(target.read_url)}/wide/records"
+    params = {"from_seq": "0", "max": "10000", "wait_ms": "0"}
+    await _loops(8, stop, lambda _: _request(target, "GET", url, params=params))
+
+
+async def many_streams(target: Target, stop: asyncio.Event) -> None:
+    """Reads of STREAMS_READ streams from 0 (past the read-ahead cap), and of names that do not
+    exist (each a new one)."""
+    base = target.streams(target.read_url)
+    names = iter(range(10**9))
+
+    async def one(i: int) -> None:
+        n = next(names)
+        stream = f"m{n % STREAMS_READ}" if n % 4 else f"missing-{n}"
+        await _request(target, "GET", f"{base}/{stream}/records", params={"from_seq": "0"})
+
+    await _loops(16, stop, one)
+
+
+async def tails(target: Target, stop: asyncio.Event) -> None:
+    """1500 streamed tails at once (the cap is 1000)."""
+    url = f"{target.streams(target.read_url)}/flood/tail"
+
+    async def one(_: int) -> None:
+        try:
+            async with target.http.get(url, params={"from_seq": "0"}) as answer:
+                await target.note(answer)
+                if answer.status == 200:
+                    while not stop.is_set():
+                        async with asyncio.timeout(1):
+                            await answer.content.readany()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            target.failed(err)
+
+    await _loops(1500, stop, one)
+
+
+async def long_polls(target: Target, stop: asyncio.Event) -> None:
+    url = f"{target.streams(target.read_url)}/quiet/records"
+    params = {"from_seq": "1", "wait_ms": "30000"}
+
+    async def one(_: int) -> None:
+        try:
+            async with asyncio.timeout(1.0):
+                await _request(target, "GET", url, params=params)
+        except TimeoutError:
+            target.answers["waiting at the phase's end"] += 1
+
+    await _loops(2000, stop, one)
+
+
+async def producers(target: Target, stop: asyncio.Event) -> None:
+    url = f"{target.streams(target.write_url)}/flood/records"
+
+    async def one(_: int) -> None:
+        producer = random.getrandbits(63)
+        params = {"producer": str(producer), "producer_seq": "0"}
+        await _request(target, "POST", url, data=b"p", params=params)
+
+    await _loops(32, stop, one)
+
+
+async def owned_streams(target: Target, stop: asyncio.Event) -> None:
+    """Writes to STREAMS_OWNED streams in turn: each owned holds a writer, a ledger, a lock."""
+    base = target.streams(target.write_url)
+    names = iter(range(10**9))
+    await _loops(
+        8,
+        stop,
+        lambda _: _request(
+            target, "POST", f"{base}/o{next(names) % STREAMS_OWNED}/records", data=b"o"
+        ),
+    )
+
+
+ATTACKS: dict[str, Attack] = {
+    "slow-connections": slow_connections,
+    "write-flood": flood,
+    "big-bodies": big_bodies,
+    "wide-pages": wide_pages,
+    "many-streams": many_streams,
+    "tails": tails,
+    "long-polls": long_polls,
+    "new-producers": producers,
+    "owned-streams": owned_streams,
+}
+
+
+async def prepare(target: Target, progress: Callable[[str], None]) -> None:
+    """The attacker's streams: flood, quiet (one record), wide (64 records of 512 KiB),
+    m0..m{STREAMS_READ} (one record each), o0..o{STREAMS_OWNED}."""
+    async with ProxyClient([target.write_url], target.namespace, deadline_s=120) as client:
+        for name in ("flood", "quiet", "wide"):
+            await client.create(name)
+        await client.write("quiet", b"q")
+        for _ in range(8):
+            await client.write_bulk("wide", [os.urandom(512 * KIB) for _ in range(8)])
+        progress(f"creating {STREAMS_READ + STREAMS_OWNED} streams")
+        for i in range(STREAMS_READ):
+            await client.create(f"m{i}")
+            await client.write(f"m{i}", b"m")
+        for i in range(STREAMS_OWNED):
+            await client.create(f"o{i}")
+
+
+async def canary(
+    write_url: str, read_url: str, phase: Callable[[], Phase], stop: asyncio.Event
+) -> None:
+    namespace = f"canary{uuid.uuid4().hex[:6]}"
+    pages = f"{read_url}/v1/namespaces/{namespace}/streams/c/records"
+    origin = time.monotonic()
+    async with (
+        ProxyClient([write_url], namespace, deadline_s=30) as client,
+        aiohttp.ClientSession() as http,
+    ):
+        await client.create("c")
+        while not stop.is_set():
+            current = phase()
+            began = time.monotonic()
+            try:
+                acked = await client.write("c", b"canary")
+                written = time.monotonic()
+                current.writes.append((began - origin, written - began))
+                params = {"from_seq": str(acked.seq), "max": "1", "wait_ms": "5000"}
+                async with http.get(pages, params=params) as answer:
+                    body = await answer.json()
+                    if answer.status != 200 or not body.get("records"):
+                        raise GlobelogError(f"read answered {answer.status}: {body}")
+                current.reads.append(time.monotonic() - written)
+            except (GlobelogError, aiohttp.ClientError, TimeoutError) as err:
+                current.canary_errors[getattr(err, "code", type(err).__name__)] += 1
+            await asyncio.sleep(CANARY_PERIOD_S)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def watch_rss(pids: dict[str, int], phase: Callable[[], Phase], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        current = phase()
+        for name, pid in pids.items():
+            current.rss_mib[name] = max(current.rss_mib.get(name, 0.0), rss_mib(pid))
+        await asyncio.sleep(0.25)
+
+
+def _ms(values: list[float], p: float) -> str:
+    return f"{percentile(sorted(values), p) * 1000:.1f}" if values else "-"
+
+
+async def bench_abuse(
+    cluster: Cluster, args: argparse.Namespace, progress: Callable[[str], None]
+) -> str:
+    write_url, read_url = (proxy_url(cluster, REGION, kind) for kind in ("write", "read"))
+    group = cluster.topology.region(REGION)
+    names = [group.write_proxies[0].name, group.read_proxies[0].name]
+    state = load_state(cluster.data_dir)
+    pids = {name: state[name].pid for name in names}
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        target = Target(write_url, read_url, f"abuse{uuid.uuid4().hex[:6]}", http)
+        progress("preparing the attacker's streams")
+        await prepare(target, progress)
+        phases = [Phase("baseline"), *(Phase(name) for name in args.attacks)]
+        current = [phases[0]]
+        stop = asyncio.Event()
+        watchers = [
+            asyncio.create_task(canary(write_url, read_url, lambda: current[0], stop)),
+            asyncio.create_task(watch_rss(pids, lambda: current[0], stop)),
+        ]
+        origin = time.monotonic()
+        for phase in phases:
+            current[0] = phase
+            phase.started_s = time.monotonic() - origin
+            target.answers = Counter()
+            progress(f"{phase.name}, {args.seconds:.0f} s")
+            ended = asyncio.Event()
+            attack = ATTACKS.get(phase.name)
+            running = None if attack is None else asyncio.create_task(attack(target, ended))
+            await asyncio.sleep(args.seconds)
+            ended.set()
+            if running is not None:
+                try:
+                    async with asyncio.timeout(35):
+                        await running
+                except TimeoutError:
+                    running.cancel()
+                    phase.answers["attack stopped late"] += 1
+            phase.answers = target.answers
+            await asyncio.sleep(2)  # the proxies settle before the next phase
+        stop.set()
+        await asyncio.gather(*watchers)
+    return report(cluster, phases, names, args)
+
+
+def report(
+    cluster: Cluster, phases: list[Phase], names: list[str], args: argparse.Namespace
+) -> str:
+    baseline = phases[0]
+    base_p99 = (
+        percentile(sorted(latency for _, latency in baseline.writes), 99) if baseline.writes else 0
+    )
+    base_read_p99 = percentile(sorted(baseline.reads), 99) if baseline.reads else 0
+    lines = [
+        f"globelog bench abuse: topology {cluster.topology.name}, WAN profile {cluster.profile}, "
+        f"{args.seconds:.0f} s per phase, proxies with the topology's limits",
+        f"process layout: one machine, {os.cpu_count()} cores: 3 ZooKeeper, "
+        f"{len(cluster.topology.bookies)} bookies (journal fsync before every ack), toxiproxy, "
+        f"{len(cluster.topology.region_names) * 2} proxy processes, this process (attacker and "
+        "canary)",
+        f"canary: a 6-byte record written through {names[0]} every {CANARY_PERIOD_S * 1000:.0f} ms, "
+        f"read back through {names[1]}; goals: RSS < {RSS_CEILING_MIB} MiB per proxy, canary "
+        f"p99 <= {P99_FACTOR_MAX:g}x baseline",
+        "",
+        f"  {'phase':<17} {'write p50/p99 ms':>17} {'read p50/p99 ms':>16} "
+        f"{'wp RSS':>7} {'rp RSS':>7} {'goal':>5}  attack's answers / canary errors",
+    ]
+    for phase in phases:
+        writes = [latency for _, latency in phase.writes]
+        p99 = percentile(sorted(writes), 99) if writes else float("inf")
+        read_p99 = percentile(sorted(phase.reads), 99) if phase.reads else float("inf")
+        rss = [phase.rss_mib.get(n, 0.0) for n in names]
+        met = (
+            max(rss) < RSS_CEILING_MIB
+            and p99 <= P99_FACTOR_MAX * base_p99
+            and read_p99 <= P99_FACTOR_MAX * base_read_p99
+            and not phase.canary_errors
+        )
+        answers = ", ".join(f"{k} x{v}" for k, v in phase.answers.most_common(5)) or "-"
+        errors = ", ".join(f"{k} x{v}" for k, v in phase.canary_errors.most_common(3))
+        lines.append(
+            f"  {phase.name:<17} {_ms(writes, 50):>8}/{_ms(writes, 99):<8} "
+            f"{_ms(phase.reads, 50):>7}/{_ms(phase.reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M "
+            f"{'yes' if met or phase is baseline else 'NO':>5}  {answers}"
+            + (f" / canary: {errors}" if errors else "")
+        )
+    plot = latency_over_time(
+        Path(args.plot),
+        "bench abuse: canary write latency through each attack",
+        {
+            p.name: ([at for at, _ in p.writes], [latency * 1000 for _, latency in p.writes])
+            for p in phases
+        },
+    )
+    lines += ["", f"canary write latency over time, by phase: {plot}"]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_arguments(parser)
+    parser.add_argument("--seconds", type=float, default=20.0, help="per phase")
+    parser.add_argument(
+        "--attacks",
+        type=lambda text: text.split(","),
+        default=list(ATTACKS),
+        help=f"comma-separated, of {','.join(ATTACKS)}",
+    )
+    parser.add_argument("--plot", default=str(REPO_ROOT / "docs" / "img" / "bench-abuse.png"))
+
+
+def run(args: argparse.Namespace) -> int:
+    args.region = REGION
+    problems: list[str] = []
+    cluster = dataclasses.replace(bench_cluster(args, problems), services=True)
+    if not 5 <= args.seconds <= 600:
+        problems.append(f"--seconds {args.seconds}: expected 5..600")
+    unknown = [a for a in args.attacks if a not in ATTACKS]
+    if unknown:
+        problems.append(f"--attacks {unknown}: expected some of {list(ATTACKS)}")
+    if problems:
+        raise ConfigError("bench abuse: " + "; ".join(problems))
+    check_cluster_ports(cluster, args.use_running)
+    progress = bench_progress("abuse")
+    run_on_bench_cluster(
+        cluster, args.use_running, find_tools(), progress, lambda c: bench_abuse(c, args, progress)
+    )
+    return 0
