@@ -56,9 +56,11 @@ async def latest_offsets(
 
 async def available_end(session: ReadSession, stream: str) -> DLSN:
     """The position just after the last record readable now."""
+    # The counters before the list (as a reader resolving its start does): a segment started
+    # between the two reads is then listed, not counted past and its records skipped.
+    counters = await session.streams.counters(stream)
     segments = [v.segment for v in await session.streams.segments(stream)]
     if not segments:
-        counters = await session.streams.counters(stream)
         return DLSN(counters.max_sequence + 1, 0, 0)
     newest = segments[-1]
     if not newest.is_in_progress:

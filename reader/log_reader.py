@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 
 UNAVAILABLE_RETRIES_MAX = 40  # about a minute of backoff before the reader gives up
 BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 2.0
+# A reader waiting for the next segment learns of it from the segment watch; it also checks
+# the stream's allocated segment sequence this often, so a change the watch did not report
+# delays it by that much at most instead of stalling it.
+SEGMENT_CHECK_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +281,20 @@ class LogReader:
                 return later[0]
             if not self.config.follow:
                 return None
-            await self._changed.wait()
+            await self._segment_started(sequence)
+
+    async def _segment_started(self, sequence: int) -> None:
+        """Returns when the segment list changed, or a segment `sequence` or later was
+        started (checked every SEGMENT_CHECK_S: the bound on a change the watch missed)."""
+        while True:
+            try:
+                async with asyncio.timeout(SEGMENT_CHECK_S):
+                    await self._changed.wait()
+                return
+            except TimeoutError:
+                pass
+            if (await self._streams.counters(self.stream)).max_sequence >= sequence:
+                return
 
     async def _read_segment(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
         """Delivers the segment's records from `start`; what comes after them."""
@@ -460,8 +477,14 @@ async def resolve_position(
     """The DLSN of the first record at or after `position` (the next segment's first one
     when it lies beyond every record). TruncatedPositionError for a position before the first
     active record (by DLSN and seq; txid and time positions there start at that record)."""
-    segments = [v.segment for v in await streams.segments(stream)]
+    # The counters first, then the list. A segment is started by one update of both, and a
+    # session sees ZooKeeper's updates in order, so the list then holds every segment the
+    # counters count. The other way round, a segment started between the two reads (or not
+    # yet applied by this client's ZooKeeper server when the list was read, then applied) is
+    # counted but not listed: an empty list would put the start after it, and its records
+    # would be skipped.
     counters = await streams.counters(stream)
+    segments = [v.segment for v in await streams.segments(stream)]
     if position.by is By.DLSN:  # the DLSN asked for, before any adjustment
         assert isinstance(position.value, DLSN)
         check_not_truncated(stream, position.value, segments, counters.max_sequence)

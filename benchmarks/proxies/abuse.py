@@ -263,6 +263,8 @@ async def prepare(target: Target, progress: Callable[[str], None]) -> None:
         for i in range(STREAMS_READ):
             await client.create(f"m{i}")
             await client.write(f"m{i}", b"m")
+            if i % 200 == 199:
+                progress(f"  {i + 1} of {STREAMS_READ} streams to read made")
         for i in range(STREAMS_OWNED):
             await client.create(f"o{i}")
 
