@@ -4,7 +4,7 @@ A slow or silent client holds a connection, and with it memory and a file descri
 long as the server waits for it. A proxy waits at most `idle_timeout_s` for a request's
 headers (from the connection's start, or from the previous answer on a kept-alive
 connection) and `body_timeout_s` for its body; past `connections_max` open connections a new
-one is answered 503 over_capacity and closed at once, so the connections already open (the
+one is answered 429 over_capacity and closed at once, so the connections already open (the
 well-behaved clients among them) go on being served.
 
 The idle deadline is longer than a client's own keep-alive (aiohttp's client closes an idle
@@ -43,7 +43,7 @@ class _Refused(asyncio.Protocol):
             f"this proxy has {self.open_now} connections open, its most; retry later",
         )
         head = (
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
         )
         transport.write(head.encode() + body)

@@ -75,7 +75,7 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
         health = f"{east.config.me.url}/v1/health"
         async with aiohttp.ClientSession() as newcomer, newcomer.get(health) as answer:
             refused = await answer.json()
-            assert answer.status == 503 and refused["code"] == "over_capacity", refused
+            assert answer.status == 429 and refused["code"] == "over_capacity", refused
         for i in range(5):  # the pooled connection is served meanwhile
             async with http.post(f"{url}/records", data=f"r{i}".encode()) as answer:
                 assert answer.status == 200, await answer.text()

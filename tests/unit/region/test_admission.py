@@ -111,7 +111,7 @@ async def test_connections_past_the_cap_are_refused_and_those_open_are_served() 
             reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
             refused = await asyncio.wait_for(reader.read(), 5)
             head, _, body = refused.partition(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 503") and json.loads(body)["code"] == "over_capacity"
+            assert head.startswith(b"HTTP/1.1 429") and json.loads(body)["code"] == "over_capacity"
             assert listener.refused == 1
             async with served.post(url, data=b"again") as answer:  # kept-alive: still served
                 assert await answer.read() == b"again"
