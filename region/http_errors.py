@@ -74,8 +74,8 @@ def error_response(err: errors.GlobelogError) -> web.Response:
         log.error("answered internal for %s: %s", type(err).__name__, err, exc_info=err)
     response = _json_error(ANSWERS[code], error_body(code, message, extra))
     if isinstance(err, errors.QuotaExceededError):
-        # whole seconds (RFC 9110), at least one: a client that waits it is let in
-        response.headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+        # whole seconds (RFC 9110), rounded up: a client that waits it is let in
+        response.headers["Retry-After"] = str(max(0, math.ceil(err.retry_after_s)))
     return response
 
 

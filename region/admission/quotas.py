@@ -7,7 +7,9 @@ not in debt, and then takes what it uses, into debt if need be: a request bigger
 second's worth of bytes passes once, and the client's next one waits until the debt is paid
 (the way Kafka throttles after the fact). Bytes of a read are known once its page is built,
 so they are taken then. A refused request is answered 429 quota_exceeded with Retry-After:
-the seconds until its buckets let it in.
+the seconds until its buckets let it in, counted from the answer, which comes REFUSAL_HOLD_S
+after the request (so a client that ignores Retry-After cannot make the proxy spend its core
+on refusals).
 
 The buckets are a bounded table (`buckets_max`). A bucket that has refilled is the same as
 none, so those go first when it is full; when every one is still in use, a new client is
@@ -16,6 +18,7 @@ refused until one has refilled (retry after a second).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -29,6 +32,7 @@ from region.observability.telemetry import PROXY_METRICS
 
 BUCKETS_MAX = 100_000  # (client, namespace, kind) triples tracked at once
 PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long
+REFUSAL_HOLD_S = 1.0  # a refused request is answered this long after it
 
 
 class _Buckets:
@@ -158,10 +162,25 @@ def quota_middleware(quotas: Quotas, sized: Callable[[web.Request], bool]) -> Mi
         if namespace is not None:
             check_name(namespace, "namespace")
             size = (request.content_length or 0) if sized(request) else 0
-            quotas.admit(client_of(request), namespace, size)
+            try:
+                quotas.admit(client_of(request), namespace, size)
+            except QuotaExceededError as refused:
+                await hold_refusal(refused)
+                raise
         return await handler(request)
 
     return middleware
+
+
+async def hold_refusal(refused: QuotaExceededError) -> None:
+    """Answers a refusal only REFUSAL_HOLD_S after it, its Retry-After then what is left of
+    its wait. A request-rate quota's wait is short (a hundredth of a second at 100/s), so a
+    client that sends again at once, ignoring Retry-After, would otherwise cost the proxy's
+    core a refusal as fast as it can send; held, it gets one per request in flight per
+    REFUSAL_HOLD_S (a sleep costs no CPU; the connection it holds counts against
+    `connections_max`). A client within its quota is never held."""
+    await asyncio.sleep(REFUSAL_HOLD_S)
+    refused.retry_after_s = max(0.0, refused.retry_after_s - REFUSAL_HOLD_S)
 
 
 def client_of(request: web.Request) -> str:

@@ -44,7 +44,9 @@ async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
 
         answers = await asyncio.gather(*(post(flooded, i) for i in range(100)))
         refused = [a for a in answers if a[0] == 429]
-        assert {(code, after) for _, code, after in refused} == {("quota_exceeded", "1")}
+        assert refused and {code for _, code, _ in refused} == {"quota_exceeded"}
+        # answered after (part of) the wait: Retry-After is what remains of it
+        assert {after for _, _, after in refused} <= {"0", "1"}
         assert 15 <= sum(a[0] == 200 for a in answers) <= 30, answers  # about a second's worth
         # The same client in another namespace has a quota of its own.
         assert [await post(calm, i) for i in range(5)] == [(200, "", None)] * 5

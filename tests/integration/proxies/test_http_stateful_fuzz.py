@@ -30,6 +30,7 @@ from localcluster.tails import proxy_url
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 EXAMPLES = int(os.environ.get("GLOBELOG_FUZZ_EXAMPLES", "12"))
+SENT = [0]  # requests sent (redirects followed count once)
 REGION = "us-east"
 NAMES = ["s0", "s1", "s2"]
 BAD_NAMES = ["bad name", "-x", "x" * 200, "%2e%2e", "a/b"]
@@ -53,6 +54,7 @@ def send(
     base: str, method: str, path: str, query: dict[str, str] | None = None, **kw: Any
 ) -> Answer:
     """One request, following at most 3 redirects (as ProxyClient does)."""
+    SENT[0] += 1
     url = base + quote(path, safe="/%") + ("?" + urlencode(query) if query else "")
     for _ in range(4):
         parts = urlsplit(url)
@@ -237,6 +239,7 @@ def test_the_proxies_answer_every_request_as_documented(services: Cluster) -> No
         database=None,
     )
     ProxyFuzz.TestCase().runTest()
+    print(f"stateful fuzz: {SENT[0]} requests in {EXAMPLES} sequences, every answer documented")
 
 
 pytestmark = pytest.mark.timeout(900)

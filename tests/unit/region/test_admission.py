@@ -14,7 +14,7 @@ from core.dlsn import DLSN
 from core.errors import QuotaExceededError
 from core.limits import ProxyLimits, Quota
 from region.admission.listener import Listener, request_body
-from region.admission.quotas import Quotas
+from region.admission.quotas import Quotas, hold_refusal
 from region.client.proxy_client import retry_after_s
 from region.http_errors import error_middleware
 from region.producers import ProducerBudget, ProducerTable
@@ -77,6 +77,15 @@ def test_the_table_is_bounded_and_drops_buckets_that_refilled() -> None:
     clock.now += 1.0  # all refilled: the same as no bucket at all
     table.admit("newcomer", "ns")
     assert len(table) == 1
+
+
+async def test_a_refusal_is_answered_a_second_after_its_request() -> None:
+    loop = asyncio.get_running_loop()
+    short, long = QuotaExceededError("x", 0.01), QuotaExceededError("y", 5.0)
+    began = loop.time()
+    await asyncio.gather(hold_refusal(short), hold_refusal(long))
+    assert 1.0 <= loop.time() - began < 1.5  # REFUSAL_HOLD_S, however short the wait
+    assert short.retry_after_s == 0.0 and long.retry_after_s == pytest.approx(4.0)
 
 
 def test_retry_after_is_read_as_seconds_within_bounds() -> None:
