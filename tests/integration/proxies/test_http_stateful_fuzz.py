@@ -242,4 +242,4 @@ def test_the_proxies_answer_every_request_as_documented(services: Cluster) -> No
     print(f"stateful fuzz: {SENT[0]} requests in {EXAMPLES} sequences, every answer documented")
 
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(max(900, EXAMPLES * 3))  # about 1 s per sequence
