@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -48,7 +48,7 @@ from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
 from region.admission.listener import Listener
-from region.admission.quotas import Quotas, client_of, quota_middleware
+from region.admission.quotas import REFUSAL_HOLD_S, Quotas, client_of, quota_middleware
 from region.http_errors import error_middleware, json_response
 from region.observability.telemetry import (
     PROXY_METRICS,
@@ -75,16 +75,19 @@ class _Starting:
 
 
 class _Slots:
-    """Requests of one kind served at once, at most `most`; one past it is over_capacity."""
+    """Requests of one kind served at once, at most `most`; one past it is over_capacity,
+    answered REFUSAL_HOLD_S after it (a client that sends again at once, as many tails or long
+    polls past the cap would, then costs a refusal per second each, not a refusal per turn)."""
 
     def __init__(self, what: str, most: int) -> None:
         self.what = what
         self.most = most
         self.taken = 0
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
         if self.taken >= self.most:
+            await asyncio.sleep(REFUSAL_HOLD_S)
             raise OverCapacityError(
                 f"this read proxy has {self.taken} {self.what}, its most; retry later"
             )
@@ -199,7 +202,7 @@ class ReadProxy:
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
-        with self._reads.slot():
+        async with self._reads.slot():
             return await self._records_page(request)
 
     async def _records_page(self, request: web.Request) -> web.Response:
@@ -216,7 +219,7 @@ class ReadProxy:
         return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
-        with self._tails.slot():
+        async with self._tails.slot():
             return await self._stream_tail(request)
 
     async def _stream_tail(self, request: web.Request) -> web.StreamResponse:
