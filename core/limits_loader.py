@@ -12,15 +12,12 @@ Problems go to the topology loader's collector, each with its YAML path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any
 
 from core.limits import ProxyLimits, Quota, limit_names, quota_names
+from core.stream_settings_loader import Problems
 
 QUOTA_RATE_MAX = 1e12
-
-
-class Problems(Protocol):
-    def add(self, path: str, message: str) -> None: ...
 
 
 def _is_number(value: Any) -> bool:
