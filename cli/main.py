@@ -124,6 +124,9 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     for action in ("kill", "pause", "resume", "restart"):
         actions.add_parser(action, help=f"{action} one process by name").add_argument("name")
     actions.add_parser(
+        "wipe", help="kill a bookie and delete its data and cookie (restart brings it up empty)"
+    ).add_argument("name")
+    actions.add_parser(
         "expire-session", help="make ZooKeeper expire a write proxy's session (its streams go)"
     ).add_argument("name")
     part = actions.add_parser("partition", help="cut the WAN link between two regions")
@@ -222,6 +225,9 @@ async def _run_cluster(args: argparse.Namespace) -> int:
         return 0
     if args.action == "expire-session":
         print(await controller.expire_session(cluster, args.name))
+        return 0
+    if args.action == "wipe":
+        print(await controller.wipe_bookie(cluster, args.name))
         return 0
     if args.action in ("region-down", "region-up", "isolate"):
         return await _run_region_fault(cluster, args.action, args.region)

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.rebuild_settings import RebuildSettings
 from core.routes import publish_topology
 from core.topology import Proxy, Topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
 from placement import load_checked_topology
+from rebuild.service import Rebuilder
 from region import event_loop, logs
 from region.isolation import cut_off_check
 from region.observability.telemetry import install_prometheus
@@ -55,6 +58,19 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     read.add_argument("--zk-session-timeout-s", type=float, default=10.0)
     read.add_argument("--log-format", choices=["json", "text"], default="json")
     _tracing_arguments(read)
+    rebuilder = kinds.add_parser(
+        "rebuilder", help="an auditor candidate and a rebuild worker of --region"
+    )
+    rebuilder.add_argument("--region", required=True)
+    rebuilder.add_argument("--name", default=None, help="default: rebuilder-REGION")
+    rebuilder.add_argument("--topology", type=Path, default=None)
+    rebuilder.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    rebuilder.add_argument("--log-format", choices=["json", "text"], default="json")
+    # each over topology.yaml's `rebuild:` section (docs/operations.md)
+    rebuilder.add_argument("--lost-bookie-delay-s", type=float, default=None)
+    rebuilder.add_argument("--check-interval-s", type=float, default=None)
+    rebuilder.add_argument("--ledgers-at-once", type=int, default=None)
+    rebuilder.add_argument("--rate-bytes-s", type=int, default=None)
 
 
 def _tracing_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,8 +161,53 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+async def serve_rebuilder(
+    topology: Topology, region: str, name: str, settings: RebuildSettings, session_timeout_s: float
+) -> None:
+    """Runs one rebuilder until SIGTERM or SIGINT (rebuild/service.py)."""
+    config = LedgerConfig(
+        region=region,
+        min_regions_for_durability=topology.replication.min_regions_for_durability,
+    )
+    stop = _stop_on_signals()
+    async with (
+        await MetaStore.connect(
+            topology.zk_connect_for(region), session_timeout_s=session_timeout_s
+        ) as store,
+        await LedgerClient.connect(store, config) as ledgers,
+    ):
+        rebuilder = Rebuilder(store, ledgers, settings, name, region)
+        rebuilder.start()
+        print(f"rebuilder {name} ({region}) running", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await rebuilder.stop()
+
+
+def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
+    if args.region not in topology.region_names:
+        raise ConfigError(
+            f"--region {args.region!r}: expected one of {list(topology.region_names)}"
+        )
+    name = args.name or f"rebuilder-{args.region}"
+    overrides = {
+        key: getattr(args, key)
+        for key in ("lost_bookie_delay_s", "check_interval_s", "ledgers_at_once", "rate_bytes_s")
+        if getattr(args, key) is not None
+    }
+    settings = dataclasses.replace(topology.rebuild, **overrides)
+    logs.configure(args.log_format, service="rebuilder", proxy=name, region=args.region)
+    event_loop.run(
+        serve_rebuilder(topology, args.region, name, settings, args.zk_session_timeout_s)
+    )
+    return 0
+
+
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     topology = load_checked_topology(args.topology or default_topology)
+    if args.kind == "rebuilder":
+        return run_rebuilder(args, topology)
     kind = "write" if args.kind == "write-proxy" else "read"
     proxy = pick_proxy(topology, args.region, args.name, kind)
     logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from core.errors import ConfigError
 from core.limits import ProxyLimits
+from core.rebuild_settings import RebuildSettings
 from core.streams import StreamSettings
 
 
@@ -125,6 +126,7 @@ class Topology:
     )  # writer defaults (topology.yaml `streams:`)
     archive_uri: str | None = None  # tiered storage (topology.yaml `archive:`), docs/spark.md
     limits: ProxyLimits = field(default_factory=ProxyLimits)  # topology.yaml `limits:`
+    rebuild: RebuildSettings = field(default_factory=RebuildSettings)  # `rebuild:`
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:

@@ -20,6 +20,7 @@ from core.durability import (
 )
 from core.errors import TopologyError
 from core.limits_loader import parse_limits
+from core.rebuild_settings import parse_rebuild
 from core.stream_settings_loader import parse_streams
 from core.topology import (
     Bookie,
@@ -262,6 +263,7 @@ TOP_KEYS = {
     "wan",
     "streams",
     "limits",
+    "rebuild",
     "archive",
 }
 
@@ -279,14 +281,23 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     wan = None if root.get("wan") is None else _parse_wan(root["wan"], p, region_names)
     streams = parse_streams(root.get("streams"), p)
     limits = parse_limits(root.get("limits"), p)
+    rebuild = parse_rebuild(root.get("rebuild"), p)
     archive_uri = _parse_archive(root.get("archive"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
-    if None in (name, replication, streams, limits) or p.items:
+    if None in (name, replication, streams, limits, rebuild) or p.items:
         return None
     assert name is not None and replication is not None
-    assert streams is not None and limits is not None
+    assert streams is not None and limits is not None and rebuild is not None
     return Topology(
-        name, replication, tuple(zookeeper), tuple(regions), wan, streams, archive_uri, limits
+        name,
+        replication,
+        tuple(zookeeper),
+        tuple(regions),
+        wan,
+        streams,
+        archive_uri,
+        limits,
+        rebuild,
     )
 
 

@@ -15,6 +15,12 @@ without touching their callers.
 
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata, LedgerState
+from ledger.codecs.underreplication import (
+    Layout,
+    Marker,
+    decode_vote,
+    encode_vote,
+)
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.connections.bookie_client import BookieClient
 from ledger.connections.ping import ping_bookie
@@ -24,6 +30,8 @@ from ledger.drivers.cluster_init import init_cluster_metadata
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.read_handle import LedgerReader
+from ledger.drivers.rebuild import Fragment, LedgerRebuild, Pace, Rebuilt, plan_fragments
+from ledger.drivers.underreplication import Claim, UnderReplication
 from ledger.drivers.write_handle import ENTRY_BYTES_MAX, LedgerWriter
 from ledger.errors import (
     BookieUnreachableError,
@@ -37,6 +45,7 @@ from ledger.errors import (
     LedgerRecoveryError,
     LedgerRecoveryTimeoutError,
     LedgerUnauthorizedError,
+    MarkerFormatError,
     NoSuchLedgerError,
     NoSuchLedgerMetadataError,
     ReadBeyondLacError,
@@ -49,11 +58,14 @@ __all__ = [
     "MIN_REGIONS_KEY",
     "BookieClient",
     "BookieUnreachableError",
+    "Claim",
     "DigestType",
     "Ensemble",
     "EnsembleChangeError",
     "EntryMissingError",
     "EntryUnavailableError",
+    "Fragment",
+    "Layout",
     "LedgerClient",
     "LedgerClosedError",
     "LedgerConfig",
@@ -63,17 +75,26 @@ __all__ = [
     "LedgerMetadata",
     "LedgerMetadataStore",
     "LedgerReader",
+    "LedgerRebuild",
     "LedgerRecoveryError",
     "LedgerRecoveryTimeoutError",
     "LedgerState",
     "LedgerUnauthorizedError",
     "LedgerWriter",
+    "Marker",
+    "MarkerFormatError",
     "NoSuchLedgerError",
     "NoSuchLedgerMetadataError",
+    "Pace",
     "ReadBeyondLacError",
+    "Rebuilt",
+    "UnderReplication",
     "VersionedMetadata",
     "audit_ledgers",
+    "decode_vote",
     "describe_ledger",
+    "encode_vote",
     "init_cluster_metadata",
     "ping_bookie",
+    "plan_fragments",
 ]

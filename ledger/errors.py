@@ -29,6 +29,11 @@ class MetadataFormatError(ProtocolError):
     code = "ledger_metadata_invalid"
 
 
+class MarkerFormatError(MetadataFormatError):
+    """An under-replication marker, claim or layout znode whose text is not the protobuf text
+    format BookKeeper writes there."""
+
+
 class FrameTooLargeError(GlobelogError):
     """A request we were asked to send exceeds the frame bound the bookie enforces."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import socket
@@ -11,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ClusterError, GlobelogError
+from core.errors import ClusterError, GlobelogError, NoNodeError
+from core.rebuild_settings import REBUILDERS_ZNODE
 from core.topology import Topology
 from core.topology_loader import require_local
-from global_meta import MetaStore
+from global_meta import ANY_VERSION, MetaStore
 from global_meta.faults import expire_session_of, read_session_file
 from ledger import LEDGERS_ROOT, init_cluster_metadata
-from localcluster import metadata, plan, processes, wan
+from localcluster import metadata, nodes, plan, processes, wan
 from localcluster.metadata import registered_bookies
 from localcluster.probes import log_tail, service_health, wait_until, zookeeper_mode
 from localcluster.processes import ProcessRecord, RunState
@@ -202,19 +204,58 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
 
 
 async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
+    """Until every proxy answers its health and every rebuilder has published its status."""
+    served = [spec for spec in specs if spec.ports]
+    rebuilders = {spec.name for spec in specs if spec.kind == "rebuilder"}
+
     async def serving() -> bool:
         _check_alive(cluster)
-        answers = [await service_health(spec.ports[0]) for spec in specs]
+        answers = [await service_health(spec.ports[0]) for spec in served]
         return all(ok for ok, _ in answers)
 
     await wait_until("proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
+    if rebuilders:
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+
+            async def published() -> bool:
+                _check_alive(cluster)
+                return rebuilders <= await _published_rebuilders(store)
+
+            await wait_until("rebuilders (their status)", published, SERVICE_READY_TIMEOUT_S)
+
+
+async def _published_rebuilders(store: MetaStore) -> set[str]:
+    try:
+        return set(await store.children(REBUILDERS_ZNODE))
+    except NoNodeError:
+        return set()
+
+
+async def wipe_bookie(cluster: Cluster, name: str) -> str:
+    """A bookie lost for good: killed, its journal and ledger directories and its cookie
+    deleted. `restart NAME` then brings up an empty bookie under the same id (a new disk)."""
+    records = load_records(cluster)
+    record = records.get(name)
+    if record is None or record.kind != "bookie":
+        bookies = sorted(n for n, r in records.items() if r.kind == "bookie")
+        raise ClusterError(f"cluster wipe {name!r}: expected a bookie, one of {bookies}")
+    if processes.run_state(record) is not RunState.DEAD:
+        processes.stop(record, grace_s=0.0)  # a disk lost: no orderly shutdown
+    bookie = cluster.topology.bookie(name)
+    for directory in nodes.bookie_dirs(cluster.data_dir, bookie):
+        shutil.rmtree(directory, ignore_errors=True)
+    cookie = f"{LEDGERS_ROOT}/cookies/{bookie.bookie_id}"
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        with contextlib.suppress(NoNodeError):
+            await store.delete(cookie, version=ANY_VERSION)
+    return f"wiped {name} (pid {record.pid} killed; its data and cookie deleted)"
 
 
 def down(cluster: Cluster, purge: bool = False) -> list[str]:
     """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
     records = load_records(cluster)
     # services first (they release their streams), then bookies, the WAN, ZooKeeper last
-    rank = {"write-proxy": 0, "read-proxy": 0, "bookie": 1, "toxiproxy": 2}
+    rank = {"write-proxy": 0, "read-proxy": 0, "rebuilder": 0, "bookie": 1, "toxiproxy": 2}
     order = sorted(records.values(), key=lambda r: rank.get(r.kind, 3))
     stopped = []
     for record in order:
@@ -239,10 +280,12 @@ async def status(cluster: Cluster) -> dict[str, Any]:
         "wan": {},
     }
     registered: tuple[set[str], set[str]] | None = None
+    rebuilders: set[str] | None = None
     try:
         store = await MetaStore.connect(cluster.topology.zk_connect, connect_timeout_s=3.0)
         async with store:
             registered = await registered_bookies(store)
+            rebuilders = await _published_rebuilders(store)
     except GlobelogError:
         registered = None
     for name, record in records.items():
@@ -255,7 +298,7 @@ async def status(cluster: Cluster) -> dict[str, Any]:
             "ports": list(record.ports),
         }
         entry["healthy"], entry["detail"] = await _health(
-            cluster, record, entry["state"], registered
+            cluster, record, entry["state"], registered, rebuilders
         )
         result["processes"][name] = entry
     if "toxiproxy" in records and result["processes"]["toxiproxy"]["healthy"]:
@@ -269,9 +312,15 @@ async def _health(
     record: ProcessRecord,
     state: str,
     registered: tuple[set[str], set[str]] | None,
+    rebuilders: set[str] | None = None,
 ) -> tuple[bool, str]:
     if state != RunState.RUNNING.value:
         return False, state
+    if record.kind == "rebuilder":
+        if rebuilders is None:
+            return False, "metadata unreachable"
+        published = record.name in rebuilders
+        return published, "status published" if published else "no status published"
     if record.kind == "zookeeper":
         node = next(n for n in cluster.topology.zookeeper if n.name == record.name)
         mode = await zookeeper_mode(node.client)
@@ -351,7 +400,7 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
     save_records(cluster, records)
-    if record.kind in ("write-proxy", "read-proxy"):
+    if record.kind in ("write-proxy", "read-proxy", "rebuilder"):
         await wait_services(cluster, [spec])
     elif record.kind == "toxiproxy":
         await _wait_toxiproxy(cluster)

@@ -158,9 +158,25 @@ def proxy_spec(topology_path: Path, proxy: Proxy, data_dir: Path, kind: str) -> 
     return ProcessSpec(proxy.name, kind, argv, log, {}, proxy.region, (proxy.endpoint.port,))
 
 
+def rebuilder_name(region: str) -> str:
+    return f"rebuilder-{region}"
+
+
+def rebuilder_spec(topology_path: Path, region: str, data_dir: Path) -> ProcessSpec:
+    """A region's rebuilder (`globelog serve rebuilder`): it has no port; it is ready once
+    its status znode is published."""
+    name = rebuilder_name(region)
+    argv = (
+        sys.executable, "-m", "cli.main", "serve", "rebuilder", "--region", region,
+        "--name", name, "--topology", str(topology_path),
+        "--zk-session-timeout-s", str(PROXY_ZK_SESSION_TIMEOUT_S),
+    )  # fmt: skip
+    return ProcessSpec(name, "rebuilder", argv, data_dir / "logs" / f"{name}.log", {}, region, ())
+
+
 def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> list[ProcessSpec]:
     """globelog's own services of every region, started once the bookies are ready."""
-    return [
+    proxies = [
         proxy_spec(topology_path, proxy, data_dir, kind)
         for region in topology.regions
         for kind, proxies in (
@@ -169,3 +185,4 @@ def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> li
         )
         for proxy in proxies
     ]
+    return proxies + [rebuilder_spec(topology_path, r.name, data_dir) for r in topology.regions]

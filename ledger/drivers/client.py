@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from opentelemetry import metrics
 
@@ -24,12 +24,13 @@ from global_meta.followers import Follower, FollowerStatus
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
-from ledger.drivers.metadata_store import LedgerMetadataStore
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.read_handle import LedgerReader
+from ledger.drivers.rebuild import LedgerRebuild, Pace, no_pacing, rebuild_ledger
 from ledger.drivers.recover import recover
 from ledger.drivers.telemetry import LedgerMetrics
 from ledger.drivers.write_handle import LedgerWriter
-from ledger.errors import LedgerUnauthorizedError
+from ledger.errors import LedgerUnauthorizedError, NoSuchLedgerMetadataError
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
@@ -217,6 +218,30 @@ class LedgerClient:
         if recover_ledger:
             versioned = await recover(self.context, versioned)
         return LedgerReader(self.context, versioned)
+
+    async def ledger_ids(self) -> list[int]:
+        """Every ledger of the cluster, ascending."""
+        return await self.context.metadata.ledger_ids()
+
+    async def metadata(self, ledger_id: int) -> VersionedMetadata:
+        """The ledger's newest metadata (NoSuchLedgerMetadataError when deleted)."""
+        return await self.context.metadata.read(ledger_id)
+
+    def replication_of(self, metadata: LedgerMetadata) -> Replication:
+        """The ledger's replication, its own durability rule included."""
+        return self.context.replication_of(metadata)
+
+    async def rebuild(
+        self, ledger_id: int, replicas: Collection[str], pace: Pace | None = None
+    ) -> LedgerRebuild:
+        """Re-makes the ledger's copies on `replicas` elsewhere (ledger.drivers.rebuild);
+        `gone` when the ledger was deleted before or during it. `pace` is awaited with each
+        batch's bytes before it is sent (a rate limit)."""
+        try:
+            versioned = await self.context.metadata.read(ledger_id)
+            return await rebuild_ledger(self.context, versioned, replicas, pace or no_pacing)
+        except NoSuchLedgerMetadataError:
+            return LedgerRebuild(ledger_id, (), (), gone=True)
 
     async def delete(self, ledger_id: int) -> None:
         """Removes the metadata; the bookies' garbage collector then frees the entries."""

@@ -17,6 +17,7 @@ from ledger.codecs.metadata import (
     LedgerIdGenLayout,
     LedgerMetadata,
     hob_high_bits,
+    ledger_id_from_path,
     ledger_path,
     long_ledger_id,
     parse_metadata,
@@ -160,6 +161,35 @@ class LedgerMetadataStore:
         except errors.NoNodeError as err:
             raise NoSuchLedgerMetadataError(f"ledger {current.ledger_id}: deleted") from err
         return VersionedMetadata(current.ledger_id, metadata, stat.version)
+
+    async def ledger_ids(self) -> list[int]:
+        """Every ledger's id, ascending: a walk of the hierarchical layout's levels (2-4-4
+        digits for short ids, 3-4-4-4-4 for long ones; other children of the root, such as
+        `available` or `underreplication`, are not ledgers)."""
+        found: list[int] = []
+        for top in await self._children(self._root):
+            if not top.isdigit() or len(top) not in (2, 3):
+                continue
+            depth = 1 if len(top) == 2 else 3  # levels of four digits below the top one
+            level = [f"{self._root}/{top}"]
+            for _ in range(depth):
+                level = [
+                    f"{parent}/{name}"
+                    for parent in level
+                    for name in await self._children(parent)
+                    if name.isdigit() and len(name) == 4
+                ]
+            for parent in level:
+                for name in await self._children(parent):
+                    if name.startswith("L") and name[1:].isdigit():
+                        found.append(ledger_id_from_path(f"{parent}/{name}", self._root))
+        return sorted(found)
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            return await self._store.children(path)
+        except errors.NoNodeError:
+            return []  # removed meanwhile (the last ledger of a level deleted)
 
     async def delete(self, ledger_id: int, version: int = ANY_VERSION) -> None:
         path = ledger_path(ledger_id, self._root)

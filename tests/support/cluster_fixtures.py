@@ -39,8 +39,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[
 
 @pytest.fixture
 async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
-    """The session cluster with its write proxy processes, stopped again afterwards (other
-    tests run proxies in-process on the same ports)."""
+    """The session cluster with its proxy processes, stopped again afterwards (other tests
+    run proxies in-process on the same ports). Its rebuilders, which have no port, stay up
+    for the session once started."""
     with_services = dataclasses.replace(cluster, services=True)
     await controller.up(with_services, tools)
     try:

@@ -16,6 +16,8 @@ ALLOWED: dict[str, set[str]] = {
     "writer": {"ledger", "global_meta", "placement", "core"},
     "reader": {"ledger", "global_meta", "placement", "core"},
     "region": {"writer", "reader", "ledger", "global_meta", "placement", "core"},
+    # rebuilding: the auditor and the rebuild workers, over the ledger's copying
+    "rebuild": {"ledger", "global_meta", "placement", "core"},
     # the pipeline's sink writes through the write proxies: their client only (NARROW below)
     "pipeline": {"region", "reader", "writer", "global_meta", "core"},
     "verify": {"core"},  # histories and the checker: pure
@@ -79,6 +81,7 @@ ALLOWED: dict[str, set[str]] = {
         "localcluster",
         "figures",
         "region",
+        "rebuild",
         "pipeline",
         "verify",
         "writer",

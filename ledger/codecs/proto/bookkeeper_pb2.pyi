@@ -672,3 +672,98 @@ class LedgerMetadataFormat(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LedgerMetadataFormat: _TypeAlias = LedgerMetadataFormat  # noqa: Y015
+
+@_typing.final
+class UnderreplicatedLedgerFormat(_message.Message):
+    """------------------------------------- under-replication markers (AutoRecovery's znode layout)
+    Stored as protobuf text format (field names matter, not numbers): BookKeeper's shell
+    (`listunderreplicated`) and its AutoRecovery read the same znodes globelog's rebuilders write.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_FIELD_NUMBER: _builtins.int
+    CTIME_FIELD_NUMBER: _builtins.int
+    ctime: _builtins.int
+    """when marked, ms since the epoch"""
+    @_builtins.property
+    def replica(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """bookie ids whose copies are to be re-made elsewhere"""
+
+    def __init__(
+        self,
+        *,
+        replica: _abc.Iterable[_builtins.str] | None = ...,
+        ctime: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ctime", b"ctime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ctime", b"ctime", "replica", b"replica"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnderreplicatedLedgerFormat: _TypeAlias = UnderreplicatedLedgerFormat  # noqa: Y015
+
+@_typing.final
+class LockDataFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKIEID_FIELD_NUMBER: _builtins.int
+    bookieId: _builtins.str
+    """who holds the claim"""
+    def __init__(
+        self,
+        *,
+        bookieId: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockDataFormat: _TypeAlias = LockDataFormat  # noqa: Y015
+
+@_typing.final
+class AuditorVoteFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKIEID_FIELD_NUMBER: _builtins.int
+    bookieId: _builtins.str
+    """the candidate"""
+    def __init__(
+        self,
+        *,
+        bookieId: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditorVoteFormat: _TypeAlias = AuditorVoteFormat  # noqa: Y015
+
+@_typing.final
+class LedgerRereplicationLayoutFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """"BASIC" """
+    version: _builtins.int
+    """1"""
+    def __init__(
+        self,
+        *,
+        type: _builtins.str | None = ...,
+        version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LedgerRereplicationLayoutFormat: _TypeAlias = LedgerRereplicationLayoutFormat  # noqa: Y015

@@ -1,0 +1,331 @@
+"""Re-making a ledger's lost copies: the fragments a bookie held, copied to a replacement.
+
+A fragment is the span of entries one ensemble served, seen from one position of that
+ensemble: the entries whose write set includes the position (all of them when the write
+quorum is the ensemble). Rebuilding a fragment:
+
+1. placement picks the replacement, with the ledger's own replication and durability rule,
+   as an ensemble change would (every write set keeps its regions, racks spread, recently
+   failed bookies last);
+2. each entry is read from a surviving copy, the nearest first (placement's read order:
+   local rack, local region, remote), in batches, and its digest checked before it is sent
+   on: a corrupt copy is never multiplied;
+3. the entries are added to the replacement as recovery adds (accepted past a fence, with
+   the ledger's master key), byte for byte as the writer packed them;
+4. the first and last entries copied are read back from the replacement and checked;
+5. the member is replaced in that ensemble of the ledger metadata by compare-and-set. A
+   writer that changes the metadata at the same time (an ensemble change, a close) loses the
+   race, re-reads and keeps the replacement; if the member was replaced already, nothing
+   more is done.
+
+The last ensemble of a ledger that is still open belongs to its writer: new entries move off
+a lost bookie by the writer's ensemble change, and the span written before it becomes an
+earlier ensemble, which is closed and can be copied. So such fragments are only reported as
+deferred, and nothing is fenced from under a live writer.
+
+Every step has a bound: the bookie calls have their timeouts, the metadata writes their
+attempts, the copy loop a fixed number of entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from core.errors import GlobelogError
+from ledger.codecs.entry import EntryCodec, master_key
+from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
+from ledger.codes import INVALID_ENTRY_ID
+from ledger.drivers.context import LedgerContext, update_metadata
+from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.errors import EntryUnavailableError, LedgerHandleError
+
+log = logging.getLogger(__name__)
+
+COPY_BATCH_ENTRIES = 64  # entries read by one batched read and added together
+COPY_BATCH_BYTES = 4 * 1024 * 1024  # ... and at most this many bytes of them
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """The entries `first_entry_id..last_entry_id` (inclusive; empty when last < first) that
+    position `position` of the ensemble starting at `first_entry_id` stores."""
+
+    first_entry_id: int
+    last_entry_id: int
+    position: int
+    bookie_id: str
+
+    def entries(self, ensemble_size: int, write_quorum: int) -> Iterable[int]:
+        """The entry ids this position stores."""
+        for entry_id in range(self.first_entry_id, self.last_entry_id + 1):
+            if self.position in write_set_indices(entry_id, ensemble_size, write_quorum):
+                yield entry_id
+
+    def describe(self) -> str:
+        span = (
+            "no entries"
+            if self.last_entry_id < self.first_entry_id
+            else f"entries {self.first_entry_id}..{self.last_entry_id}"
+        )
+        return f"{self.bookie_id} at position {self.position} ({span})"
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentPlan:
+    copyable: tuple[Fragment, ...]
+    deferred: tuple[Fragment, ...]  # the open last ensemble's: its writer's
+
+
+def plan_fragments(metadata: LedgerMetadata, replicas: Collection[str]) -> FragmentPlan:
+    """Every fragment of a member in `replicas`, split into what can be copied now and what
+    its writer still owns."""
+    copyable: list[Fragment] = []
+    deferred: list[Fragment] = []
+    closed = metadata.state is LedgerState.CLOSED
+    ensembles = metadata.ensembles
+    for index, ensemble in enumerate(ensembles):
+        is_last = index == len(ensembles) - 1
+        if is_last:
+            last = metadata.last_entry_id if closed else INVALID_ENTRY_ID
+        else:
+            last = ensembles[index + 1].first_entry_id - 1
+        for position, bookie in enumerate(ensemble.bookies):
+            if bookie not in replicas:
+                continue
+            fragment = Fragment(ensemble.first_entry_id, last, position, bookie)
+            (deferred if is_last and not closed else copyable).append(fragment)
+    return FragmentPlan(tuple(copyable), tuple(deferred))
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    fragment: Fragment
+    replacement: str
+    entries: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRebuild:
+    """What one pass over a ledger did."""
+
+    ledger_id: int
+    rebuilt: tuple[Rebuilt, ...]
+    deferred: tuple[Fragment, ...]
+    gone: bool = False  # the ledger was deleted meanwhile: nothing to rebuild
+
+    @property
+    def complete(self) -> bool:
+        return not self.deferred
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.rebuilt)
+
+    @property
+    def entries(self) -> int:
+        return sum(r.entries for r in self.rebuilt)
+
+
+Pace = Callable[[int], Awaitable[None]]  # awaited with a batch's bytes before it is sent
+
+
+async def no_pacing(_: int) -> None:
+    return None
+
+
+async def rebuild_ledger(
+    context: LedgerContext,
+    versioned: VersionedMetadata,
+    replicas: Collection[str],
+    pace: Pace = no_pacing,
+) -> LedgerRebuild:
+    """Re-makes every copyable fragment of `replicas` in the ledger, one fragment at a time,
+    each ending in its metadata compare-and-set. Raises the first fragment's failure (a
+    later pass starts again from the metadata, so copied fragments are not copied twice)."""
+    plan = plan_fragments(versioned.metadata, replicas)
+    rebuilt: list[Rebuilt] = []
+    failed_targets: set[str] = set()
+    for fragment in plan.copyable:
+        done, versioned = await _rebuild_fragment(
+            context, versioned, fragment, frozenset(replicas), failed_targets, pace
+        )
+        if done is not None:
+            rebuilt.append(done)
+    return LedgerRebuild(versioned.ledger_id, tuple(rebuilt), plan.deferred)
+
+
+async def _rebuild_fragment(
+    context: LedgerContext,
+    versioned: VersionedMetadata,
+    fragment: Fragment,
+    replicas: frozenset[str],
+    failed_targets: set[str],
+    pace: Pace,
+) -> tuple[Rebuilt | None, VersionedMetadata]:
+    metadata = versioned.metadata
+    ensemble = _ensemble_at(metadata, fragment.first_entry_id)
+    if ensemble.bookies[fragment.position] != fragment.bookie_id:
+        return None, versioned  # replaced already (an earlier fragment's pass, another worker)
+    replication = context.replication_of(metadata)
+    chosen = context.placement.replace_bookie(
+        replication,
+        ensemble.bookies,
+        fragment.bookie_id,
+        excluded=replicas | failed_targets,
+        now_s=context.clock(),
+    )
+    target = chosen[fragment.position]
+    try:
+        entries, size = await copy_fragment(
+            context, versioned.ledger_id, metadata, fragment, target, replicas, pace
+        )
+    except GlobelogError:
+        failed_targets.add(target)
+        raise
+    versioned = await update_metadata(
+        context.metadata, versioned, _replacing(versioned.ledger_id, fragment, target)
+    )
+    log.info(
+        "ledger %d: re-made %s on %s (%d entries, %d bytes)",
+        versioned.ledger_id,
+        fragment.describe(),
+        target,
+        entries,
+        size,
+    )
+    return Rebuilt(fragment, target, entries, size), versioned
+
+
+def _ensemble_at(metadata: LedgerMetadata, first_entry_id: int) -> Ensemble:
+    for ensemble in metadata.ensembles:
+        if ensemble.first_entry_id == first_entry_id:
+            return ensemble
+    starts = [e.first_entry_id for e in metadata.ensembles]
+    raise LedgerHandleError(f"no ensemble starts at entry {first_entry_id}; starts: {starts}")
+
+
+def _replacing(
+    ledger_id: int, fragment: Fragment, target: str
+) -> Callable[[LedgerMetadata], LedgerMetadata]:
+    """The metadata change: `target` in the fragment's place, on whatever metadata is newest.
+    Refused when the newest no longer has the fragment's member there (someone replaced it:
+    our copy is then a spare, reclaimed by the bookies' garbage collector)."""
+
+    def change(metadata: LedgerMetadata) -> LedgerMetadata:
+        history = list(metadata.ensembles)
+        for index, ensemble in enumerate(history):
+            if ensemble.first_entry_id != fragment.first_entry_id:
+                continue
+            if ensemble.bookies[fragment.position] != fragment.bookie_id:
+                raise LedgerHandleError(
+                    f"ledger {ledger_id}: {fragment.describe()} was replaced meanwhile by "
+                    f"{ensemble.bookies[fragment.position]}"
+                )
+            bookies = list(ensemble.bookies)
+            bookies[fragment.position] = target
+            history[index] = Ensemble(ensemble.first_entry_id, tuple(bookies))
+            return dataclasses.replace(metadata, ensembles=tuple(history))
+        raise LedgerHandleError(
+            f"ledger {ledger_id}: the ensemble of {fragment.describe()} is gone from its metadata"
+        )
+
+    return change
+
+
+async def copy_fragment(
+    context: LedgerContext,
+    ledger_id: int,
+    metadata: LedgerMetadata,
+    fragment: Fragment,
+    target: str,
+    replicas: Collection[str],
+    pace: Pace = no_pacing,
+) -> tuple[int, int]:
+    """Copies the fragment's entries to `target` and checks them there; (entries, bytes)."""
+    size_e, quorum = metadata.ensemble_size, metadata.write_quorum
+    wanted = list(fragment.entries(size_e, quorum))
+    if not wanted:
+        return 0, 0
+    ensemble = _ensemble_at(metadata, fragment.first_entry_id).bookies
+    codec = EntryCodec(ledger_id, metadata.digest_type, metadata.password)
+    key = master_key(metadata.password)
+    failed_sources: set[str] = set(replicas)
+    copied_bytes = 0
+    index = 0
+    while index < len(wanted):
+        batch = await _read_batch(
+            context, ledger_id, ensemble, quorum, wanted, index, codec, failed_sources
+        )
+        size = sum(len(packet) for _, packet in batch)
+        await pace(size)
+        async with asyncio.TaskGroup() as adds:
+            for entry_id, packet in batch:
+                adds.create_task(
+                    context.bookies.add_entry(
+                        target, ledger_id, entry_id, key, packet, recovery=True
+                    )
+                )
+        copied_bytes += size
+        index += len(batch)
+    for entry_id in {wanted[0], wanted[-1]}:
+        response = await context.bookies.read_entry(target, ledger_id, entry_id)
+        codec.decode_entry(response.body or b"", entry_id)  # raises unless intact
+    return len(wanted), copied_bytes
+
+
+async def _read_batch(
+    context: LedgerContext,
+    ledger_id: int,
+    ensemble: tuple[str, ...],
+    quorum: int,
+    wanted: list[int],
+    index: int,
+    codec: EntryCodec,
+    failed_sources: set[str],
+) -> list[tuple[int, bytes]]:
+    """Verified packets of `wanted[index]` and the wanted entries right after it that one
+    source returns in one batched read; the nearest source holding the entry first, the next
+    one after a failure (an unreadable or corrupt copy)."""
+    first = wanted[index]
+    holders = [
+        ensemble[i]
+        for i in write_set_indices(first, len(ensemble), quorum)
+        if ensemble[i] not in failed_sources
+    ]
+    order = context.placement.read_order(holders, context.clock()) if holders else ()
+    errors: list[str] = []
+    for source in order:
+        count = _span(wanted, index)
+        try:
+            packets = await context.bookies.batch_read(
+                source, ledger_id, first, count, COPY_BATCH_BYTES
+            )
+            verified = []
+            for offset, packet in enumerate(packets):
+                codec.decode_entry(packet, first + offset)  # raises on a corrupt copy
+                verified.append((first + offset, packet))
+            return verified
+        except GlobelogError as err:
+            failed_sources.add(source)
+            errors.append(f"{source}: {err}")
+    raise EntryUnavailableError(
+        f"ledger {ledger_id} entry {first}: no surviving copy could be read "
+        f"({'; '.join(errors) or 'no copy outside the bookies being replaced'})"
+    )
+
+
+def _span(wanted: list[int], index: int) -> int:
+    """How many consecutive entry ids from `wanted[index]` are wanted (at most a batch)."""
+    count = 1
+    while (
+        count < COPY_BATCH_ENTRIES
+        and index + count < len(wanted)
+        and wanted[index + count] == wanted[index] + count
+    ):
+        count += 1
+    return count

@@ -1,0 +1,243 @@
+"""The auditor: one live per cluster, it finds what needs rebuilding and marks it.
+
+**Election.** Every rebuilder is a candidate: it creates an ephemeral sequential vote under
+`…/underreplication/auditorelection` and the lowest vote audits; the others wait on the
+votes' children watch and take over when the auditor's session ends (its vote vanishes with
+it). The auditor writes its name into the election node, as BookKeeper's does, so both
+systems' tools can say who audits.
+
+**What it marks.**
+- A bookie of the published topology that has been missing from the registry
+  (`/ledgers/available`, read-only ones included: they still serve their copies) for
+  `lost_bookie_delay_s`, or that an operator decommissions (at once): every ledger with a
+  fragment on it is marked with that bookie.
+- Every `check_interval_s`, a full check of every ledger: a member that is lost, unknown to
+  the topology or decommissioned is marked, and so is an ensemble that breaks the durability
+  rule (I6), with the member whose region holds the most copies of it, the one whose move
+  spreads the ensemble the most (BookKeeper's region-aware policy cannot see these: its
+  adherence check always answers "meets strict").
+
+Marking is idempotent (a marker only grows), so an auditor that takes over repeats a
+predecessor's audit harmlessly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core import errors
+from core.rebuild_settings import DECOMMISSION_ZNODE, RebuildSettings
+from core.topology import Replication
+from global_meta import ANY_VERSION, MetaStore
+from ledger import (
+    Layout,
+    LedgerClient,
+    LedgerMetadata,
+    NoSuchLedgerMetadataError,
+    UnderReplication,
+    encode_vote,
+)
+from placement import Adherence, LocatedBookie, audit_ensemble
+
+log = logging.getLogger(__name__)
+
+AVAILABLE = "/ledgers/available"
+VOTE_PREFIX = "V_"
+TICK_S = 1.0  # how often the auditor looks at how long each bookie has been missing
+
+
+@dataclass(slots=True)
+class AuditCounts:
+    """What the auditor has done since it was elected, for its status."""
+
+    audits: int = 0
+    full_checks: int = 0
+    ledgers_marked: int = 0
+    last_full_check_s: float | None = None
+    lost: dict[str, float] = field(default_factory=dict)  # bookie -> missing since (clock)
+
+
+class Auditor:
+    def __init__(
+        self,
+        store: MetaStore,
+        client: LedgerClient,
+        settings: RebuildSettings,
+        name: str,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._store = store
+        self._client = client
+        self._under = UnderReplication(store)
+        self._layout: Layout = self._under.layout
+        self._settings = settings
+        self.name = name
+        self._clock = clock or asyncio.get_running_loop().time
+        self.leading = False
+        self.counts = AuditCounts()
+        self._missing_since: dict[str, float] = {}
+        self._audited: set[str] = set()  # lost bookies whose ledgers are marked
+
+    # ------------------------------------------------------------------------ election
+
+    async def run(self, following: Callable[[], None]) -> None:
+        """Stands for election and audits while elected; a Follower's loop (a lost session
+        ends it with an error, and the restart votes again)."""
+        await self._under.ensure_layout()
+        vote = await self._store.create(
+            f"{self._layout.election}/{VOTE_PREFIX}",
+            encode_vote(self.name),
+            ephemeral=True,
+            sequential=True,
+            make_parents=True,
+        )
+        following()
+        try:
+            await self._wait_for_turn(vote)
+            self.leading = True
+            log.info("%s audits (vote %s)", self.name, vote)
+            await self._store.set(
+                self._layout.election, encode_vote(self.name), version=ANY_VERSION
+            )
+            await self._lead(vote)
+        finally:
+            self.leading = False
+            with contextlib.suppress(errors.GlobelogError):
+                await self._store.delete(vote, version=ANY_VERSION)
+
+    async def _wait_for_turn(self, vote: str) -> None:
+        mine = vote.rsplit("/", 1)[1]
+        async with contextlib.aclosing(self._store.watch_children(self._layout.election)) as votes:
+            async for names in votes:
+                ours = sorted(n for n in names if n.startswith(VOTE_PREFIX))
+                if mine not in ours:
+                    raise errors.SessionExpiredError(f"{self.name}: vote {vote} is gone")
+                if ours[0] == mine:
+                    return
+
+    async def _lead(self, vote: str) -> None:
+        self._missing_since.clear()
+        self._audited.clear()
+        next_full = self._clock()  # a new auditor checks everything first
+        while True:
+            if await self._store.exists(vote) is None:
+                raise errors.SessionExpiredError(f"{self.name}: vote {vote} is gone")
+            lost = await self._lost_bookies()
+            fresh = lost - self._audited
+            if fresh:
+                await self.audit_bookies(fresh)
+                self._audited |= fresh
+            self._audited &= lost  # one that came back is audited again if lost again
+            if self._clock() >= next_full:
+                await self.full_check(lost)
+                next_full = self._clock() + self._settings.check_interval_s
+            await asyncio.sleep(TICK_S)
+
+    # ---------------------------------------------------------------------- the audits
+
+    async def _lost_bookies(self) -> set[str]:
+        """Published bookies missing for the delay, and decommissioned ones at once."""
+        now = self._clock()
+        registered = set(await self._store.children(AVAILABLE))
+        if "readonly" in registered:
+            registered |= set(await self._store.children(f"{AVAILABLE}/readonly"))
+        known = {b.bookie_id for b in self._client.published.bookies}
+        for bookie in known - registered:
+            self._missing_since.setdefault(bookie, now)
+        for bookie in registered | (set(self._missing_since) - known):
+            self._missing_since.pop(bookie, None)
+        lost = {
+            b
+            for b, since in self._missing_since.items()
+            if now - since >= self._settings.lost_bookie_delay_s
+        }
+        self.counts.lost = {b: self._missing_since[b] for b in lost}
+        return lost | await self.decommissioned()
+
+    async def decommissioned(self) -> set[str]:
+        try:
+            return set(await self._store.children(DECOMMISSION_ZNODE))
+        except errors.NoNodeError:
+            return set()
+
+    async def audit_bookies(self, lost: set[str]) -> int:
+        """Marks every ledger with a fragment on a bookie of `lost`; how many were marked."""
+        log.warning("auditing lost bookies %s", sorted(lost))
+        marked = 0
+        for ledger_id in await self._client.ledger_ids():
+            metadata = await self._read(ledger_id)
+            if metadata is None:
+                continue
+            members = {b for e in metadata.ensembles for b in e.bookies}
+            on_lost = tuple(sorted(members & lost))
+            if on_lost and await self._under.mark(ledger_id, on_lost):
+                marked += 1
+        self.counts.audits += 1
+        self.counts.ledgers_marked += marked
+        log.warning("marked %d ledgers with copies on %s", marked, sorted(lost))
+        return marked
+
+    async def full_check(self, lost: set[str]) -> int:
+        """Marks every ledger with a copy on a lost, unknown or decommissioned bookie, or an
+        ensemble that breaks the durability rule; how many were marked."""
+        located = {
+            b.bookie_id: LocatedBookie(b.bookie_id, b.region, b.rack)
+            for b in self._client.published.bookies
+        }
+        marked = 0
+        for ledger_id in await self._client.ledger_ids():
+            metadata = await self._read(ledger_id)
+            if metadata is None:
+                continue
+            replicas = to_rebuild(metadata, lost, located, self._client.replication_of)
+            if replicas and await self._under.mark(ledger_id, replicas):
+                marked += 1
+        self.counts.full_checks += 1
+        self.counts.ledgers_marked += marked
+        self.counts.last_full_check_s = self._clock()
+        if marked:
+            log.warning("full check marked %d ledgers", marked)
+        return marked
+
+    async def _read(self, ledger_id: int) -> LedgerMetadata | None:
+        try:
+            return (await self._client.metadata(ledger_id)).metadata
+        except NoSuchLedgerMetadataError:
+            return None  # deleted since it was listed
+
+
+def to_rebuild(
+    metadata: LedgerMetadata,
+    lost: set[str],
+    located: dict[str, LocatedBookie],
+    replication_of: Callable[[LedgerMetadata], Replication],
+) -> tuple[str, ...]:
+    """The members of the ledger's ensembles to re-make elsewhere: lost or unknown ones, and
+    for an ensemble that breaks the rule with every member present, the member in the region
+    holding the most of its copies."""
+    replication = replication_of(metadata)
+    found: dict[str, None] = {}
+    locations = list(located.values())
+    for ensemble in metadata.ensembles:
+        gone = [b for b in ensemble.bookies if b in lost or b not in located]
+        found.update(dict.fromkeys(gone))
+        if gone:
+            continue  # re-placing the lost member is checked against the rule by placement
+        report = audit_ensemble(
+            ensemble.bookies,
+            locations,
+            replication.write_quorum,
+            replication.ack_quorum,
+            replication.min_regions_for_durability,
+        )
+        if report.adherence is Adherence.FAIL:
+            regions = Counter(located[b].region for b in ensemble.bookies)
+            crowded = max(regions, key=lambda r: (regions[r], r))
+            mover = [b for b in ensemble.bookies if located[b].region == crowded][-1]
+            found[mover] = None
+    return tuple(found)

@@ -1,0 +1,122 @@
+"""The rebuilder role: an auditor candidate, a worker and its published status, each a
+supervised loop (global_meta.followers) over one ZooKeeper session and one ledger client.
+
+Its status is an ephemeral znode, `/globelog/rebuilders/<name>` (JSON, rewritten every
+`report_interval_s`): `globelog rebuild status` reads every rebuilder's there, and the
+local cluster waits on it at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from core import errors
+from core.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
+from global_meta import ANY_VERSION, MetaStore
+from global_meta.followers import Follower
+from ledger import LedgerClient
+from rebuild.auditor import Auditor
+from rebuild.worker import Worker
+
+log = logging.getLogger(__name__)
+
+RATE_WINDOW_S = 30.0  # the copy rate a rebuilder reports is over this much recent time
+
+
+class Rebuilder:
+    def __init__(
+        self,
+        store: MetaStore,
+        client: LedgerClient,
+        settings: RebuildSettings,
+        name: str,
+        region: str,
+    ) -> None:
+        self.name, self.region = name, region
+        self._store = store
+        self._settings = settings
+        self.auditor = Auditor(store, client, settings, name)
+        self.worker = Worker(store, client, settings, name)
+        self._followers = [
+            Follower(f"auditor candidate {name}", self.auditor.run),
+            Follower(f"rebuild worker {name}", self.worker.run),
+            Follower(f"rebuilder status {name}", self._report),
+        ]
+        self._started_s = time.time()
+        self._samples: list[tuple[float, int]] = []  # (clock, bytes copied) for the rate
+
+    def start(self) -> None:
+        for follower in self._followers:
+            follower.start()
+
+    async def stop(self) -> None:
+        for follower in self._followers:
+            await follower.stop()
+        with contextlib.suppress(errors.GlobelogError):
+            await self._store.delete(self.status_node, version=ANY_VERSION)
+
+    @property
+    def status_node(self) -> str:
+        return f"{REBUILDERS_ZNODE}/{self.name}"
+
+    def status(self, now: float | None = None) -> dict[str, Any]:
+        now = time.monotonic() if now is None else now
+        counts = self.worker.counts
+        self._samples = [(t, b) for t, b in self._samples if now - t <= RATE_WINDOW_S]
+        self._samples.append((now, counts.bytes_copied))
+        first_t, first_b = self._samples[0]
+        rate = (counts.bytes_copied - first_b) / (now - first_t) if now > first_t else 0.0
+        audits = self.auditor.counts
+        return {
+            "name": self.name,
+            "region": self.region,
+            "started_at": self._started_s,
+            "auditor": self.auditor.leading,
+            "ledgers_rebuilt": counts.ledgers_rebuilt,
+            "fragments_rebuilt": counts.fragments_rebuilt,
+            "entries_copied": counts.entries_copied,
+            "bytes_copied": counts.bytes_copied,
+            "bytes_per_s": round(rate),
+            "ledgers_deferred": counts.ledgers_deferred,
+            "ledgers_failed": counts.ledgers_failed,
+            "in_progress": sorted(counts.in_progress),
+            "failures": counts.failures[-5:],
+            "lost_bookies": sorted(audits.lost) if self.auditor.leading else [],
+            "followers": [f.status().describe(now) for f in self._followers],
+        }
+
+    async def _report(self, following: Callable[[], None]) -> None:
+        """Keeps the status node current; created anew after a session's end."""
+        while True:
+            data = json.dumps(self.status(), sort_keys=True).encode()
+            try:
+                await self._store.set(self.status_node, data, version=ANY_VERSION)
+            except errors.NoNodeError:
+                await self._store.create(self.status_node, data, ephemeral=True, make_parents=True)
+            following()
+            await asyncio.sleep(self._settings.report_interval_s)
+
+
+async def read_rebuilders(store: MetaStore) -> list[dict[str, Any]]:
+    """Every live rebuilder's published status."""
+    try:
+        names = await store.children(REBUILDERS_ZNODE)
+    except errors.NoNodeError:
+        return []
+    found = []
+    for name in names:
+        try:
+            data, _ = await store.get(f"{REBUILDERS_ZNODE}/{name}")
+        except errors.NoNodeError:
+            continue
+        try:
+            found.append(json.loads(data))
+        except ValueError:
+            log.warning("rebuilder %s published an unreadable status: %r", name, data[:100])
+    return found

@@ -1,0 +1,100 @@
+"""What `globelog rebuild status` shows: every under-replicated ledger (its marker, who holds
+its claim, the entries and bytes still to copy), the rebuilders with their rates, the
+auditor, and an estimate of the time left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from global_meta import MetaStore
+from ledger import (
+    LedgerClient,
+    LedgerMetadata,
+    LedgerState,
+    NoSuchLedgerMetadataError,
+    UnderReplication,
+    decode_vote,
+    plan_fragments,
+)
+from rebuild.service import read_rebuilders
+
+
+async def rebuild_status(store: MetaStore, client: LedgerClient) -> dict[str, Any]:
+    under = UnderReplication(store)
+    claims = await under.claimed()
+    ledgers = []
+    for ledger_id in await under.marked():
+        found = await under.read(ledger_id)
+        if found is None:
+            continue  # done meanwhile
+        marker, _ = found
+        entry: dict[str, Any] = {
+            "ledger_id": ledger_id,
+            "replicas": list(marker.replicas),
+            "marked_at_ms": marker.ctime_ms,
+            "claimed_by": claims.get(ledger_id),
+        }
+        try:
+            metadata = (await client.metadata(ledger_id)).metadata
+        except NoSuchLedgerMetadataError:
+            entry.update(entries=0, bytes=0, deferred_fragments=0, deleted=True)
+        else:
+            entry.update(pending(metadata, marker.replicas))
+        ledgers.append(entry)
+    rebuilders = await read_rebuilders(store)
+    rate = sum(r.get("bytes_per_s", 0) for r in rebuilders)
+    pending_bytes = sum(e["bytes"] for e in ledgers)
+    auditor = None
+    if await store.exists(under.layout.election) is not None:
+        data, _ = await store.get(under.layout.election)
+        auditor = decode_vote(data, under.layout.election) if data else None
+    return {
+        "under_replicated_ledgers": len(ledgers),
+        "entries": sum(e["entries"] for e in ledgers),
+        "bytes": pending_bytes,
+        "bytes_per_s": rate,
+        "eta_s": round(pending_bytes / rate, 1) if rate > 0 and pending_bytes else None,
+        "disabled": await under.disabled(),
+        "auditor": auditor,
+        "ledgers": ledgers,
+        "rebuilders": rebuilders,
+    }
+
+
+def pending(metadata: LedgerMetadata, replicas: tuple[str, ...]) -> dict[str, int]:
+    """Entries still to copy for the marker's bookies and their bytes (estimated from the
+    ledger's mean entry size when it is closed; an open ledger's length is not known yet)."""
+    plan = plan_fragments(metadata, replicas)
+    e, w = metadata.ensemble_size, metadata.write_quorum
+    entries = sum(len(list(f.entries(e, w))) for f in plan.copyable)
+    closed = metadata.state is LedgerState.CLOSED and metadata.last_entry_id >= 0
+    mean = metadata.length / (metadata.last_entry_id + 1) if closed else 0
+    return {
+        "entries": entries,
+        "bytes": round(entries * mean),
+        "deferred_fragments": len(plan.deferred),
+    }
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [
+        f"under-replicated ledgers: {status['under_replicated_ledgers']} "
+        f"({status['entries']} entries, {status['bytes']} bytes to copy)",
+        f"rate: {status['bytes_per_s'] / 1e6:.1f} MB/s; "
+        + (f"about {status['eta_s']} s left" if status["eta_s"] is not None else "no estimate"),
+        f"auditor: {status['auditor'] or '(none elected)'}"
+        + ("; rebuilding is DISABLED" if status["disabled"] else ""),
+    ]
+    for r in status["rebuilders"]:
+        lines.append(
+            f"  rebuilder {r['name']} ({r['region']}): {r['ledgers_rebuilt']} ledgers, "
+            f"{r['bytes_copied']} bytes rebuilt, {r['bytes_per_s'] / 1e6:.1f} MB/s, "
+            f"in progress {r['in_progress']}, failed {r['ledgers_failed']}"
+        )
+    for e in status["ledgers"]:
+        claim = f", claimed by {e['claimed_by']}" if e["claimed_by"] else ""
+        lines.append(
+            f"  ledger {e['ledger_id']}: copies on {', '.join(e['replicas'])}; "
+            f"{e['entries']} entries, {e['bytes']} bytes{claim}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""A rebuild worker: claims marked ledgers and re-makes their copies, many at once.
+
+Every region runs one (`globelog serve rebuilder`), so every region's bookies are donors and
+recipients at once: each worker claims ledgers at random among those marked, reads each entry
+from the copy nearest to it and writes it where placement says (ledger.drivers.rebuild). Its
+`ledgers_at_once` slots share one byte rate (`rate_bytes_s`).
+
+A ledger ends in one of three ways:
+- rebuilt (or deleted meanwhile): its marker is deleted at the version claimed, so a marker
+  that grew during the copy (another bookie lost) stays and is claimed again;
+- its open last ensemble is its writer's (deferred) or a step failed (no replacement, no
+  readable copy, a bookie or ZooKeeper that did not answer): the claim is released and the
+  ledger left for `retry_after_s`, by this worker; another may take it sooner;
+- the worker dies: its claims end with its ZooKeeper session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core.errors import GlobelogError
+from core.rebuild_settings import RebuildSettings
+from global_meta import MetaStore
+from ledger import Claim, LedgerClient, UnderReplication
+from rebuild.pacing import Pacer
+
+log = logging.getLogger(__name__)
+
+FAILURES_KEPT = 20  # the last failures a worker shows in its status
+
+
+@dataclass(slots=True)
+class WorkerCounts:
+    ledgers_rebuilt: int = 0
+    fragments_rebuilt: int = 0
+    entries_copied: int = 0
+    bytes_copied: int = 0
+    ledgers_deferred: int = 0
+    ledgers_failed: int = 0
+    in_progress: set[int] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)
+
+
+class Worker:
+    def __init__(
+        self,
+        store: MetaStore,
+        client: LedgerClient,
+        settings: RebuildSettings,
+        name: str,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._under = UnderReplication(store)
+        self._client = client
+        self._settings = settings
+        self.name = name
+        self._clock = clock or asyncio.get_running_loop().time
+        self._pacer = Pacer(settings.rate_bytes_s, clock=self._clock)
+        self._resting: dict[int, float] = {}  # ledger -> not claimed again before
+        self.counts = WorkerCounts()
+
+    async def run(self, following: Callable[[], None]) -> None:
+        """The worker's slots, each claiming and rebuilding ledgers; a Follower's loop."""
+        await self._under.ensure_layout()
+        following()
+        async with asyncio.TaskGroup() as slots:
+            for _ in range(self._settings.ledgers_at_once):
+                slots.create_task(self._slot())
+
+    async def _slot(self) -> None:
+        while True:
+            claim = None
+            if not await self._under.disabled():
+                claim = await self._under.claim_any(self.name, skip=self._skipped())
+            if claim is None:
+                await asyncio.sleep(self._settings.poll_interval_s)
+                continue
+            try:
+                await self.rebuild(claim)
+            except BaseException:
+                await asyncio.shield(self._release_quietly(claim))
+                raise
+
+    def _skipped(self) -> frozenset[int]:
+        now = self._clock()
+        for ledger_id in [i for i, until in self._resting.items() if until <= now]:
+            del self._resting[ledger_id]
+        return frozenset(self._resting) | frozenset(self.counts.in_progress)
+
+    async def rebuild(self, claim: Claim) -> bool:
+        """One claimed ledger, to its end; True when its marker is done."""
+        ledger_id = claim.ledger_id
+        self.counts.in_progress.add(ledger_id)
+        try:
+            report = await self._client.rebuild(ledger_id, claim.marker.replicas, self._pacer)
+        except GlobelogError as err:
+            self._fail(ledger_id, f"ledger {ledger_id}: {err.code}: {err}")
+            await self._under.release(claim)
+            return False
+        finally:
+            self.counts.in_progress.discard(ledger_id)
+        self.counts.fragments_rebuilt += len(report.rebuilt)
+        self.counts.entries_copied += report.entries
+        self.counts.bytes_copied += report.bytes
+        if not report.complete:
+            self.counts.ledgers_deferred += 1
+            self._resting[ledger_id] = self._clock() + self._settings.retry_after_s
+            await self._under.release(claim)
+            return False
+        done = await self._under.done(claim)
+        if done:
+            self.counts.ledgers_rebuilt += 1
+        return done
+
+    def _fail(self, ledger_id: int, why: str) -> None:
+        log.warning("rebuild of ledger %d failed, retried in %.0f s: %s", ledger_id,
+                    self._settings.retry_after_s, why)  # fmt: skip
+        self.counts.ledgers_failed += 1
+        self.counts.failures = [*self.counts.failures, why][-FAILURES_KEPT:]
+        self._resting[ledger_id] = self._clock() + self._settings.retry_after_s
+
+    async def _release_quietly(self, claim: Claim) -> None:
+        try:
+            await self._under.release(claim)
+        except GlobelogError as err:  # the session's end releases it anyway
+            log.warning("could not release the claim on ledger %d: %s", claim.ledger_id, err)
