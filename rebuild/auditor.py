@@ -70,10 +70,11 @@ class Auditor:
         settings: RebuildSettings,
         name: str,
         clock: Callable[[], float] | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self._store = store
         self._client = client
-        self._under = UnderReplication(store)
+        self._under = UnderReplication(store, layout)
         self._layout: Layout = self._under.layout
         self._settings = settings
         self.name = name

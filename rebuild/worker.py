@@ -90,6 +90,10 @@ class Worker:
             del self._resting[ledger_id]
         return frozenset(self._resting) | frozenset(self.counts.in_progress)
 
+    async def claim(self, ledger_id: int) -> Claim | None:
+        """This worker's claim on one marked ledger (its ZooKeeper session holds it)."""
+        return await self._under.claim(ledger_id, self.name)
+
     async def rebuild(self, claim: Claim) -> bool:
         """One claimed ledger, to its end; True when its marker is done."""
         ledger_id = claim.ledger_id

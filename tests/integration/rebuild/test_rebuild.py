@@ -1,0 +1,220 @@
+"""Rebuilding on the real cluster: marking in BookKeeper's layout, claiming, copying to a
+replacement and swapping it into the metadata, and the races around them.
+
+Each test marks its own ledgers with a live bookie of their ensemble, as a decommission does,
+so nothing of the shared cluster is lost. The cluster's own rebuilders (when a services test
+started them) are paused through the cluster-wide switch; the tests drive their own workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from core.rebuild_settings import RebuildSettings
+from core.topology import Replication
+from global_meta import MetaStore
+from global_meta.followers import Follower
+from ledger import Layout, LedgerClient, LedgerConfig, UnderReplication, decode_vote
+from ledger.codecs.entry import EntryCodec
+from ledger.codecs.metadata import LedgerState
+from localcluster.controller import Cluster
+from localcluster.probes import wait_until
+from localcluster.tools import Tools
+from placement import Adherence, LocatedBookie, audit_ensemble
+from rebuild.auditor import Auditor
+from rebuild.worker import Worker
+from tests.support.bookkeeper_java import bookie_shell
+from tests.support.ledgers import ledger_client
+
+PASSWORD = b"rebuild-secret"
+REPLICATION = Replication(4, 4, 3, 2)
+ENTRIES = 120
+SETTINGS = RebuildSettings(lost_bookie_delay_s=0.0, retry_after_s=0.5, poll_interval_s=0.2)
+
+
+@pytest.fixture
+async def client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
+    async with ledger_client(cluster, "us-east") as connected:
+        yield connected
+
+
+@pytest.fixture
+async def paused(cluster: Cluster) -> AsyncIterator[UnderReplication]:
+    """The cluster-wide switch on (rebuilders of the cluster claim nothing) for the test."""
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        under = UnderReplication(store)
+        await under.ensure_layout()
+        await under.set_disabled(True)
+        try:
+            yield under
+        finally:
+            await under.set_disabled(False)
+
+
+async def closed_ledger(client: LedgerClient, entries: int = ENTRIES) -> tuple[int, list[bytes]]:
+    writer = await client.create(REPLICATION, PASSWORD)
+    payloads = [f"rebuild-{writer.ledger_id}-{i}".encode() * 3 for i in range(entries)]
+    for payload in payloads:
+        await writer.add(payload)
+    await writer.close()
+    return writer.ledger_id, payloads
+
+
+@contextlib.asynccontextmanager
+async def worker_of(cluster: Cluster, name: str) -> AsyncIterator[Worker]:
+    """A worker with a ZooKeeper session of its own, ended when the block ends."""
+    async with (
+        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await LedgerClient.connect(
+            store, LedgerConfig(region="eu-west", min_regions_for_durability=2)
+        ) as client,
+    ):
+        yield Worker(store, client, SETTINGS, name)
+
+
+def located(cluster: Cluster) -> list[LocatedBookie]:
+    return [LocatedBookie(b.bookie_id, b.region, b.rack) for b in cluster.topology.bookies]
+
+
+async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it(
+    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication
+) -> None:
+    ledger_id, payloads = await closed_ledger(client)
+    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    leaving = before[1]
+    assert await paused.mark(ledger_id, (leaving,)) is True
+    assert await paused.mark(ledger_id, (leaving,)) is False  # already named: unchanged
+    # BookKeeper's own shell lists what globelog marked
+    listed = bookie_shell(cluster, tools, "listunderreplicated", "-printmissingreplica")
+    assert re.search(rf"\b{ledger_id}\b", listed), listed
+    assert leaving in listed
+
+    async with worker_of(cluster, "test-worker") as worker:
+        claim = await worker.claim(ledger_id)
+        assert claim is not None and claim.marker.replicas == (leaving,)
+        assert await paused.claim(ledger_id, "someone-else") is None  # one claim at a time
+        assert await worker.rebuild(claim) is True
+
+    after = (await client.metadata(ledger_id)).metadata
+    assert after.state is LedgerState.CLOSED and after.last_entry_id == ENTRIES - 1
+    ensemble = after.ensembles[0].bookies
+    assert leaving not in ensemble
+    assert [b for b in ensemble if b not in before] == [ensemble[1]]  # same position
+    report = audit_ensemble(ensemble, located(cluster), 4, 3, 2)
+    assert report.adherence is not Adherence.FAIL, report.describe()
+    assert await paused.read(ledger_id) is None and ledger_id not in await paused.claimed()
+    # the replacement holds every entry itself, intact
+    codec = EntryCodec(ledger_id, after.digest_type, PASSWORD)
+    for entry_id in range(ENTRIES):
+        response = await client.context.bookies.read_entry(ensemble[1], ledger_id, entry_id)
+        assert codec.decode_entry(response.body or b"", entry_id).payload == payloads[entry_id]
+    # and BookKeeper's shell reads the rebuilt ledger entry for entry
+    output = bookie_shell(
+        cluster, tools, "readledger", "-ledgerid", str(ledger_id), "-firstentryid", "0",
+        "-lastentryid", str(ENTRIES - 1), "-msg",
+    )  # fmt: skip
+    assert len(re.findall(rf"Lid={ledger_id}, Eid=\d+", output)) == ENTRIES
+
+
+async def test_a_marker_grown_during_its_rebuild_survives_it_and_is_rebuilt_again(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+) -> None:
+    ledger_id, _ = await closed_ledger(client, entries=30)
+    first, second = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[:2]
+    await paused.mark(ledger_id, (first,))
+    async with worker_of(cluster, "test-worker") as worker:
+        claim = await worker.claim(ledger_id)
+        assert claim is not None
+        assert await paused.mark(ledger_id, (second,)) is True  # another loss meanwhile
+        assert await worker.rebuild(claim) is False  # done refused: the marker changed
+        found = await paused.read(ledger_id)
+        assert found is not None and found[0].replicas == (first, second)
+        again = await worker.claim(ledger_id)
+        assert again is not None
+        assert await worker.rebuild(again) is True
+    ensemble = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    assert first not in ensemble and second not in ensemble
+
+
+async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+) -> None:
+    ledger_id, payloads = await closed_ledger(client)
+    leaving = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[0]
+    await paused.mark(ledger_id, (leaving,))
+    stalled = asyncio.Event()
+    async with worker_of(cluster, "dying-worker") as dying:
+        claim = await dying.claim(ledger_id)
+        assert claim is not None
+
+        async def stall(_: int) -> None:  # the first batch is read, then the worker hangs
+            stalled.set()
+            await asyncio.sleep(3600)
+
+        dying._pacer = stall  # type: ignore[assignment]
+        task = asyncio.create_task(dying.rebuild(claim))
+        await asyncio.wait_for(stalled.wait(), 30)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # its session ends with the process: here, with the worker's store
+    holder = await paused.claimed()
+    assert ledger_id not in holder, holder  # the claim went with the session
+    assert (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[0] == leaving
+    async with worker_of(cluster, "second-worker") as second:
+        claim2 = await second.claim(ledger_id)
+        assert claim2 is not None
+        assert await second.rebuild(claim2) is True
+    after = (await client.metadata(ledger_id)).metadata
+    assert leaving not in after.ensembles[0].bookies
+    reader = await client.open(ledger_id, PASSWORD)
+    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+
+
+async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+) -> None:
+    # an election of their own, beside the cluster's rebuilders' (their marks stay there too)
+    layout = Layout(f"/test-election-{uuid.uuid4().hex[:8]}/ledgers")
+    stores = [await MetaStore.connect(cluster.topology.zk_connect) for _ in range(2)]
+    auditors = [
+        Auditor(store, client, SETTINGS, f"test-auditor-{i}", layout=layout)
+        for i, store in enumerate(stores)
+    ]
+    followers = [Follower(a.name, a.run) for a in auditors]
+    try:
+        for follower in followers:
+            follower.start()
+
+        async def one_leads() -> bool:
+            return sum(a.leading for a in auditors) == 1
+
+        await wait_until("one auditor elected", one_leads, 30)
+        await asyncio.sleep(1.0)
+        assert await one_leads()  # and only one, for as long as it lives
+        leader = next(i for i, a in enumerate(auditors) if a.leading)
+        await followers[leader].stop()
+        await stores[leader].close()  # its session, and its vote, end
+        other = auditors[1 - leader]
+
+        async def took_over() -> bool:
+            return other.leading
+
+        await wait_until("the other auditor takes over", took_over, 30)
+        data, _ = await stores[1 - leader].get(layout.election)
+        assert decode_vote(data, layout.election) == other.name
+    finally:
+        for follower in followers:
+            with contextlib.suppress(Exception):
+                await follower.stop()
+        for store in stores:
+            with contextlib.suppress(Exception):
+                await store.close()
+        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+            await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
