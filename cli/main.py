@@ -18,7 +18,16 @@ from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
 from benchmarks.proxies import abuse as bench_abuse
 from benchmarks.proxies import throughput as bench_proxy
-from cli import console_logs, deploy, failover_main, reach, serve, spark_main, stream_args
+from cli import (
+    console_logs,
+    deploy,
+    failover_main,
+    reach,
+    rebuild_main,
+    serve,
+    spark_main,
+    stream_args,
+)
 from cli.topology import default_topology_path
 from core.errors import (
     ConfigError,
@@ -99,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     spark_main.add_spark_commands(commands)
     failover_main.add_failover_commands(commands)
     serve.add_arguments(commands)
+    rebuild_main.add_arguments(commands)
     deploy.add_arguments(commands, default_topology_path())
 
     _add_cluster_commands(commands)
@@ -360,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return deploy.run_status(args)
         if args.command == "serve":
             return serve.run(args, default_topology_path())
+        if args.command == "rebuild":
+            return rebuild_main.run(args, default_topology_path())
         if args.command == "failover":
             return failover_main.run_failover_command(args)
         if args.command == "spark":

@@ -28,6 +28,7 @@ from localcluster.probes import wait_until
 from localcluster.tools import Tools
 from placement import Adherence, LocatedBookie, audit_ensemble
 from rebuild.auditor import Auditor
+from rebuild.status import rebuild_status
 from rebuild.worker import Worker
 from tests.support.bookkeeper_java import bookie_shell
 from tests.support.ledgers import ledger_client
@@ -78,6 +79,10 @@ async def worker_of(cluster: Cluster, name: str) -> AsyncIterator[Worker]:
         yield Worker(store, client, SETTINGS, name)
 
 
+def paused_store(under: UnderReplication) -> MetaStore:
+    return under._store  # the fixture's session
+
+
 def located(cluster: Cluster) -> list[LocatedBookie]:
     return [LocatedBookie(b.bookie_id, b.region, b.rack) for b in cluster.topology.bookies]
 
@@ -90,10 +95,16 @@ async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it
     leaving = before[1]
     assert await paused.mark(ledger_id, (leaving,)) is True
     assert await paused.mark(ledger_id, (leaving,)) is False  # already named: unchanged
-    # BookKeeper's own shell lists what globelog marked
+    # BookKeeper's own shell lists what globelog marked, as `globelog rebuild status` does
     listed = bookie_shell(cluster, tools, "listunderreplicated", "-printmissingreplica")
     assert re.search(rf"\b{ledger_id}\b", listed), listed
     assert leaving in listed
+    status = await rebuild_status(paused_store(paused), client)
+    ours = {e["ledger_id"]: e for e in status["ledgers"]}
+    assert set(ours) <= {int(i) for i in re.findall(r"\b(\d+)\b", listed)}
+    assert ours[ledger_id]["replicas"] == [leaving] and ours[ledger_id]["entries"] == ENTRIES
+    assert ours[ledger_id]["bytes"] == sum(len(p) for p in payloads)
+    assert status["disabled"] is True
 
     async with worker_of(cluster, "test-worker") as worker:
         claim = await worker.claim(ledger_id)
