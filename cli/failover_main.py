@@ -19,7 +19,7 @@ from pathlib import Path
 from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check
 from verify.history import load_history
-from verify.live.run import FAULT_KINDS
+from verify.live.run import FAULT_KINDS, REBUILD_FAULT_KINDS
 from verify.liveness import summarise
 from verify.sim.nemesis import FAULT_KINDS as SIM_FAULT_KINDS
 from verify.sim.seeds import run_simulate_command
@@ -72,8 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     topology_path = Path(args.topology or meta.get("topology") or REPO_ROOT / "topology.yaml")
     topology = load_local_topology(topology_path)
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    problems = [f"--faults: {f!r} is not one of {list(FAULT_KINDS)}" for f in faults
-                if f not in FAULT_KINDS]  # fmt: skip
+    known = (*FAULT_KINDS, *REBUILD_FAULT_KINDS)
+    problems = [f"--faults: {f!r} is not one of {list(known)}" for f in faults
+                if f not in known]  # fmt: skip
     seconds = duration_s(args.time)
     if not 10 <= seconds <= 86_400:
         problems.append(f"--time {args.time!r}: expected 10s..24h")

@@ -370,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return deploy.run_status(args)
         if args.command == "serve":
             return serve.run(args, default_topology_path())
-        if args.command == "rebuild":
+        if args.command in ("rebuild", "bookie"):
             return rebuild_main.run(args, default_topology_path())
         if args.command == "failover":
             return failover_main.run_failover_command(args)

@@ -18,6 +18,7 @@ from core.errors import ConfigError
 
 REBUILDERS_ZNODE = "/globelog/rebuilders"  # each rebuilder's ephemeral status, JSON
 DECOMMISSION_ZNODE = "/globelog/decommission"  # bookies an operator is taking out of service
+CHECK_NOW_ZNODE = "/globelog/rebuild-check"  # present: the auditor runs a full check now
 
 
 @dataclass(frozen=True, slots=True)

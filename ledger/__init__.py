@@ -24,13 +24,20 @@ from ledger.codecs.underreplication import (
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.connections.bookie_client import BookieClient
 from ledger.connections.ping import ping_bookie
-from ledger.drivers.audit import audit_ledgers, describe_ledger
+from ledger.drivers.audit import audit_ledgers, audit_replicas, describe_ledger
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.cluster_init import init_cluster_metadata
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.read_handle import LedgerReader
-from ledger.drivers.rebuild import Fragment, LedgerRebuild, Pace, Rebuilt, plan_fragments
+from ledger.drivers.rebuild import (
+    Fragment,
+    LedgerRebuild,
+    Pace,
+    Rebuilt,
+    ReplicaGap,
+    plan_fragments,
+)
 from ledger.drivers.underreplication import Claim, UnderReplication
 from ledger.drivers.write_handle import ENTRY_BYTES_MAX, LedgerWriter
 from ledger.errors import (
@@ -88,9 +95,11 @@ __all__ = [
     "Pace",
     "ReadBeyondLacError",
     "Rebuilt",
+    "ReplicaGap",
     "UnderReplication",
     "VersionedMetadata",
     "audit_ledgers",
+    "audit_replicas",
     "decode_vote",
     "describe_ledger",
     "encode_vote",

@@ -24,7 +24,11 @@ from localcluster.processes import RunState
 from localcluster.tools import Tools
 
 KILL_SETTLE_TIMEOUT_S = 10.0
-START_PHASES = (("zookeeper", "zk-relay"), ("bookie",), ("write-proxy", "read-proxy"))
+START_PHASES = (
+    ("zookeeper", "zk-relay"),
+    ("bookie",),
+    ("write-proxy", "read-proxy", "rebuilder"),
+)
 
 
 def _check_region(cluster: Cluster, region: str) -> None:

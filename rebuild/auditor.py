@@ -12,10 +12,15 @@ systems' tools can say who audits.
   `lost_bookie_delay_s`, or that an operator decommissions (at once): every ledger with a
   fragment on it is marked with that bookie.
 - Every `check_interval_s`, a full check of every ledger: a member that is lost, unknown to
-  the topology or decommissioned is marked, and so is an ensemble that breaks the durability
+  the topology or decommissioned is marked; so is a member that answers it lacks the first or
+  last entry it should hold of a fragment (a disk replaced under the same bookie id, which
+  the registry cannot show); and so is an ensemble that breaks the durability
   rule (I6), with the member whose region holds the most copies of it, the one whose move
   spreads the ensemble the most (BookKeeper's region-aware policy cannot see these: its
   adherence check always answers "meets strict").
+
+An operator (or the failover run, before its final audit) asks for a full check at once by
+creating `/globelog/rebuild-check`; the auditor deletes it when the check is done.
 
 Marking is idempotent (a marker only grows), so an auditor that takes over repeats a
 predecessor's audit harmlessly.
@@ -31,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core import errors
-from core.rebuild_settings import DECOMMISSION_ZNODE, RebuildSettings
+from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE, RebuildSettings
 from core.topology import Replication
 from global_meta import ANY_VERSION, MetaStore
 from ledger import (
@@ -134,9 +139,13 @@ class Auditor:
                 await self.audit_bookies(fresh)
                 self._audited |= fresh
             self._audited &= lost  # one that came back is audited again if lost again
-            if self._clock() >= next_full:
+            asked = await self._store.exists(CHECK_NOW_ZNODE)
+            if self._clock() >= next_full or asked is not None:
                 await self.full_check(lost)
                 next_full = self._clock() + self._settings.check_interval_s
+                if asked is not None:  # done: whoever asked waits for its deletion
+                    with contextlib.suppress(errors.NoNodeError, errors.BadVersionError):
+                        await self._store.delete(CHECK_NOW_ZNODE, version=asked.version)
             await asyncio.sleep(TICK_S)
 
     # ---------------------------------------------------------------------- the audits
@@ -196,6 +205,8 @@ class Auditor:
             if metadata is None:
                 continue
             replicas = to_rebuild(metadata, lost, located, self._client.replication_of)
+            gaps = await self._client.replica_gaps(ledger_id)
+            replicas += tuple(g.fragment.bookie_id for g in gaps if g.missing)
             if replicas and await self._under.mark(ledger_id, replicas):
                 marked += 1
         self.counts.full_checks += 1

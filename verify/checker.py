@@ -16,6 +16,8 @@ Every anomaly names the operations that show it. Kinds (each count, 0 included, 
     poll-skip            a reader passing over a record the final reads hold
     region-divergence    two regions' final reads of a stream that differ
     durability           a segment whose ensemble audit failed
+    under-replicated     a settled fragment whose bookie lacks (or cannot serve) the first or
+                         last entry it should hold, after the rebuilders settled
     read-unavailable     a region whose read proxy did not reach a stream's acknowledged end
                          within the run's bound (its final read through the proxy stopped short),
                          or whose final read through the library did not end
@@ -47,6 +49,7 @@ KINDS = (
     "poll-skip",
     "region-divergence",
     "durability",
+    "under-replicated",
     "read-unavailable",
     "undocumented-answer",
 )
@@ -122,6 +125,10 @@ def check(history: list[Op]) -> CheckReport:
         if op.f == "audit" and op.type == "ok" and op.value is False:
             report.anomalies.append(
                 Anomaly("durability", op.stream, (op,), f"segment {op.segment}: {op.detail}")
+            )
+        if op.f == "replicas" and op.type == "ok" and op.value:
+            report.anomalies.append(
+                Anomaly("under-replicated", op.stream, (op,), f"{op.value} gaps: {op.detail}")
             )
     report.operations = _operation_counts(history)
     _check_positions(report, sends, reads)

@@ -39,10 +39,13 @@ from core.errors import ConfigError, InvalidDlsnError
 TYPES = frozenset({"invoke", "ok", "fail", "info"})
 # `final` is a full read through the ledger client (the library), `proxy-final` one through a
 # region's read proxy (what users read through), `catch-up` the harness's wait for its tailing
-# readers to reach the acknowledged end before the final reads.
+# readers to reach the acknowledged end before the final reads. `held` ends a fault held
+# until something happened (a wiped bookie's copies re-made); `replicas` is the read-back of
+# every settled fragment's copies after the ensemble `audit`.
 FUNCTIONS = frozenset(
-    {"send", "poll", "final", "proxy-final", "catch-up", "fault", "heal", "audit"}
-)
+    {"send", "poll", "final", "proxy-final", "catch-up", "fault", "held", "heal", "audit",
+     "replicas"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,11 @@ from typing import Any
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.topology import Topology
 from global_meta import MetaStore
-from ledger.drivers.context import MIN_REGIONS_KEY
+from ledger.drivers.client import LedgerClient
+from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger.drivers.rebuild import ReplicaGap
+from ledger.errors import NoSuchLedgerMetadataError
 from placement import Adherence, LocatedBookie, audit_ensemble
 
 
@@ -66,3 +69,23 @@ async def audit_ledgers(
                 )
             reports.append(entry)
     return reports, all_adhere
+
+
+async def audit_replicas(
+    topology: Topology, ledger_ids: list[int], region: str, min_regions_default: int
+) -> list[tuple[int, ReplicaGap]]:
+    """Every settled fragment of the ledgers whose bookie does not hold (or cannot serve)
+    the first and last entries it should: (ledger id, gap)."""
+    found: list[tuple[int, ReplicaGap]] = []
+    config = LedgerConfig(region=region, min_regions_for_durability=min_regions_default)
+    async with (
+        await MetaStore.connect(topology.zk_connect) as store,
+        await LedgerClient.connect(store, config) as client,
+    ):
+        for ledger_id in ledger_ids:
+            try:
+                gaps = await client.replica_gaps(ledger_id)
+            except NoSuchLedgerMetadataError:
+                continue
+            found += [(ledger_id, gap) for gap in gaps]
+    return found

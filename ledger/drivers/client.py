@@ -16,7 +16,9 @@ from collections.abc import Callable, Collection
 
 from opentelemetry import metrics
 
+from core import errors
 from core.errors import MetadataError
+from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
@@ -26,7 +28,14 @@ from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.read_handle import LedgerReader
-from ledger.drivers.rebuild import LedgerRebuild, Pace, no_pacing, rebuild_ledger
+from ledger.drivers.rebuild import (
+    LedgerRebuild,
+    Pace,
+    ReplicaGap,
+    no_pacing,
+    rebuild_ledger,
+    replica_gaps,
+)
 from ledger.drivers.recover import recover
 from ledger.drivers.telemetry import LedgerMetrics
 from ledger.drivers.write_handle import LedgerWriter
@@ -101,6 +110,8 @@ class LedgerClient:
             return newest.address(config.region, bookie_id)
 
         bookies = BookieClient(resolve, observe=observe)
+        with contextlib.suppress(errors.NodeExistsError):
+            await store.create(DECOMMISSION_ZNODE, make_parents=True)
         client = cls(store, published, config, bookies, meter)
         holder.append(client)
         await client._refresh_membership()
@@ -150,19 +161,30 @@ class LedgerClient:
                     )
 
     async def _refresh_membership(self) -> None:
+        """Registered bookies are writable, except read-only ones and those an operator is
+        decommissioning: both still serve their copies, neither takes new ones."""
         names = set(await self._store.children(AVAILABLE))
         read_only = (
             set(await self._store.children(f"{AVAILABLE}/readonly"))
             if "readonly" in names
             else set()
         )
-        self.context.placement.update_membership(names - {"readonly"}, read_only)
+        leaving = set(await self._store.children(DECOMMISSION_ZNODE))
+        self.context.placement.update_membership(
+            names - {"readonly"} - leaving, read_only | (names & leaving)
+        )
 
     async def _follow_membership(self, following: Callable[[], None]) -> None:
-        """Keeps placement's writable/read-only view in step with bookie registrations. A
-        failed refresh fails the follower: its restart reads them afresh, where waiting for
-        the next change would leave placement stale until a bookie comes or goes."""
-        async with contextlib.aclosing(self._store.watch_children(AVAILABLE)) as watch:
+        """Keeps placement's writable/read-only view in step with bookie registrations and
+        decommissions. A failed refresh fails the follower: its restart reads them afresh,
+        where waiting for the next change would leave placement stale until a bookie comes
+        or goes."""
+        async with asyncio.TaskGroup() as watches:
+            for path in (AVAILABLE, DECOMMISSION_ZNODE):
+                watches.create_task(self._follow_children(path, following))
+
+    async def _follow_children(self, path: str, following: Callable[[], None]) -> None:
+        async with contextlib.aclosing(self._store.watch_children(path)) as watch:
             async for _ in watch:
                 await self._refresh_membership()
                 following()
@@ -230,6 +252,11 @@ class LedgerClient:
     def replication_of(self, metadata: LedgerMetadata) -> Replication:
         """The ledger's replication, its own durability rule included."""
         return self.context.replication_of(metadata)
+
+    async def replica_gaps(self, ledger_id: int) -> list[ReplicaGap]:
+        """The ledger's fragments whose bookie lacks (or cannot serve) its copy."""
+        versioned = await self.context.metadata.read(ledger_id)
+        return await replica_gaps(self.context, ledger_id, versioned.metadata)
 
     async def rebuild(
         self, ledger_id: int, replicas: Collection[str], pace: Pace | None = None

@@ -41,12 +41,20 @@ from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, write_
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.drivers.context import LedgerContext, update_metadata
 from ledger.drivers.metadata_store import VersionedMetadata
-from ledger.errors import EntryUnavailableError, LedgerHandleError
+from ledger.errors import (
+    DigestMismatchError,
+    EntryUnavailableError,
+    LedgerHandleError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 
 log = logging.getLogger(__name__)
 
 COPY_BATCH_ENTRIES = 64  # entries read by one batched read and added together
 COPY_BATCH_BYTES = 4 * 1024 * 1024  # ... and at most this many bytes of them
+# A bookie's answers that say its copy is gone or damaged (not that it could not answer).
+LACKS_COPY = (NoSuchEntryError, NoSuchLedgerError, DigestMismatchError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +325,39 @@ async def _read_batch(
         f"ledger {ledger_id} entry {first}: no surviving copy could be read "
         f"({'; '.join(errors) or 'no copy outside the bookies being replaced'})"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaGap:
+    """A fragment whose bookie does not hold a copy it should."""
+
+    fragment: Fragment
+    why: str
+    missing: bool  # the bookie answered it lacks the copy (not: it could not be asked)
+
+
+async def replica_gaps(
+    context: LedgerContext, ledger_id: int, metadata: LedgerMetadata
+) -> list[ReplicaGap]:
+    """Asks each member of every ensemble whose span is settled (all of a closed ledger, all
+    but the last of an open one) for the first and last entries it should hold there: a
+    bookie that answers it has no such entry or ledger lost its copy (a wiped disk brought
+    back under the same id, which the registry cannot show). An unreachable bookie is a gap
+    too; `why` says which. Nothing is read beyond those two entries per fragment."""
+    members = {b for e in metadata.ensembles for b in e.bookies}
+    gaps: list[ReplicaGap] = []
+    codec = EntryCodec(ledger_id, metadata.digest_type, metadata.password)
+    for fragment in plan_fragments(metadata, members).copyable:
+        held = list(fragment.entries(metadata.ensemble_size, metadata.write_quorum))
+        for entry_id in dict.fromkeys((held[0], held[-1]) if held else ()):
+            try:
+                response = await context.bookies.read_entry(fragment.bookie_id, ledger_id, entry_id)
+                codec.decode_entry(response.body or b"", entry_id)
+            except GlobelogError as err:
+                missing = isinstance(err, LACKS_COPY)
+                gaps.append(ReplicaGap(fragment, f"entry {entry_id}: {err.code}: {err}", missing))
+                break
+    return gaps
 
 
 def _span(wanted: list[int], index: int) -> int:

@@ -42,11 +42,11 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     try:
         up = globelog("cluster", *common, "up")
         assert up.returncode == 0, up.stderr
-        assert "cluster up in" in up.stdout and "started 19" in up.stdout
+        assert "cluster up in" in up.stdout and "started 22" in up.stdout
 
         again = globelog("cluster", *common, "up")
         assert again.returncode == 0, again.stderr
-        assert "started 0, already running 19" in again.stdout
+        assert "started 0, already running 22" in again.stdout
 
         status = globelog("cluster", *common, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
@@ -60,14 +60,19 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         proxies = [p for p in report["processes"].values() if p["kind"].endswith("-proxy")]
         assert sorted(p["kind"] for p in proxies) == ["read-proxy"] * 3 + ["write-proxy"] * 3
         assert all(p["healthy"] for p in proxies)
+        rebuilders = [p for p in report["processes"].values() if p["kind"] == "rebuilder"]
+        assert len(rebuilders) == 3 and all(p["healthy"] for p in rebuilders)
+        assert {p["region"] for p in rebuilders} == {"us-east", "us-west", "eu-west"}
         routes = sorted(r["kind"] for r in report["wan"].values())
         assert routes == ["bookie"] * 12 + ["zk-election"] * 6 + ["zk-peer"] * 6
-        assert all(p["ports"] and p["log"] for p in report["processes"].values())
+        # every process has a log; every one but the rebuilders (no port) its ports
+        assert all(p["log"] for p in report["processes"].values())
+        assert all(p["ports"] for p in report["processes"].values() if p["kind"] != "rebuilder")
         assert processes_mentioning(str(tmp_path)), "the cluster's processes should be running"
     finally:
         down = globelog("cluster", *common, "down")
     assert down.returncode == 0, down.stderr
-    assert "stopped 19 process(es)" in down.stdout
+    assert "stopped 22 process(es)" in down.stdout
     assert processes_mentioning(str(tmp_path)) == []
     after = globelog("cluster", *common, "status", "--json")
     assert after.returncode == 3 and not json.loads(after.stdout)["healthy"]

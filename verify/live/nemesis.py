@@ -18,6 +18,7 @@ from localcluster.tails import proxy_url
 from localcluster.tools import Tools
 from region.client import ProxyClient
 from verify.live.faults import FaultsInForce, Undo
+from verify.live.rebuilt import rebuilt
 from verify.live.recorder import Recorder
 
 FAULT_KINDS = (
@@ -25,6 +26,10 @@ FAULT_KINDS = (
     "kill-bookie", "pause-bookie", "slow-bookie", "partition", "isolate-region", "region-down",
     "expire-session",
 )  # fmt: skip
+# Faults a run takes only when asked (`--faults`): each waits for rebuilding to re-make every
+# copy of a wiped bookie (lost_bookie_delay_s and more), far longer than the others.
+REBUILD_FAULT_KINDS = ("wipe-bookie", "wipe-two-bookies")
+REBUILT_WAIT_S = 300.0  # a wipe's hold ends when no ledger names the bookie, or after this
 STREAMS = 3
 QUIET_S = 3.0  # between faults
 # How long each fault lasts; a pause outlasts the proxies' ZooKeeper session (1.5 s) and the
@@ -32,7 +37,7 @@ QUIET_S = 3.0  # between faults
 HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-read-proxy": 2.0,
           "pause-read-proxy": 4.0, "kill-bookie": 4.0, "pause-bookie": 4.0, "slow-bookie": 6.0,
           "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0,
-          "expire-session": 0.5}  # fmt: skip
+          "expire-session": 0.5, "wipe-bookie": 0.0, "wipe-two-bookies": 0.0}  # fmt: skip
 SLOW_BOOKIE_MS = 400  # extra one-way latency of a slow bookie, as the other regions see it
 
 
@@ -50,6 +55,7 @@ class _Planned:
     what: str  # the fault as the history names it (its heal names it the same)
     apply: Undo
     undo: Undo
+    hold: Undo | None = None  # held until this ends (default: HOLD_S of its kind)
 
 
 async def nemesis(
@@ -73,7 +79,12 @@ async def nemesis(
         done = await planned.apply()
         rec.add(process="nemesis", type="info", f="fault", fault=kind, value=planned.what,
                 **({"detail": done} if isinstance(done, str) else {}))  # fmt: skip
-        await asyncio.sleep(HOLD_S[kind])
+        if planned.hold is None:
+            await asyncio.sleep(HOLD_S[kind])
+        else:
+            held = await planned.hold()
+            rec.add(process="nemesis", type="info", f="held", fault=kind, value=planned.what,
+                    detail=str(held))  # fmt: skip
         await in_force.heal()
 
 
@@ -105,6 +116,8 @@ async def _plan(
         a, b = rng.sample(names, 2)
         cut, heal = (functools.partial(f, topology, a, b) for f in (wan.partition, wan.heal))
         return _Planned(f"partition {a} {b}", cut, heal)
+    if kind in REBUILD_FAULT_KINDS:
+        return _wipe(cluster, tools, kind, rng)
     region_name = rng.choice(names)
     if kind == "isolate-region":
         isolate = functools.partial(regions.isolate, cluster, region_name)
@@ -127,3 +140,31 @@ def _process_fault(cluster: Cluster, tools: Tools, kind: str, target: str) -> _P
     apply, heal = (functools.partial(controller.fault, cluster, tools, a, target)
                    for a in (action, undo))  # fmt: skip
     return _Planned(f"{action} {target}", apply, heal)
+
+
+def _wipe(cluster: Cluster, tools: Tools, kind: str, rng: random.Random) -> _Planned:
+    """A bookie's disk lost (and, for wipe-two-bookies, then one in another region once the
+    first's copies were re-made): held until rebuilding has re-made their copies; undone by
+    restarting them empty."""
+    bookies = cluster.topology.bookies
+    first = rng.choice(bookies)
+    targets = [first]
+    if kind == "wipe-two-bookies":
+        targets.append(rng.choice([b for b in bookies if b.region != first.region]))
+
+    async def apply() -> str:
+        return await controller.wipe_bookie(cluster, first.name)
+
+    async def hold() -> str:
+        done = [await rebuilt(cluster, first.bookie_id, REBUILT_WAIT_S)]
+        for later in targets[1:]:
+            await controller.wipe_bookie(cluster, later.name)
+            done.append(await rebuilt(cluster, later.bookie_id, REBUILT_WAIT_S))
+        return "; ".join(done)
+
+    async def undo() -> None:
+        for target in targets:
+            await controller.fault(cluster, tools, "restart", target.name)
+
+    names = " ".join(t.name for t in targets)
+    return _Planned(f"{kind} {names}", apply, undo, hold)

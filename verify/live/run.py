@@ -27,7 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
-from ledger import audit_ledgers
+from ledger import audit_ledgers, audit_replicas
 from localcluster import wan
 from localcluster.controller import Cluster
 from localcluster.tails import proxy_url
@@ -37,17 +37,20 @@ from verify.checker import CheckReport, check
 from verify.history import Op, load_history
 from verify.live.faults import FaultsInForce, heal_at_end
 from verify.live.finals import library_final_reads, proxy_final_reads
-from verify.live.nemesis import FAULT_KINDS, nemesis
+from verify.live.nemesis import FAULT_KINDS, REBUILD_FAULT_KINDS, nemesis
+from verify.live.rebuilt import settle_rebuilding
 from verify.live.recorder import Recorder, owned, supervised
 from verify.live.summary import latency_split, tail_coverage, timeline
 from verify.live.workload import Frontier, produce, tail
 
-__all__ = ["FAULT_KINDS", "RunConfig", "failover_run"]
+__all__ = ["FAULT_KINDS", "REBUILD_FAULT_KINDS", "RunConfig", "failover_run"]
 
 STREAMS = 3
 AFTER_LAST_HEAL_S = 8.0  # the workload outlives the last heal, so the last fault's window can end
 PROGRESS_EVERY_S = 15.0  # how often a run says how far its workload is
 CATCH_UP_S = 10.0  # the tailing readers' time to reach the acknowledged end once sends stop
+# the rebuilders' time to re-make what the faults left a copy short before the final audit
+SETTLE_REBUILD_S = 120.0
 
 
 @dataclass
@@ -102,6 +105,15 @@ async def failover_run(
         reports, adhere = await audit_ledgers(cluster.topology, ledger_ids, min_regions)
         rec.add(process="auditor", type="ok", f="audit", value=bool(adhere),
                 detail=f"{len(reports)} segment ledgers audited")  # fmt: skip
+        # every copy re-made: what faults left one copy short is rebuilt first, then read
+        settled = await settle_rebuilding(cluster, SETTLE_REBUILD_S)
+        gaps = await audit_replicas(
+            cluster.topology, ledger_ids, cluster.topology.region_names[0], min_regions
+        )
+        shown = "; ".join(f"ledger {i}: {g.fragment.describe()}: {g.why}" for i, g in gaps[:5])
+        rec.add(process="auditor", type="ok", f="replicas", value=len(gaps),
+                detail=f"{settled}; {len(ledger_ids)} ledgers read back per copy"
+                + (f"; {shown}" if shown else ""))  # fmt: skip
     history = load_history(history_path)
     report = check(history)
     _write_report(cfg, history, report)

@@ -21,7 +21,8 @@ async def registration_owner(cluster: Cluster, bookie_id: str) -> int | None:
 async def test_status_reports_every_process_healthy(cluster: Cluster) -> None:
     report = await controller.status(cluster)
     assert report["healthy"], report
-    kinds = sorted(p["kind"] for p in report["processes"].values())
+    # the rebuilders, when a test with services started them, stay for the session
+    kinds = sorted(p["kind"] for p in report["processes"].values() if p["kind"] != "rebuilder")
     assert kinds == ["bookie"] * 6 + ["toxiproxy"] + ["zk-relay"] * 3 + ["zookeeper"] * 3
     modes = sorted(p["detail"] for p in report["processes"].values() if p["kind"] == "zookeeper")
     assert modes == ["mode follower", "mode follower", "mode leader"]

@@ -28,6 +28,7 @@ from localcluster.probes import wait_until
 from localcluster.tools import Tools
 from placement import Adherence, LocatedBookie, audit_ensemble
 from rebuild.auditor import Auditor
+from rebuild.bookies import bookie_list, decommission
 from rebuild.status import rebuild_status
 from rebuild.worker import Worker
 from tests.support.bookkeeper_java import bookie_shell
@@ -229,3 +230,38 @@ async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
                 await store.close()
         async with await MetaStore.connect(cluster.topology.zk_connect) as store:
             await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
+
+
+async def test_a_decommissioned_bookie_gets_no_new_copies_and_its_copies_are_re_made(
+    services: Cluster, client: LedgerClient
+) -> None:
+    """Through the cluster's own rebuilder processes: decommissioning needs no delay."""
+    ledger_id, payloads = await closed_ledger(client, entries=50)
+    leaving = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[2]
+    async with await MetaStore.connect(services.topology.zk_connect) as store:
+        await decommission(store, leaving)
+        try:
+
+            async def placed_elsewhere() -> bool:
+                return (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[
+                    2
+                ] != leaving
+
+            await wait_until("the decommissioned bookie's copies re-made", placed_elsewhere, 60)
+
+            async def excluded() -> bool:  # the client's membership watch has seen it
+                writer = await client.create(REPLICATION, PASSWORD)
+                await writer.close()
+                return (
+                    leaving
+                    not in (await client.metadata(writer.ledger_id)).metadata.ensembles[0].bookies
+                )
+
+            for _ in range(5):  # every new ensemble avoids it
+                await wait_until("new ensembles avoid it", excluded, 10)
+            reader = await client.open(ledger_id, PASSWORD)
+            assert [await reader.read_entry(i) for i in range(50)] == payloads
+            rows = {r["bookie_id"]: r for r in await bookie_list(services.topology, store, client)}
+            assert rows[leaving]["state"] == "decommissioning"
+        finally:
+            await decommission(store, leaving, undo=True)

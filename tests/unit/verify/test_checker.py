@@ -290,3 +290,17 @@ def test_failover_check_reports_and_exits_by_validity(
     assert body["valid"] is False and body["anomalies"]["lost"] == 1
     assert main(["failover", "check", str(tmp_path / "missing.jsonl")]) == 1
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_copies_missing_after_rebuilding_settled_are_under_replicated() -> None:
+    h = History()
+    h.finals([("1.0.0", 0)])
+    h.add(process="auditor", type="ok", f="replicas", value=0, detail="nothing short")
+    assert "under-replicated" not in kinds(h)
+    h.add(process="auditor", type="ok", f="replicas", value=2,
+          detail="ledger 3: 127.0.0.1:3181 at position 0 (entries 0..9): entry 9: missing")  # fmt: skip
+    report = check(h.ops())
+    assert kinds(h)["under-replicated"] == 1
+    anomaly = next(a for a in report.anomalies if a.kind == "under-replicated")
+    assert anomaly.detail.startswith("2 gaps: ledger 3: 127.0.0.1:3181")
+    assert not report.valid

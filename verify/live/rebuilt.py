@@ -1,0 +1,57 @@
+"""Waiting on rebuilding during a live run: a wiped bookie's copies re-made, and everything
+under-replicated rebuilt before the final audit of the copies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from core import errors
+from core.rebuild_settings import CHECK_NOW_ZNODE
+from global_meta import MetaStore
+from ledger import LedgerMetadataStore, NoSuchLedgerMetadataError, UnderReplication
+from localcluster.controller import Cluster
+
+POLL_S = 1.0
+
+
+async def rebuilt(cluster: Cluster, bookie_id: str, bound_s: float) -> str:
+    """Waits until no ledger's metadata names the bookie (its copies re-made elsewhere), at
+    most `bound_s`; says how long it took, or what is left."""
+    started = time.monotonic()
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        ledgers = LedgerMetadataStore(store)
+        while True:
+            left = []
+            for ledger_id in await ledgers.ledger_ids():
+                with contextlib.suppress(NoSuchLedgerMetadataError):
+                    metadata = (await ledgers.read(ledger_id)).metadata
+                    if any(bookie_id in e.bookies for e in metadata.ensembles):
+                        left.append(ledger_id)
+            took = time.monotonic() - started
+            if not left:
+                return f"{bookie_id} rebuilt in {took:.1f} s"
+            if took > bound_s:
+                return f"{bookie_id}: {len(left)} ledgers still name it after {took:.0f} s"
+            await asyncio.sleep(POLL_S)
+
+
+async def settle_rebuilding(cluster: Cluster, bound_s: float) -> str:
+    """Asks the auditor for a full check and waits, at most `bound_s`, until it is done and
+    nothing is marked under-replicated; says how it ended (the final audit judges the rest)."""
+    started = time.monotonic()
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        with contextlib.suppress(errors.NodeExistsError):
+            await store.create(CHECK_NOW_ZNODE, make_parents=True)
+        under = UnderReplication(store)
+        while True:
+            checked = await store.exists(CHECK_NOW_ZNODE) is None
+            marked = await under.marked() if checked else []
+            took = time.monotonic() - started
+            if checked and not marked:
+                return f"full check done and nothing under-replicated after {took:.1f} s"
+            if took > bound_s:
+                state = f"{len(marked)} ledgers still marked" if checked else "no check done"
+                return f"after {took:.0f} s: {state}"
+            await asyncio.sleep(POLL_S)
