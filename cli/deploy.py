@@ -24,11 +24,18 @@ from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
 from core.topology import Topology
 from global_meta import MetaStore
-from ledger import LEDGERS_ROOT, BookieUnreachableError, init_cluster_metadata, ping_bookie
+from ledger import (
+    LEDGERS_ROOT,
+    BookieUnreachableError,
+    UnderReplication,
+    init_cluster_metadata,
+    ping_bookie,
+)
 from localcluster import nodes
 from localcluster.metadata import publish, registered_bookies
 from localcluster.probes import DEGRADED, service_health, zookeeper_mode
 from placement import load_checked_topology
+from rebuild.service import read_rebuilders
 
 DEFAULT_DATA_DIR = Path("/var/lib/globelog")
 STATUS_PING_TIMEOUT_S = 2.0
@@ -164,10 +171,12 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
     ]
     writable: set[str] | None = None
     read_only: set[str] = set()
+    rebuild_rows: list[dict[str, str]] = []
     if any(modes):  # with no server serving, a session could only time out
         try:
             async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
                 writable, read_only = await registered_bookies(store)
+                rebuild_rows = await _rebuild_rows(store)
         except MetadataUnavailableError:
             pass
     pings = await asyncio.gather(*(_ping(b.bookie_id) for b in topology.bookies))
@@ -204,6 +213,22 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
         _row(kind, p.name, p.region, p.endpoint.address, ok, detail)
         for (kind, p), (ok, detail) in zip(proxies, answers, strict=True)
     ]
+    return rows + rebuild_rows
+
+
+async def _rebuild_rows(store: MetaStore) -> list[dict[str, str]]:
+    """Each live rebuilder (its published status) and what is under-replicated."""
+    rows = []
+    for r in await read_rebuilders(store):
+        detail = (
+            f"{'auditor; ' if r.get('auditor') else ''}{r.get('ledgers_rebuilt', 0)} ledgers "
+            f"rebuilt, {r.get('bytes_per_s', 0) / 1e6:.1f} MB/s, in progress "
+            f"{len(r.get('in_progress', []))}"
+        )
+        rows.append(_row("rebuilder", str(r.get("name")), str(r.get("region")), "-", True, detail))
+    marked = await UnderReplication(store).marked()
+    detail = f"{len(marked)} ledgers marked (`globelog rebuild status`)" if marked else "none"
+    rows.append(_row("under-replicated", "ledgers", "-", "-", True, detail))
     return rows
 
 

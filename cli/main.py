@@ -18,6 +18,7 @@ from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
 from benchmarks.proxies import abuse as bench_abuse
 from benchmarks.proxies import throughput as bench_proxy
+from benchmarks.rebuild import bench as bench_rebuild
 from cli import (
     console_logs,
     deploy,
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
         "abuse", help="hostile clients against a region's proxies while a canary is served"
     )
     bench_abuse.add_arguments(abuse_bench)
+    rebuild_bench = bench_sub.add_parser(
+        "rebuild", help="a lost bookie's copies re-made: globelog's workers and BookKeeper's"
+    )
+    bench_rebuild.add_arguments(rebuild_bench)
     reads_bench = bench_sub.add_parser(
         "reads", help="catch-up reads of a ledger, beside BookKeeper's Java read benchmark"
     )
@@ -288,6 +293,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_proxy.run(args)
     if args.action == "abuse":
         return bench_abuse.run(args)
+    if args.action == "rebuild":
+        return bench_rebuild.run(args)
     if args.action == "spark":
         return bench_spark.run(args)
     if args.action == "reads":

@@ -36,7 +36,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,6 +250,27 @@ class Follower:
         """The loop failed as it was being stopped: no restart, the error kept for health."""
         self._last_error = _error_text(error)[:ERROR_TEXT_CHARS_MAX]
         log.error("follower %s failed while it was being stopped", self.name, exc_info=error)
+
+
+async def run_together(*coroutines: Coroutine[Any, Any, None]) -> None:
+    """Runs the coroutines until every one has ended; the first to fail has the others
+    cancelled (and waited for) and its error raised as itself.
+
+    For follower loops, in place of asyncio.TaskGroup: on Python 3.11 a TaskGroup whose child
+    fails after the group's body has ended cancels the calling task and never takes that
+    request back, so the Follower supervising the loop would take the failure for its own
+    stop and never restart it.
+    """
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 def _error_text(error: BaseException) -> str:

@@ -39,6 +39,7 @@ from core import errors
 from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE, RebuildSettings
 from core.topology import Replication
 from global_meta import ANY_VERSION, MetaStore
+from global_meta.followers import run_together
 from ledger import (
     Layout,
     LedgerClient,
@@ -88,6 +89,7 @@ class Auditor:
         self.counts = AuditCounts()
         self._missing_since: dict[str, float] = {}
         self._audited: set[str] = set()  # lost bookies whose ledgers are marked
+        self._lost: set[str] = set()  # as the last tick found them
 
     # ------------------------------------------------------------------------ election
 
@@ -127,9 +129,14 @@ class Auditor:
                     return
 
     async def _lead(self, vote: str) -> None:
+        """Two loops while elected: lost bookies every tick, and full checks; a full check
+        (minutes on a large cluster) never holds up the marking of a lost bookie."""
         self._missing_since.clear()
         self._audited.clear()
-        next_full = self._clock()  # a new auditor checks everything first
+        self._lost = set()
+        await run_together(self._follow_losses(vote), self._follow_checks())
+
+    async def _follow_losses(self, vote: str) -> None:
         while True:
             if await self._store.exists(vote) is None:
                 raise errors.SessionExpiredError(f"{self.name}: vote {vote} is gone")
@@ -139,9 +146,15 @@ class Auditor:
                 await self.audit_bookies(fresh)
                 self._audited |= fresh
             self._audited &= lost  # one that came back is audited again if lost again
+            self._lost = lost
+            await asyncio.sleep(TICK_S)
+
+    async def _follow_checks(self) -> None:
+        next_full = self._clock()  # a new auditor checks everything first
+        while True:
             asked = await self._store.exists(CHECK_NOW_ZNODE)
             if self._clock() >= next_full or asked is not None:
-                await self.full_check(lost)
+                await self.full_check(set(self._lost))
                 next_full = self._clock() + self._settings.check_interval_s
                 if asked is not None:  # done: whoever asked waits for its deletion
                     with contextlib.suppress(errors.NoNodeError, errors.BadVersionError):
@@ -205,7 +218,10 @@ class Auditor:
             if metadata is None:
                 continue
             replicas = to_rebuild(metadata, lost, located, self._client.replication_of)
-            gaps = await self._client.replica_gaps(ledger_id)
+            try:
+                gaps = await self._client.replica_gaps(ledger_id)
+            except NoSuchLedgerMetadataError:
+                continue  # deleted since it was read
             replicas += tuple(g.fragment.bookie_id for g in gaps if g.missing)
             if replicas and await self._under.mark(ledger_id, replicas):
                 marked += 1

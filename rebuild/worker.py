@@ -24,12 +24,17 @@ from dataclasses import dataclass, field
 from core.errors import GlobelogError
 from core.rebuild_settings import RebuildSettings
 from global_meta import MetaStore
+from global_meta.followers import run_together
 from ledger import Claim, LedgerClient, UnderReplication
 from rebuild.pacing import Pacer
 
 log = logging.getLogger(__name__)
 
 FAILURES_KEPT = 20  # the last failures a worker shows in its status
+# A ledger that keeps failing (every copy of an entry lost, no bookie to place a copy on)
+# waits longer each time: retry_after_s, doubled per failure in a row, at most this.
+RETRY_AFTER_MAX_S = 600.0
+FAILED_KEPT_MAX = 10_000  # failure counts kept (I10); past it, only those still resting
 
 
 @dataclass(slots=True)
@@ -60,15 +65,14 @@ class Worker:
         self._clock = clock or asyncio.get_running_loop().time
         self._pacer = Pacer(settings.rate_bytes_s, clock=self._clock)
         self._resting: dict[int, float] = {}  # ledger -> not claimed again before
+        self._failed: dict[int, int] = {}  # ledger -> failures in a row (marked ledgers only)
         self.counts = WorkerCounts()
 
     async def run(self, following: Callable[[], None]) -> None:
         """The worker's slots, each claiming and rebuilding ledgers; a Follower's loop."""
         await self._under.ensure_layout()
         following()
-        async with asyncio.TaskGroup() as slots:
-            for _ in range(self._settings.ledgers_at_once):
-                slots.create_task(self._slot())
+        await run_together(*(self._slot() for _ in range(self._settings.ledgers_at_once)))
 
     async def _slot(self) -> None:
         while True:
@@ -88,6 +92,8 @@ class Worker:
         now = self._clock()
         for ledger_id in [i for i, until in self._resting.items() if until <= now]:
             del self._resting[ledger_id]
+        if len(self._failed) > FAILED_KEPT_MAX:  # ledgers done by others, or deleted
+            self._failed = {i: n for i, n in self._failed.items() if i in self._resting}
         return frozenset(self._resting) | frozenset(self.counts.in_progress)
 
     async def claim(self, ledger_id: int) -> Claim | None:
@@ -115,16 +121,19 @@ class Worker:
             await self._under.release(claim)
             return False
         done = await self._under.done(claim)
+        self._failed.pop(ledger_id, None)
         if done:
             self.counts.ledgers_rebuilt += 1
         return done
 
     def _fail(self, ledger_id: int, why: str) -> None:
-        log.warning("rebuild of ledger %d failed, retried in %.0f s: %s", ledger_id,
-                    self._settings.retry_after_s, why)  # fmt: skip
+        failures = self._failed[ledger_id] = self._failed.get(ledger_id, 0) + 1
+        wait_s = min(self._settings.retry_after_s * 2 ** (failures - 1), RETRY_AFTER_MAX_S)
+        log.warning("rebuild of ledger %d failed (%d in a row), retried in %.0f s: %s",
+                    ledger_id, failures, wait_s, why)  # fmt: skip
         self.counts.ledgers_failed += 1
         self.counts.failures = [*self.counts.failures, why][-FAILURES_KEPT:]
-        self._resting[ledger_id] = self._clock() + self._settings.retry_after_s
+        self._resting[ledger_id] = self._clock() + wait_s
 
     async def _release_quietly(self, claim: Claim) -> None:
         try:

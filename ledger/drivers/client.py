@@ -22,7 +22,7 @@ from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
-from global_meta.followers import Follower, FollowerStatus
+from global_meta.followers import Follower, FollowerStatus, run_together
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
@@ -179,9 +179,9 @@ class LedgerClient:
         decommissions. A failed refresh fails the follower: its restart reads them afresh,
         where waiting for the next change would leave placement stale until a bookie comes
         or goes."""
-        async with asyncio.TaskGroup() as watches:
-            for path in (AVAILABLE, DECOMMISSION_ZNODE):
-                watches.create_task(self._follow_children(path, following))
+        await run_together(
+            *(self._follow_children(path, following) for path in (AVAILABLE, DECOMMISSION_ZNODE))
+        )
 
     async def _follow_children(self, path: str, following: Callable[[], None]) -> None:
         async with contextlib.aclosing(self._store.watch_children(path)) as watch:

@@ -194,6 +194,9 @@ async def _rebuild_fragment(
         )
     except GlobelogError:
         failed_targets.add(target)
+        # placement keeps it out of the next replacements for its health TTL (a retry of
+        # this ledger, the other ledgers of this worker)
+        context.placement.record_failure(target, context.clock())
         raise
     versioned = await update_metadata(
         context.metadata, versioned, _replacing(versioned.ledger_id, fragment, target)
@@ -271,13 +274,18 @@ async def copy_fragment(
         )
         size = sum(len(packet) for _, packet in batch)
         await pace(size)
-        async with asyncio.TaskGroup() as adds:
-            for entry_id, packet in batch:
-                adds.create_task(
-                    context.bookies.add_entry(
-                        target, ledger_id, entry_id, key, packet, recovery=True
-                    )
-                )
+        # every add of the batch ends (each within the bookie request timeout) before the
+        # first failure, if any, is raised as itself
+        answers = await asyncio.gather(
+            *(
+                context.bookies.add_entry(target, ledger_id, entry_id, key, packet, recovery=True)
+                for entry_id, packet in batch
+            ),
+            return_exceptions=True,
+        )
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
         copied_bytes += size
         index += len(batch)
     for entry_id in {wanted[0], wanted[-1]}:
@@ -320,6 +328,8 @@ async def _read_batch(
             return verified
         except GlobelogError as err:
             failed_sources.add(source)
+            if not isinstance(err, LACKS_COPY):
+                context.placement.record_failure(source, context.clock())
             errors.append(f"{source}: {err}")
     raise EntryUnavailableError(
         f"ledger {ledger_id} entry {first}: no surviving copy could be read "

@@ -54,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "figures",
         "pipeline",
         "region",
+        "rebuild",
         "writer",
         "reader",
         "ledger",

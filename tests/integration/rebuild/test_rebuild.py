@@ -13,6 +13,7 @@ import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,8 @@ from global_meta.followers import Follower
 from ledger import Layout, LedgerClient, LedgerConfig, UnderReplication, decode_vote
 from ledger.codecs.entry import EntryCodec
 from ledger.codecs.metadata import LedgerState
+from ledger.connections.connection import REQUEST_TIMEOUT_S
+from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from localcluster.tools import Tools
@@ -35,6 +38,7 @@ from tests.support.bookkeeper_java import bookie_shell
 from tests.support.ledgers import ledger_client
 
 PASSWORD = b"rebuild-secret"
+AVAILABLE = "/ledgers/available"
 REPLICATION = Replication(4, 4, 3, 2)
 ENTRIES = 120
 SETTINGS = RebuildSettings(lost_bookie_delay_s=0.0, retry_after_s=0.5, poll_interval_s=0.2)
@@ -265,3 +269,57 @@ async def test_a_decommissioned_bookie_gets_no_new_copies_and_its_copies_are_re_
             assert rows[leaving]["state"] == "decommissioning"
         finally:
             await decommission(store, leaving, undo=True)
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+async def test_a_replacement_that_dies_or_stops_answering_mid_copy_leaves_the_ledger_as_it_was(
+    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication, fault: str
+) -> None:
+    """The copy's adds to a dead replacement fail at once; to a paused one they end at the
+    bookie request timeout (I8): either way the ledger is as it was, and a retry completes."""
+    ledger_id, payloads = await closed_ledger(client)
+    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    leaving = before[3]
+    await paused.mark(ledger_id, (leaving,))
+    by_id = {b.bookie_id: b.name for b in cluster.topology.bookies}
+    killed: list[str] = []
+    async with worker_of(cluster, "test-worker") as worker:
+        bookies = worker._client.context.bookies
+        add_entry = bookies.add_entry
+
+        async def dying_target(bookie_id: str, *rest: Any, **named: Any) -> Any:
+            if not killed:  # the replacement dies (or stops) as its first copy arrives
+                killed.append(bookie_id)
+                await controller.fault(cluster, tools, fault, by_id[bookie_id])
+            return await add_entry(bookie_id, *rest, **named)
+
+        bookies.add_entry = dying_target  # type: ignore[method-assign]
+        try:
+            claim = await worker.claim(ledger_id)
+            assert claim is not None
+            started = asyncio.get_running_loop().time()
+            assert await worker.rebuild(claim) is False  # failed, its claim released
+            took = asyncio.get_running_loop().time() - started
+            assert took < REQUEST_TIMEOUT_S + 10, took
+            assert worker.counts.ledgers_failed == 1
+            assert (await client.metadata(ledger_id)).metadata.ensembles[0].bookies == before
+            found = await paused.read(ledger_id)
+            assert found is not None and found[0].replicas == (leaving,)
+
+            if fault == "kill":
+
+                async def dead_unregistered() -> bool:  # placement no longer offers it
+                    return killed[0] not in set(await paused_store(paused).children(AVAILABLE))
+
+                await wait_until("the dead replacement unregistered", dead_unregistered, 30)
+            # (a paused one stays registered: placement's quarantine of failed bookies skips it)
+            again = await worker.claim(ledger_id)
+            assert again is not None
+            assert await worker.rebuild(again) is True
+        finally:
+            heal = "restart" if fault == "kill" else "resume"
+            await controller.fault(cluster, tools, heal, by_id[killed[0]])
+    ensemble = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    assert leaving not in ensemble and killed[0] not in ensemble
+    reader = await client.open(ledger_id, PASSWORD)
+    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads

@@ -33,7 +33,7 @@ def commands_in_units() -> list[str]:
         for line in unit.read_text().splitlines():
             if line.startswith(("ExecStart=", "ExecStartPre=")) and "bin/globelog " in line:
                 command = line.split("=", 1)[1].split("bin/", 1)[1]
-                found.append(command.replace("%i", "us-east" if "proxy" in unit.name else
+                found.append(command.replace("%i", "us-east" if "proxy" in unit.name or "rebuilder" in unit.name else
                                              _node_for(unit.name)))  # fmt: skip
     return found
 
@@ -44,7 +44,7 @@ def _node_for(unit: str) -> str:
 
 def test_the_docs_and_units_name_commands() -> None:
     assert len(commands_in_docs()) >= 8
-    assert len(commands_in_units()) == 4
+    assert len(commands_in_units()) == 5
 
 
 @pytest.mark.parametrize("command", commands_in_docs() + commands_in_units())

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.errors import MetadataUnavailableError
-from global_meta.followers import Follower, FollowerState, FollowerStatus, RestartBackoff
+from global_meta.followers import (
+    Follower,
+    FollowerState,
+    FollowerStatus,
+    RestartBackoff,
+    run_together,
+)
 
 FOLLOW, RETURN = "follow", "return"
 Order = str | BaseException
@@ -292,3 +298,55 @@ async def test_restart_waits_are_jittered_by_the_followers_own_random_within_eac
     for delays in slept:
         for step_s, delay_s in zip([0.1, 0.2, 0.4, 0.8, 1.0], delays, strict=True):
             assert step_s / 2 <= delay_s <= step_s
+
+
+async def _fails_after(delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    raise MetadataUnavailableError("no ZooKeeper session")
+
+
+async def _runs_until_cancelled(cancelled: list[str]) -> None:
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        cancelled.append("sibling")
+        raise
+
+
+async def test_run_together_raises_the_first_failure_as_itself_and_cancels_the_rest() -> None:
+    cancelled: list[str] = []
+    with pytest.raises(MetadataUnavailableError):
+        await run_together(_fails_after(0), _runs_until_cancelled(cancelled))
+    assert cancelled == ["sibling"]
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0  # no request left behind
+
+
+@pytest.mark.parametrize("use_task_group", [False, True])
+async def test_a_loop_whose_concurrent_part_fails_is_restarted(use_task_group: bool) -> None:
+    """Python 3.11's TaskGroup leaves a cancellation request on a loop whose child fails after
+    the group's body: the Follower takes it for its own stop and ends for good. run_together
+    does not."""
+    starts = 0
+
+    async def loop(following: Callable[[], None]) -> None:
+        nonlocal starts
+        starts += 1
+        following()
+        if use_task_group:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(_fails_after(0.01))
+        else:
+            await run_together(_fails_after(0.01))
+
+    follower = Follower("concurrent", loop, backoff=RestartBackoff(0.001, 2.0, 0.002))
+    follower.start()
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if starts >= 3:
+            break
+    await follower.stop()
+    if use_task_group:
+        assert starts == 1, "on 3.11 the TaskGroup's leftover request stops the follower"
+    else:
+        assert starts >= 3

@@ -1,0 +1,375 @@
+"""`globelog bench rebuild`: how fast a lost bookie's copies are re-made, by globelog's
+rebuilders and by BookKeeper's own recovery, on the same bookies, with a writer in the
+foreground.
+
+One cluster (every process on this machine). The bench fills it with `--ledgers` closed
+ledgers of `--ledger-mb` MB each (replication from the topology), starts a foreground writer
+adding `--foreground-kb` KB entries at `--foreground-rate` per second, and then, one phase
+after another, loses a bookie for good (`cluster wipe`: killed, data and cookie deleted) and
+times its rebuild:
+
+1. globelog, workers of one region (us-east) only;
+2. globelog, a worker in every region;
+3. BookKeeper: `BookieShell recover <bookie>` (BookKeeperAdmin's recovery with its client's
+   default placement), on the same cluster.
+
+Each phase marks the lost bookie's ledgers itself (what the auditor does once the bookie has
+been gone for `lost_bookie_delay_s`: that delay is a setting, not a rate) and ends when no
+ledger's metadata names the bookie; the bookie then comes back empty for the next phase. For
+each: ledgers and bytes re-made, seconds, MB/s, the foreground's add latency p50/p99 before
+and during, and, after it, how many ensembles break the durability rule (the audit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from benchmarks.harness import (
+    add_cluster_arguments,
+    bench_cluster,
+    bench_progress,
+    check_cluster_ports,
+    run_on_bench_cluster,
+)
+from core.errors import ConfigError, GlobelogError
+from core.rebuild_settings import RebuildSettings
+from figures.percentiles import percentile
+from figures.plots import latency_over_time
+from global_meta import MetaStore
+from global_meta.followers import Follower
+from ledger import LedgerClient, LedgerConfig, UnderReplication, audit_ledgers
+from localcluster import controller, plan
+from localcluster.controller import Cluster
+from localcluster.tools import REPO_ROOT, Tools, find_tools
+from rebuild.auditor import Auditor
+from rebuild.bookies import holdings, ledgers_on
+from rebuild.worker import Worker
+
+MB = 1_000_000
+FILL_WRITERS = 8  # ledgers filled at once
+BASELINE_S = 10.0
+PHASE_BOUND_S = 1800.0
+POLL_S = 0.5
+JAVA_TIMEOUT_S = 3600
+PLOT = REPO_ROOT / "docs" / "img" / "bench-rebuild.png"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_arguments(parser)
+    parser.add_argument("--ledgers", type=int, default=100)
+    parser.add_argument("--ledger-mb", type=float, default=4.0)
+    parser.add_argument("--entry-kb", type=int, default=64)
+    parser.add_argument("--foreground-rate", type=float, default=50.0, help="adds per second")
+    parser.add_argument("--foreground-kb", type=int, default=1)
+    parser.add_argument("--ledgers-at-once", type=int, default=4, help="per globelog worker")
+    parser.add_argument("--rate-mb-s", type=float, default=1000.0, help="per globelog worker")
+    parser.add_argument("--skip-bookkeeper", action="store_true")
+
+
+@dataclass
+class Samples:
+    """The foreground's add latencies: (seconds since the bench started, ms)."""
+
+    started: float = field(default_factory=time.monotonic)
+    points: list[tuple[float, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def between(self, start: float, end: float) -> list[float]:
+        return sorted(ms for t, ms in self.points if start <= t < end)
+
+
+@dataclass
+class Phase:
+    name: str
+    bookie: str
+    ledgers: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    started: float = 0.0
+    ended: float = 0.0
+    rule_breaks: int = 0
+    left: int = 0
+
+
+async def fill(
+    client: LedgerClient, cluster: Cluster, args: argparse.Namespace, say: Callable[[str], None]
+) -> None:
+    entry = b"x" * (args.entry_kb * 1024)
+    per_ledger = max(1, int(args.ledger_mb * MB) // len(entry))
+    queue = list(range(args.ledgers))
+    done = [0]
+
+    async def writer() -> None:
+        while queue:
+            queue.pop()
+            handle = await client.create(cluster.topology.replication, b"bench-rebuild")
+            for _ in range(per_ledger):
+                await handle.add(entry)
+            await handle.close()
+            done[0] += 1
+            if done[0] % 10 == 0:
+                say(f"filled {done[0]}/{args.ledgers} ledgers")
+
+    async with asyncio.TaskGroup() as writers:
+        for _ in range(FILL_WRITERS):
+            writers.create_task(writer())
+
+
+async def foreground(
+    client: LedgerClient,
+    cluster: Cluster,
+    args: argparse.Namespace,
+    samples: Samples,
+    stop: asyncio.Event,
+) -> None:
+    """Adds at a fixed rate to a ledger of its own, rolled every 5 000 entries."""
+    payload = b"f" * (args.foreground_kb * 1024)
+    period = 1.0 / args.foreground_rate
+    handle = await client.create(cluster.topology.replication, b"bench-foreground")
+    added = 0
+    next_at = time.monotonic()
+    while not stop.is_set():
+        next_at += period
+        began = time.monotonic()
+        try:
+            await handle.add(payload)
+        except GlobelogError as err:  # counted, and the writer goes on in a new ledger
+            samples.failures.append(f"{began - samples.started:.1f} s: {err.code}")
+            handle = await client.create(cluster.topology.replication, b"bench-foreground")
+            continue
+        samples.points.append((began - samples.started, (time.monotonic() - began) * 1000))
+        added += 1
+        if added % 5000 == 0:
+            await handle.close()
+            handle = await client.create(cluster.topology.replication, b"bench-foreground")
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    await handle.close()
+
+
+async def globelog_phase(
+    cluster: Cluster, store: MetaStore, client: LedgerClient, bookie: str, regions: list[str],
+    args: argparse.Namespace, samples: Samples, say: Callable[[str], None],
+) -> Phase:  # fmt: skip
+    name = f"globelog, workers in {', '.join(regions)}"
+    bookie_id = cluster.topology.bookie(bookie).bookie_id
+    phase = Phase(name, bookie)
+    await controller.wipe_bookie(cluster, bookie)
+    settings = RebuildSettings(
+        lost_bookie_delay_s=0.0, ledgers_at_once=args.ledgers_at_once,
+        rate_bytes_s=int(args.rate_mb_s * MB), poll_interval_s=0.2, retry_after_s=1.0,
+    )  # fmt: skip
+    phase.started = time.monotonic() - samples.started
+    auditor = Auditor(store, client, settings, "bench-auditor")
+    phase.ledgers = await auditor.audit_bookies({bookie_id})
+    say(f"{name}: {bookie} wiped, {phase.ledgers} ledgers marked")
+    async with _workers(cluster, regions, settings) as workers:
+        started = time.monotonic()
+        while await _under(store).marked():
+            if time.monotonic() - started > PHASE_BOUND_S:
+                break
+            copied = sum(w.counts.bytes_copied for w in workers)
+            say(f"{name}: {copied / MB:.0f} MB re-made")
+            await asyncio.sleep(POLL_S * 4)
+        phase.seconds = time.monotonic() - started
+        phase.bytes = sum(w.counts.bytes_copied for w in workers)
+    phase.ended = time.monotonic() - samples.started
+    phase.left = len(await ledgers_on(client, bookie_id))
+    await _restart_empty(cluster, bookie)
+    return phase
+
+
+def _under(store: MetaStore) -> UnderReplication:
+    return UnderReplication(store)
+
+
+@asynccontextmanager
+async def _workers(
+    cluster: Cluster, regions: list[str], settings: RebuildSettings
+) -> AsyncIterator[list[Worker]]:
+    """A running worker in each of `regions`, each with its own session and ledger client."""
+    min_regions = cluster.topology.replication.min_regions_for_durability
+    async with contextlib.AsyncExitStack() as stack:
+        workers = []
+        for region in regions:
+            store = await stack.enter_async_context(
+                await MetaStore.connect(cluster.topology.zk_connect)
+            )
+            config = LedgerConfig(region=region, min_regions_for_durability=min_regions)
+            client = await stack.enter_async_context(await LedgerClient.connect(store, config))
+            worker = Worker(store, client, settings, f"bench-worker-{region}")
+            workers.append(worker)
+            running = Follower(worker.name, worker.run)
+            await stack.enter_async_context(running)
+        yield workers
+
+
+async def bookkeeper_phase(
+    cluster: Cluster, tools: Tools, client: LedgerClient, bookie: str, samples: Samples,
+    say: Callable[[str], None],
+) -> Phase:  # fmt: skip
+    bookie_id = cluster.topology.bookie(bookie).bookie_id
+    phase = Phase("BookKeeper, BookieShell recover", bookie)
+    phase.ledgers = len(await ledgers_on(client, bookie_id))
+    before = await _ledger_bytes_on(client, bookie_id)
+    await controller.wipe_bookie(cluster, bookie)
+    say(f"{phase.name}: {bookie} wiped, {phase.ledgers} ledgers name it")
+    conf = cluster.data_dir / "bookies" / "shell.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(plan.shell_conf(cluster.topology))
+    argv = [
+        tools.java, "-Xmx512m", "-cp", tools.bookkeeper_classpath,
+        "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "recover", "-f", "-sk",
+        bookie_id,
+    ]  # fmt: skip
+    phase.started = time.monotonic() - samples.started
+    started = time.monotonic()
+    result = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=JAVA_TIMEOUT_S, check=False
+    )
+    phase.seconds = time.monotonic() - started
+    phase.ended = time.monotonic() - samples.started
+    if result.returncode != 0:
+        raise ConfigError(
+            f"BookieShell recover exited {result.returncode}: {result.stderr[-2000:]}"
+        )
+    phase.bytes = before
+    phase.left = len(await ledgers_on(client, bookie_id))
+    await _restart_empty(cluster, bookie)
+    return phase
+
+
+async def _ledger_bytes_on(client: LedgerClient, bookie_id: str) -> int:
+    """Bytes of the copies the bookie holds (closed ledgers: entries held times mean size)."""
+    return (await holdings(client)).bytes[bookie_id]
+
+
+async def _restart_empty(cluster: Cluster, bookie: str) -> None:
+    await controller.fault(cluster, find_tools(), "restart", bookie)
+
+
+async def _rule_breaks(cluster: Cluster, client: LedgerClient) -> int:
+    ids = await client.ledger_ids()
+    reports, _ = await audit_ledgers(
+        cluster.topology, ids, cluster.topology.replication.min_regions_for_durability
+    )
+    return sum(a["adherence"] == "fail" for r in reports for a in r["audit"])
+
+
+async def bench(
+    cluster: Cluster, tools: Tools, args: argparse.Namespace, say: Callable[[str], None]
+) -> str:
+    topology = cluster.topology
+    config = LedgerConfig(
+        region="us-east", min_regions_for_durability=topology.replication.min_regions_for_durability
+    )
+    samples = Samples()
+    phases: list[Phase] = []
+    async with (
+        await MetaStore.connect(topology.zk_connect) as store,
+        await LedgerClient.connect(store, config) as client,
+    ):
+        await UnderReplication(store).ensure_layout()
+        say(f"fill: {args.ledgers} ledgers of {args.ledger_mb} MB in {args.entry_kb} KB entries")
+        await fill(client, cluster, args, say)
+        stop = asyncio.Event()
+        writer = asyncio.create_task(foreground(client, cluster, args, samples, stop))
+        try:
+            await asyncio.sleep(BASELINE_S)
+            by_region = {
+                r: [b.name for b in topology.bookies if b.region == r]
+                for r in topology.region_names
+            }
+            losses = [by_region["us-west"][0], by_region["eu-west"][0], by_region["us-west"][-1]]
+            phases.append(
+                await globelog_phase(
+                    cluster, store, client, losses[0], ["us-east"], args, samples, say
+                )
+            )
+            phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+            await asyncio.sleep(BASELINE_S)
+            phases.append(
+                await globelog_phase(
+                    cluster,
+                    store,
+                    client,
+                    losses[1],
+                    list(topology.region_names),
+                    args,
+                    samples,
+                    say,
+                )
+            )
+            phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+            if not args.skip_bookkeeper:
+                await asyncio.sleep(BASELINE_S)
+                phases.append(
+                    await bookkeeper_phase(cluster, tools, client, losses[2], samples, say)
+                )
+                phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+        finally:
+            stop.set()
+            await writer
+    return report(args, cluster, samples, phases)
+
+
+def report(
+    args: argparse.Namespace, cluster: Cluster, samples: Samples, phases: list[Phase]
+) -> str:
+    before = samples.between(0, BASELINE_S)
+    lines = [
+        f"rebuild: {args.ledgers} ledgers x {args.ledger_mb} MB ({args.entry_kb} KB entries), "
+        f"replication {cluster.topology.replication}, WAN profile {cluster.profile}; every "
+        "process on this machine, bookies fsync their journal",
+        f"foreground: {args.foreground_rate:g} adds/s of {args.foreground_kb} KB from us-east; "
+        f"before any loss p50 {percentile(before, 50):.1f} ms, p99 {percentile(before, 99):.1f} ms",
+        "",
+        "| phase | lost bookie | ledgers | MB re-made | seconds | MB/s | foreground p50 / p99 during (ms) | p99 during / before | rule breaks after | ledgers still naming it |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    series: dict[str, tuple[Sequence[float], Sequence[float]]] = {
+        "foreground adds": ([t for t, _ in samples.points], [ms for _, ms in samples.points])
+    }
+    for p in phases:
+        during = samples.between(p.started, p.ended) or [0.0]
+        rate = p.bytes / MB / p.seconds if p.seconds else 0.0
+        lines.append(
+            f"| {p.name} | {p.bookie} | {p.ledgers} | {p.bytes / MB:.0f} | {p.seconds:.1f} | "
+            f"{rate:.1f} | {percentile(during, 50):.1f} / {percentile(during, 99):.1f} | "
+            f"{percentile(during, 99) / percentile(before, 99):.2f}x | {p.rule_breaks} | {p.left} |"
+        )
+    path = latency_over_time(PLOT, "foreground add latency through the rebuild phases", series)
+    lines += [
+        "",
+        "phases (s since start): "
+        + "; ".join(f"{p.name} {p.started:.0f}-{p.ended:.0f}" for p in phases),
+        f"plot: {path}",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+    args.region = "us-east"
+    cluster = bench_cluster(args, problems)
+    if args.ledgers < 1 or args.ledger_mb <= 0 or args.entry_kb < 1:
+        problems.append("--ledgers, --ledger-mb and --entry-kb: expected > 0")
+    if problems:
+        raise ConfigError("bench rebuild: " + "; ".join(problems))
+    check_cluster_ports(cluster, args.use_running)
+    tools = find_tools()
+    say = bench_progress("rebuild")
+    cluster = dataclasses.replace(cluster, services=False)
+
+    async def go(c: Cluster) -> str:
+        return await bench(c, tools, args, say)
+
+    run_on_bench_cluster(cluster, args.use_running, tools, say, go)
+    return 0
