@@ -226,10 +226,16 @@ async def _rebuild_rows(store: MetaStore) -> list[dict[str, str]]:
             f"{len(r.get('in_progress', []))}"
         )
         rows.append(_row("rebuilder", str(r.get("name")), str(r.get("region")), "-", True, detail))
-    marked = await UnderReplication(store).marked()
-    detail = f"{len(marked)} ledgers marked (`globelog rebuild status`)" if marked else "none"
-    rows.append(_row("under-replicated", "ledgers", "-", "-", True, detail))
     return rows
+
+
+async def under_replicated(topology: Topology) -> int | None:
+    """How many ledgers are marked under-replicated; None without ZooKeeper."""
+    try:
+        async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
+            return len(await UnderReplication(store).marked())
+    except MetadataUnavailableError:
+        return None
 
 
 def _row(kind: str, name: str, region: str, address: str, ok: bool, detail: str) -> dict[str, str]:
@@ -246,9 +252,12 @@ def run_status(args: argparse.Namespace) -> int:
     proxy degraded: answering, with a follower not following, named with its cause)."""
     topology = load_checked_topology(args.topology)
     rows = asyncio.run(deployment_status(topology))
+    serving = any(r["kind"] == "zookeeper" and r["state"] == "up" for r in rows)
+    marked = asyncio.run(under_replicated(topology)) if serving else None
     down = [row for row in rows if row["state"] != "up"]
     if args.json:
-        print(json.dumps({"topology": topology.name, "nodes": rows, "down": len(down)}, indent=1))
+        report = {"topology": topology.name, "nodes": rows, "down": len(down)}
+        print(json.dumps({**report, "under_replicated_ledgers": marked}, indent=1))
     else:
         for row in rows:
             print(
@@ -256,6 +265,8 @@ def run_status(args: argparse.Namespace) -> int:
                 f"{row['state']:<5} {row['detail']}"
             )
         degraded = sum(row["state"] == DEGRADED for row in rows)
+        if marked:
+            print(f"{marked} ledgers under-replicated: see `globelog rebuild status`")
         print(
             f"{len(rows) - len(down)} of {len(rows)} up"
             + (f"; {len(down) - degraded} down" if len(down) > degraded else "")

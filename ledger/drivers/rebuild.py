@@ -48,6 +48,7 @@ from ledger.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from placement import Adherence
 
 log = logging.getLogger(__name__)
 
@@ -152,19 +153,68 @@ async def rebuild_ledger(
     replicas: Collection[str],
     pace: Pace = no_pacing,
 ) -> LedgerRebuild:
-    """Re-makes every copyable fragment of `replicas` in the ledger, one fragment at a time,
-    each ending in its metadata compare-and-set. Raises the first fragment's failure (a
-    later pass starts again from the metadata, so copied fragments are not copied twice)."""
-    plan = plan_fragments(versioned.metadata, replicas)
+    """Re-makes every copyable fragment of `replicas` in the ledger, one fragment at a time.
+    Raises the first fragment's failure (a later pass starts again from the metadata, so a
+    fragment moved is not copied twice).
+
+    Each fragment of a marked bookie, by what the bookie is now:
+    - not writable (gone from the registry, read-only, decommissioned), or in an ensemble
+      that breaks the durability rule: the fragment moves, its copies made on a bookie
+      placement picks and the metadata naming it;
+    - writable, and answering that it lacks the fragment's first or last entry (a disk
+      replaced under the same id, a bookie down while entries were written): repaired in
+      place, the entries added back to it, no metadata change;
+    - writable and holding its copies: nothing to do (the mark is stale: the bookie came
+      back, or the decommission was undone).
+    The open last ensemble's span of a writable bookie is its writer's to look after.
+    """
+    metadata = versioned.metadata
+    writable = context.placement.cluster.writable
+    replication = context.replication_of(metadata)
+    plan = plan_fragments(metadata, replicas)
     rebuilt: list[Rebuilt] = []
     failed_targets: set[str] = set()
     for fragment in plan.copyable:
-        done, versioned = await _rebuild_fragment(
-            context, versioned, fragment, frozenset(replicas), failed_targets, pace
-        )
+        done: Rebuilt | None = None
+        ensemble = _ensemble_at(metadata, fragment.first_entry_id).bookies
+        breaks_rule = context.placement.audit(ensemble, replication).adherence is Adherence.FAIL
+        if fragment.bookie_id not in writable or breaks_rule:
+            done, versioned = await _rebuild_fragment(
+                context, versioned, fragment, frozenset(replicas), failed_targets, pace
+            )
+            metadata = versioned.metadata
+        elif await _lacks_copies(context, versioned, fragment):
+            done = await _repair_in_place(context, versioned, fragment, frozenset(replicas), pace)
         if done is not None:
             rebuilt.append(done)
-    return LedgerRebuild(versioned.ledger_id, tuple(rebuilt), plan.deferred)
+    deferred = tuple(f for f in plan.deferred if f.bookie_id not in writable)
+    return LedgerRebuild(versioned.ledger_id, tuple(rebuilt), deferred)
+
+
+async def _lacks_copies(
+    context: LedgerContext, versioned: VersionedMetadata, fragment: Fragment
+) -> bool:
+    """Whether the fragment's bookie answers that it lacks its first or last entry there."""
+    gaps = await replica_gaps(context, versioned.ledger_id, versioned.metadata, (fragment,))
+    return any(g.missing for g in gaps)
+
+
+async def _repair_in_place(
+    context: LedgerContext,
+    versioned: VersionedMetadata,
+    fragment: Fragment,
+    replicas: frozenset[str],
+    pace: Pace,
+) -> Rebuilt:
+    entries, size = await copy_fragment(
+        context, versioned.ledger_id, versioned.metadata, fragment, fragment.bookie_id,
+        replicas, pace,
+    )  # fmt: skip
+    log.info(
+        "ledger %d: repaired %s in place (%d entries, %d bytes)",
+        versioned.ledger_id, fragment.describe(), entries, size,
+    )  # fmt: skip
+    return Rebuilt(fragment, fragment.bookie_id, entries, size)
 
 
 async def _rebuild_fragment(
@@ -347,17 +397,22 @@ class ReplicaGap:
 
 
 async def replica_gaps(
-    context: LedgerContext, ledger_id: int, metadata: LedgerMetadata
+    context: LedgerContext,
+    ledger_id: int,
+    metadata: LedgerMetadata,
+    fragments: Collection[Fragment] | None = None,
 ) -> list[ReplicaGap]:
     """Asks each member of every ensemble whose span is settled (all of a closed ledger, all
     but the last of an open one) for the first and last entries it should hold there: a
     bookie that answers it has no such entry or ledger lost its copy (a wiped disk brought
     back under the same id, which the registry cannot show). An unreachable bookie is a gap
     too; `why` says which. Nothing is read beyond those two entries per fragment."""
-    members = {b for e in metadata.ensembles for b in e.bookies}
+    if fragments is None:
+        members = {b for e in metadata.ensembles for b in e.bookies}
+        fragments = plan_fragments(metadata, members).copyable
     gaps: list[ReplicaGap] = []
     codec = EntryCodec(ledger_id, metadata.digest_type, metadata.password)
-    for fragment in plan_fragments(metadata, members).copyable:
+    for fragment in fragments:
         held = list(fragment.entries(metadata.ensemble_size, metadata.write_quorum))
         for entry_id in dict.fromkeys((held[0], held[-1]) if held else ()):
             try:

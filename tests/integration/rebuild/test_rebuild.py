@@ -1,9 +1,11 @@
 """Rebuilding on the real cluster: marking in BookKeeper's layout, claiming, copying to a
 replacement and swapping it into the metadata, and the races around them.
 
-Each test marks its own ledgers with a live bookie of their ensemble, as a decommission does,
-so nothing of the shared cluster is lost. The cluster's own rebuilders (when a services test
-started them) are paused through the cluster-wide switch; the tests drive their own workers.
+Each test takes a live bookie of its ledger's ensemble out of service (a decommission: no
+longer writable, so its copies must move) and marks the ledger with it, so nothing of the
+shared cluster is lost; the decommission is undone at the end. The cluster's own rebuilders
+(when a services test started them) are paused through the cluster-wide switch; the tests
+drive their own workers.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -63,6 +65,28 @@ async def paused(cluster: Cluster) -> AsyncIterator[UnderReplication]:
             await under.set_disabled(False)
 
 
+Leave = Callable[[str], Awaitable[None]]
+
+
+@pytest.fixture
+async def leaving_service(
+    paused: UnderReplication,
+) -> AsyncIterator[Callable[[str], Awaitable[None]]]:
+    """Takes a bookie out of service for the test (workers connected afterwards see it)."""
+    store = paused_store(paused)
+    taken: list[str] = []
+
+    async def take(bookie: str) -> None:
+        taken.append(bookie)
+        await decommission(store, bookie)
+
+    try:
+        yield take
+    finally:
+        for bookie in taken:
+            await decommission(store, bookie, undo=True)
+
+
 async def closed_ledger(client: LedgerClient, entries: int = ENTRIES) -> tuple[int, list[bytes]]:
     writer = await client.create(REPLICATION, PASSWORD)
     payloads = [f"rebuild-{writer.ledger_id}-{i}".encode() * 3 for i in range(entries)]
@@ -93,12 +117,14 @@ def located(cluster: Cluster) -> list[LocatedBookie]:
 
 
 async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it(
-    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication
-) -> None:
+    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication,
+    leaving_service: Leave,
+) -> None:  # fmt: skip
     ledger_id, payloads = await closed_ledger(client)
     before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     leaving = before[1]
-    assert await paused.mark(ledger_id, (leaving,)) is True
+    await leaving_service(leaving)
+    await paused.mark(ledger_id, (leaving,))  # (the cluster's auditor may have been first)
     assert await paused.mark(ledger_id, (leaving,)) is False  # already named: unchanged
     # BookKeeper's own shell lists what globelog marked, as `globelog rebuild status` does
     listed = bookie_shell(cluster, tools, "listunderreplicated", "-printmissingreplica")
@@ -139,15 +165,22 @@ async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it
 
 
 async def test_a_marker_grown_during_its_rebuild_survives_it_and_is_rebuilt_again(
-    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication, leaving_service: Leave
 ) -> None:
     ledger_id, _ = await closed_ledger(client, entries=30)
     first, second = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[:2]
+    await leaving_service(first)
     await paused.mark(ledger_id, (first,))
     async with worker_of(cluster, "test-worker") as worker:
         claim = await worker.claim(ledger_id)
         assert claim is not None
-        assert await paused.mark(ledger_id, (second,)) is True  # another loss meanwhile
+        await leaving_service(second)  # another bookie leaves meanwhile
+        await paused.mark(ledger_id, (second,))  # (unless the cluster's auditor did first)
+
+        async def seen_leaving() -> bool:
+            return second not in worker._client.context.placement.cluster.writable
+
+        await wait_until("the worker sees the second bookie leave", seen_leaving, 10)
         assert await worker.rebuild(claim) is False  # done refused: the marker changed
         found = await paused.read(ledger_id)
         assert found is not None and found[0].replicas == (first, second)
@@ -159,10 +192,11 @@ async def test_a_marker_grown_during_its_rebuild_survives_it_and_is_rebuilt_agai
 
 
 async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
-    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication, leaving_service: Leave
 ) -> None:
     ledger_id, payloads = await closed_ledger(client)
     leaving = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[0]
+    await leaving_service(leaving)
     await paused.mark(ledger_id, (leaving,))
     stalled = asyncio.Event()
     async with worker_of(cluster, "dying-worker") as dying:
@@ -273,13 +307,15 @@ async def test_a_decommissioned_bookie_gets_no_new_copies_and_its_copies_are_re_
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
 async def test_a_replacement_that_dies_or_stops_answering_mid_copy_leaves_the_ledger_as_it_was(
-    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication, fault: str
-) -> None:
+    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication, fault: str,
+    leaving_service: Leave,
+) -> None:  # fmt: skip
     """The copy's adds to a dead replacement fail at once; to a paused one they end at the
     bookie request timeout (I8): either way the ledger is as it was, and a retry completes."""
     ledger_id, payloads = await closed_ledger(client)
     before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     leaving = before[3]
+    await leaving_service(leaving)
     await paused.mark(ledger_id, (leaving,))
     by_id = {b.bookie_id: b.name for b in cluster.topology.bookies}
     killed: list[str] = []
