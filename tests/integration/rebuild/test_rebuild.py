@@ -33,7 +33,7 @@ from localcluster.probes import wait_until
 from localcluster.tools import Tools
 from placement import Adherence, LocatedBookie, audit_ensemble
 from rebuild.auditor import Auditor
-from rebuild.bookies import bookie_list, decommission
+from rebuild.bookies import bookie_list, decommission, ledgers_on
 from rebuild.status import rebuild_status
 from rebuild.worker import Worker
 from tests.support.bookkeeper_java import bookie_shell
@@ -126,12 +126,19 @@ async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it
     await leaving_service(leaving)
     await paused.mark(ledger_id, (leaving,))  # (the cluster's auditor may have been first)
     assert await paused.mark(ledger_id, (leaving,)) is False  # already named: unchanged
+
+    # every ledger of the leaving bookie marked, as the auditor does (it may be running too)
+    others = [i for i in await ledgers_on(client, leaving) if i != ledger_id]
+    for other in others:
+        await paused.mark(other, (leaving,))
     # BookKeeper's own shell lists what globelog marked, as `globelog rebuild status` does
+    # (status first: with the workers paused, marks are only added, so the shell's later
+    # listing holds every one)
+    status = await rebuild_status(paused_store(paused), client)
+    ours = {e["ledger_id"]: e for e in status["ledgers"]}
     listed = bookie_shell(cluster, tools, "listunderreplicated", "-printmissingreplica")
     assert re.search(rf"\b{ledger_id}\b", listed), listed
     assert leaving in listed
-    status = await rebuild_status(paused_store(paused), client)
-    ours = {e["ledger_id"]: e for e in status["ledgers"]}
     assert set(ours) <= {int(i) for i in re.findall(r"\b(\d+)\b", listed)}
     assert ours[ledger_id]["replicas"] == [leaving] and ours[ledger_id]["entries"] == ENTRIES
     assert ours[ledger_id]["bytes"] == sum(len(p) for p in payloads)
@@ -162,6 +169,10 @@ async def test_a_marked_ledger_is_rebuilt_off_its_bookie_and_bookkeeper_reads_it
         "-lastentryid", str(ENTRIES - 1), "-msg",
     )  # fmt: skip
     assert len(re.findall(rf"Lid={ledger_id}, Eid=\d+", output)) == ENTRIES
+    for other in others:  # the bookie stays in service: those marks are not this test's
+        claim = await paused.claim(other, "test-cleanup")
+        if claim is not None:
+            await paused.done(claim)
 
 
 async def test_a_marker_grown_during_its_rebuild_survives_it_and_is_rebuilt_again(
