@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from benchmarks.harness import (
     add_cluster_arguments,
@@ -48,6 +49,7 @@ from global_meta.followers import Follower
 from ledger import LedgerClient, LedgerConfig, UnderReplication, audit_ledgers
 from localcluster import controller, plan
 from localcluster.controller import Cluster
+from localcluster.probes import wait_until
 from localcluster.tools import REPO_ROOT, Tools, find_tools
 from rebuild.auditor import Auditor
 from rebuild.bookies import holdings, ledgers_on
@@ -57,7 +59,8 @@ MB = 1_000_000
 FILL_WRITERS = 8  # ledgers filled at once
 BASELINE_S = 10.0
 PHASE_BOUND_S = 1800.0
-POLL_S = 0.5
+POLL_S = 0.05  # how often a phase looks whether anything is still marked
+PROGRESS_S = 5.0
 JAVA_TIMEOUT_S = 3600
 PLOT = REPO_ROOT / "docs" / "img" / "bench-rebuild.png"
 
@@ -81,6 +84,7 @@ class Samples:
     started: float = field(default_factory=time.monotonic)
     points: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    baseline: tuple[float, float] = (0.0, 0.0)  # the foreground alone, before any loss
 
     def between(self, start: float, end: float) -> list[float]:
         return sorted(ms for t, ms in self.points if start <= t < end)
@@ -97,6 +101,7 @@ class Phase:
     ended: float = 0.0
     rule_breaks: int = 0
     left: int = 0
+    overhead_s: float = 0.0  # BookKeeper's shell: its JVM's start, taken off `seconds`
 
 
 async def fill(
@@ -162,6 +167,7 @@ async def globelog_phase(
     bookie_id = cluster.topology.bookie(bookie).bookie_id
     phase = Phase(name, bookie)
     await controller.wipe_bookie(cluster, bookie)
+    await _unregistered(store, bookie_id)  # as the auditor waits for, before any delay
     settings = RebuildSettings(
         lost_bookie_delay_s=0.0, ledgers_at_once=args.ledgers_at_once,
         rate_bytes_s=int(args.rate_mb_s * MB), poll_interval_s=0.2, retry_after_s=1.0,
@@ -171,19 +177,31 @@ async def globelog_phase(
     phase.ledgers = await auditor.audit_bookies({bookie_id})
     say(f"{name}: {bookie} wiped, {phase.ledgers} ledgers marked")
     async with _workers(cluster, regions, settings) as workers:
-        started = time.monotonic()
+        started = said = time.monotonic()
         while await _under(store).marked():
             if time.monotonic() - started > PHASE_BOUND_S:
                 break
-            copied = sum(w.counts.bytes_copied for w in workers)
-            say(f"{name}: {copied / MB:.0f} MB re-made")
-            await asyncio.sleep(POLL_S * 4)
+            if time.monotonic() - said >= PROGRESS_S:
+                said = time.monotonic()
+                copied = sum(w.counts.bytes_copied for w in workers)
+                say(f"{name}: {copied / MB:.0f} MB re-made")
+            await asyncio.sleep(POLL_S)
         phase.seconds = time.monotonic() - started
         phase.bytes = sum(w.counts.bytes_copied for w in workers)
     phase.ended = time.monotonic() - samples.started
     phase.left = len(await ledgers_on(client, bookie_id))
+    say(f"{phase.name}: {phase.bytes / MB:.0f} MB in {phase.seconds:.1f} s, {phase.left} left")
     await _restart_empty(cluster, bookie)
     return phase
+
+
+async def _unregistered(store: MetaStore, bookie_id: str) -> None:
+    """Until the lost bookie's registration is gone (its ZooKeeper session's timeout)."""
+
+    async def gone() -> bool:
+        return bookie_id not in await store.children("/ledgers/available")
+
+    await wait_until(f"{bookie_id} out of the registry", gone, 60)
 
 
 def _under(store: MetaStore) -> UnderReplication:
@@ -212,7 +230,8 @@ async def _workers(
 
 
 async def bookkeeper_phase(
-    cluster: Cluster, tools: Tools, client: LedgerClient, bookie: str, samples: Samples,
+    cluster: Cluster, tools: Tools, store: MetaStore, client: LedgerClient, bookie: str,
+    samples: Samples,
     say: Callable[[str], None],
 ) -> Phase:  # fmt: skip
     bookie_id = cluster.topology.bookie(bookie).bookie_id
@@ -220,6 +239,7 @@ async def bookkeeper_phase(
     phase.ledgers = len(await ledgers_on(client, bookie_id))
     before = await _ledger_bytes_on(client, bookie_id)
     await controller.wipe_bookie(cluster, bookie)
+    await _unregistered(store, bookie_id)
     say(f"{phase.name}: {bookie} wiped, {phase.ledgers} ledgers name it")
     conf = cluster.data_dir / "bookies" / "shell.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
@@ -229,21 +249,37 @@ async def bookkeeper_phase(
         "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "recover", "-f", "-sk",
         bookie_id,
     ]  # fmt: skip
+    # the shell's own start (a JVM, its ZooKeeper session) is not rebuilding: timed alone,
+    # with a command that only lists the bookies, and taken off
+    listing = [*argv[:-4], "listbookies", "-rw"]
+    log = cluster.data_dir / "logs" / "bookkeeper-recover.log"
+    started = time.monotonic()
+    await _java(listing, log)
+    phase.overhead_s = time.monotonic() - started
     phase.started = time.monotonic() - samples.started
     started = time.monotonic()
-    result = await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, timeout=JAVA_TIMEOUT_S, check=False
-    )
-    phase.seconds = time.monotonic() - started
+    returncode = await _java(argv, log)
+    phase.seconds = time.monotonic() - started - phase.overhead_s
     phase.ended = time.monotonic() - samples.started
-    if result.returncode != 0:
-        raise ConfigError(
-            f"BookieShell recover exited {result.returncode}: {result.stderr[-2000:]}"
-        )
+    if returncode != 0:
+        raise ConfigError(f"BookieShell recover exited {returncode}; its output: {log}")
     phase.bytes = before
     phase.left = len(await ledgers_on(client, bookie_id))
+    say(f"{phase.name}: {phase.bytes / MB:.0f} MB in {phase.seconds:.1f} s, {phase.left} left")
     await _restart_empty(cluster, bookie)
     return phase
+
+
+async def _java(argv: list[str], log: Path) -> int:
+    """Runs a Java command with its output appended to `log` (never held in memory: the
+    shell can log without end), at most JAVA_TIMEOUT_S; its exit status."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        done = await asyncio.to_thread(
+            subprocess.run, argv, stdout=out, stderr=subprocess.STDOUT,
+            timeout=JAVA_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    return done.returncode
 
 
 async def _ledger_bytes_on(client: LedgerClient, bookie_id: str) -> int:
@@ -282,7 +318,9 @@ async def bench(
         stop = asyncio.Event()
         writer = asyncio.create_task(foreground(client, cluster, args, samples, stop))
         try:
+            baseline_from = time.monotonic() - samples.started
             await asyncio.sleep(BASELINE_S)
+            samples.baseline = (baseline_from, time.monotonic() - samples.started)
             by_region = {
                 r: [b.name for b in topology.bookies if b.region == r]
                 for r in topology.region_names
@@ -311,7 +349,7 @@ async def bench(
             if not args.skip_bookkeeper:
                 await asyncio.sleep(BASELINE_S)
                 phases.append(
-                    await bookkeeper_phase(cluster, tools, client, losses[2], samples, say)
+                    await bookkeeper_phase(cluster, tools, store, client, losses[2], samples, say)
                 )
                 phases[-1].rule_breaks = await _rule_breaks(cluster, client)
         finally:
@@ -323,7 +361,7 @@ async def bench(
 def report(
     args: argparse.Namespace, cluster: Cluster, samples: Samples, phases: list[Phase]
 ) -> str:
-    before = samples.between(0, BASELINE_S)
+    before = samples.between(*samples.baseline) or [0.0]
     lines = [
         f"rebuild: {args.ledgers} ledgers x {args.ledger_mb} MB ({args.entry_kb} KB entries), "
         f"replication {cluster.topology.replication}, WAN profile {cluster.profile}; every "

@@ -42,6 +42,7 @@ from ledger.codes import INVALID_ENTRY_ID
 from ledger.drivers.context import LedgerContext, update_metadata
 from ledger.drivers.metadata_store import VersionedMetadata
 from ledger.errors import (
+    BookieUnreachableError,
     DigestMismatchError,
     EntryUnavailableError,
     LedgerHandleError,
@@ -194,9 +195,19 @@ async def rebuild_ledger(
 async def _lacks_copies(
     context: LedgerContext, versioned: VersionedMetadata, fragment: Fragment
 ) -> bool:
-    """Whether the fragment's bookie answers that it lacks its first or last entry there."""
+    """Whether the fragment's bookie answers that it lacks its first or last entry there
+    (False: it answered both). A bookie that cannot be asked is neither: the pass fails with
+    why, and the ledger is tried again later (by then a dead bookie is out of the registry
+    and its fragments move)."""
     gaps = await replica_gaps(context, versioned.ledger_id, versioned.metadata, (fragment,))
-    return any(g.missing for g in gaps)
+    if any(g.missing for g in gaps):
+        return True
+    if gaps:
+        raise BookieUnreachableError(
+            f"ledger {versioned.ledger_id}: {fragment.describe()} is registered but could not "
+            f"be asked for its copies: {gaps[0].why}"
+        )
+    return False
 
 
 async def _repair_in_place(
