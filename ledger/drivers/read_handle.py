@@ -2,6 +2,14 @@
 
 Each entry read is an `EntryReadState` fed by placement's read order and speculative delays;
 LAC reads are a `ReadLacState`; tailing uses the bookies' long-poll read.
+
+A reader holds the ledger's metadata as it was when opened, and the ensembles in it change
+while it reads: the writer replaces a bookie it cannot reach (an open ledger), a rebuilder
+moves a lost or decommissioned bookie's copies (any ledger). So the reader reads the metadata
+again when the old ensembles stop serving it: when no bookie of an entry's write set has it or
+answers, before reporting that, and while a tailing long poll brings nothing new, at most once
+every METADATA_REFRESH_S. (A bookie replaced at entry N never learns an LAC past N - 1; a long
+poll there would otherwise wait in vain for ever, while the entries go on arriving elsewhere.)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from ledger.errors import (
     EntryUnavailableError,
     LedgerHandleError,
     NoSuchLedgerError,
+    NoSuchLedgerMetadataError,
     ReadBeyondLacError,
 )
 from ledger.machines.read_lac_state import (
@@ -48,6 +57,9 @@ from ledger.machines.signals import RecordHealth, failure_kind
 
 READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
 EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen yet
+# A tailing reader whose long polls bring nothing reads the metadata again this often: the
+# bound on how long an ensemble change it was not told of can stall it.
+METADATA_REFRESH_S = 1.0
 
 
 class LedgerReader:
@@ -61,10 +73,31 @@ class LedgerReader:
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
         closed = metadata.state is LedgerState.CLOSED
         self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
+        self._refreshed_at_s = context.clock()
 
     @property
     def metadata(self) -> LedgerMetadata:
         return self._versioned.metadata
+
+    @property
+    def metadata_version(self) -> int:
+        return self._versioned.version
+
+    async def refresh(self) -> bool:
+        """Reads the ledger's metadata again; whether it changed (new ensembles, or closed
+        since). A ledger whose metadata is gone (deleted) keeps what the reader had: its
+        reads fail as they would have, and the caller learns of the deletion its own way."""
+        self._refreshed_at_s = self._context.clock()
+        try:
+            versioned = await self._context.metadata.read(self.ledger_id)
+        except NoSuchLedgerMetadataError:
+            return False
+        if versioned.version <= self._versioned.version:
+            return False
+        self._versioned = versioned
+        if versioned.metadata.state is LedgerState.CLOSED:
+            self.lac = max(self.lac, versioned.metadata.last_entry_id)
+        return True
 
     @property
     def is_closed(self) -> bool:
@@ -149,13 +182,23 @@ class LedgerReader:
     # ------------------------------------------------------------------------ entries
 
     async def read_entry(self, entry_id: int, *, allow_unconfirmed: bool = False) -> bytes:
-        """One entry's payload; refuses entries past the LAC unless `allow_unconfirmed`."""
+        """One entry's payload; refuses entries past the LAC unless `allow_unconfirmed`.
+        When no bookie of its write set has it or answers, tries once more if the metadata
+        changed meanwhile (its copies moved)."""
         if entry_id < 0:
             raise LedgerHandleError(f"ledger {self.ledger_id}: entry id {entry_id} is negative")
         if entry_id > self.lac and not allow_unconfirmed:
             raise ReadBeyondLacError(
                 f"ledger {self.ledger_id}: entry {entry_id} is beyond the LAC {self.lac}"
             )
+        try:
+            return await self._read_entry_once(entry_id)
+        except (EntryMissingError, EntryUnavailableError):
+            if not await self.refresh():
+                raise
+        return await self._read_entry_once(entry_id)
+
+    async def _read_entry_once(self, entry_id: int) -> bytes:
         write_set = self.metadata.write_set(entry_id)
         now_s = self._context.clock()
         order = self._context.placement.read_order(write_set, now_s)
@@ -234,16 +277,24 @@ class LedgerReader:
         if first > last:
             return []
         if last > first and can_batch(self.metadata) and self._context.config.batch_reads:
-            return await read_batched(
-                self._context,
-                self.ledger_id,
-                self.metadata,
-                self._codec,
-                first,
-                last,
-                self._read_singly,
-            )
+            try:
+                return await self._read_batched(first, last)
+            except (EntryMissingError, EntryUnavailableError):
+                if not await self.refresh():
+                    raise
+            return await self._read_batched(first, last)
         return await self._read_singly(first, last)
+
+    async def _read_batched(self, first: int, last: int) -> list[bytes]:
+        return await read_batched(
+            self._context,
+            self.ledger_id,
+            self.metadata,
+            self._codec,
+            first,
+            last,
+            self._read_singly,
+        )
 
     async def _read_singly(self, first: int, last: int) -> list[bytes]:
         """Entries first..last, each its own speculative read, many in flight."""
@@ -264,6 +315,8 @@ class LedgerReader:
         while True:
             remaining_ms = int((deadline_s - self._context.clock()) * 1000)
             outcome = await self._long_poll(max(remaining_ms, 1))
+            if outcome is None or outcome == "empty":
+                await self._refresh_while_waiting()
             if outcome != "empty":
                 return outcome
             if remaining_ms <= 0:
@@ -272,6 +325,13 @@ class LedgerReader:
             # has not seen LAC+1 confirmed): poll again shortly instead of returning at once
             # (a tailing caller would spin).
             await asyncio.sleep(min(remaining_ms / 1000, EMPTY_LEDGER_POLL_S))
+
+    async def _refresh_while_waiting(self) -> None:
+        """A long poll that brought nothing: the metadata again, if not read lately (an
+        ensemble change since it was read leaves the poll asking a bookie that no longer
+        gets the ledger's entries)."""
+        if self._context.clock() - self._refreshed_at_s >= METADATA_REFRESH_S:
+            await self.refresh()
 
     async def _long_poll(self, timeout_ms: int) -> tuple[int, bytes] | Literal["empty"] | None:
         """One long poll over the write set of LAC+1; "empty" when there is nothing to wait on

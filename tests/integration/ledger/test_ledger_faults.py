@@ -106,6 +106,52 @@ async def test_bookie_paused_past_the_add_timeout_changes_the_ensemble(
     await assert_all_readable(cluster, writer.ledger_id, ENTRIES)
 
 
+async def test_a_tailing_reader_follows_an_ensemble_change_it_was_not_told_of(
+    cluster: Cluster, tools: Tools
+) -> None:
+    """The reader opens the ledger, then its writer replaces a bookie (paused past the add
+    timeout, then resumed: alive, answering, but given no more entries). The reader's own
+    region's bookie is that one, so its long polls go there first and are answered with an
+    LAC that never moves; the reader must learn of the new ensemble and go on to the end."""
+    async with ledger_client(cluster, "us-east", add_timeout_s=2.0) as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        for i in range(FAULT_AT):
+            await writer.add(f"entry-{i}".encode())
+        victim = next(
+            b for b in writer.metadata.current_ensemble
+            if cluster.topology.bookie(b).region != "us-east"
+        )  # fmt: skip
+        region = cluster.topology.bookie(victim).region
+        async with ledger_client(cluster, region) as reader_client:
+            reader = await reader_client.open(writer.ledger_id, PASSWORD)
+            assert await reader.read_lac() >= FAULT_AT - 2  # the last entry's LAC, or newer
+            order = reader_client.context.placement.read_order(
+                reader.metadata.write_set(reader.lac + 1), reader_client.context.clock()
+            )
+            assert order[0] == victim, order  # its long polls ask the victim first
+            name = bookie_name(cluster, victim)
+            await controller.fault(cluster, tools, "pause", name)
+            try:
+                for i in range(FAULT_AT, ENTRIES):
+                    await writer.add(f"entry-{i}".encode())
+            finally:
+                await controller.fault(cluster, tools, "resume", name)
+            assert victim not in writer.metadata.current_ensemble  # replaced: no more entries
+            version = reader.metadata_version
+            start = reader.lac + 1
+            confirmed = ENTRIES - 2  # the last entry carries its predecessor's LAC
+            got: list[bytes] = []
+            async with asyncio.timeout(30):  # before the fix: stuck at the fault for ever
+                while (entry := start + len(got)) <= confirmed:
+                    if entry <= reader.lac:
+                        got.extend(await reader.read_entries(entry, reader.lac))
+                    elif (polled := await reader.wait_for_entry(200)) and polled[0] == entry:
+                        got.append(polled[1])
+            assert got == [f"entry-{i}".encode() for i in range(start, confirmed + 1)]
+            assert reader.metadata_version > version  # it read the new ensemble
+        await writer.close()
+
+
 async def test_recovery_with_one_bookie_of_the_ensemble_down(
     cluster: Cluster, tools: Tools
 ) -> None:
