@@ -14,6 +14,8 @@ import logging
 import signal
 from pathlib import Path
 
+from aiohttp import web
+
 from core.errors import ConfigError
 from core.rebuild_settings import RebuildSettings
 from core.routes import publish_topology
@@ -23,9 +25,10 @@ from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
 from placement import load_checked_topology
 from rebuild.service import Rebuilder
+from rebuild.telemetry import observe_rebuilder
 from region import event_loop, logs
 from region.isolation import cut_off_check
-from region.observability.telemetry import install_prometheus
+from region.observability.telemetry import install_prometheus, metrics_handler
 from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
@@ -71,6 +74,12 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     rebuilder.add_argument("--check-interval-s", type=float, default=None)
     rebuilder.add_argument("--ledgers-at-once", type=int, default=None)
     rebuilder.add_argument("--rate-bytes-s", type=int, default=None)
+    rebuilder.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) and /v1/health (its status) there; default: none",
+    )
 
 
 def _tracing_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,10 +170,38 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--metrics-address {address!r}: expected HOST:PORT, as 127.0.0.1:9400")
+    return host, int(port)
+
+
+def rebuilder_app(rebuilder: Rebuilder) -> web.Application:
+    """The rebuilder's own HTTP: its instruments and its last published status."""
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response(
+            rebuilder.last_status or {"name": rebuilder.name, "starting": True}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/v1/health", health)
+    return app
+
+
 async def serve_rebuilder(
-    topology: Topology, region: str, name: str, settings: RebuildSettings, session_timeout_s: float
+    topology: Topology,
+    region: str,
+    name: str,
+    settings: RebuildSettings,
+    session_timeout_s: float,
+    metrics_address: str | None = None,
 ) -> None:
     """Runs one rebuilder until SIGTERM or SIGINT (rebuild/service.py)."""
+    if metrics_address is not None:
+        install_prometheus("globelog-rebuilder", region, name)
     config = LedgerConfig(
         region=region,
         min_regions_for_durability=topology.replication.min_regions_for_durability,
@@ -177,12 +214,21 @@ async def serve_rebuilder(
         await LedgerClient.connect(store, config) as ledgers,
     ):
         rebuilder = Rebuilder(store, ledgers, settings, name, region)
+        runner = None
+        if metrics_address is not None:
+            observe_rebuilder(rebuilder)
+            host, port = _host_port(metrics_address)
+            runner = web.AppRunner(rebuilder_app(rebuilder), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, port).start()
         rebuilder.start()
         print(f"rebuilder {name} ({region}) running", flush=True)
         try:
             await stop.wait()
         finally:
             await rebuilder.stop()
+            if runner is not None:
+                await runner.cleanup()
 
 
 def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
@@ -191,6 +237,8 @@ def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
             f"--region {args.region!r}: expected one of {list(topology.region_names)}"
         )
     name = args.name or f"rebuilder-{args.region}"
+    if args.metrics_address is not None:
+        _host_port(args.metrics_address)  # checked before anything starts
     overrides = {
         key: getattr(args, key)
         for key in ("lost_bookie_delay_s", "check_interval_s", "ledgers_at_once", "rate_bytes_s")
@@ -199,7 +247,9 @@ def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
     settings = dataclasses.replace(topology.rebuild, **overrides)
     logs.configure(args.log_format, service="rebuilder", proxy=name, region=args.region)
     event_loop.run(
-        serve_rebuilder(topology, args.region, name, settings, args.zk_session_timeout_s)
+        serve_rebuilder(
+            topology, args.region, name, settings, args.zk_session_timeout_s, args.metrics_address
+        )
     )
     return 0
 

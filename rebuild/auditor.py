@@ -44,8 +44,8 @@ from ledger import (
     Layout,
     LedgerClient,
     LedgerMetadata,
-    NoSuchLedgerMetadataError,
     UnderReplication,
+    VersionedMetadata,
     encode_vote,
 )
 from placement import Adherence, LocatedBookie, audit_ensemble
@@ -191,15 +191,13 @@ class Auditor:
     async def audit_bookies(self, lost: set[str]) -> int:
         """Marks every ledger with a fragment on a bookie of `lost`; how many were marked."""
         log.warning("auditing lost bookies %s", sorted(lost))
-        marked = 0
-        for ledger_id in await self._client.ledger_ids():
-            metadata = await self._read(ledger_id)
-            if metadata is None:
-                continue
-            members = {b for e in metadata.ensembles for b in e.bookies}
+
+        async def mark(versioned: VersionedMetadata) -> bool:
+            members = {b for e in versioned.metadata.ensembles for b in e.bookies}
             on_lost = tuple(sorted(members & lost))
-            if on_lost and await self._under.mark(ledger_id, on_lost):
-                marked += 1
+            return bool(on_lost) and await self._under.mark(versioned.ledger_id, on_lost)
+
+        marked = sum((await self._client.visit_ledgers(mark)).values())
         self.counts.audits += 1
         self.counts.ledgers_marked += marked
         log.warning("marked %d ledgers with copies on %s", marked, sorted(lost))
@@ -212,31 +210,21 @@ class Auditor:
             b.bookie_id: LocatedBookie(b.bookie_id, b.region, b.rack)
             for b in self._client.published.bookies
         }
-        marked = 0
-        for ledger_id in await self._client.ledger_ids():
-            metadata = await self._read(ledger_id)
-            if metadata is None:
-                continue
+
+        async def check(versioned: VersionedMetadata) -> bool:
+            metadata = versioned.metadata
             replicas = to_rebuild(metadata, lost, located, self._client.replication_of)
-            try:
-                gaps = await self._client.replica_gaps(ledger_id)
-            except NoSuchLedgerMetadataError:
-                continue  # deleted since it was read
+            gaps = await self._client.replica_gaps(versioned.ledger_id, versioned)
             replicas += tuple(g.fragment.bookie_id for g in gaps if g.missing)
-            if replicas and await self._under.mark(ledger_id, replicas):
-                marked += 1
+            return bool(replicas) and await self._under.mark(versioned.ledger_id, replicas)
+
+        marked = sum((await self._client.visit_ledgers(check)).values())
         self.counts.full_checks += 1
         self.counts.ledgers_marked += marked
         self.counts.last_full_check_s = self._clock()
         if marked:
             log.warning("full check marked %d ledgers", marked)
         return marked
-
-    async def _read(self, ledger_id: int) -> LedgerMetadata | None:
-        try:
-            return (await self._client.metadata(ledger_id)).metadata
-        except NoSuchLedgerMetadataError:
-            return None  # deleted since it was listed
 
 
 def to_rebuild(

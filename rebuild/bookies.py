@@ -23,8 +23,8 @@ from global_meta import ANY_VERSION, MetaStore
 from ledger import (
     LedgerClient,
     LedgerState,
-    NoSuchLedgerMetadataError,
     UnderReplication,
+    VersionedMetadata,
     plan_fragments,
 )
 
@@ -53,11 +53,9 @@ async def holdings(client: LedgerClient) -> Holdings:
     ledgers: Counter[str] = Counter()
     fragments: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
-    for ledger_id in await client.ledger_ids():
-        try:
-            metadata = (await client.metadata(ledger_id)).metadata
-        except NoSuchLedgerMetadataError:
-            continue
+
+    async def count(versioned: VersionedMetadata) -> None:
+        metadata = versioned.metadata
         members = {b for e in metadata.ensembles for b in e.bookies}
         ledgers.update(members)
         plan = plan_fragments(metadata, members)
@@ -67,6 +65,8 @@ async def holdings(client: LedgerClient) -> Holdings:
         for fragment in (*plan.copyable, *plan.deferred):
             fragments[fragment.bookie_id] += 1
             sizes[fragment.bookie_id] += round(len(list(fragment.entries(e, w))) * mean)
+
+    await client.visit_ledgers(count)
     return Holdings(ledgers, fragments, sizes)
 
 
@@ -133,12 +133,10 @@ async def decommission(store: MetaStore, bookie_id: str, undo: bool = False) -> 
 
 async def ledgers_on(client: LedgerClient, bookie_id: str) -> list[int]:
     """The ledgers whose metadata still names the bookie."""
-    found = []
-    for ledger_id in await client.ledger_ids():
-        try:
-            metadata = (await client.metadata(ledger_id)).metadata
-        except NoSuchLedgerMetadataError:
-            continue
-        if any(bookie_id in e.bookies for e in metadata.ensembles):
-            found.append(ledger_id)
-    return found
+
+    async def names_it(versioned: VersionedMetadata) -> bool:
+        return any(bookie_id in e.bookies for e in versioned.metadata.ensembles)
+
+    return [
+        ledger_id for ledger_id, named in (await client.visit_ledgers(names_it)).items() if named
+    ]

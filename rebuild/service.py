@@ -20,7 +20,7 @@ from core import errors
 from core.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
 from global_meta import ANY_VERSION, MetaStore
 from global_meta.followers import Follower
-from ledger import LedgerClient
+from ledger import LedgerClient, UnderReplication
 from rebuild.auditor import Auditor
 from rebuild.worker import Worker
 
@@ -50,6 +50,9 @@ class Rebuilder:
         ]
         self._started_s = time.time()
         self._samples: list[tuple[float, int]] = []  # (clock, bytes copied) for the rate
+        self._under = UnderReplication(store)
+        self.under_replicated: int | None = None  # marked ledgers, counted by the auditor
+        self.last_status: dict[str, Any] | None = None  # as last published
 
     def start(self) -> None:
         for follower in self._followers:
@@ -65,13 +68,23 @@ class Rebuilder:
     def status_node(self) -> str:
         return f"{REBUILDERS_ZNODE}/{self.name}"
 
+    def copy_rate(self, now: float | None = None) -> float:
+        """Bytes copied per second over the samples of the last RATE_WINDOW_S (taken at each
+        status report) and now."""
+        now = time.monotonic() if now is None else now
+        copied = self.worker.counts.bytes_copied
+        recent = [(t, b) for t, b in self._samples if now - t <= RATE_WINDOW_S]
+        if not recent or now <= recent[0][0]:
+            return 0.0
+        first_t, first_b = recent[0]
+        return (copied - first_b) / (now - first_t)
+
     def status(self, now: float | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now
         counts = self.worker.counts
         self._samples = [(t, b) for t, b in self._samples if now - t <= RATE_WINDOW_S]
         self._samples.append((now, counts.bytes_copied))
-        first_t, first_b = self._samples[0]
-        rate = (counts.bytes_copied - first_b) / (now - first_t) if now > first_t else 0.0
+        rate = self.copy_rate(now)
         audits = self.auditor.counts
         return {
             "name": self.name,
@@ -88,13 +101,25 @@ class Rebuilder:
             "in_progress": sorted(counts.in_progress),
             "failures": counts.failures[-5:],
             "lost_bookies": sorted(audits.lost) if self.auditor.leading else [],
+            "under_replicated_ledgers": self.under_replicated if self.auditor.leading else None,
             "followers": [f.status().describe(now) for f in self._followers],
         }
+
+    def health(self) -> dict[str, Any]:
+        """The last published status with its followers' states as they are now (no sample
+        of the rate is taken: a health check changes nothing)."""
+        now = time.monotonic()
+        followers = [f.status().describe(now) for f in self._followers]
+        return {**(self.last_status or {"name": self.name, "region": self.region}),
+                "followers": followers}  # fmt: skip
 
     async def _report(self, following: Callable[[], None]) -> None:
         """Keeps the status node current; created anew after a session's end."""
         while True:
-            data = json.dumps(self.status(), sort_keys=True).encode()
+            if self.auditor.leading:
+                self.under_replicated = len(await self._under.marked())
+            self.last_status = self.status()
+            data = json.dumps(self.last_status, sort_keys=True).encode()
             try:
                 await self._store.set(self.status_node, data, version=ANY_VERSION)
             except errors.NoNodeError:

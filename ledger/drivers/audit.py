@@ -12,7 +12,6 @@ from ledger.drivers.client import LedgerClient
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.rebuild import ReplicaGap
-from ledger.errors import NoSuchLedgerMetadataError
 from placement import Adherence, LocatedBookie, audit_ensemble
 
 
@@ -76,16 +75,12 @@ async def audit_replicas(
 ) -> list[tuple[int, ReplicaGap]]:
     """Every settled fragment of the ledgers whose bookie does not hold (or cannot serve)
     the first and last entries it should: (ledger id, gap)."""
-    found: list[tuple[int, ReplicaGap]] = []
     config = LedgerConfig(region=region, min_regions_for_durability=min_regions_default)
     async with (
         await MetaStore.connect(topology.zk_connect) as store,
         await LedgerClient.connect(store, config) as client,
     ):
-        for ledger_id in ledger_ids:
-            try:
-                gaps = await client.replica_gaps(ledger_id)
-            except NoSuchLedgerMetadataError:
-                continue
-            found += [(ledger_id, gap) for gap in gaps]
-    return found
+        gaps = await client.visit_ledgers(
+            lambda versioned: client.replica_gaps(versioned.ledger_id, versioned), ledger_ids
+        )
+    return [(ledger_id, gap) for ledger_id, found in gaps.items() for gap in found]

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
+from typing import TypeVar
 
 from opentelemetry import metrics
 
@@ -26,7 +27,11 @@ from global_meta.followers import Follower, FollowerStatus, run_together
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
-from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
+from ledger.drivers.metadata_store import (
+    VISITS_AT_ONCE,
+    LedgerMetadataStore,
+    VersionedMetadata,
+)
 from ledger.drivers.read_handle import LedgerReader
 from ledger.drivers.rebuild import (
     LedgerRebuild,
@@ -45,6 +50,7 @@ from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfi
 AVAILABLE = f"{LEDGERS_ROOT}/available"
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class LedgerClient:
@@ -245,6 +251,16 @@ class LedgerClient:
         """Every ledger of the cluster, ascending."""
         return await self.context.metadata.ledger_ids()
 
+    async def visit_ledgers(
+        self,
+        visit: Callable[[VersionedMetadata], Awaitable[T]],
+        ledger_ids: list[int] | None = None,
+        at_once: int = VISITS_AT_ONCE,
+    ) -> dict[int, T]:
+        """`visit` over every ledger's metadata (or those of `ledger_ids`), `at_once` at a
+        time, ledgers deleted meanwhile left out (`LedgerMetadataStore.visit`)."""
+        return await self.context.metadata.visit(visit, ledger_ids, at_once)
+
     async def metadata(self, ledger_id: int) -> VersionedMetadata:
         """The ledger's newest metadata (NoSuchLedgerMetadataError when deleted)."""
         return await self.context.metadata.read(ledger_id)
@@ -253,9 +269,13 @@ class LedgerClient:
         """The ledger's replication, its own durability rule included."""
         return self.context.replication_of(metadata)
 
-    async def replica_gaps(self, ledger_id: int) -> list[ReplicaGap]:
-        """The ledger's fragments whose bookie lacks (or cannot serve) its copy."""
-        versioned = await self.context.metadata.read(ledger_id)
+    async def replica_gaps(
+        self, ledger_id: int, versioned: VersionedMetadata | None = None
+    ) -> list[ReplicaGap]:
+        """The ledger's fragments whose bookie lacks (or cannot serve) its copy (by its
+        metadata `versioned` when the caller has just read it)."""
+        if versioned is None:
+            versioned = await self.context.metadata.read(ledger_id)
         return await replica_gaps(self.context, ledger_id, versioned.metadata)
 
     async def rebuild(

@@ -10,7 +10,7 @@ import time
 from core import errors
 from core.rebuild_settings import CHECK_NOW_ZNODE
 from global_meta import MetaStore
-from ledger import LedgerMetadataStore, NoSuchLedgerMetadataError, UnderReplication
+from ledger import LedgerMetadataStore, UnderReplication, VersionedMetadata
 from localcluster.controller import Cluster
 
 POLL_S = 1.0
@@ -20,15 +20,15 @@ async def rebuilt(cluster: Cluster, bookie_id: str, bound_s: float) -> str:
     """Waits until no ledger's metadata names the bookie (its copies re-made elsewhere), at
     most `bound_s`; says how long it took, or what is left."""
     started = time.monotonic()
+
+    async def names_it(versioned: VersionedMetadata) -> bool:
+        return any(bookie_id in e.bookies for e in versioned.metadata.ensembles)
+
     async with await MetaStore.connect(cluster.topology.zk_connect) as store:
         ledgers = LedgerMetadataStore(store)
         while True:
-            left = []
-            for ledger_id in await ledgers.ledger_ids():
-                with contextlib.suppress(NoSuchLedgerMetadataError):
-                    metadata = (await ledgers.read(ledger_id)).metadata
-                    if any(bookie_id in e.bookies for e in metadata.ensembles):
-                        left.append(ledger_id)
+            named = await ledgers.visit(names_it)
+            left = [ledger_id for ledger_id, it_does in named.items() if it_does]
             took = time.monotonic() - started
             if not left:
                 return f"{bookie_id} rebuilt in {took:.1f} s"

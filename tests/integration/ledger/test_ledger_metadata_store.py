@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from global_meta import MetaStore
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, ledger_path
-from ledger.drivers.metadata_store import LedgerMetadataStore
+from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.errors import LedgerMetadataConflictError, NoSuchLedgerMetadataError
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
@@ -81,3 +82,31 @@ async def test_bookkeeper_shell_reads_globelog_metadata(
     assert f"ensembles={{0=[{bookies}]}}" in line
     listed = bookie_shell(cluster, tools, "listledgers")
     assert f"ledgerID: {created.ledger_id}" in listed
+
+
+async def test_a_visit_of_every_ledger_runs_some_at_once_and_leaves_out_the_deleted(
+    cluster: Cluster, ledgers: LedgerMetadataStore
+) -> None:
+    made = [(await ledgers.create(sample(cluster))).ledger_id for _ in range(12)]
+    gone = made[-2]  # taken by a worker after the first visits began
+    running, most = 0, 0
+
+    async def visit(versioned: VersionedMetadata) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        if versioned.ledger_id == made[0]:
+            await ledgers.delete(gone)  # deleted while the walk goes on
+        await asyncio.sleep(0.05)
+        running -= 1
+        return versioned.version
+
+    seen = await ledgers.visit(visit, [*made, 10**15], at_once=4)  # 10**15: never made
+    assert most == 4
+    assert list(seen) == [i for i in made if i != gone] and set(seen.values()) == {0}
+
+    async def fail(versioned: VersionedMetadata) -> None:
+        raise RuntimeError(f"visiting {versioned.ledger_id}")
+
+    with pytest.raises(RuntimeError, match="visiting"):
+        await ledgers.visit(fail, made[:2])

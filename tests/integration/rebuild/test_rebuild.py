@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import GlobelogError
 from core.rebuild_settings import RebuildSettings
 from core.topology import Replication
 from global_meta import MetaStore
@@ -38,6 +39,7 @@ from rebuild.status import rebuild_status
 from rebuild.worker import Worker
 from tests.support.bookkeeper_java import bookie_shell
 from tests.support.ledgers import ledger_client
+from tests.support.relays import Cuttable
 
 PASSWORD = b"rebuild-secret"
 AVAILABLE = "/ledgers/available"
@@ -368,5 +370,101 @@ async def test_a_replacement_that_dies_or_stops_answering_mid_copy_leaves_the_le
             await controller.fault(cluster, tools, heal, by_id[killed[0]])
     ensemble = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     assert leaving not in ensemble and killed[0] not in ensemble
+    reader = await client.open(ledger_id, PASSWORD)
+    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+
+
+async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
+    cluster: Cluster, tools: Tools, client: LedgerClient, paused: UnderReplication,
+    leaving_service: Leave,
+) -> None:  # fmt: skip
+    """The nearest surviving copy is read first; paused after the first batch, its next read
+    ends at the bookie request timeout (I8) and the copy goes on from the next one."""
+    ledger_id, payloads = await closed_ledger(client)
+    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    leaving = before[0]
+    await leaving_service(leaving)
+    await paused.mark(ledger_id, (leaving,))
+    by_id = {b.bookie_id: b.name for b in cluster.topology.bookies}
+    async with worker_of(cluster, "test-worker") as worker:
+        context = worker._client.context
+        nearest = context.placement.read_order(
+            [b for b in before if b != leaving], context.clock()
+        )[0]
+        pacer = worker._pacer
+        stopped: list[str] = []
+
+        async def stop_the_source(size: int) -> None:  # after the first batch was read
+            if not stopped:
+                stopped.append(nearest)
+                await controller.fault(cluster, tools, "pause", by_id[nearest])
+            await pacer(size)
+
+        worker._pacer = stop_the_source  # type: ignore[assignment]
+        try:
+            claim = await worker.claim(ledger_id)
+            assert claim is not None
+            started = asyncio.get_running_loop().time()
+            assert await worker.rebuild(claim) is True
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            await controller.fault(cluster, tools, "resume", by_id[nearest])
+    assert stopped == [nearest]
+    assert REQUEST_TIMEOUT_S <= took < REQUEST_TIMEOUT_S + 15, took  # one read waited it out
+    after = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    assert leaving not in after and nearest in after
+    reader = await client.open(ledger_id, PASSWORD)
+    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+
+
+async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication, leaving_service: Leave
+) -> None:
+    """The worker's ZooKeeper server goes away while it copies: the metadata swap and the
+    claim's release each end at the store's operation timeout (I8), nothing of the ledger
+    changes, its marker stays, and the claim ends with the session, for another worker."""
+    ledger_id, payloads = await closed_ledger(client)
+    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    leaving = before[1]
+    await leaving_service(leaving)
+    await paused.mark(ledger_id, (leaving,))
+    op_timeout_s = 3.0
+    node = cluster.topology.zk_nodes_for("eu-west")[0].client.address
+    relay = Cuttable(node)
+    async with relay as relay_address:
+        store = await MetaStore.connect(
+            relay_address, session_timeout_s=2.0, op_timeout_s=op_timeout_s
+        )
+        config = LedgerConfig(region="eu-west", min_regions_for_durability=2)
+        try:
+            async with await LedgerClient.connect(store, config) as worker_client:
+                worker = Worker(store, worker_client, SETTINGS, "cut-off-worker")
+                claim = await worker.claim(ledger_id)
+                assert claim is not None
+                pacer = worker._pacer
+
+                async def cut_then_pace(size: int) -> None:
+                    relay.cut()
+                    await pacer(size)
+
+                worker._pacer = cut_then_pace  # type: ignore[assignment]
+                started = asyncio.get_running_loop().time()
+                with contextlib.suppress(GlobelogError):  # the release fails too: raised
+                    assert await worker.rebuild(claim) is False
+                took = asyncio.get_running_loop().time() - started
+        finally:
+            await store.close()
+    assert took < 2 * op_timeout_s + REQUEST_TIMEOUT_S + 5, took
+    assert (await client.metadata(ledger_id)).metadata.ensembles[0].bookies == before
+    found = await paused.read(ledger_id)
+    assert found is not None and found[0].replicas == (leaving,)
+
+    async def released() -> bool:
+        return ledger_id not in await paused.claimed()
+
+    await wait_until("the cut-off worker's claim ended with its session", released, 30)
+    async with worker_of(cluster, "second-worker") as second:
+        again = await second.claim(ledger_id)
+        assert again is not None and await second.rebuild(again) is True
     reader = await client.open(ledger_id, PASSWORD)
     assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
