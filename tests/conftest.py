@@ -32,6 +32,7 @@ CLUSTER_GROUPS = {
     "contract": "session-cluster-b",  # `real_cluster` asks for the session cluster when run
     "integration/ledger": "session-cluster-b",
     "integration/streams": "session-cluster-b",
+    "integration/rebuild": "session-cluster-b",
     "spark": "session-cluster-b",
 }
 CLUSTER_FIXTURES = {"cluster", "real_cluster"}

@@ -68,7 +68,7 @@ async def test_a_run_that_loses_two_bookies_for_good_keeps_every_record_and_ever
     services: Cluster, tools: Tools, tmp_path: Path
 ) -> None:
     """wipe-two-bookies: a bookie's disk lost, its copies re-made by the cluster's rebuilders
-    (the test topology's lost_bookie_delay_s is 20 s), then one of another region's: every
+    (the test topology's lost_bookie_delay_s is 10 s), then one of another region's: every
     acknowledged record is read back in every region, and every copy of every segment is
     there after the run (checker: no lost, no under-replicated)."""
     config = RunConfig(

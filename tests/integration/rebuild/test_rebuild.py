@@ -227,8 +227,11 @@ async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         # its session ends with the process: here, with the worker's store
-    holder = await paused.claimed()
-    assert ledger_id not in holder, holder  # the claim went with the session
+
+    async def released() -> bool:  # another session's server may apply the close a bit later
+        return ledger_id not in await paused.claimed()
+
+    await wait_until("the claim went with the session", released, 10)
     assert (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[0] == leaving
     async with worker_of(cluster, "second-worker") as second:
         claim2 = await second.claim(ledger_id)
