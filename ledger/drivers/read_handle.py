@@ -15,6 +15,7 @@ poll there would otherwise wait in vain for ever, while the entries go on arrivi
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Literal
 
 from core.errors import GlobelogError
@@ -54,6 +55,8 @@ from ledger.machines.read_state import (
     SendRead,
 )
 from ledger.machines.signals import RecordHealth, failure_kind
+
+log = logging.getLogger(__name__)
 
 READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
 EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen yet
@@ -194,7 +197,7 @@ class LedgerReader:
         try:
             return await self._read_entry_once(entry_id)
         except (EntryMissingError, EntryUnavailableError):
-            if not await self.refresh():
+            if not await self._refresh_quietly():
                 raise
         return await self._read_entry_once(entry_id)
 
@@ -280,7 +283,7 @@ class LedgerReader:
             try:
                 return await self._read_batched(first, last)
             except (EntryMissingError, EntryUnavailableError):
-                if not await self.refresh():
+                if not await self._refresh_quietly():
                     raise
             return await self._read_batched(first, last)
         return await self._read_singly(first, last)
@@ -331,7 +334,16 @@ class LedgerReader:
         ensemble change since it was read leaves the poll asking a bookie that no longer
         gets the ledger's entries)."""
         if self._context.clock() - self._refreshed_at_s >= METADATA_REFRESH_S:
-            await self.refresh()
+            await self._refresh_quietly()
+
+    async def _refresh_quietly(self) -> bool:
+        """`refresh()` for the reader's own use: metadata it cannot read now (ZooKeeper
+        away) changes nothing, and the read or poll goes on as it would have."""
+        try:
+            return await self.refresh()
+        except GlobelogError as err:
+            log.debug("ledger %d: metadata not read again: %s", self.ledger_id, err)
+            return False
 
     async def _long_poll(self, timeout_ms: int) -> tuple[int, bytes] | Literal["empty"] | None:
         """One long poll over the write set of LAC+1; "empty" when there is nothing to wait on
