@@ -318,7 +318,10 @@ async def copy_fragment(
     replicas: Collection[str],
     pace: Pace = no_pacing,
 ) -> tuple[int, int]:
-    """Copies the fragment's entries to `target` and checks them there; (entries, bytes)."""
+    """Copies the fragment's entries to `target` and checks them there; (entries, bytes).
+
+    The next batch is read while the current one is added (one read ahead: two batches held
+    at most), so a fragment of many batches costs about one round trip per batch, not two."""
     size_e, quorum = metadata.ensemble_size, metadata.write_quorum
     wanted = list(fragment.entries(size_e, quorum))
     if not wanted:
@@ -327,28 +330,44 @@ async def copy_fragment(
     codec = EntryCodec(ledger_id, metadata.digest_type, metadata.password)
     key = master_key(metadata.password)
     failed_sources: set[str] = set(replicas)
+
+    def read_from(index: int) -> asyncio.Task[list[tuple[int, bytes]]]:
+        return asyncio.get_running_loop().create_task(
+            _read_batch(context, ledger_id, ensemble, quorum, wanted, index, codec, failed_sources)
+        )
+
     copied_bytes = 0
     index = 0
-    while index < len(wanted):
-        batch = await _read_batch(
-            context, ledger_id, ensemble, quorum, wanted, index, codec, failed_sources
-        )
-        size = sum(len(packet) for _, packet in batch)
-        await pace(size)
-        # every add of the batch ends (each within the bookie request timeout) before the
-        # first failure, if any, is raised as itself
-        answers = await asyncio.gather(
-            *(
-                context.bookies.add_entry(target, ledger_id, entry_id, key, packet, recovery=True)
-                for entry_id, packet in batch
-            ),
-            return_exceptions=True,
-        )
-        failed = next((a for a in answers if isinstance(a, BaseException)), None)
-        if failed is not None:
-            raise failed
-        copied_bytes += size
-        index += len(batch)
+    reading = read_from(0)
+    try:
+        while index < len(wanted):
+            batch = await reading
+            index += len(batch)
+            if index < len(wanted):
+                reading = read_from(index)
+            size = sum(len(packet) for _, packet in batch)
+            await pace(size)
+            # every add of the batch ends (each within the bookie request timeout) before
+            # the first failure, if any, is raised as itself
+            answers = await asyncio.gather(
+                *(
+                    context.bookies.add_entry(
+                        target, ledger_id, entry_id, key, packet, recovery=True
+                    )
+                    for entry_id, packet in batch
+                ),
+                return_exceptions=True,
+            )
+            failed = next((a for a in answers if isinstance(a, BaseException)), None)
+            if failed is not None:
+                raise failed
+            copied_bytes += size
+    finally:
+        if not reading.done():  # a failure or a cancellation: the read ahead ends with it
+            reading.cancel()
+            await asyncio.wait({reading})
+        if not reading.cancelled():
+            reading.exception()  # retrieved: raised above if it mattered
     for entry_id in {wanted[0], wanted[-1]}:
         response = await context.bookies.read_entry(target, ledger_id, entry_id)
         codec.decode_entry(response.body or b"", entry_id)  # raises unless intact
