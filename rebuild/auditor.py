@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -150,7 +151,13 @@ class Auditor:
             await asyncio.sleep(TICK_S)
 
     async def _follow_checks(self) -> None:
-        next_full = self._clock()  # a new auditor checks everything first
+        # A new auditor checks everything first, unless another auditor did within the
+        # interval (its end is recorded where BookKeeper's auditor records its own).
+        next_full = self._clock()
+        last_ms = await self._under.last_full_check_ms()
+        if last_ms is not None:
+            since_s = max(0.0, time.time() - last_ms / 1000)
+            next_full += max(0.0, self._settings.check_interval_s - since_s)
         while True:
             asked = await self._store.exists(CHECK_NOW_ZNODE)
             if self._clock() >= next_full or asked is not None:
@@ -222,6 +229,7 @@ class Auditor:
         self.counts.full_checks += 1
         self.counts.ledgers_marked += marked
         self.counts.last_full_check_s = self._clock()
+        await self._under.full_check_ended(round(time.time() * 1000))
         if marked:
             log.warning("full check marked %d ledgers", marked)
         return marked

@@ -12,6 +12,9 @@ what globelog marks, and the other way round:
     /ledgers/underreplication/auditorelection/V_<seq>
                                               a candidate auditor, ephemeral sequential
     /ledgers/underreplication/disable         present: rebuilding paused cluster-wide
+    /ledgers/underreplication/checkallledgersctime
+                                              when the last full check ended:
+                                              CheckAllLedgersFormat, binary (as BookKeeper)
 
 The four path parts of a marker are the ledger id's four 16-bit quarters in hex, high first.
 Pure: paths and the text codec only.
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf import text_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from ledger.codecs.metadata import LEDGERS_ROOT
 from ledger.codecs.proto import bookkeeper_pb2 as pb
@@ -69,6 +72,10 @@ class Layout:
     @property
     def disable_node(self) -> str:
         return f"{self.base}/disable"
+
+    @property
+    def full_check_node(self) -> str:
+        return f"{self.base}/checkallledgersctime"
 
     def marker_parent(self, ledger_id: int) -> str:
         quarters = [f"{ledger_id >> shift & 0xFFFF:04x}" for shift in (48, 32, 16, 0)]
@@ -141,6 +148,22 @@ def decode_vote(data: bytes, where: str) -> str:
 
 def encode_layout() -> bytes:
     return _text(pb.LedgerRereplicationLayoutFormat(type=LAYOUT_TYPE, version=LAYOUT_VERSION))
+
+
+def encode_full_check_time(ended_ms: int) -> bytes:
+    return pb.CheckAllLedgersFormat(checkAllLedgersCTime=ended_ms).SerializeToString()
+
+
+def decode_full_check_time(data: bytes, where: str) -> int | None:
+    """When the last full check ended (ms since the epoch); None when none is recorded."""
+    message = pb.CheckAllLedgersFormat()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as err:
+        raise MarkerFormatError(
+            f"{where}: not a CheckAllLedgersFormat protobuf: {err}; received {data[:120]!r}"
+        ) from err
+    return message.checkAllLedgersCTime if message.HasField("checkAllLedgersCTime") else None
 
 
 def check_layout(data: bytes, where: str) -> None:

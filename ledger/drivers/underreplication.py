@@ -23,8 +23,10 @@ from ledger.codecs.underreplication import (
     Layout,
     Marker,
     check_layout,
+    decode_full_check_time,
     decode_lock,
     decode_marker,
+    encode_full_check_time,
     encode_layout,
     encode_lock,
     encode_marker,
@@ -216,3 +218,23 @@ class UnderReplication:
         else:
             with contextlib.suppress(errors.NoNodeError):
                 await self._store.delete(self.layout.disable_node, version=ANY_VERSION)
+
+    # ----------------------------------------------------------------------- full checks
+
+    async def last_full_check_ms(self) -> int | None:
+        """When the last full check of every ledger ended (ms since the epoch), by any
+        auditor, globelog's or BookKeeper's; None when none is recorded."""
+        node = self.layout.full_check_node
+        try:
+            data, _ = await self._store.get(node)
+        except errors.NoNodeError:
+            return None
+        return decode_full_check_time(data, node)
+
+    async def full_check_ended(self, ended_ms: int) -> None:
+        data = encode_full_check_time(ended_ms)
+        try:
+            await self._store.set(self.layout.full_check_node, data, version=ANY_VERSION)
+        except errors.NoNodeError:
+            with contextlib.suppress(errors.NodeExistsError):
+                await self._store.create(self.layout.full_check_node, data, make_parents=True)

@@ -745,6 +745,26 @@ class AuditorVoteFormat(_message.Message):
 Global___AuditorVoteFormat: _TypeAlias = AuditorVoteFormat  # noqa: Y015
 
 @_typing.final
+class CheckAllLedgersFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKALLLEDGERSCTIME_FIELD_NUMBER: _builtins.int
+    checkAllLedgersCTime: _builtins.int
+    """when the last full check ended, ms since the epoch"""
+    def __init__(
+        self,
+        *,
+        checkAllLedgersCTime: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkAllLedgersCTime", b"checkAllLedgersCTime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkAllLedgersCTime", b"checkAllLedgersCTime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckAllLedgersFormat: _TypeAlias = CheckAllLedgersFormat  # noqa: Y015
+
+@_typing.final
 class LedgerRereplicationLayoutFormat(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -33,7 +35,7 @@ from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from localcluster.tools import Tools
 from placement import Adherence, LocatedBookie, audit_ensemble
-from rebuild.auditor import Auditor
+from rebuild.auditor import TICK_S, Auditor
 from rebuild.bookies import bookie_list, decommission, ledgers_on
 from rebuild.status import rebuild_status
 from rebuild.worker import Worker
@@ -471,3 +473,42 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
         assert again is not None and await second.rebuild(again) is True
     reader = await client.open(ledger_id, PASSWORD)
     assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+
+
+async def test_a_new_auditor_skips_its_first_full_check_when_one_ended_within_the_interval(
+    cluster: Cluster, client: LedgerClient
+) -> None:
+    """The end of each full check is recorded where BookKeeper's auditor records its own
+    (`checkallledgersctime`): an auditor elected after another's check waits out the rest of
+    the interval instead of walking every ledger again (elections follow every restart)."""
+    layout = Layout(f"/test-checks-{uuid.uuid4().hex[:8]}/ledgers")
+    settings = dataclasses.replace(SETTINGS, check_interval_s=3600.0)
+    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        under = UnderReplication(store, layout)
+        try:
+            first = Auditor(store, client, settings, "first-auditor", layout=layout)
+            follower = Follower(first.name, first.run)
+            follower.start()
+
+            async def checked() -> bool:
+                return first.counts.full_checks == 1
+
+            await wait_until("the first auditor's full check", checked, 120)
+            await follower.stop()
+            recorded = await under.last_full_check_ms()
+            assert recorded is not None and abs(recorded / 1000 - time.time()) < 120
+
+            second = Auditor(store, client, settings, "second-auditor", layout=layout)
+            follower = Follower(second.name, second.run)
+            follower.start()
+
+            async def leading() -> bool:
+                return second.leading
+
+            await wait_until("the second auditor elected", leading, 30)
+            await asyncio.sleep(3 * TICK_S)
+            await follower.stop()
+            assert second.counts.full_checks == 0
+            assert await under.last_full_check_ms() == recorded
+        finally:
+            await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)

@@ -13,8 +13,10 @@ from ledger.codecs.underreplication import (
     Layout,
     Marker,
     check_layout,
+    decode_full_check_time,
     decode_lock,
     decode_marker,
+    encode_full_check_time,
     encode_layout,
     encode_lock,
     encode_marker,
@@ -63,6 +65,15 @@ def test_the_text_formats_are_protobuf_text_as_bookkeeper_writes_them() -> None:
 def test_a_foreign_marker_is_a_clear_error(data: bytes, expected: str) -> None:
     with pytest.raises(MarkerFormatError, match=expected):
         decode_marker(data, "/ledgers/underreplication/ledgers/x")
+
+
+def test_the_last_full_check_is_recorded_as_bookkeepers_auditor_records_it() -> None:
+    # binary protobuf, field 1 a varint: what BookKeeper's setCheckAllLedgersCTime writes
+    assert encode_full_check_time(1700000000000) == b"\x08\x80\xd0\x95\xff\xbc\x31"
+    assert decode_full_check_time(encode_full_check_time(1700000000000), "c") == 1700000000000
+    assert decode_full_check_time(b"", "c") is None  # a node with no time in it
+    with pytest.raises(MarkerFormatError, match="not a CheckAllLedgersFormat"):
+        decode_full_check_time(b"\x0b\xff", "/ledgers/underreplication/checkallledgersctime")
 
 
 def test_a_foreign_layout_is_refused() -> None:
