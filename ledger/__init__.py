@@ -36,6 +36,7 @@ from ledger.drivers.rebuild import (
     Pace,
     Rebuilt,
     ReplicaGap,
+    pending_copies,
     plan_fragments,
 )
 from ledger.drivers.underreplication import Claim, UnderReplication
@@ -104,6 +105,7 @@ __all__ = [
     "describe_ledger",
     "encode_vote",
     "init_cluster_metadata",
+    "pending_copies",
     "ping_bookie",
     "plan_fragments",
 ]

@@ -86,6 +86,7 @@ class Auditor:
         self._settings = settings
         self.name = name
         self._clock = clock or asyncio.get_running_loop().time
+        self.clock = self._clock  # the clock of `counts.lost`
         self.leading = False
         self.counts = AuditCounts()
         self._missing_since: dict[str, float] = {}

@@ -20,13 +20,16 @@ from core import errors
 from core.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
 from global_meta import ANY_VERSION, MetaStore
 from global_meta.followers import Follower
-from ledger import LedgerClient, UnderReplication
+from ledger import LedgerClient, UnderReplication, VersionedMetadata, pending_copies
 from rebuild.auditor import Auditor
 from rebuild.worker import Worker
 
 log = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 30.0  # the copy rate a rebuilder reports is over this much recent time
+# The auditor sizes what is under-replicated (a metadata read per marked ledger) this often,
+# not at every status report.
+SIZE_EVERY_S = 15.0
 
 
 class Rebuilder:
@@ -51,7 +54,14 @@ class Rebuilder:
         self._started_s = time.time()
         self._samples: list[tuple[float, int]] = []  # (clock, bytes copied) for the rate
         self._under = UnderReplication(store)
+        self._client = client
         self.under_replicated: int | None = None  # marked ledgers, counted by the auditor
+        self.under_replicated_bytes: int | None = None  # their copies' bytes, estimated
+        # A loss's time to full durability: from the first lost bookie's disappearance (or
+        # the first mark) until nothing is marked; the last one that ended, in seconds.
+        self.last_recovery_s: float | None = None
+        self._short_since: float | None = None
+        self._sized_at: float | None = None
         self.last_status: dict[str, Any] | None = None  # as last published
 
     def start(self) -> None:
@@ -102,8 +112,38 @@ class Rebuilder:
             "failures": counts.failures[-5:],
             "lost_bookies": sorted(audits.lost) if self.auditor.leading else [],
             "under_replicated_ledgers": self.under_replicated if self.auditor.leading else None,
+            "under_replicated_bytes": (
+                self.under_replicated_bytes if self.auditor.leading else None
+            ),
+            "last_recovery_s": self.last_recovery_s,
             "followers": [f.status().describe(now) for f in self._followers],
         }
+
+    async def _count_under_replicated(self) -> None:
+        """The auditor's view of what is one copy short, and for how long it has been."""
+        marked = await self._under.marked()
+        self.under_replicated = len(marked)
+        now = time.monotonic()
+        if marked and self._short_since is None:
+            since = self.auditor.counts.lost.values()  # on the auditor's (loop) clock
+            ago = max((self.auditor.clock() - s for s in since), default=0.0)
+            self._short_since = now - ago
+        elif not marked and self._short_since is not None:
+            self.last_recovery_s = round(now - self._short_since, 1)
+            self._short_since = None
+        if not marked:
+            self.under_replicated_bytes = 0
+        elif self._sized_at is None or now - self._sized_at >= SIZE_EVERY_S:
+            self._sized_at = now
+
+            async def size(versioned: VersionedMetadata) -> int:
+                found = await self._under.read(versioned.ledger_id)
+                if found is None:
+                    return 0  # done meanwhile
+                return pending_copies(versioned.metadata, found[0].replicas)["bytes"]
+
+            sizes = await self._client.visit_ledgers(size, marked)
+            self.under_replicated_bytes = sum(sizes.values())
 
     def health(self) -> dict[str, Any]:
         """The last published status with its followers' states as they are now (no sample
@@ -117,7 +157,7 @@ class Rebuilder:
         """Keeps the status node current; created anew after a session's end."""
         while True:
             if self.auditor.leading:
-                self.under_replicated = len(await self._under.marked())
+                await self._count_under_replicated()
             self.last_status = self.status()
             data = json.dumps(self.last_status, sort_keys=True).encode()
             try:

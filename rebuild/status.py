@@ -9,12 +9,10 @@ from typing import Any
 from global_meta import MetaStore
 from ledger import (
     LedgerClient,
-    LedgerMetadata,
-    LedgerState,
     NoSuchLedgerMetadataError,
     UnderReplication,
     decode_vote,
-    plan_fragments,
+    pending_copies,
 )
 from rebuild.service import read_rebuilders
 
@@ -39,7 +37,7 @@ async def rebuild_status(store: MetaStore, client: LedgerClient) -> dict[str, An
         except NoSuchLedgerMetadataError:
             entry.update(entries=0, bytes=0, deferred_fragments=0, deleted=True)
         else:
-            entry.update(pending(metadata, marker.replicas))
+            entry.update(pending_copies(metadata, marker.replicas))
         ledgers.append(entry)
     rebuilders = await read_rebuilders(store)
     rate = sum(r.get("bytes_per_s", 0) for r in rebuilders)
@@ -58,21 +56,6 @@ async def rebuild_status(store: MetaStore, client: LedgerClient) -> dict[str, An
         "auditor": auditor,
         "ledgers": ledgers,
         "rebuilders": rebuilders,
-    }
-
-
-def pending(metadata: LedgerMetadata, replicas: tuple[str, ...]) -> dict[str, int]:
-    """Entries still to copy for the marker's bookies and their bytes (estimated from the
-    ledger's mean entry size when it is closed; an open ledger's length is not known yet)."""
-    plan = plan_fragments(metadata, replicas)
-    e, w = metadata.ensemble_size, metadata.write_quorum
-    entries = sum(len(list(f.entries(e, w))) for f in plan.copyable)
-    closed = metadata.state is LedgerState.CLOSED and metadata.last_entry_id >= 0
-    mean = metadata.length / (metadata.last_entry_id + 1) if closed else 0
-    return {
-        "entries": entries,
-        "bytes": round(entries * mean),
-        "deferred_fragments": len(plan.deferred),
     }
 
 

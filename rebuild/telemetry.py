@@ -8,7 +8,9 @@ Counters since the process started: `globelog_rebuild_bytes_copied_total`,
 `globelog_rebuild_copy_rate_bytes_per_second` (over the last RATE_WINDOW_S),
 `globelog_rebuild_auditor_leading` (1 on the elected auditor), and on the auditor only
 `globelog_rebuild_lost_bookies` (missing from the registry, counted lost or not yet) and
-`globelog_rebuild_under_replicated_ledgers` (marked, as of its last status report).
+`globelog_rebuild_under_replicated_ledgers` (marked, as of its last status report),
+`globelog_rebuild_under_replicated_bytes` (their missing copies, estimated) and
+`globelog_rebuild_last_recovery_seconds` (the last loss's time to full durability).
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ GAUGES: dict[str, tuple[str, Read]] = {
     "lost_bookies": (
         "bookies of the topology missing from the registry (the auditor's view)",
         lambda r: float(len(r.auditor.counts.lost)) if r.auditor.leading else 0.0,
+    ),
+    "under_replicated_bytes": (
+        "bytes of the marked ledgers' missing copies, estimated (refreshed every 15 s)",
+        lambda r: float(r.under_replicated_bytes or 0) if r.auditor.leading else 0.0,
+    ),
+    "last_recovery_seconds": (
+        "the last loss's time from the bookie's disappearance to nothing marked",
+        lambda r: float(r.last_recovery_s or 0.0),
     ),
     "under_replicated_ledgers": (
         "ledgers marked under-replicated (the auditor's last count)",

@@ -111,6 +111,21 @@ def plan_fragments(metadata: LedgerMetadata, replicas: Collection[str]) -> Fragm
     return FragmentPlan(tuple(copyable), tuple(deferred))
 
 
+def pending_copies(metadata: LedgerMetadata, replicas: tuple[str, ...]) -> dict[str, int]:
+    """Entries still to copy for the marker's bookies and their bytes (estimated from the
+    ledger's mean entry size when it is closed; an open ledger's length is not known yet)."""
+    plan = plan_fragments(metadata, replicas)
+    e, w = metadata.ensemble_size, metadata.write_quorum
+    entries = sum(len(list(f.entries(e, w))) for f in plan.copyable)
+    closed = metadata.state is LedgerState.CLOSED and metadata.last_entry_id >= 0
+    mean = metadata.length / (metadata.last_entry_id + 1) if closed else 0
+    return {
+        "entries": entries,
+        "bytes": round(entries * mean),
+        "deferred_fragments": len(plan.deferred),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Rebuilt:
     fragment: Fragment

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from global_meta import MetaStore
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
+from rebuild.service import read_rebuilders
 from tests.support.streams import fresh_namespace
 from verify.checker import VIOLATIONS
 from verify.history import load_history
@@ -85,3 +87,10 @@ async def test_a_run_that_loses_two_bookies_for_good_keeps_every_record_and_ever
     broken = [a.describe() for a in report.anomalies if a.kind in VIOLATIONS]
     assert broken == [] and report.valid
     assert report.operations["final ok"] == 3 * len(services.topology.region_names)
+    # the auditor's gauges saw the losses end: nothing short now, and a recovery no shorter
+    # than the delay before a missing bookie counts as lost
+    async with await MetaStore.connect(services.topology.zk_connect) as store:
+        [auditor] = [r for r in await read_rebuilders(store) if r["auditor"]]
+    assert auditor["under_replicated_ledgers"] == 0, auditor
+    delay_s = services.topology.rebuild.lost_bookie_delay_s
+    assert auditor["last_recovery_s"] is not None and auditor["last_recovery_s"] >= delay_s

@@ -28,6 +28,8 @@ INSTRUMENTS = (
     "globelog_rebuild_auditor_leading",
     "globelog_rebuild_lost_bookies",
     "globelog_rebuild_under_replicated_ledgers",
+    "globelog_rebuild_under_replicated_bytes",
+    "globelog_rebuild_last_recovery_seconds",
 )
 
 
