@@ -21,7 +21,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 test: setup lint typecheck
-	$(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest -m "unit or scenario or simulation" $(PYTEST_ARGS)

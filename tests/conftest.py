@@ -20,29 +20,25 @@ LAYER_BY_DIRECTORY = {
 }
 
 
-# `make test` runs three pytest-xdist workers (`--dist loadgroup --no-loadscopereorder`). Each
+# `make test` runs two pytest-xdist workers (`--dist loadgroup --no-loadscopereorder`). Each
 # worker process has its own session cluster, started by the first test that asks for it. The
-# tests that use it form three groups, each run by one worker in order, so three clusters serve
-# them side by side (most of their time is spent waiting on timeouts, WAN delays and processes,
-# so a third worker on two cores shortens the run); every other test file is a group of its
-# own. Groups are handed out in the order of the items: the long ones first (the cluster
-# groups, then the tests that start clusters of their own: the demo, the hosts in namespaces,
-# the CLI's cluster), so the many short unit files fill in behind them instead of a long test
-# starting last.
+# tests that use it form two groups, each run by one worker in order, so two clusters serve
+# them side by side; every other test file is a group of its own. Groups are handed out in
+# the order of the items: the long ones first (the two cluster groups, then the tests that
+# start clusters of their own: the demo, the hosts in namespaces, the CLI's cluster), so the
+# many short unit files fill in behind them instead of a long test starting last.
 CLUSTER_GROUPS = {
     # directory (under tests/) -> its cluster group; the rest of the cluster tests: "a"
     "contract": "session-cluster-b",  # `real_cluster` asks for the session cluster when run
     "integration/ledger": "session-cluster-b",
     "integration/streams": "session-cluster-b",
     "integration/rebuild": "session-cluster-b",
-    "integration/proxies": "session-cluster-c",
-    "spark": "session-cluster-c",
+    "spark": "session-cluster-b",
 }
 CLUSTER_FIXTURES = {"cluster", "real_cluster"}
 LONG_FIRST = (
     "session-cluster-a",
     "session-cluster-b",
-    "session-cluster-c",
     "tests/e2e/test_demo.py",
     "tests/multihost/",
     "tests/e2e/",
