@@ -227,10 +227,10 @@ class Auditor:
             return bool(replicas) and await self._under.mark(versioned.ledger_id, replicas)
 
         marked = sum((await self._client.visit_ledgers(check)).values())
+        await self._under.full_check_ended(round(time.time() * 1000))
         self.counts.full_checks += 1
         self.counts.ledgers_marked += marked
         self.counts.last_full_check_s = self._clock()
-        await self._under.full_check_ended(round(time.time() * 1000))
         if marked:
             log.warning("full check marked %d ledgers", marked)
         return marked
