@@ -37,20 +37,41 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tools: Tools) -> Iterator[
         controller.down(cluster)
 
 
+# Set as each test ends (before its fixtures are torn down): whether the test run next on
+# this worker asks for `services` too.
+NEXT_WANTS_SERVICES = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    wanted = nextitem is not None and "services" in getattr(nextitem, "fixturenames", ())
+    item.config.stash[NEXT_WANTS_SERVICES] = wanted
+
+
 @pytest.fixture
-async def services(cluster: Cluster, tools: Tools) -> AsyncIterator[Cluster]:
-    """The session cluster with its proxy processes, stopped again afterwards (other tests
-    run proxies in-process on the same ports). Its rebuilders, which have no port, stay up
-    for the session once started."""
+async def services(
+    cluster: Cluster, tools: Tools, request: pytest.FixtureRequest
+) -> AsyncIterator[Cluster]:
+    """The session cluster with its proxy processes. They stay up when the next test wants
+    them too (starting them is most of such a test's set-up; one that faulted them is healed
+    by the next start, which restarts what is gone); otherwise they are stopped (other tests
+    run proxies in-process on the same ports, or expect none). Its rebuilders, which have no
+    port, stay up for the session once started."""
     with_services = dataclasses.replace(cluster, services=True)
     await controller.up(with_services, tools)
     try:
         yield with_services
     finally:
-        records = processes.load_state(cluster.data_dir)
-        for name, record in list(records.items()):
-            if record.kind in ("write-proxy", "read-proxy"):
-                if processes.run_state(record) is not processes.RunState.DEAD:
-                    processes.stop(record)
-                del records[name]
-        processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))
+        if not request.config.stash.get(NEXT_WANTS_SERVICES, False):
+            stop_proxies(cluster)
+
+
+def stop_proxies(cluster: Cluster) -> None:
+    """Stops the cluster's proxy processes and forgets them."""
+    records = processes.load_state(cluster.data_dir)
+    for name, record in list(records.items()):
+        if record.kind in ("write-proxy", "read-proxy"):
+            if processes.run_state(record) is not processes.RunState.DEAD:
+                processes.stop(record)
+            del records[name]
+    processes.save_state(cluster.data_dir, records, processes.load_meta(cluster.data_dir))

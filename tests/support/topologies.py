@@ -115,7 +115,7 @@ def topology_document(
         "regions": regions,
         # a wiped bookie's copies re-made within a test's time; longer than any test keeps a
         # bookie away (its 10 s session included) without wanting its copies re-made
-        "rebuild": {"lost_bookie_delay_s": 10},
+        "rebuild": {"lost_bookie_delay_s": 5},
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
             # every WAN route, then a peer relay per ZooKeeper node (core/routes.py)
