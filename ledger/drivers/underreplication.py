@@ -80,6 +80,8 @@ class UnderReplication:
                 return True
             except errors.NodeExistsError:
                 pass
+            except errors.NoNodeError:
+                continue  # a level made for it was pruned by a done meanwhile: again
             try:
                 data, stat = await self._store.get(path)
                 merged = decode_marker(data, path).merged(replicas, now_ms)

@@ -66,6 +66,16 @@ async def services(
             stop_proxies(cluster)
 
 
+@pytest.fixture
+async def fresh_services(services: Cluster, tools: Tools) -> Cluster:
+    """`services` with proxies started anew for the test: no stream of an earlier test is
+    still owned (an idle owned stream keeps its segment's ledger open, with its ensemble,
+    until stream_idle_release_s)."""
+    stop_proxies(services)
+    await controller.up(services, tools)
+    return services
+
+
 def stop_proxies(cluster: Cluster) -> None:
     """Stops the cluster's proxy processes and forgets them."""
     records = processes.load_state(cluster.data_dir)
