@@ -23,7 +23,7 @@ from tests.support.ledgers import ledger_client
 
 PASSWORD = b"seeded-faults"
 REPLICATION = Replication(3, 3, 2, 2)
-RUN_S = 12.0
+RUN_S = 8.0
 WINDOW = 32
 AWAIT_BOUND_S = 30.0  # every add and the recovery end well within this
 
