@@ -100,6 +100,31 @@ async def closed_ledger(client: LedgerClient, entries: int = ENTRIES) -> tuple[i
     return writer.ledger_id, payloads
 
 
+@dataclasses.dataclass(frozen=True)
+class Leaving:
+    """A closed ledger marked for one of its first ensemble's bookies, taken out of service."""
+
+    ledger_id: int
+    payloads: list[bytes]
+    before: tuple[str, ...]  # the first ensemble before the rebuild
+    bookie: str
+
+
+async def leaving_ledger(
+    client: LedgerClient, paused: UnderReplication, leave: Leave, position: int
+) -> Leaving:
+    ledger_id, payloads = await closed_ledger(client)
+    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
+    await leave(before[position])
+    await paused.mark(ledger_id, (before[position],))
+    return Leaving(ledger_id, payloads, before, before[position])
+
+
+async def read_back(client: LedgerClient, ledger_id: int) -> list[bytes]:
+    reader = await client.open(ledger_id, PASSWORD)
+    return [await reader.read_entry(i) for i in range(reader.lac + 1)]
+
+
 @contextlib.asynccontextmanager
 async def worker_of(cluster: Cluster, name: str) -> AsyncIterator[Worker]:
     """A worker with a ZooKeeper session of its own, ended when the block ends."""
@@ -209,10 +234,8 @@ async def test_a_marker_grown_during_its_rebuild_survives_it_and_is_rebuilt_agai
 async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
     cluster: Cluster, client: LedgerClient, paused: UnderReplication, leaving_service: Leave
 ) -> None:
-    ledger_id, payloads = await closed_ledger(client)
-    leaving = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[0]
-    await leaving_service(leaving)
-    await paused.mark(ledger_id, (leaving,))
+    marked = await leaving_ledger(client, paused, leaving_service, 0)
+    ledger_id, payloads, leaving = marked.ledger_id, marked.payloads, marked.bookie
     stalled = asyncio.Event()
     async with worker_of(cluster, "dying-worker") as dying:
         claim = await dying.claim(ledger_id)
@@ -241,8 +264,7 @@ async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
         assert await second.rebuild(claim2) is True
     after = (await client.metadata(ledger_id)).metadata
     assert leaving not in after.ensembles[0].bookies
-    reader = await client.open(ledger_id, PASSWORD)
-    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+    assert await read_back(client, ledger_id) == payloads
 
 
 async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
@@ -330,11 +352,9 @@ async def test_a_replacement_that_dies_or_stops_answering_mid_copy_leaves_the_le
 ) -> None:  # fmt: skip
     """The copy's adds to a dead replacement fail at once; to a paused one they end at the
     bookie request timeout (I8): either way the ledger is as it was, and a retry completes."""
-    ledger_id, payloads = await closed_ledger(client)
-    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
-    leaving = before[3]
-    await leaving_service(leaving)
-    await paused.mark(ledger_id, (leaving,))
+    marked = await leaving_ledger(client, paused, leaving_service, 3)
+    ledger_id, payloads = marked.ledger_id, marked.payloads
+    before, leaving = marked.before, marked.bookie
     by_id = {b.bookie_id: b.name for b in cluster.topology.bookies}
     killed: list[str] = []
     async with worker_of(cluster, "test-worker") as worker:
@@ -375,8 +395,7 @@ async def test_a_replacement_that_dies_or_stops_answering_mid_copy_leaves_the_le
             await controller.fault(cluster, tools, heal, by_id[killed[0]])
     ensemble = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     assert leaving not in ensemble and killed[0] not in ensemble
-    reader = await client.open(ledger_id, PASSWORD)
-    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+    assert await read_back(client, ledger_id) == payloads
 
 
 async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
@@ -385,11 +404,9 @@ async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
 ) -> None:  # fmt: skip
     """The nearest surviving copy is read first; paused after the first batch, its next read
     ends at the bookie request timeout (I8) and the copy goes on from the next one."""
-    ledger_id, payloads = await closed_ledger(client)
-    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
-    leaving = before[0]
-    await leaving_service(leaving)
-    await paused.mark(ledger_id, (leaving,))
+    marked = await leaving_ledger(client, paused, leaving_service, 0)
+    ledger_id, payloads = marked.ledger_id, marked.payloads
+    before, leaving = marked.before, marked.bookie
     by_id = {b.bookie_id: b.name for b in cluster.topology.bookies}
     async with worker_of(cluster, "test-worker") as worker:
         context = worker._client.context
@@ -418,8 +435,7 @@ async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
     assert REQUEST_TIMEOUT_S <= took < REQUEST_TIMEOUT_S + 15, took  # one read waited it out
     after = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     assert leaving not in after and nearest in after
-    reader = await client.open(ledger_id, PASSWORD)
-    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+    assert await read_back(client, ledger_id) == payloads
 
 
 async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
@@ -428,11 +444,9 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
     """The worker's ZooKeeper server goes away while it copies: the metadata swap and the
     claim's release each end at the store's operation timeout (I8), nothing of the ledger
     changes, its marker stays, and the claim ends with the session, for another worker."""
-    ledger_id, payloads = await closed_ledger(client)
-    before = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
-    leaving = before[1]
-    await leaving_service(leaving)
-    await paused.mark(ledger_id, (leaving,))
+    marked = await leaving_ledger(client, paused, leaving_service, 1)
+    ledger_id, payloads = marked.ledger_id, marked.payloads
+    before, leaving = marked.before, marked.bookie
     op_timeout_s = 3.0
     node = cluster.topology.zk_nodes_for("eu-west")[0].client.address
     relay = Cuttable(node)
@@ -471,8 +485,7 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
     async with worker_of(cluster, "second-worker") as second:
         again = await second.claim(ledger_id)
         assert again is not None and await second.rebuild(again) is True
-    reader = await client.open(ledger_id, PASSWORD)
-    assert [await reader.read_entry(i) for i in range(ENTRIES)] == payloads
+    assert await read_back(client, ledger_id) == payloads
 
 
 async def test_a_new_auditor_skips_its_first_full_check_when_one_ended_within_the_interval(
