@@ -37,6 +37,8 @@ def _codes(status: int, retriable: bool, outcome: Outcome, *codes: str) -> dict[
 ANSWERS: dict[str, Answer] = {
     **_codes(400, False, NOT_APPLIED, "bad_request", "invalid_dlsn", "invalid_stream_name"),
     **_codes(400, False, NOT_APPLIED, "invalid_record", "txid_out_of_order"),
+    **_codes(401, False, NOT_APPLIED, "unauthenticated"),
+    **_codes(403, False, NOT_APPLIED, "forbidden"),
     **_codes(404, False, NOT_APPLIED, "stream_not_found", "not_found"),
     **_codes(405, False, NOT_APPLIED, "method_not_allowed"),
     **_codes(408, True, NOT_APPLIED, "request_timeout"),

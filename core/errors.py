@@ -238,6 +238,20 @@ class QuotaExceededError(ServiceError):
         self.retry_after_s = retry_after_s
 
 
+class UnauthenticatedError(ServiceError):
+    """The request carried no token the proxy accepts: none, malformed, expired, revoked, signed
+    by another key. The message says which; nothing was done."""
+
+    code = "unauthenticated"
+
+
+class ForbiddenError(ServiceError):
+    """The request's token is valid but its scope lacks what the request needs (the message
+    names the operation and the resource); nothing was done."""
+
+    code = "forbidden"
+
+
 class RequestTimeoutError(ServiceError):
     """A request's body did not arrive within the proxy's deadline; nothing of it was done."""
 

@@ -76,6 +76,8 @@ def error_response(err: errors.GlobelogError) -> web.Response:
     if isinstance(err, errors.QuotaExceededError):
         # whole seconds (RFC 9110), rounded up: a client that waits it is let in
         response.headers["Retry-After"] = str(max(0, math.ceil(err.retry_after_s)))
+    if isinstance(err, errors.UnauthenticatedError):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="globelog"'  # RFC 6750
     return response
 
 
