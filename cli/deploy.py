@@ -22,6 +22,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
+from core.security.credentials import default_token
 from core.topology import Topology
 from global_meta import MetaStore
 from ledger import (
@@ -206,8 +207,9 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
         )
         for proxy in listed
     ]
+    token = default_token(topology.security)
     answers = await asyncio.gather(
-        *(service_health(p.endpoint.port, p.endpoint.host) for _, p in proxies)
+        *(service_health(p.endpoint.port, p.endpoint.host, token) for _, p in proxies)
     )
     rows += [
         _row(kind, p.name, p.region, p.endpoint.address, ok, detail)

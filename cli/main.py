@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ from cli import (
     failover_main,
     reach,
     rebuild_main,
+    security_main,
     serve,
     spark_main,
     stream_args,
@@ -36,8 +38,9 @@ from core.errors import (
     MetadataUnavailableError,
     OutcomeUnknownError,
 )
+from core.security.credentials import TOKEN_FILE_ENV, adopt_admin_token
 from core.topology import Topology
-from core.topology_loader import region_loss_summary, region_loss_warning
+from core.topology_loader import load_topology, region_loss_summary, region_loss_warning
 from localcluster import controller, processes, regions, wan
 from localcluster.controller import Cluster
 from localcluster.tools import REPO_ROOT, find_tools
@@ -61,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
         action="count",
         default=0,
         help="show the libraries' logs too (ZooKeeper client, HTTP, Spark); -vv for debug",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="the access token to send (default: $GLOBELOG_TOKEN, $GLOBELOG_TOKEN_FILE, else "
+        "the deployment's admin token when this host holds it)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -114,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     failover_main.add_failover_commands(commands)
     serve.add_arguments(commands)
     rebuild_main.add_arguments(commands)
+    security_main.add_arguments(commands)
     deploy.add_arguments(commands, default_topology_path())
 
     _add_cluster_commands(commands)
@@ -353,10 +364,24 @@ def _print_region_loss(topology: Topology) -> None:
         print(f"globelog: {warning}", file=sys.stderr)
 
 
+def _adopt_token(args: argparse.Namespace) -> None:
+    """The token this command (and what it starts) sends: --token-file, else the
+    environment's, else the admin token of the topology's deployment if this host holds it."""
+    if args.token_file is not None:
+        os.environ[TOKEN_FILE_ENV] = str(args.token_file.resolve())
+        return
+    topology = getattr(args, "topology", None) or default_topology_path()
+    with contextlib.suppress(GlobelogError):  # the command reports a bad topology itself
+        adopt_admin_token(load_topology(topology).security)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console_logs.configure(args.verbose)
     try:
+        _adopt_token(args)
+        if args.command in ("security", "token"):
+            return security_main.run(args, default_topology_path())
         if args.command == "topology":
             topology = load_checked_topology(args.file or default_topology_path())
             print(

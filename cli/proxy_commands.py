@@ -15,6 +15,7 @@ import aiohttp
 
 from cli.stream_commands import _line_problem, _stdin_lines
 from core.records import ENTRY_RECORDS_BYTES_MAX
+from core.security.credentials import auth_headers, default_token
 from core.topology import Topology
 from reader.positions import By, Position
 from region.client import ProxyClient, proxy_error
@@ -37,16 +38,21 @@ def proxy_urls(topology: Topology, region: str) -> tuple[str | None, str | None]
 
 
 async def answers(url: str | None) -> bool:
+    """Whether the proxy at `url` serves; the proxy's refusal if it does not take our token
+    (never a silent fall back to library mode)."""
     if url is None:
         return False
     timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
     try:
         async with (
-            aiohttp.ClientSession(timeout=timeout) as http,
+            aiohttp.ClientSession(timeout=timeout, headers=auth_headers(default_token())) as http,
             http.get(f"{url}/v1/health") as answer,
         ):
+            if answer.status in (401, 403):
+                body = await answer.json(content_type=None)
+                raise proxy_error(body, answer.status, f"GET {url}/v1/health")
             return answer.status == 200
-    except (aiohttp.ClientError, TimeoutError):
+    except (aiohttp.ClientError, TimeoutError, ValueError):
         return False
 
 
@@ -129,7 +135,9 @@ async def read_pages(
     query = position_query(start)
     printed = 0
     timeout = aiohttp.ClientTimeout(total=FOLLOW_WAIT_MS / 1000 + 30)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    async with aiohttp.ClientSession(
+        timeout=timeout, headers=auth_headers(default_token())
+    ) as http:
         while limit is None or printed < limit:
             page_size = READ_PAGE if limit is None else min(READ_PAGE, limit - printed)
             wait_ms = FOLLOW_WAIT_MS if follow else END_WAIT_MS

@@ -27,12 +27,15 @@ from placement import load_checked_topology
 from rebuild.service import Rebuilder
 from rebuild.telemetry import observe_rebuilder
 from region import event_loop, logs
+from region.http_errors import error_middleware
 from region.isolation import cut_off_check
-from region.observability.telemetry import install_prometheus, metrics_handler
+from region.observability.telemetry import follower_restarts, install_prometheus, metrics_handler
 from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
+from region.security.gate import Rule, Rules, require_rules
+from region.security.service import ProxySecurity
 from region.write_proxy import WriteProxy
 
 log = logging.getLogger(__name__)
@@ -134,6 +137,13 @@ async def serve_proxy(
     ):
         # give the session up only when cut off from most regions, not during an election
         store.isolation_check = cut_off_check(publish_topology(topology), proxy.region)
+        security = ProxySecurity.load(
+            topology.security,
+            store,
+            topology.limits,
+            issues=kind == "write",
+            on_failed=follower_restarts(kind, "revocations"),
+        )
         server: WriteProxy | ReadProxy = (
             WriteProxy(
                 # an unreachable owner's lock goes with its session (the same timeout as ours)
@@ -143,9 +153,10 @@ async def serve_proxy(
                 store,
                 ledgers,
                 topology.limits,
+                security,
             )
             if kind == "write"
-            else ReadProxy(me, store, ledgers, topology.limits)
+            else ReadProxy(me, store, ledgers, topology.limits, security)
         )
         await server.start(endpoint.host, endpoint.port)
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
@@ -177,17 +188,26 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def rebuilder_app(rebuilder: Rebuilder) -> web.Application:
-    """The rebuilder's own HTTP: its instruments and its last published status."""
+REBUILDER_RULES: Rules = {
+    ("GET", "/metrics"): Rule("observe", "proxy"),
+    ("GET", "/v1/health"): Rule("observe", "proxy"),
+}
+
+
+def rebuilder_app(rebuilder: Rebuilder, security: ProxySecurity | None) -> web.Application:
+    """The rebuilder's own HTTP: its instruments and its last published status, behind the
+    same tokens as the proxies' (an `observe` scope)."""
 
     async def health(_: web.Request) -> web.Response:
         return web.json_response(
             rebuilder.last_status or {"name": rebuilder.name, "starting": True}
         )
 
-    app = web.Application()
+    gate = [error_middleware, security.gate.middleware(REBUILDER_RULES)] if security else []
+    app = web.Application(middlewares=gate)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/health", health)
+    require_rules(app, REBUILDER_RULES)
     return app
 
 
@@ -215,10 +235,14 @@ async def serve_rebuilder(
     ):
         rebuilder = Rebuilder(store, ledgers, settings, name, region)
         runner = None
+        security = None
         if metrics_address is not None:
             observe_rebuilder(rebuilder)
             host, port = _host_port(metrics_address)
-            runner = web.AppRunner(rebuilder_app(rebuilder), access_log=None)
+            security = ProxySecurity.load(topology.security, store, topology.limits, issues=False)
+            if security is not None:
+                await security.start()
+            runner = web.AppRunner(rebuilder_app(rebuilder, security), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, host, port).start()
         rebuilder.start()
@@ -229,6 +253,8 @@ async def serve_rebuilder(
             await rebuilder.stop()
             if runner is not None:
                 await runner.cleanup()
+            if security is not None:
+                await security.stop()
 
 
 def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:

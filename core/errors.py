@@ -238,6 +238,18 @@ class QuotaExceededError(ServiceError):
         self.retry_after_s = retry_after_s
 
 
+class NotFoundError(ServiceError):
+    """The request names something that is not there (a path, a token id)."""
+
+    code = "not_found"
+
+
+class RequestTooLargeError(ServiceError):
+    """A request's body is over what its endpoint takes; nothing of it was done."""
+
+    code = "request_too_large"
+
+
 class UnauthenticatedError(ServiceError):
     """The request carried no token the proxy accepts: none, malformed, expired, revoked, signed
     by another key. The message says which; nothing was done."""
@@ -386,6 +398,10 @@ ANSWERED_ERRORS: tuple[type[GlobelogError], ...] = (
     OwnerUnreachableError,
     StorageUnavailableError,
     OutcomeUnknownError,
+    UnauthenticatedError,
+    ForbiddenError,
+    NotFoundError,
+    RequestTooLargeError,
 )
 ERROR_BY_CODE: dict[str, type[GlobelogError]] = {cls.code: cls for cls in ANSWERED_ERRORS}
 assert len(ERROR_BY_CODE) == len(ANSWERED_ERRORS), "every answered code names one class"

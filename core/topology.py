@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from core.errors import ConfigError
 from core.limits import ProxyLimits
 from core.rebuild_settings import RebuildSettings
+from core.security.settings import SecuritySettings
 from core.streams import StreamSettings
 
 
@@ -127,6 +128,7 @@ class Topology:
     archive_uri: str | None = None  # tiered storage (topology.yaml `archive:`), docs/spark.md
     limits: ProxyLimits = field(default_factory=ProxyLimits)  # topology.yaml `limits:`
     rebuild: RebuildSettings = field(default_factory=RebuildSettings)  # `rebuild:`
+    security: SecuritySettings = field(default_factory=SecuritySettings)  # `security:`
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:

@@ -21,6 +21,7 @@ from core.durability import (
 from core.errors import TopologyError
 from core.limits_loader import parse_limits
 from core.rebuild_settings import parse_rebuild
+from core.security.settings import parse_security
 from core.stream_settings_loader import parse_streams
 from core.topology import (
     Bookie,
@@ -252,7 +253,8 @@ def load_topology(path: str | Path) -> Topology:
         # A relative archive directory lives beside the topology file that names it.
         uri = str((file.parent / topology.archive_uri).resolve())
         topology = dataclasses.replace(topology, archive_uri=uri)
-    return topology
+    # so is a relative security directory
+    return dataclasses.replace(topology, security=topology.security.beside(file))
 
 
 TOP_KEYS = {
@@ -265,6 +267,7 @@ TOP_KEYS = {
     "limits",
     "rebuild",
     "archive",
+    "security",
 }
 
 
@@ -282,11 +285,12 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
     streams = parse_streams(root.get("streams"), p)
     limits = parse_limits(root.get("limits"), p)
     rebuild = parse_rebuild(root.get("rebuild"), p)
+    security = parse_security(root.get("security"), p)
     archive_uri = _parse_archive(root.get("archive"), p)
     _check_unique_addresses(regions, zookeeper, wan, p)
-    if None in (name, replication, streams, limits, rebuild) or p.items:
+    if None in (name, replication, streams, limits, rebuild, security) or p.items:
         return None
-    assert name is not None and replication is not None
+    assert name is not None and replication is not None and security is not None
     assert streams is not None and limits is not None and rebuild is not None
     return Topology(
         name,
@@ -298,6 +302,7 @@ def _parse_document(document: Any, p: _Problems) -> Topology | None:
         archive_uri,
         limits,
         rebuild,
+        security,
     )
 
 

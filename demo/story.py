@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.errors import ClusterError, GlobelogError
 from core.routes import plan_routes
+from core.security.credentials import adopt_admin_token
 from core.topology_loader import region_loss_summary
 from demo.ledger import ledger_demo
 from demo.services import NAMESPACE, STREAM, print_summary, services_demo
@@ -118,6 +119,12 @@ async def demo(topology_path: Path, data_dir: Path) -> None:
     try:
         report = await controller.up(cluster, tools)
         print(f"  up in {report.total_s:.1f} s; {region_loss_summary(cluster.topology)}")
+        security = cluster.topology.security
+        if security.tokens:
+            adopt_admin_token(security)  # the demo's clients act as the operator
+            print(
+                f"  every proxy endpoint demands a token; the operator's is {security.admin_token}"
+            )
         await show_status(cluster)
 
         step("WAN: median GET_BOOKIE_INFO round trip between regions (one-way latency x2 + bookie)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import NodeExistsError, NoNodeError, OverCapacityError
-from core.tokens import LEEWAY_S, Token
+from core.security.tokens import LEEWAY_S, Token
 from global_meta.followers import Follower, FollowerStatus
 from global_meta.store import MetaStore
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from core.errors import ClusterError, GlobelogError, NoNodeError
 from core.rebuild_settings import REBUILDERS_ZNODE
+from core.security.credentials import default_token
+from core.security.files import init_security
 from core.topology import Topology
 from core.topology_loader import require_local
 from global_meta import ANY_VERSION, MetaStore
@@ -174,6 +176,8 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     """Starts whatever is not running and waits until all of it is ready (idempotent)."""
     report = UpReport()
     started = time.monotonic()
+    if cluster.topology.security.tokens:  # the deployment's keys and admin token, once
+        init_security(cluster.topology.security, time.time())
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
     first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]
     _start_missing(cluster, first, report)
@@ -210,7 +214,8 @@ async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None
 
     async def serving() -> bool:
         _check_alive(cluster)
-        answers = [await service_health(spec.ports[0]) for spec in served]
+        token = default_token(cluster.topology.security)
+        answers = [await service_health(spec.ports[0], token=token) for spec in served]
         return all(ok for ok, _ in answers)
 
     await wait_until("proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
@@ -333,7 +338,7 @@ async def _health(
             return True, "registered writable"
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
     if record.kind in ("write-proxy", "read-proxy"):
-        return await service_health(record.ports[0])
+        return await service_health(record.ports[0], token=default_token(cluster.topology.security))
     if record.kind == "zk-relay":
         return await _port_open(record.ports[0])
     try:

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from core.errors import ClusterError
+from core.security.credentials import auth_headers
 from core.topology import Endpoint
 
 PROBE_TIMEOUT_S = 2.0
@@ -41,17 +42,21 @@ async def zookeeper_mode(endpoint: Endpoint) -> str | None:
     return None
 
 
-async def service_health(port: int, host: str = "127.0.0.1") -> tuple[bool, str]:
-    """A globelog service's /v1/health: (answering, what it said or why not)."""
+async def service_health(
+    port: int, host: str = "127.0.0.1", token: str | None = None
+) -> tuple[bool, str]:
+    """A globelog service's /v1/health, asked with `token` (an `observe` scope):
+    (answering, what it said or why not)."""
     timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
     try:
         async with (
-            aiohttp.ClientSession(timeout=timeout) as http,
+            aiohttp.ClientSession(timeout=timeout, headers=auth_headers(token)) as http,
             http.get(f"http://{host}:{port}/v1/health") as answer,
         ):
             body = await answer.json()
             if answer.status != 200:
-                return False, f"health answered {answer.status}"
+                refused = f": {body.get('message')}" if answer.status in (401, 403) else ""
+                return False, f"health answered {answer.status}{refused}"
             streams = len(body.get("owned", body.get("streams", [])))
             if body.get("state") == "degraded":
                 return False, f"{DEGRADED}, {streams} stream(s): {_not_following(body)}"

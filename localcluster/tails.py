@@ -17,6 +17,7 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyError, ProxyUnreachableError, answered_error
+from core.security.credentials import auth_headers, default_token
 from localcluster.controller import Cluster
 
 POLL_WAIT_MS = 1000
@@ -50,7 +51,9 @@ async def tail_region(
     """Long-polls the region's read proxy; retries through the region's outage."""
     path = f"{url}/v1/namespaces/{namespace}/streams/{stream}/records"
     timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 5)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    async with aiohttp.ClientSession(
+        timeout=timeout, headers=auth_headers(default_token())
+    ) as http:
         while not stop.is_set():
             query = {"from_seq": str(received.next_seq), "wait_ms": str(POLL_WAIT_MS)}
             try:

@@ -57,6 +57,8 @@ from region.observability.telemetry import (
     metrics_middleware,
 )
 from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.security.gate import Rule, Rules, require_rules
+from region.security.service import ProxySecurity
 from region.stream_cache import CacheBudget, StreamCache
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,15 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
+STREAM = "/v1/namespaces/{ns}/streams/{stream}"
+# Who may call what (docs/http-api.md, "Access"): every route has its rule.
+RULES: Rules = {
+    ("GET", "/v1/health"): Rule("observe", "proxy"),
+    ("GET", "/metrics"): Rule("observe", "proxy"),
+    ("GET", "/debug/traces"): Rule("observe", "proxy"),
+    ("GET", STREAM + "/records"): Rule("read", "stream"),
+    ("GET", STREAM + "/tail"): Rule("read", "stream"),
+}
 
 
 class _Starting:
@@ -105,8 +116,10 @@ class ReadProxy:
         store: MetaStore,
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
+        security: ProxySecurity | None = None,
     ) -> None:
         self.me = me
+        self.security = security
         self.limits = limits = limits or ProxyLimits()
         self.quotas = Quotas(limits, "read")
         self._store = store
@@ -128,23 +141,28 @@ class ReadProxy:
         self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
+        gate = [self.security.gate.middleware(RULES)] if self.security else []
         app = web.Application(
             middlewares=[
                 tracing_middleware(KIND),
                 metrics_middleware(KIND),
                 error_middleware,
+                *gate,
                 quota_middleware(self.quotas, lambda _: False),  # bytes: once the page is built
             ]
         )
-        base = "/v1/namespaces/{ns}/streams/{stream}"
+        base = STREAM
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", metrics_handler)
         app.router.add_get("/debug/traces", traces_handler)
         app.router.add_get(base + "/records", self._records)
         app.router.add_get(base + "/tail", self._tail)
+        require_rules(app, RULES)
         return app
 
     async def start(self, host: str, port: int) -> None:
+        if self.security:
+            await self.security.start()
         self._listener = Listener(self.app(), self.limits)
         await self._listener.start(host, port)
         self._sweeper.start()
@@ -164,6 +182,8 @@ class ReadProxy:
         async with asyncio.TaskGroup() as closing:
             for cache in self._caches.values():
                 closing.create_task(cache.close())
+        if self.security:
+            await self.security.stop()
 
     # ------------------------------------------------------------------------ handlers
 

@@ -12,6 +12,10 @@ HTTP API (docs/http-api.md), every path under /v1:
     POST   /v1/namespaces/{ns}/streams/{stream}/truncate?to=DLSN
     POST   /v1/namespaces/{ns}/streams/{stream}/release    give up ownership
     GET    /v1/namespaces/{ns}/streams/{stream}/last       the last acknowledged DLSN
+    POST   /v1/namespaces/{ns}/streams/{stream}/session    start a write session (fences older)
+    POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}   tokens (region/security/service.py)
+Every route needs a token whose scope allows its rule (RULES) unless the deployment turned
+tokens off.
 Writes answer {"dlsn", "txid", "seq"} (bulk: {"records": [...]}) once acknowledged; a proxy
 that does not own the stream answers 307 to the one that does (or should).
 """
@@ -57,6 +61,8 @@ from region.observability.telemetry import (
 from region.observability.tracing import TRACER, traces_handler, tracing_middleware
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from region.producers import PRODUCER_SEQ_MAX, check_producer
+from region.security.gate import TOKEN, Rule, Rules, require_rules
+from region.security.service import TOKEN_ROUTES, ProxySecurity
 from writer.admin import delete_stream, describe_stream, truncate
 from writer.events import Written
 
@@ -65,6 +71,25 @@ HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
 OWNER_TEXT_MAX = 512  # the `unreachable_owner` parameter: name@region
 RING_TIMEOUT_S = 10.0
 IDLE_CHECK_S = 30.0  # how often idle owned streams are looked for (at most)
+BASE = "/v1/namespaces/{ns}/streams"
+# Who may call what (docs/http-api.md, "Access"): every route has its rule.
+RULES: Rules = {
+    ("GET", "/v1/health"): Rule("observe", "proxy"),
+    ("GET", "/metrics"): Rule("observe", "proxy"),
+    ("GET", "/debug/traces"): Rule("observe", "proxy"),
+    ("GET", BASE): Rule("read", "namespace"),
+    ("PUT", BASE + "/{stream}"): Rule("create", "stream"),
+    ("GET", BASE + "/{stream}"): Rule("read", "stream"),
+    ("DELETE", BASE + "/{stream}"): Rule("delete", "stream"),
+    ("POST", BASE + "/{stream}/records"): Rule("append", "stream"),
+    ("POST", BASE + "/{stream}/bulk"): Rule("append", "stream"),
+    ("POST", BASE + "/{stream}/truncate"): Rule("truncate", "stream"),
+    ("POST", BASE + "/{stream}/release"): Rule("admin", "stream"),
+    ("GET", BASE + "/{stream}/last"): Rule("read", "stream"),
+    ("POST", BASE + "/{stream}/session"): Rule("append", "stream"),
+    ("GET", BASE + "/{stream}/producers/{producer}"): Rule("append", "stream"),
+    ("POST", BASE + "/{stream}/heartbeat"): Rule("append", "stream"),
+}
 
 
 class WriteProxy:
@@ -77,9 +102,11 @@ class WriteProxy:
         store: Any,
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
+        security: ProxySecurity | None = None,
     ) -> None:
         self.config = config
         self.limits = limits or ProxyLimits()
+        self.security = security
         self.quotas = Quotas(self.limits, "append")
         self._store = store
         self._ledgers = ledgers
@@ -103,16 +130,19 @@ class WriteProxy:
     # ------------------------------------------------------------------------ lifecycle
 
     def app(self) -> web.Application:
+        rules = {**RULES, **(TOKEN_ROUTES if self.security else {})}
+        gate = [self.security.gate.middleware(rules)] if self.security else []
         app = web.Application(
             client_max_size=self.limits.request_bytes_max,
             middlewares=[
                 tracing_middleware(KIND),
                 metrics_middleware(KIND),
                 error_middleware,
+                *gate,
                 quota_middleware(self.quotas, _appends),
             ],
         )
-        base = "/v1/namespaces/{ns}/streams"
+        base = BASE
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", metrics_handler)
         app.router.add_get("/debug/traces", traces_handler)
@@ -126,10 +156,16 @@ class WriteProxy:
         app.router.add_post(base + "/{stream}/release", self._release)
         app.router.add_get(base + "/{stream}/last", self._last)
         app.router.add_get(base + "/{stream}/producers/{producer}", self._producer)
+        app.router.add_post(base + "/{stream}/session", self._start_session)
         app.router.add_post(base + "/{stream}/heartbeat", self._heartbeat)
+        if self.security:
+            self.security.add_token_routes(app)
+        require_rules(app, rules)
         return app
 
     async def start(self, host: str, port: int) -> None:
+        if self.security:
+            await self.security.start()
         self._listener = Listener(self.app(), self.limits)
         await self._listener.start(host, port)
         await self._ring.start(RING_TIMEOUT_S)
@@ -187,6 +223,8 @@ class WriteProxy:
         await self._ring.stop()
         if self._listener is not None:
             await self._listener.stop()
+        if self.security:
+            await self.security.stop()
 
     # ---------------------------------------------------------------------- middleware
 
@@ -212,7 +250,11 @@ class WriteProxy:
 
     async def _list(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])
-        return json_response({"streams": await streams.list_streams()})
+        names = await streams.list_streams()
+        token = request.get(TOKEN)
+        if token is not None:  # only the streams the token may read
+            names = [name for name in names if token.scope.streams.matches(name)]
+        return json_response({"streams": names})
 
     async def _create(self, request: web.Request) -> web.Response:
         streams = self.ownership.streams(request.match_info["ns"])
@@ -247,10 +289,22 @@ class WriteProxy:
         owned = await self._owner_of(request)
         if isinstance(owned, web.StreamResponse):
             return owned
-        if request.query.get("fence_session") in ("1", "true"):
-            # A session marker fences every older session.
-            owned.session = await self._append(request, owned, 0, owned.writer.mark_session)
-            owned.exclusive = request.query.get("exclusive") in ("1", "true")
+        if "fence_session" in request.query:
+            raise BadRequestError(
+                "GET .../last does not start sessions (it only reads); POST .../session does"
+            )
+        return self._session_answer(owned)
+
+    async def _start_session(self, request: web.Request) -> web.StreamResponse:
+        """A session marker through the owner: it fences every older session."""
+        owned = await self._owner_of(request)
+        if isinstance(owned, web.StreamResponse):
+            return owned
+        owned.session = await self._append(request, owned, 0, owned.writer.mark_session)
+        owned.exclusive = request.query.get("exclusive") in ("1", "true")
+        return self._session_answer(owned)
+
+    def _session_answer(self, owned: Owned) -> web.Response:
         last = owned.writer.last_written
         return json_response(
             {
@@ -540,7 +594,7 @@ def _check_session(request: web.Request, owned: Owned) -> None:
     if session != owned.session:
         raise SessionFencedError(
             f"stream {owned.writer.stream!r}: write session {session} was fenced; the current "
-            f"session is {owned.session} (GET .../last?fence_session=1 starts a new one)"
+            f"session is {owned.session} (POST .../session starts a new one)"
         )
 
 

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.support import security
+
 pytest_plugins = ["pytester", "tests.support.cluster_fixtures", "tests.support.task_leaks"]
 
 LAYER_BY_DIRECTORY = {
@@ -43,6 +45,10 @@ LONG_FIRST = (
     "tests/multihost/",
     "tests/e2e/",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    security.set_up()  # every cluster of this process demands tokens; clients send the admin's
 
 
 def _group(item: pytest.Item) -> str:

@@ -39,6 +39,7 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError, GlobelogError
+from core.security.credentials import auth_headers, default_token
 from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from localcluster.controller import Cluster
@@ -277,7 +278,7 @@ async def canary(
     origin = time.monotonic()
     async with (
         ProxyClient([write_url], namespace, deadline_s=30) as client,
-        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
     ):
         await client.create("c")
         while not stop.is_set():
@@ -327,7 +328,9 @@ async def bench_abuse(
     pids = {name: state[name].pid for name in names}
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=auth_headers(default_token())
+    ) as http:
         target = Target(write_url, read_url, f"abuse{uuid.uuid4().hex[:6]}", http)
         progress("preparing the attacker's streams")
         await prepare(target, progress)

@@ -50,6 +50,7 @@ from core.errors import (
     SessionExpiredError,
     answered_error,
 )
+from core.security.credentials import auth_headers, default_token
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
@@ -75,9 +76,12 @@ class ProxyClient:
         namespace: str = "default",
         deadline_s: float = 30.0,
         request_timeout_s: float = 30.0,
+        token: str | None = None,
     ) -> None:
+        """`token`: sent with every request; by default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ProxyClient needs at least one proxy URL, got none")
+        self._headers = auth_headers(token if token is not None else default_token())
         self.namespace = namespace
         self.deadline_s = deadline_s
         self._ring = HashRing(nodes=[p.rstrip("/") for p in proxies])
@@ -90,7 +94,7 @@ class ProxyClient:
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ProxyClient:
-        self._http = aiohttp.ClientSession(timeout=self._timeout)
+        self._http = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -182,8 +186,8 @@ class ProxyClient:
         the new session id and fail with `session_fenced` once a newer session exists (a new
         owner starts one on takeover). An `exclusive` session also refuses every write that
         carries no session, until a newer session replaces it."""
-        params = {"fence_session": "1", "exclusive": "1" if exclusive else "0"}
-        body = await self._call("GET", stream, "/last", params=params)
+        params = {"exclusive": "1" if exclusive else "0"}
+        body = await self._call("POST", stream, "/session", params=params)
         session = int(body["session"])
         self._sessions[stream] = session
         return session

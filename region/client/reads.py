@@ -20,6 +20,7 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyUnreachableError
+from core.security.credentials import auth_headers, default_token
 from region.client.proxy_client import proxy_error
 
 POLL_WAIT_MS = 1000
@@ -52,9 +53,12 @@ class ReadClient:
         proxies: Sequence[str],
         namespace: str = "default",
         failing_max_s: float = READ_FAILING_MAX_S,
+        token: str | None = None,
     ) -> None:
+        """`token`: sent with every request; by default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ReadClient needs at least one read proxy URL, got none")
+        self._headers = auth_headers(token if token is not None else default_token())
         if not 0 < failing_max_s <= 3600:
             raise ValueError(f"failing_max_s {failing_max_s}: expected 0 < seconds <= 3600")
         self.namespace = namespace
@@ -64,7 +68,7 @@ class ReadClient:
 
     async def __aenter__(self) -> ReadClient:
         timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 10)
-        self._http = aiohttp.ClientSession(timeout=timeout)
+        self._http = aiohttp.ClientSession(timeout=timeout, headers=self._headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -38,9 +38,11 @@ START_TIMEOUT_S = 150.0
 EXAMPLE = REPO_ROOT / "deploy" / "topology.example.yaml"
 
 
-def deployment_topology() -> str:
-    """docs/deploy.md's example deployment, on this test's host names."""
+def deployment_topology(home: Path) -> str:
+    """docs/deploy.md's example deployment, on this test's host names, its security files in
+    the test's directory (every host here reads the same file system)."""
     text = EXAMPLE.read_text().replace("example.com", DOMAIN)
+    text = text.replace("/etc/globelog/security", str(home / "security"))
     doc = yaml.safe_load(text)
     # the hosts below are made for exactly this shape
     assert [r["name"] for r in doc["regions"]] == list(REGIONS)
@@ -114,7 +116,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     home = tmp_path_factory.mktemp("multihost")
     globelog = install_wheel(home / "install")
     topology = home / "topology.yaml"
-    topology.write_text(deployment_topology())
+    topology.write_text(deployment_topology(home))
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -149,8 +151,10 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
             logs / f"zk-{region}.log", d.env,
         )  # fmt: skip
-    # 2. BookKeeper's metadata root and the topology, once, from any host.
+    # 2. BookKeeper's metadata root and the topology, once, from any host; the deployment's
+    # token key and admin token (every host here reads the same directory).
     d.cli("app-us-east", "init", "--wait-s", "120")
+    d.cli("app-us-east", "security", "init")
     # 3. Bookies: two per region, on two racks.
     for region in REGIONS:
         for rack in ("a", "b"):
@@ -189,9 +193,11 @@ def up(d: Deployment, kind: str) -> list[str]:
 
 
 def http_get(d: Deployment, host: str, url: str) -> dict[str, object] | None:
+    token = (d.home / "security" / "admin.token").read_text().strip()
     code = (
         "import urllib.request, sys\n"
-        f"print(urllib.request.urlopen({url!r}, timeout=5).read().decode())\n"
+        f"request = urllib.request.Request({url!r}, headers={{'Authorization': 'Bearer {token}'}})\n"
+        "print(urllib.request.urlopen(request, timeout=5).read().decode())\n"
     )
     out = d.python(host, code)
     return json.loads(out) if out else None

@@ -14,6 +14,7 @@ from localcluster.controller import Cluster
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
+from region.security.service import ProxySecurity
 from region.write_proxy import WriteProxy
 from tests.support.streams import REPLICATION
 
@@ -43,7 +44,10 @@ def write_proxy(
 ) -> Any:  # an async context manager giving a WriteProxy
     def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> WriteProxy:
         config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
-        return WriteProxy(config, store, ledgers, limits)
+        security = ProxySecurity.load(
+            cluster.topology.security, store, limits or ProxyLimits(), issues=True
+        )
+        return WriteProxy(config, store, ledgers, limits, security)
 
     return _proxy(cluster, region, "write", make)
 
@@ -52,6 +56,9 @@ def read_proxy(
     cluster: Cluster, region: str, limits: ProxyLimits | None = None
 ) -> Any:  # ... giving a ReadProxy
     def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> ReadProxy:
-        return ReadProxy(me, store, ledgers, limits)
+        security = ProxySecurity.load(
+            cluster.topology.security, store, limits or ProxyLimits(), issues=False
+        )
+        return ReadProxy(me, store, ledgers, limits, security)
 
     return _proxy(cluster, region, "read", make)

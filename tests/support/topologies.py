@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.security import SECURITY
+
 REGIONS = ("us-east", "us-west", "eu-west")
 CI_LATENCY_MS = {("us-east", "us-west"): 4, ("us-east", "eu-west"): 4, ("us-west", "eu-west"): 7}
 
@@ -116,6 +118,8 @@ def topology_document(
         # a wiped bookie's copies re-made within a test's time; longer than any test keeps a
         # bookie away (its 10 s session included) without wanting its copies re-made
         "rebuild": {"lost_bookie_delay_s": 5},
+        # tokens demanded, as by default; one key and admin token for the test process
+        "security": {"dir": str(SECURITY.directory)},
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
             # every WAN route, then a peer relay per ZooKeeper node (core/routes.py)

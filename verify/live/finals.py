@@ -12,6 +12,7 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import DataLossError, GlobelogError
+from core.security.credentials import auth_headers, default_token
 from localcluster.controller import Cluster
 from localcluster.tails import PagedRecord, ProxyPages, proxy_url
 from reader.log_reader import LogReader, ReaderConfig
@@ -35,7 +36,10 @@ async def proxy_final_reads(
     cluster: Cluster, namespace: str, streams: list[str], ends: dict[str, DLSN], rec: Recorder
 ) -> None:
     """Every stream through every region's read proxy at once, each bounded."""
-    async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as group:
+    async with (
+        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
+        asyncio.TaskGroup() as group,
+    ):
         for region in cluster.topology.region_names:
             url = proxy_url(cluster, region, "read")
             for stream in streams:

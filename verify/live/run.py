@@ -27,6 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
+from core.security.credentials import auth_headers, default_token
 from ledger import audit_ledgers, audit_replicas
 from localcluster import wan
 from localcluster.controller import Cluster
@@ -130,7 +131,10 @@ async def _workload(
     stop_sends, stop_tails = asyncio.Event(), asyncio.Event()
     values = [0]
     deadline = time.monotonic() + cfg.seconds
-    async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as readers:
+    async with (
+        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
+        asyncio.TaskGroup() as readers,
+    ):
         for region in names:
             for stream in streams:
                 work = tail(http, cluster, cfg.namespace, region, stream, rec, frontier, stop_tails)

@@ -21,6 +21,7 @@ from localcluster.probes import zookeeper_mode
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
 from region.isolation import cut_off_check
+from tests.support.security import auth_headers
 from tests.support.streams import fresh_namespace, stream_env
 
 ZK_SETTLE_TIMEOUT_S = 30.0
@@ -39,7 +40,10 @@ async def read_all(cluster: Cluster, region: str, namespace: str, count: int) ->
 
 
 async def owned_by(url: str) -> list[str]:
-    async with aiohttp.ClientSession() as http, http.get(url + "/v1/health") as answer:
+    async with (
+        aiohttp.ClientSession(headers=auth_headers()) as http,
+        http.get(url + "/v1/health") as answer,
+    ):
         body = await answer.json()
         return list(body["owned"])
 
@@ -304,7 +308,7 @@ async def tail_from(url: str, namespace: str, seq: int, want: int, bound_s: floa
     `bound_s` passed."""
     path = f"{url}/v1/namespaces/{namespace}/streams/s/records"
     got: list[bytes] = []
-    async with asyncio.timeout(bound_s), aiohttp.ClientSession() as http:
+    async with asyncio.timeout(bound_s), aiohttp.ClientSession(headers=auth_headers()) as http:
         while len(got) < want:
             query = {"from_seq": str(seq + len(got)), "wait_ms": "500"}
             async with http.get(path, params=query) as answer:

@@ -20,6 +20,7 @@ from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
 from region.client import ProxyClient
+from tests.support.security import auth_headers
 from tests.support.streams import fresh_namespace, stream_env
 
 TAKEOVER_BOUND_S = 90.0  # the dead owner's session ends, then a recovery that cannot finish
@@ -43,7 +44,9 @@ async def answers_until_storage_refuses(url: str, params: dict[str, str]) -> lis
     failed), bounded; every answer on the way, with its status."""
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + TAKEOVER_BOUND_S
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+    async with aiohttp.ClientSession(
+        headers=auth_headers(), timeout=aiohttp.ClientTimeout(total=60)
+    ) as http:
         while time.monotonic() < deadline:
             async with http.post(url, params=params, data=b"after", allow_redirects=False) as r:
                 body = await r.json(content_type=None)

@@ -15,6 +15,7 @@ from region.client import ProxyClient
 from region.read_proxy import ReadProxy
 from region.write_proxy import WriteProxy
 from tests.support.proxies import read_proxy, write_proxy
+from tests.support.security import auth_headers
 from tests.support.streams import fresh_namespace, stream_env
 
 KIB = 1024
@@ -31,7 +32,10 @@ async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
     flooded, calm = fresh_namespace(), fresh_namespace()
     quota = Quota(append_requests_per_s=20, append_bytes_per_s=None)
     limits = ProxyLimits(quota=quota)
-    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        aiohttp.ClientSession(headers=auth_headers()) as http,
+    ):
         for namespace in (flooded, calm):
             async with http.put(f"{streams_url(east, namespace)}/s") as created:
                 assert created.status == 201
@@ -62,7 +66,10 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
 ) -> None:
     namespace = fresh_namespace()
     limits = ProxyLimits(connections_max=12, idle_timeout_s=1.5, quota=NO_QUOTA)
-    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        aiohttp.ClientSession(headers=auth_headers()) as http,
+    ):
         url = f"{streams_url(east, namespace)}/s"
         async with http.put(url) as created:  # the well-behaved client's pooled connection
             assert created.status == 201
@@ -75,7 +82,10 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
             slow.append((reader, writer))
         await asyncio.sleep(0.1)
         health = f"{east.config.me.url}/v1/health"
-        async with aiohttp.ClientSession() as newcomer, newcomer.get(health) as answer:
+        async with (
+            aiohttp.ClientSession(headers=auth_headers()) as newcomer,
+            newcomer.get(health) as answer,
+        ):
             refused = await answer.json()
             assert answer.status == 429 and refused["code"] == "over_capacity", refused
         for i in range(5):  # the pooled connection is served meanwhile
@@ -84,7 +94,10 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
         # The slow ones are cut at the idle deadline; a newcomer is served again.
         for reader, _ in slow:
             assert await asyncio.wait_for(reader.read(), 10) == b""
-        async with aiohttp.ClientSession() as newcomer, newcomer.get(health) as answer:
+        async with (
+            aiohttp.ClientSession(headers=auth_headers()) as newcomer,
+            newcomer.get(health) as answer,
+        ):
             assert answer.status == 200
         for _, writer in slow:
             writer.close()
@@ -106,7 +119,7 @@ async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cl
     async with (
         stream_env(cluster, "us-east", namespace) as env,
         read_proxy(cluster, "eu-west", limits) as west,
-        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(headers=auth_headers()) as http,
     ):
         for name in names:
             await env.streams.create_stream(name)
@@ -124,7 +137,10 @@ async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cl
 async def test_owned_streams_are_capped_and_idle_ones_let_go(cluster: Cluster) -> None:
     namespace = fresh_namespace()
     limits = ProxyLimits(owned_streams_max=3, stream_idle_release_s=1.0, quota=NO_QUOTA)
-    async with write_proxy(cluster, "us-east", limits) as east, aiohttp.ClientSession() as http:
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        aiohttp.ClientSession(headers=auth_headers()) as http,
+    ):
         url = streams_url(east, namespace)
         for name in ("s0", "s1", "s2", "s3"):
             async with http.put(f"{url}/{name}") as created:

@@ -17,6 +17,7 @@ from localcluster.controller import Cluster
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from tests.support.proxies import read_proxy, write_proxy
+from tests.support.security import auth_headers
 from tests.support.streams import fresh_namespace
 
 CASES = 2500
@@ -24,7 +25,8 @@ SEED = 20261124
 DOCUMENTED = set(ANSWERS)
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 NAMES = ["s", "fuzz-1", "", "..", "a/b", "%00", "x" * 300, "ü", "-lead", "white space", "a" * 65]
-SUFFIXES = ["", "/records", "/bulk", "/truncate", "/release", "/last", "/tail", "/nope", "/"]
+SUFFIXES = ["", "/records", "/bulk", "/truncate", "/release", "/last", "/session", "/tail",
+            "/nope", "/"]  # fmt: skip
 JUNK = ["", "-1", "x", "1e9", "9" * 30, "0x10", "1.5", "null", "[]", "\x00", "18446744073709551616"]
 PARAMS = ["txid", "expected_seq", "session", "producer", "producer_seq", "to", "hop",
           "fence_session", "from_seq", "max", "wait_ms", "from"]  # fmt: skip
@@ -111,7 +113,9 @@ async def test_a_storm_of_malformed_requests_gets_documented_errors_and_harms_no
         write_proxy(cluster, "us-east") as east,
         read_proxy(cluster, "us-east") as reader,
         ProxyClient([east.config.me.url], namespace=namespace) as client,
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        aiohttp.ClientSession(
+            headers=auth_headers(), timeout=aiohttp.ClientTimeout(total=30)
+        ) as http,
     ):
         await client.create("canary")
         await client.create("s")

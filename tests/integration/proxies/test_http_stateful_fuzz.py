@@ -28,6 +28,7 @@ from core.answers import ANSWERS
 from localcluster.controller import Cluster
 from localcluster.tails import proxy_url
 from region.batch_format import CONTENT_TYPE, encode_batch
+from tests.support.security import auth_headers
 
 EXAMPLES = int(os.environ.get("GLOBELOG_FUZZ_EXAMPLES", "12"))
 SENT = [0]  # requests sent (redirects followed count once)
@@ -61,7 +62,8 @@ def send(
         connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
         try:
             target = parts.path + (f"?{parts.query}" if parts.query else "")
-            connection.request(method, target, body=kw.get("body"), headers=kw.get("headers", {}))
+            headers = {**auth_headers(), **kw.get("headers", {})}
+            connection.request(method, target, body=kw.get("body"), headers=headers)
             response = connection.getresponse()
             body = response.read()
         finally:
@@ -200,12 +202,16 @@ class ProxyFuzz(RuleBasedStateMachine):
     def release(self, name: str) -> None:
         self.write("POST", f"/{name}/release")
 
+    @rule(name=st.sampled_from(NAMES))
+    def last_dlsn(self, name: str) -> None:
+        self.write("GET", f"/{name}/last")
+
     @rule(
         name=st.sampled_from(NAMES),
-        params=st.dictionaries(st.sampled_from(["fence_session", "exclusive"]), TEXTS, max_size=2),
+        params=st.dictionaries(st.sampled_from(["exclusive"]), TEXTS, max_size=1),
     )
-    def last_dlsn(self, name: str, params: dict[str, str]) -> None:
-        self.write("GET", f"/{name}/last", query=params)
+    def start_session(self, name: str, params: dict[str, str]) -> None:
+        self.write("POST", f"/{name}/session", query=params)
 
     @rule(name=st.sampled_from(NAMES), producer=TEXTS)
     def producer_state(self, name: str, producer: str) -> None:

@@ -19,6 +19,7 @@ from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
+from tests.support.security import auth_headers
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -103,7 +104,7 @@ async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster
         await client.write_bulk("s", [b"a", b"b", b"c"])
         with pytest.raises(StreamNotFoundError):
             await client.write("missing", b"x")
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=auth_headers()) as http:
         page = f"http://{read.address}/v1/namespaces/{namespace}/streams/s/records?from_seq=0"
         async with http.get(page) as answer:
             assert len((await answer.json())["records"]) == 3
@@ -140,7 +141,7 @@ async def test_a_proxy_told_the_owner_is_unreachable_queues_for_its_lock_and_tak
         owner = (await client.describe("s"))["owner"]
         owner_name = owner.split("@")[0]
         other = next(name for name in urls if name != owner_name)
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=auth_headers()) as http:
             # a live owner named unreachable: after the wait, redirected to it; nothing moved
             async with http.post(
                 urls[other] + records,
@@ -183,7 +184,7 @@ async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
     trace_id, caller_span = os.urandom(16).hex(), os.urandom(8).hex()
     headers = {"traceparent": f"00-{trace_id}-{caller_span}-01"}
     route = "/v1/namespaces/{ns}/streams/{stream}/records"
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=auth_headers()) as http:
         path = f"/v1/namespaces/{namespace}/streams/s/records"
         async with http.post(urls[other] + path, data=b"traced", headers=headers) as answer:
             assert answer.status == 200, await answer.text()  # redirected to the owner

@@ -14,6 +14,7 @@ import aiohttp
 
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
+from tests.support.security import auth_headers
 from tests.support.topologies import free_ports
 
 INSTRUMENTS = (
@@ -47,7 +48,13 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as anonymous:
+            await wait_until("the rebuilder serving", lambda: _answers(anonymous, base), 60)
+            async with anonymous.get(f"{base}/metrics") as response:
+                assert response.status == 401, "its instruments need an observe token"
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=5), headers=auth_headers()
+        ) as http:
 
             async def published() -> bool:
                 try:
@@ -77,3 +84,11 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
         log.close()
     assert code == 0, (tmp_path / "rebuilder.log").read_text()[-2000:]
     assert json.dumps(status)  # (the status is plain JSON)
+
+
+async def _answers(http: aiohttp.ClientSession, base: str) -> bool:
+    try:
+        async with http.get(f"{base}/v1/health"):
+            return True
+    except aiohttp.ClientError:
+        return False

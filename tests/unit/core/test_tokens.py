@@ -9,7 +9,7 @@ import json
 import pytest
 
 from core.errors import BadRequestError, ForbiddenError, UnauthenticatedError
-from core.tokens import (
+from core.security.tokens import (
     Scope,
     bearer,
     issue,

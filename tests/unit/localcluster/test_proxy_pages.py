@@ -85,13 +85,13 @@ async def test_an_error_answered_is_raised_as_the_class_of_its_code_with_its_fla
 
 
 async def test_an_error_of_a_code_no_class_has_keeps_its_code_flag_and_status() -> None:
-    body = {"code": "not_found", "message": "Not Found for '/v1/x'", "retriable": False}
+    body = {"code": "method_not_allowed", "message": "Method Not Allowed", "retriable": False}
     with pytest.raises(ProxyError) as refused:
-        await pages(Session(Answer(404, json.dumps(body)))).next()
+        await pages(Session(Answer(405, json.dumps(body)))).next()
     assert (refused.value.code, refused.value.retriable, refused.value.status) == (
-        "not_found",
+        "method_not_allowed",
         False,
-        404,
+        405,
     )
 
 

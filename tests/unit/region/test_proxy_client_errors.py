@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 
 # Codes of the table the client raises as a ProxyError: aiohttp's refusals, a bug, and data
 # loss (whose class carries the lost range, which an answer names only in its message).
-WITHOUT_CLASS = {"not_found", "method_not_allowed", "request_too_large", "internal", "data_loss"}
+WITHOUT_CLASS = {"method_not_allowed", "internal", "data_loss"}
 
 
 def test_every_code_a_proxy_answers_has_its_class() -> None:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from core.errors import ConfigError, UnauthenticatedError
-from core.tokens import LEEWAY_S, OPS, Token, bearer, verify
+from core.security.tokens import LEEWAY_S, OPS, Token, bearer, verify
 
 Resource = Literal["proxy", "namespace", "stream"]
 TOKEN = web.RequestKey("token", Token)
@@ -94,9 +95,7 @@ class Gate:
             raise UnauthenticatedError(f"token {token.token_id} of {token.subject!r} is revoked")
         return token
 
-    def middleware(
-        self, rules: Rules
-    ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    def middleware(self, rules: Rules) -> Middleware:
         @web.middleware
         async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
             route = request.match_info.route

@@ -1,0 +1,60 @@
+"""`globelog security init`: a deployment's token signing key and first admin token, laid out
+as core/security/settings.py describes. Idempotent: what exists and still serves is kept; an
+admin token that expired, or that the key on disk did not sign, is issued again."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from core.errors import UnauthenticatedError
+from core.security.settings import SecuritySettings
+from core.security.tokens import (
+    Scope,
+    issue,
+    load_public_key,
+    load_signing_key,
+    new_signing_key,
+    public_key_pem,
+    signing_key_pem,
+    verify,
+)
+
+ADMIN_SUBJECT = "admin"
+ADMIN_TTL_S = 365 * 24 * 3600.0
+ADMIN_RENEW_BEFORE_S = 7 * 24 * 3600.0  # an admin token this close to its end is renewed
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Written whole or not at all, readable by its owner only."""
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(partial, path)
+
+
+def init_security(settings: SecuritySettings, now: float) -> list[Path]:
+    """Makes what is missing under `settings.directory`; the files it wrote."""
+    settings.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    written = []
+    if settings.signing_key.is_file():
+        key = load_signing_key(settings.signing_key.read_bytes(), str(settings.signing_key))
+    else:
+        key = new_signing_key()
+        _write_private(settings.signing_key, signing_key_pem(key))
+        written.append(settings.signing_key)
+    if not settings.public_key.is_file() or settings.public_key.read_bytes() != public_key_pem(key):
+        settings.public_key.write_bytes(public_key_pem(key))
+        written.append(settings.public_key)
+    public = load_public_key(settings.public_key.read_bytes(), str(settings.public_key))
+    try:
+        admin = verify(settings.admin_token.read_text().strip(), public, now)
+        current = admin.expires_at - now > ADMIN_RENEW_BEFORE_S
+    except (OSError, UnauthenticatedError):
+        current = False
+    if not current:
+        token, _ = issue(key, ADMIN_SUBJECT, Scope.everything(), now, ADMIN_TTL_S)
+        _write_private(settings.admin_token, token.encode() + b"\n")
+        written.append(settings.admin_token)
+    return written

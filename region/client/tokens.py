@@ -1,0 +1,59 @@
+"""Tokens through a write proxy's token service (region/security/service.py): issue, list, revoke.
+The caller's own token (an `admin` scope) decides what it may issue and see."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from core.errors import ProxyUnreachableError
+from core.security.credentials import auth_headers, default_token
+from region.client.proxy_client import proxy_error
+
+TIMEOUT_S = 10.0
+
+
+async def _call(
+    proxies: Sequence[str], method: str, path: str, token: str | None, body: Any = None
+) -> Any:
+    """The first proxy that answers; its error if it refuses. ProxyUnreachableError when none
+    answers."""
+    headers = auth_headers(token if token is not None else default_token())
+    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+    failures = []
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
+        for proxy in proxies:
+            url = proxy.rstrip("/") + path
+            try:
+                async with http.request(method, url, json=body) as answer:
+                    found = await answer.json(content_type=None)
+                    if answer.status >= 400:
+                        raise proxy_error(found, answer.status, f"{method} {url}")
+                    return found
+            except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                failures.append(f"{url}: {type(err).__name__} {err}")
+    raise ProxyUnreachableError(f"no write proxy answered: {'; '.join(failures)}")
+
+
+async def issue_token(
+    proxies: Sequence[str],
+    subject: str,
+    scope: dict[str, list[str]],
+    ttl_s: float,
+    token: str | None = None,
+) -> dict[str, Any]:
+    """{"token", "id", "sub", "scope", "exp"}: the token is shown here only."""
+    body = {"subject": subject, "scope": scope, "ttl_s": ttl_s}
+    return dict(await _call(proxies, "POST", "/v1/tokens", token, body))
+
+
+async def list_tokens(proxies: Sequence[str], token: str | None = None) -> list[dict[str, Any]]:
+    return list((await _call(proxies, "GET", "/v1/tokens", token))["tokens"])
+
+
+async def revoke_token(
+    proxies: Sequence[str], token_id: str, token: str | None = None
+) -> dict[str, Any]:
+    return dict(await _call(proxies, "DELETE", f"/v1/tokens/{token_id}", token))

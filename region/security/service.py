@@ -1,0 +1,171 @@
+"""A proxy's security: its token gate, the revocation list it follows, and (on write proxies)
+the token service.
+
+    POST   /v1/tokens          {"subject", "scope", "ttl_s"}: a token within the caller's scope
+    GET    /v1/tokens          the unexpired tokens on record within the caller's scope
+    DELETE /v1/tokens/{id}     revokes a token within the caller's scope
+
+All three need `admin`. A token is shown once, when issued; the record keeps its claims only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.errors import (
+    BadRequestError,
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    RequestTooLargeError,
+)
+from core.limits import ProxyLimits
+from core.security.settings import SecuritySettings
+from core.security.tokens import Scope, issue_within, load_public_key, load_signing_key
+from global_meta import MetaStore
+from global_meta import tokens as records
+from global_meta.followers import FollowerStatus
+from region.admission.listener import request_body
+from region.http_errors import json_response
+from region.security.gate import TOKEN, Gate, Rule, Rules
+
+log = logging.getLogger(__name__)
+TOKEN_ROUTES: Rules = {
+    ("POST", "/v1/tokens"): Rule("admin", "proxy"),
+    ("GET", "/v1/tokens"): Rule("admin", "proxy"),
+    ("DELETE", "/v1/tokens/{token_id}"): Rule("admin", "proxy"),
+}
+ISSUE_BODY_BYTES_MAX = 16 * 1024
+TTL_S_MAX = 366 * 24 * 3600.0
+
+
+def _read(path: Any, what: str) -> bytes:
+    try:
+        return bytes(path.read_bytes())
+    except OSError as err:
+        raise ConfigError(
+            f"{what} {path}: {err.strerror}; `globelog security init` makes it"
+        ) from None
+
+
+@dataclass
+class ProxySecurity:
+    """What a proxy needs to check tokens (and, with `signing_key`, to issue them)."""
+
+    gate: Gate
+    revocations: records.RevocationWatch
+    signing_key: Ed25519PrivateKey | None
+    store: MetaStore
+    limits: ProxyLimits
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def load(
+        cls,
+        settings: SecuritySettings,
+        store: MetaStore,
+        limits: ProxyLimits,
+        issues: bool,
+        on_failed: Callable[[FollowerStatus], None] | None = None,
+    ) -> ProxySecurity | None:
+        """None when the deployment demands no tokens (and the log says so)."""
+        if not settings.tokens:
+            log.warning("security.tokens is false: this proxy serves anyone who reaches its port")
+            return None
+        public = load_public_key(_read(settings.public_key, "token public key"), "public key")
+        signing = None
+        if issues:
+            pem = _read(settings.signing_key, "token signing key")
+            signing = load_signing_key(pem, str(settings.signing_key))
+        revocations = records.RevocationWatch(store, on_failed=on_failed)
+        return cls(Gate(public, lambda: revocations.revoked), revocations, signing, store, limits)
+
+    async def start(self) -> None:
+        await self.revocations.start()
+
+    async def stop(self) -> None:
+        await self.revocations.stop()
+
+    def add_token_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/tokens", self._issue)
+        app.router.add_get("/v1/tokens", self._list)
+        app.router.add_delete("/v1/tokens/{token_id}", self._revoke)
+
+    async def _issue(self, request: web.Request) -> web.Response:
+        caller = request[TOKEN]
+        if self.signing_key is None:
+            raise BadRequestError("this proxy does not issue tokens: ask a write proxy")
+        length = request.content_length
+        if length is not None and length > ISSUE_BODY_BYTES_MAX:
+            raise RequestTooLargeError(
+                f"a token request of {length} bytes; the limit is {ISSUE_BODY_BYTES_MAX}"
+            )
+        raw = await request_body(request, self.limits)
+        body = _json_object(raw)
+        subject, ttl_s = body.get("subject"), body.get("ttl_s", 24 * 3600.0)
+        if not isinstance(subject, str):
+            raise BadRequestError(f"subject {subject!r}: expected a string")
+        if not (type(ttl_s) in (int, float) and 0 < ttl_s <= TTL_S_MAX):
+            raise BadRequestError(f"ttl_s {ttl_s!r}: expected seconds in (0, {TTL_S_MAX:.0f}]")
+        now = self.clock()
+        scope = Scope.parse(body.get("scope"))
+        token, claims = issue_within(caller, self.signing_key, subject, scope, now, ttl_s)
+        await records.record_issued(self.store, claims, caller.subject, now)
+        log.info(
+            "token %s issued to %r by %r (%s), scope %s, expires in %.0f s",
+            claims.token_id,
+            claims.subject,
+            caller.subject,
+            caller.token_id,
+            scope.claim(),
+            claims.expires_at - now,
+        )
+        return json_response(
+            {
+                "token": token,
+                "id": claims.token_id,
+                "sub": claims.subject,
+                "scope": scope.claim(),
+                "exp": claims.expires_at,
+            },
+            status=201,
+        )
+
+    async def _list(self, request: web.Request) -> web.Response:
+        caller = request[TOKEN]
+        issued = await records.issued_tokens(self.store, self.clock())
+        visible = [t for t in issued if Scope.parse(t.scope).within(caller.scope)]
+        return json_response({"tokens": [t.as_json() for t in visible]})
+
+    async def _revoke(self, request: web.Request) -> web.Response:
+        caller = request[TOKEN]
+        token_id = request.match_info["token_id"]
+        found = await records.issued_token(self.store, token_id, self.clock())
+        if found is None:
+            raise NotFoundError(f"no unexpired token {token_id!r} is on record")
+        if not Scope.parse(found.scope).within(caller.scope) and token_id != caller.token_id:
+            raise ForbiddenError(
+                f"token {caller.token_id} of {caller.subject!r} may revoke only tokens within "
+                f"its scope {caller.scope.claim()}; {token_id} has {found.scope}"
+            )
+        revoked = await records.revoke(self.store, found, caller.subject, self.clock())
+        log.info("token %s of %r revoked by %r", token_id, found.subject, caller.subject)
+        return json_response({"id": token_id, "revoked": True, "already": not revoked})
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BadRequestError(f"body is not JSON ({err}); expected an object") from None
+    if not isinstance(body, dict):
+        raise BadRequestError(f"body {body!r:.80}: expected a JSON object")
+    return body

@@ -1,0 +1,176 @@
+"""Who may do what, on every route of both proxies (docs/security.md): a request without a
+valid token is answered 401, one whose token's scope lacks the route's rule 403, one in scope
+is served; a revoked token stops working on every proxy within seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+
+from core.security.tokens import Scope, issue, load_signing_key, new_signing_key
+from localcluster.controller import Cluster
+from region import read_proxy, write_proxy
+from region.security.gate import Rule
+from region.security.service import TOKEN_ROUTES
+from tests.support.proxies import read_proxy as read_proxy_in
+from tests.support.proxies import write_proxy as write_proxy_in
+from tests.support.security import SECURITY, auth_headers
+from tests.support.streams import fresh_namespace
+
+OPS = ("read", "append", "create", "delete", "truncate", "admin", "observe")
+REVOCATION_BOUND_S = 5.0
+VALUES = {"{ns}": "acl", "{stream}": "s1", "{producer}": "1", "{token_id}": "nope"}
+
+
+def signing_key() -> Any:
+    return load_signing_key(SECURITY.signing_key.read_bytes(), "test key")
+
+
+def token(
+    ops: list[str], namespaces: list[str] | None = None, streams: list[str] | None = None
+) -> str:
+    scope = Scope.parse(
+        {"namespaces": namespaces or ["*"], "streams": streams or ["*"], "ops": ops}
+    )
+    return issue(signing_key(), "tester", scope, time.time(), 600)[0]
+
+
+def concrete(path: str, **values: str) -> str:
+    for name, value in {**VALUES, **{f"{{{k}}}": v for k, v in values.items()}}.items():
+        path = path.replace(name, value)
+    return path
+
+
+async def status(http: aiohttp.ClientSession, method: str, url: str, raw: str | None) -> int:
+    headers = {} if raw is None else {"Authorization": f"Bearer {raw}"}
+    # wait_ms=0: a read is answered at once; a tail is closed as soon as it answers
+    async with http.request(
+        method, url, headers=headers, params={"wait_ms": "0"}, allow_redirects=False
+    ) as answer:
+        return answer.status
+
+
+def routes() -> list[tuple[str, str, str, Rule]]:
+    found = [("write", m, p, r) for (m, p), r in {**write_proxy.RULES, **TOKEN_ROUTES}.items()]
+    return found + [("read", m, p, r) for (m, p), r in read_proxy.RULES.items()]
+
+
+async def test_every_route_demands_a_token_and_its_rule(cluster: Cluster) -> None:
+    expired = issue(signing_key(), "tester", Scope.everything(), time.time() - 3600, 60)[0]
+    foreign = issue(new_signing_key(), "tester", Scope.everything(), time.time(), 600)[0]
+    admin = auth_headers()["Authorization"].removeprefix("Bearer ")
+    async with (
+        write_proxy_in(cluster, "us-east") as writer,
+        read_proxy_in(cluster, "us-east") as reader,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+    ):
+        base = {"write": writer.config.me.url, "read": reader.me.url}
+        checked = 0
+        for kind, method, path, rule in routes():
+            url = base[kind] + concrete(path)
+            for refused in (None, "not-a-token", expired, foreign, admin[:-4] + "AAAA"):
+                assert await status(http, method, url, refused) == 401, (method, path, refused)
+            others = [op for op in OPS if op != rule.op]
+            assert await status(http, method, url, token(others)) == 403, (method, path)
+            if rule.on != "proxy":  # the op, on another namespace / stream: refused
+                assert await status(http, method, url, token([rule.op], ["other"])) == 403
+            if rule.on == "stream":
+                assert await status(http, method, url, token([rule.op], ["acl"], ["x*"])) == 403
+            served = await status(http, method, url, token([rule.op], ["acl"], ["s1"]))
+            assert served not in (401, 403), (method, path, served)
+            checked += 1
+        assert checked == len(routes()) >= 20
+
+
+async def test_a_prefix_scope_reaches_its_prefix_and_nothing_else(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    team = token(["create", "read", "append"], [namespace], ["team-a.*"])
+    async with (
+        write_proxy_in(cluster, "us-east") as writer,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {team}"}) as http,
+    ):
+        streams = f"{writer.config.me.url}/v1/namespaces/{namespace}/streams"
+        for name, allowed in (("team-a.x", True), ("team-a.y", True), ("team-b.x", False)):
+            async with http.put(f"{streams}/{name}") as answer:
+                assert answer.status == (201 if allowed else 403), name
+        async with http.put(f"{streams}/team-a", headers=auth_headers()) as answer:
+            assert answer.status == 201  # the admin makes one outside the prefix
+        async with http.get(streams) as answer:
+            listed = (await answer.json())["streams"]
+        assert sorted(listed) == ["team-a.x", "team-a.y"], "a listing shows only what it may read"
+
+
+async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_everywhere(
+    services: Cluster,
+) -> None:
+    topology = services.topology
+    writes = [
+        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        for region in topology.regions
+        for p in region.write_proxies
+    ]
+    reads = [
+        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        for region in topology.regions
+        for p in region.read_proxies
+    ]
+    namespace = fresh_namespace()
+    async with aiohttp.ClientSession(headers=auth_headers()) as admin:
+        async with admin.post(
+            f"{writes[0]}/v1/tokens",
+            json={
+                "subject": "team-lead",
+                "scope": {"namespaces": [namespace], "streams": ["*"], "ops": ["admin", "read"]},
+                "ttl_s": 600,
+            },
+        ) as answer:
+            assert answer.status == 201, await answer.text()
+            lead = (await answer.json())["token"]
+        async with admin.put(f"{writes[0]}/v1/namespaces/{namespace}/streams/s") as answer:
+            assert answer.status == 201
+    lead_headers = {"Authorization": f"Bearer {lead}"}
+    async with aiohttp.ClientSession(headers=lead_headers) as http:
+        wider = {"subject": "x", "scope": {"namespaces": ["*"], "ops": ["read"]}, "ttl_s": 60}
+        async with http.post(f"{writes[1]}/v1/tokens", json=wider) as answer:
+            assert (
+                answer.status == 403 and "only within its scope" in (await answer.json())["message"]
+            )
+        narrow = {
+            "subject": "reader",
+            "scope": {"namespaces": [namespace], "streams": ["s"], "ops": ["read"]},
+        }
+        async with http.post(f"{writes[1]}/v1/tokens", json=narrow) as answer:
+            assert answer.status == 201
+            issued = await answer.json()
+        assert issued["exp"] <= time.time() + 600 + 1, "no later than its issuer"
+        async with http.get(f"{writes[2]}/v1/tokens") as answer:
+            listed = [t["id"] for t in (await answer.json())["tokens"]]
+        assert issued["id"] in listed
+    reader = {"Authorization": f"Bearer {issued['token']}"}
+    targets = [f"{url}/v1/namespaces/{namespace}/streams/s/records" for url in reads]
+    async with aiohttp.ClientSession(headers=reader) as http:
+        for url in targets:
+            async with http.get(url, params={"wait_ms": "0"}) as answer:
+                assert answer.status == 200, await answer.text()
+        async with (
+            aiohttp.ClientSession(headers=lead_headers) as lead_http,
+            lead_http.delete(f"{writes[0]}/v1/tokens/{issued['id']}") as answer,
+        ):
+            assert answer.status == 200 and (await answer.json())["revoked"]
+        revoked_at = time.monotonic()
+        pending = set(targets) | {f"{url}/v1/namespaces/{namespace}/streams/s" for url in writes}
+        while pending:
+            assert time.monotonic() - revoked_at < REVOCATION_BOUND_S, f"still served: {pending}"
+            for url in sorted(pending):
+                async with http.get(url, params={"wait_ms": "0"}) as answer:
+                    if answer.status == 401:
+                        assert "revoked" in (await answer.json())["message"]
+                        pending.discard(url)
+            await asyncio.sleep(0.05)
+    print(
+        f"revoked token refused by all {len(targets) + len(writes)} proxies after "
+        f"{time.monotonic() - revoked_at:.2f} s"
+    )
