@@ -5,7 +5,9 @@ is served; a revoked token stops working on every proxy within seconds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,6 +17,7 @@ from localcluster.controller import Cluster
 from region import read_proxy, write_proxy
 from region.security.gate import Rule
 from region.security.service import TOKEN_ROUTES
+from tests.support.cli import run_globelog
 from tests.support.proxies import read_proxy as read_proxy_in
 from tests.support.proxies import write_proxy as write_proxy_in
 from tests.support.security import SECURITY, auth_headers
@@ -174,3 +177,43 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
         f"revoked token refused by all {len(targets) + len(writes)} proxies after "
         f"{time.monotonic() - revoked_at:.2f} s"
     )
+
+
+def test_the_cli_issues_lists_and_revokes_and_says_why_it_is_refused(
+    services: Cluster, tmp_path: Path
+) -> None:
+    topology = str(services.topology_path)
+    namespace = fresh_namespace()
+    made = run_globelog(
+        "token", "issue", "--topology", topology, "--subject", "app-1",
+        "--namespaces", namespace, "--ops", "read,append,create", "--ttl", "10m",
+        timeout_s=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    issued = json.loads(made.stdout)
+    assert issued["sub"] == "app-1" and issued["scope"]["namespaces"] == [namespace]
+    listed = run_globelog("token", "list", "--topology", topology, timeout_s=60)
+    assert issued["id"] in listed.stdout
+    token_file = tmp_path / "app.token"
+    token_file.write_text(issued["token"])
+    as_app = ("--token-file", str(token_file))
+    created = run_globelog(
+        *as_app, "stream", "create", "s", "--namespace", namespace, "--topology", topology,
+        "--region", "us-east", timeout_s=60,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    elsewhere = run_globelog(
+        *as_app, "stream", "create", "s", "--namespace", "not-" + namespace,
+        "--topology", topology, "--region", "us-east", timeout_s=60,
+    )  # fmt: skip
+    assert elsewhere.returncode == 1 and "forbidden" in elsewhere.stderr
+    assert f"may not create stream not-{namespace}/s" in elsewhere.stderr
+    revoked = run_globelog("token", "revoke", issued["id"], "--topology", topology, timeout_s=60)
+    assert revoked.returncode == 0 and json.loads(revoked.stdout)["revoked"]
+    time.sleep(REVOCATION_BOUND_S)
+    refused = run_globelog(
+        *as_app, "stream", "list", "--namespace", namespace, "--topology", topology,
+        "--region", "us-east", timeout_s=60,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "unauthenticated" in refused.stderr
+    assert "revoked" in refused.stderr
