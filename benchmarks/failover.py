@@ -43,11 +43,7 @@ async def bench_failover(
     cluster: Cluster, tools: Tools, kills: int, progress: Callable[[str], None]
 ) -> str:
     topology = cluster.topology
-    urls = [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
-        for region in topology.regions
-        for p in region.write_proxies
-    ]
+    urls = [topology.proxy_url(p) for region in topology.regions for p in region.write_proxies]
     namespace = f"failover{uuid.uuid4().hex[:6]}"
     samples: list[float] = []
     expiries: list[float] = []  # kill -> the owner's lock gone (its session expired)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
-from core.security.credentials import default_token
+from core.security.credentials import client_ssl, default_token
 from core.topology import Topology
 from global_meta import MetaStore
 from ledger import (
@@ -207,9 +207,9 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
         )
         for proxy in listed
     ]
-    token = default_token(topology.security)
+    token, tls = default_token(topology.security), client_ssl(topology.security)
     answers = await asyncio.gather(
-        *(service_health(p.endpoint.port, p.endpoint.host, token) for _, p in proxies)
+        *(service_health(topology.proxy_url(p), token, tls) for _, p in proxies)
     )
     rows += [
         _row(kind, p.name, p.region, p.endpoint.address, ok, detail)

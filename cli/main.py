@@ -38,7 +38,7 @@ from core.errors import (
     MetadataUnavailableError,
     OutcomeUnknownError,
 )
-from core.security.credentials import TOKEN_FILE_ENV, adopt_admin_token
+from core.security.credentials import TOKEN_FILE_ENV, adopt_operator_credentials
 from core.topology import Topology
 from core.topology_loader import load_topology, region_loss_summary, region_loss_warning
 from localcluster import controller, processes, regions, wan
@@ -372,7 +372,7 @@ def _adopt_token(args: argparse.Namespace) -> None:
         return
     topology = getattr(args, "topology", None) or default_topology_path()
     with contextlib.suppress(GlobelogError):  # the command reports a bad topology itself
-        adopt_admin_token(load_topology(topology).security)
+        adopt_operator_credentials(load_topology(topology).security)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,8 +15,8 @@ import aiohttp
 
 from cli.stream_commands import _line_problem, _stdin_lines
 from core.records import ENTRY_RECORDS_BYTES_MAX
-from core.security.credentials import auth_headers, default_token
 from core.topology import Topology
+from localcluster.probes import operator_session
 from reader.positions import By, Position
 from region.client import ProxyClient, proxy_error
 
@@ -31,8 +31,7 @@ def proxy_urls(topology: Topology, region: str) -> tuple[str | None, str | None]
     """The URLs of the region's first write and read proxies (None where it has none)."""
     found = topology.region(region)
     urls = [
-        f"http://{p[0].endpoint.host}:{p[0].endpoint.port}" if p else None
-        for p in (found.write_proxies, found.read_proxies)
+        topology.proxy_url(p[0]) if p else None for p in (found.write_proxies, found.read_proxies)
     ]
     return urls[0], urls[1]
 
@@ -45,7 +44,7 @@ async def answers(url: str | None) -> bool:
     timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
     try:
         async with (
-            aiohttp.ClientSession(timeout=timeout, headers=auth_headers(default_token())) as http,
+            operator_session(timeout) as http,
             http.get(f"{url}/v1/health") as answer,
         ):
             if answer.status == 401:
@@ -136,9 +135,7 @@ async def read_pages(
     query = position_query(start)
     printed = 0
     timeout = aiohttp.ClientTimeout(total=FOLLOW_WAIT_MS / 1000 + 30)
-    async with aiohttp.ClientSession(
-        timeout=timeout, headers=auth_headers(default_token())
-    ) as http:
+    async with operator_session(timeout) as http:
         while limit is None or printed < limit:
             page_size = READ_PAGE if limit is None else min(READ_PAGE, limit - printed)
             wait_ms = FOLLOW_WAIT_MS if follow else END_WAIT_MS

@@ -54,7 +54,7 @@ def _csv(text: str) -> list[str]:
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     topology = load_checked_topology(args.topology or default_topology)
     if args.command == "security":
-        written = init_security(topology.security, time.time())
+        written = init_security(topology.security, time.time(), topology.proxy_hosts, topology.name)
         for path in written:
             print(f"wrote {path}")
         print(f"security files in {topology.security.directory}: {len(written)} written")
@@ -65,11 +65,7 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
             raise ConfigError(f"--region {args.region!r}: expected one of {regions}")
         regions.remove(args.region)
         regions.insert(0, args.region)
-    urls = [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
-        for name in regions
-        for p in topology.region(name).write_proxies
-    ]
+    urls = [topology.proxy_url(p) for name in regions for p in topology.region(name).write_proxies]
     if args.action == "issue":
         scope = Scope.parse(
             {

@@ -121,7 +121,7 @@ async def serve_proxy(
     """Runs one proxy (kind "write" or "read") with its own ZooKeeper session and ledger
     client until SIGTERM or SIGINT; then it stops (a write proxy releases its streams)."""
     endpoint = proxy.endpoint
-    me = ProxyInfo(proxy.name, proxy.region, f"http://{endpoint.host}:{endpoint.port}")
+    me = ProxyInfo(proxy.name, proxy.region, topology.proxy_url(proxy))
     replication = topology.replication
     ledger_config = LedgerConfig(
         region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
@@ -142,6 +142,7 @@ async def serve_proxy(
             store,
             topology.limits,
             issues=kind == "write",
+            host=endpoint.host,
             on_failed=follower_restarts(kind, "revocations"),
         )
         server: WriteProxy | ReadProxy = (
@@ -203,8 +204,8 @@ def rebuilder_app(rebuilder: Rebuilder, security: ProxySecurity | None) -> web.A
             rebuilder.last_status or {"name": rebuilder.name, "starting": True}
         )
 
-    gate = [error_middleware, security.gate.middleware(REBUILDER_RULES)] if security else []
-    app = web.Application(middlewares=gate)
+    gate = security.middlewares(REBUILDER_RULES) if security else []
+    app = web.Application(middlewares=[error_middleware, *gate])
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/health", health)
     require_rules(app, REBUILDER_RULES)
@@ -239,12 +240,13 @@ async def serve_rebuilder(
         if metrics_address is not None:
             observe_rebuilder(rebuilder)
             host, port = _host_port(metrics_address)
-            security = ProxySecurity.load(topology.security, store, topology.limits, issues=False)
-            if security is not None:
-                await security.start()
+            security = ProxySecurity.load(
+                topology.security, store, topology.limits, issues=False, host=host
+            )
+            await security.start()
             runner = web.AppRunner(rebuilder_app(rebuilder, security), access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, host, port).start()
+            await web.TCPSite(runner, host, port, ssl_context=security.ssl).start()
         rebuilder.start()
         print(f"rebuilder {name} ({region}) running", flush=True)
         try:

@@ -159,6 +159,16 @@ class Topology:
     def region_names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.regions)
 
+    def proxy_url(self, proxy: Proxy) -> str:
+        """Where clients reach `proxy`: HTTPS unless the deployment turned TLS off."""
+        return f"{self.security.scheme}://{proxy.endpoint.host}:{proxy.endpoint.port}"
+
+    @property
+    def proxy_hosts(self) -> tuple[str, ...]:
+        """Every host a proxy of the topology runs on (each needs a certificate)."""
+        hosts = {p.endpoint.host for r in self.regions for p in r.write_proxies + r.read_proxies}
+        return tuple(sorted(hosts))
+
     def region(self, name: str) -> Region:
         for region in self.regions:
             if region.name == name:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from core.errors import ClusterError, GlobelogError
 from core.routes import plan_routes
-from core.security.credentials import adopt_admin_token
+from core.security.credentials import adopt_operator_credentials
 from core.topology_loader import region_loss_summary
 from demo.ledger import ledger_demo
 from demo.services import NAMESPACE, STREAM, print_summary, services_demo
@@ -121,7 +121,7 @@ async def demo(topology_path: Path, data_dir: Path) -> None:
         print(f"  up in {report.total_s:.1f} s; {region_loss_summary(cluster.topology)}")
         security = cluster.topology.security
         if security.tokens:
-            adopt_admin_token(security)  # the demo's clients act as the operator
+            adopt_operator_credentials(security)  # the demo's clients act as the operator
             print(
                 f"  every proxy endpoint demands a token; the operator's is {security.admin_token}"
             )

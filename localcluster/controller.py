@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import ClusterError, GlobelogError, NoNodeError
 from core.rebuild_settings import REBUILDERS_ZNODE
-from core.security.credentials import default_token
+from core.security.credentials import client_ssl, default_token
 from core.security.files import init_security
 from core.topology import Topology
 from core.topology_loader import require_local
@@ -176,8 +176,9 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     """Starts whatever is not running and waits until all of it is ready (idempotent)."""
     report = UpReport()
     started = time.monotonic()
-    if cluster.topology.security.tokens:  # the deployment's keys and admin token, once
-        init_security(cluster.topology.security, time.time())
+    # the deployment's keys, admin token and certificates, once
+    topology = cluster.topology
+    init_security(topology.security, time.time(), topology.proxy_hosts, topology.name)
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
     first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]
     _start_missing(cluster, first, report)
@@ -207,6 +208,18 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     return report
 
 
+async def _proxy_health(cluster: Cluster, name: str) -> tuple[bool, str]:
+    """The health of the topology's proxy `name`, asked as the operator."""
+    topology = cluster.topology
+    proxy = next(
+        p for r in topology.regions for p in r.write_proxies + r.read_proxies if p.name == name
+    )
+    security = topology.security
+    return await service_health(
+        topology.proxy_url(proxy), default_token(security), client_ssl(security)
+    )
+
+
 async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None:
     """Until every proxy answers its health and every rebuilder has published its status."""
     served = [spec for spec in specs if spec.ports]
@@ -214,8 +227,7 @@ async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None
 
     async def serving() -> bool:
         _check_alive(cluster)
-        token = default_token(cluster.topology.security)
-        answers = [await service_health(spec.ports[0], token=token) for spec in served]
+        answers = [await _proxy_health(cluster, spec.name) for spec in served]
         return all(ok for ok, _ in answers)
 
     await wait_until("proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
@@ -338,7 +350,7 @@ async def _health(
             return True, "registered writable"
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
     if record.kind in ("write-proxy", "read-proxy"):
-        return await service_health(record.ports[0], token=default_token(cluster.topology.security))
+        return await _proxy_health(cluster, record.name)
     if record.kind == "zk-relay":
         return await _port_open(record.ports[0])
     try:

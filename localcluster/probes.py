@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from core.errors import ClusterError
-from core.security.credentials import auth_headers
+from core.security.credentials import auth_headers, client_ssl, default_token
 from core.topology import Endpoint
 
 PROBE_TIMEOUT_S = 2.0
@@ -42,16 +43,32 @@ async def zookeeper_mode(endpoint: Endpoint) -> str | None:
     return None
 
 
+def operator_session(
+    timeout: aiohttp.ClientTimeout | None = None, limit: int = 100
+) -> aiohttp.ClientSession:
+    """An HTTP session with this process's token and CA (core/security/credentials.py), as the
+    tools of the local cluster, the failover run and the benchmarks talk to proxies."""
+    return aiohttp.ClientSession(
+        timeout=timeout or aiohttp.ClientTimeout(total=300),
+        headers=auth_headers(default_token()),
+        connector=aiohttp.TCPConnector(ssl=client_ssl(), limit=limit),
+    )
+
+
 async def service_health(
-    port: int, host: str = "127.0.0.1", token: str | None = None
+    url: str, token: str | None = None, tls: ssl.SSLContext | bool = True
 ) -> tuple[bool, str]:
-    """A globelog service's /v1/health, asked with `token` (an `observe` scope):
-    (answering, what it said or why not)."""
+    """The /v1/health of the globelog service at `url`, asked with `token` (an `observe`
+    scope) and verified with `tls` over HTTPS: (answering, what it said or why not)."""
     timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
     try:
         async with (
-            aiohttp.ClientSession(timeout=timeout, headers=auth_headers(token)) as http,
-            http.get(f"http://{host}:{port}/v1/health") as answer,
+            aiohttp.ClientSession(
+                timeout=timeout,
+                headers=auth_headers(token),
+                connector=aiohttp.TCPConnector(ssl=tls),
+            ) as http,
+            http.get(f"{url}/v1/health") as answer,
         ):
             body = await answer.json()
             if answer.status != 200:

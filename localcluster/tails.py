@@ -17,8 +17,8 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyError, ProxyUnreachableError, answered_error
-from core.security.credentials import auth_headers, default_token
 from localcluster.controller import Cluster
+from localcluster.probes import operator_session
 
 POLL_WAIT_MS = 1000
 READ_RETRY_S = 0.5
@@ -38,7 +38,7 @@ class Received:
 def proxy_url(cluster: Cluster, region: str, kind: str) -> str:
     group = cluster.topology.region(region)
     proxy = (group.write_proxies if kind == "write" else group.read_proxies)[0]
-    return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
+    return cluster.topology.proxy_url(proxy)
 
 
 async def tail_region(
@@ -51,9 +51,7 @@ async def tail_region(
     """Long-polls the region's read proxy; retries through the region's outage."""
     path = f"{url}/v1/namespaces/{namespace}/streams/{stream}/records"
     timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 5)
-    async with aiohttp.ClientSession(
-        timeout=timeout, headers=auth_headers(default_token())
-    ) as http:
+    async with operator_session(timeout) as http:
         while not stop.is_set():
             query = {"from_seq": str(received.next_seq), "wait_ms": str(POLL_WAIT_MS)}
             try:

@@ -221,7 +221,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     proxies = tuple(p.strip().rstrip("/") for p in given.get("proxies", "").split(",") if p.strip())
     for url in proxies:
         if not PROXY_URL.fullmatch(url):
-            problems.append(f"proxy {url!r}; expected http://HOST:PORT")
+            problems.append(f"proxy {url!r}; expected https://HOST:PORT (or http:// with TLS off)")
     if problems:
         raise ConfigError("globelog sink: " + "; ".join(problems))
     assert stream is not None and region is not None

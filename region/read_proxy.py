@@ -141,7 +141,7 @@ class ReadProxy:
         self._membership: registry.Membership | None = None
 
     def app(self) -> web.Application:
-        gate = [self.security.gate.middleware(RULES)] if self.security else []
+        gate = self.security.middlewares(RULES) if self.security else []
         app = web.Application(
             middlewares=[
                 tracing_middleware(KIND),
@@ -164,7 +164,7 @@ class ReadProxy:
         if self.security:
             await self.security.start()
         self._listener = Listener(self.app(), self.limits)
-        await self._listener.start(host, port)
+        await self._listener.start(host, port, self.security.ssl if self.security else None)
         self._sweeper.start()
         self._membership = registry.Membership(
             self._store, KIND, self.me, on_failed=follower_restarts(KIND, "registration")

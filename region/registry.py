@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class ProxyInfo:
     name: str
     region: str
-    url: str  # http://host:port, no trailing slash
+    url: str  # https://host:port (http:// with TLS off), no trailing slash
 
 
 def proxy_path(region: str, kind: str, name: str = "") -> str:

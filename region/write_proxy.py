@@ -130,8 +130,9 @@ class WriteProxy:
     # ------------------------------------------------------------------------ lifecycle
 
     def app(self) -> web.Application:
-        rules = {**RULES, **(TOKEN_ROUTES if self.security else {})}
-        gate = [self.security.gate.middleware(rules)] if self.security else []
+        issuing = self.security is not None and self.security.signing_key is not None
+        rules = {**RULES, **(TOKEN_ROUTES if issuing else {})}
+        gate = self.security.middlewares(rules) if self.security else []
         app = web.Application(
             client_max_size=self.limits.request_bytes_max,
             middlewares=[
@@ -158,7 +159,8 @@ class WriteProxy:
         app.router.add_get(base + "/{stream}/producers/{producer}", self._producer)
         app.router.add_post(base + "/{stream}/session", self._start_session)
         app.router.add_post(base + "/{stream}/heartbeat", self._heartbeat)
-        if self.security:
+        if issuing:
+            assert self.security is not None
             self.security.add_token_routes(app)
         require_rules(app, rules)
         return app
@@ -167,7 +169,7 @@ class WriteProxy:
         if self.security:
             await self.security.start()
         self._listener = Listener(self.app(), self.limits)
-        await self._listener.start(host, port)
+        await self._listener.start(host, port, self.security.ssl if self.security else None)
         await self._ring.start(RING_TIMEOUT_S)
         await self._drain.start()
         self._drainer.start()

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -39,10 +40,11 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError, GlobelogError
-from core.security.credentials import auth_headers, default_token
+from core.security.credentials import client_ssl
 from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from localcluster.controller import Cluster
+from localcluster.probes import operator_session
 from localcluster.processes import load_state
 from localcluster.tails import proxy_url
 from localcluster.tools import REPO_ROOT, find_tools
@@ -114,12 +116,14 @@ async def _request(target: Target, method: str, url: str, **kwargs: object) -> N
 
 async def slow_connections(target: Target, stop: asyncio.Event) -> None:
     """3000 connections that send a request line and then nothing (kept at that number)."""
-    host, port = target.write_url.removeprefix("http://").split(":")
+    parts = urlsplit(target.write_url)
+    host, port = parts.hostname or "", parts.port or 0
+    tls = client_ssl() if parts.scheme == "https" else None
     held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def open_one() -> None:
         try:
-            reader, writer = await asyncio.open_connection(host, int(port))
+            reader, writer = await asyncio.open_connection(host, port, ssl=tls)
             writer.write(b"POST /v1/health HTTP/1.1\r\nHost: x\r\n")
             held.append((reader, writer))
         except OSError as err:
@@ -278,7 +282,7 @@ async def canary(
     origin = time.monotonic()
     async with (
         ProxyClient([write_url], namespace, deadline_s=30) as client,
-        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
+        operator_session() as http,
     ):
         await client.create("c")
         while not stop.is_set():
@@ -326,11 +330,7 @@ async def bench_abuse(
     names = [group.write_proxies[0].name, group.read_proxies[0].name]
     state = load_state(cluster.data_dir)
     pids = {name: state[name].pid for name in names}
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, headers=auth_headers(default_token())
-    ) as http:
+    async with operator_session(aiohttp.ClientTimeout(total=60), limit=0) as http:
         target = Target(write_url, read_url, f"abuse{uuid.uuid4().hex[:6]}", http)
         progress("preparing the attacker's streams")
         await prepare(target, progress)

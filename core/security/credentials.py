@@ -1,24 +1,31 @@
-"""The token a client sends, and where it comes from when the caller names none:
+"""The token a client sends and the CA it trusts, and where they come from when the caller
+names none:
 
     GLOBELOG_TOKEN        the token itself
     GLOBELOG_TOKEN_FILE   a file holding it
-    the deployment's admin token (`security.dir`/admin.token), on a host that holds it
+    GLOBELOG_CA_FILE      the deployment's CA certificate (PEM) that proxies' certificates
+                          are verified against
+    else the deployment's admin token and CA (`security.dir`), on a host that holds them
 
-Clients (`ProxyClient`, `ReadClient`, the CLI, the Spark source and sink, the local cluster's
-probes) send it as `Authorization: Bearer <token>`.
+Clients (`ProxyClient`, `ReadClient`, the CLI, the Spark sink, the local cluster's probes) send
+the token as `Authorization: Bearer <token>` and verify HTTPS proxies against the CA.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.security.pki import client_context
 from core.security.settings import SecuritySettings
 from core.security.tokens import TOKEN_CHARS_MAX
 
 TOKEN_ENV = "GLOBELOG_TOKEN"
 TOKEN_FILE_ENV = "GLOBELOG_TOKEN_FILE"
+CA_FILE_ENV = "GLOBELOG_CA_FILE"
 
 
 def read_token_file(path: Path, what: str = "token file") -> str:
@@ -50,11 +57,29 @@ def auth_headers(token: str | None) -> dict[str, str]:
     return {} if token is None else {"Authorization": f"Bearer {token}"}
 
 
-def adopt_admin_token(security: SecuritySettings) -> None:
-    """Makes the deployment's admin token this process's default (and its children's), unless
-    the environment names a token already or this host holds none: the composition root's
-    choice (`globelog`, the demo), never a library's."""
-    if os.environ.get(TOKEN_ENV, "").strip() or os.environ.get(TOKEN_FILE_ENV, "").strip():
-        return
-    if security.tokens and security.admin_token.is_file():
+def adopt_operator_credentials(security: SecuritySettings) -> None:
+    """Makes the deployment's admin token and CA this process's defaults (and its children's),
+    unless the environment names them already or this host holds none: the composition
+    root's choice (`globelog`, the demo), never a library's."""
+    named = os.environ.get(TOKEN_ENV, "").strip() or os.environ.get(TOKEN_FILE_ENV, "").strip()
+    if not named and security.tokens and security.admin_token.is_file():
         os.environ[TOKEN_FILE_ENV] = str(security.admin_token)
+    if not os.environ.get(CA_FILE_ENV, "").strip() and security.tls and security.ca_cert.is_file():
+        os.environ[CA_FILE_ENV] = str(security.ca_cert)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(ca_path: str) -> ssl.SSLContext:
+    return client_context(Path(ca_path))
+
+
+def client_ssl(security: SecuritySettings | None = None) -> ssl.SSLContext | bool:
+    """What a client verifies HTTPS proxies with: the CA GLOBELOG_CA_FILE names, else the CA of
+    `security` if this host holds it, else True (the system's CAs: a proxy behind a public
+    certificate)."""
+    named = os.environ.get(CA_FILE_ENV, "").strip()
+    if named:
+        return _context(named)
+    if security is not None and security.tls and security.ca_cert.is_file():
+        return _context(str(security.ca_cert))
+    return True

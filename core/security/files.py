@@ -1,13 +1,17 @@
-"""`globelog security init`: a deployment's token signing key and first admin token, laid out
-as core/security/settings.py describes. Idempotent: what exists and still serves is kept; an
-admin token that expired, or that the key on disk did not sign, is issued again."""
+"""`globelog security init`: a deployment's token signing key, first admin token, CA and host
+certificates, laid out as core/security/settings.py describes. Idempotent: what exists and
+still serves is kept; an admin token that expired or that the key on disk did not sign, and a
+host certificate near its end or missing, are made again."""
 
 from __future__ import annotations
 
+import datetime
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from core.errors import UnauthenticatedError
+from core.security import pki
 from core.security.settings import SecuritySettings
 from core.security.tokens import (
     Scope,
@@ -34,8 +38,11 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-def init_security(settings: SecuritySettings, now: float) -> list[Path]:
-    """Makes what is missing under `settings.directory`; the files it wrote."""
+def init_security(
+    settings: SecuritySettings, now: float, hosts: Iterable[str] = (), deployment: str = ""
+) -> list[Path]:
+    """Makes what is missing under `settings.directory` (with TLS, a certificate for each of
+    `hosts`); the files it wrote."""
     settings.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     written = []
     if settings.signing_key.is_file():
@@ -57,4 +64,28 @@ def init_security(settings: SecuritySettings, now: float) -> list[Path]:
         token, _ = issue(key, ADMIN_SUBJECT, Scope.everything(), now, ADMIN_TTL_S)
         _write_private(settings.admin_token, token.encode() + b"\n")
         written.append(settings.admin_token)
+    if settings.tls:
+        written += _init_certificates(settings, now, sorted(set(hosts)), deployment)
+    return written
+
+
+def _init_certificates(
+    settings: SecuritySettings, now_s: float, hosts: list[str], deployment: str
+) -> list[Path]:
+    now = datetime.datetime.fromtimestamp(now_s, datetime.UTC)
+    written: list[Path] = []
+    fresh = not (settings.ca_cert.is_file() and settings.ca_key.is_file())
+    if not fresh:
+        authority = pki.Authority.load(settings.ca_cert, settings.ca_key)
+    else:
+        authority = pki.Authority.make(deployment or settings.directory.name, now)
+        authority.save(settings.ca_cert, settings.ca_key)
+        written += [settings.ca_cert, settings.ca_key]
+    for host in hosts:
+        cert_path = settings.host_cert(host)
+        renew = fresh or pki.needs_renewal(cert_path, now)  # a new CA signs them all again
+        if renew or not settings.host_key(host).is_file():
+            cert, key = authority.issue(host, now)
+            pki.write_host(cert_path, settings.host_key(host), cert, key)
+            written.append(cert_path)
     return written

@@ -4,8 +4,9 @@
     security:
       dir: .security      # made by `globelog security init`; relative to the topology file
       tokens: true        # every endpoint of every proxy demands a token (the default)
+      tls: true           # the proxies serve HTTPS only, with certificates of the deployment's CA
 
-Without the section, tokens are demanded and the directory is `.security` beside the topology
+Without the section, tokens and TLS are on and the directory is `.security` beside the topology
 file: the secure path is the default one. `tokens: false` is for a deployment that puts its
 own gate in front of the proxies, and says so in every proxy's log at start.
 
@@ -14,6 +15,8 @@ The directory, as `globelog security init` lays it out:
     token-signing.key   Ed25519 private key (PEM): write proxies issue tokens with it
     token-signing.pub   its public key: every proxy verifies tokens with it
     admin.token         a token of every scope, for the operator (the CLI's default token)
+    ca.pem, ca.key      the deployment's certificate authority (core/security/pki.py)
+    hosts/<host>.pem    each proxy host's certificate, and .key its key
 """
 
 from __future__ import annotations
@@ -26,12 +29,35 @@ SECURITY_DIR_DEFAULT = ".security"
 SIGNING_KEY_FILE = "token-signing.key"
 PUBLIC_KEY_FILE = "token-signing.pub"
 ADMIN_TOKEN_FILE = "admin.token"
+CA_CERT_FILE = "ca.pem"
+CA_KEY_FILE = "ca.key"
+HOSTS_DIR = "hosts"
 
 
 @dataclass(frozen=True, slots=True)
 class SecuritySettings:
     directory: Path = Path(SECURITY_DIR_DEFAULT)  # absolute once loaded from a file
     tokens: bool = True
+    tls: bool = True
+
+    @property
+    def scheme(self) -> str:
+        """The proxies' URL scheme."""
+        return "https" if self.tls else "http"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / CA_CERT_FILE
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / CA_KEY_FILE
+
+    def host_cert(self, host: str) -> Path:
+        return self.directory / HOSTS_DIR / f"{host}.pem"
+
+    def host_key(self, host: str) -> Path:
+        return self.directory / HOSTS_DIR / f"{host}.key"
 
     @property
     def signing_key(self) -> Path:
@@ -49,7 +75,8 @@ class SecuritySettings:
         """These settings with a relative directory taken from beside `topology_file`."""
         if self.directory.is_absolute():
             return self
-        return SecuritySettings((topology_file.parent / self.directory).resolve(), self.tokens)
+        directory = (topology_file.parent / self.directory).resolve()
+        return SecuritySettings(directory, self.tokens, self.tls)
 
 
 class Problems(Protocol):
@@ -61,18 +88,20 @@ def parse_security(node: Any, p: Problems) -> SecuritySettings | None:
     if node is None:
         return SecuritySettings()
     if not isinstance(node, dict):
-        p.add("security", f"expected a mapping of dir and tokens, got {type(node).__name__}")
+        p.add("security", f"expected a mapping of dir, tokens, tls; got {type(node).__name__}")
         return None
     ok = True
-    for key in sorted(set(node) - {"dir", "tokens"}):
-        p.add(f"security.{key}", "unknown key; expected dir or tokens")
+    for key in sorted(set(node) - {"dir", "tokens", "tls"}):
+        p.add(f"security.{key}", "unknown key; expected dir, tokens or tls")
         ok = False
     directory = node.get("dir", SECURITY_DIR_DEFAULT)
     if not (isinstance(directory, str) and directory.strip()):
         p.add("security.dir", f"expected a directory path, got {directory!r}")
         ok = False
-    tokens = node.get("tokens", True)
-    if not isinstance(tokens, bool):
-        p.add("security.tokens", f"expected true or false, got {tokens!r}")
-        ok = False
-    return SecuritySettings(Path(directory), tokens) if ok else None
+    switches = {}
+    for key in ("tokens", "tls"):
+        switches[key] = node.get(key, True)
+        if not isinstance(switches[key], bool):
+            p.add(f"security.{key}", f"expected true or false, got {switches[key]!r}")
+            ok = False
+    return SecuritySettings(Path(directory), **switches) if ok else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -76,7 +77,9 @@ class Listener:
         assert self._server is not None, "not started"
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listens on host:port, with TLS when `tls` is given (its handshake bounded by the
+        header deadline, as a request's headers are)."""
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
@@ -89,7 +92,12 @@ class Listener:
             return server()
 
         self._server = await asyncio.get_running_loop().create_server(
-            connection, host, port, reuse_address=True
+            connection,
+            host,
+            port,
+            reuse_address=True,
+            ssl=tls,
+            ssl_handshake_timeout=self.limits.idle_timeout_s if tls else None,
         )
 
     async def stop(self) -> None:

@@ -1,6 +1,6 @@
 """globelog's Python client of the write proxies: async first, with a thin synchronous wrapper.
 
-    async with ProxyClient(["http://127.0.0.1:8101"], namespace="default") as client:
+    async with ProxyClient(["https://127.0.0.1:8101"], namespace="default") as client:
         written = await client.write("orders", b"payload")     # Acked(dlsn, txid, seq)
         acked = await client.write_bulk("orders", [b"a", b"b"])
 
@@ -28,6 +28,7 @@ import asyncio
 import enum
 import json
 import random
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from core.errors import (
     SessionExpiredError,
     answered_error,
 )
-from core.security.credentials import auth_headers, default_token
+from core.security.credentials import auth_headers, client_ssl, default_token
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
@@ -77,11 +78,14 @@ class ProxyClient:
         deadline_s: float = 30.0,
         request_timeout_s: float = 30.0,
         token: str | None = None,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> None:
-        """`token`: sent with every request; by default the environment's (core/security/credentials.py)."""
+        """`token`: sent with every request; `tls`: what HTTPS proxies are verified with. By
+        default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ProxyClient needs at least one proxy URL, got none")
         self._headers = auth_headers(token if token is not None else default_token())
+        self._tls = tls if tls is not None else client_ssl()
         self.namespace = namespace
         self.deadline_s = deadline_s
         self._ring = HashRing(nodes=[p.rstrip("/") for p in proxies])
@@ -94,7 +98,11 @@ class ProxyClient:
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ProxyClient:
-        self._http = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        self._http = aiohttp.ClientSession(
+            timeout=self._timeout,
+            headers=self._headers,
+            connector=aiohttp.TCPConnector(ssl=self._tls),
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:

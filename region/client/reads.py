@@ -1,7 +1,7 @@
 """Reading streams through a region's read proxies: long-poll pages, retried on the next proxy,
 for a bounded time, when a proxy is down or answers a retriable error.
 
-    async with ReadClient(["http://127.0.0.1:8201"], "default") as reader:
+    async with ReadClient(["https://127.0.0.1:8201"], "default") as reader:
         async for record in reader.read("orders", from_seq=0):
             ...                                            # ReadRecord(seq, dlsn, payload, ...)
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyUnreachableError
-from core.security.credentials import auth_headers, default_token
+from core.security.credentials import auth_headers, client_ssl, default_token
 from region.client.proxy_client import proxy_error
 
 POLL_WAIT_MS = 1000
@@ -54,11 +55,14 @@ class ReadClient:
         namespace: str = "default",
         failing_max_s: float = READ_FAILING_MAX_S,
         token: str | None = None,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> None:
-        """`token`: sent with every request; by default the environment's (core/security/credentials.py)."""
+        """`token`: sent with every request; `tls`: what HTTPS proxies are verified with. By
+        default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ReadClient needs at least one read proxy URL, got none")
         self._headers = auth_headers(token if token is not None else default_token())
+        self._tls = tls if tls is not None else client_ssl()
         if not 0 < failing_max_s <= 3600:
             raise ValueError(f"failing_max_s {failing_max_s}: expected 0 < seconds <= 3600")
         self.namespace = namespace
@@ -68,7 +72,9 @@ class ReadClient:
 
     async def __aenter__(self) -> ReadClient:
         timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 10)
-        self._http = aiohttp.ClientSession(timeout=timeout, headers=self._headers)
+        self._http = aiohttp.ClientSession(
+            timeout=timeout, headers=self._headers, connector=aiohttp.TCPConnector(ssl=self._tls)
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,6 +1,6 @@
 """The proxy client for synchronous code: an event loop on a thread of its own runs each call.
 
-with SyncProxyClient(["http://127.0.0.1:8101"]) as client:
+with SyncProxyClient(["https://127.0.0.1:8101"]) as client:
     client.write("orders", b"payload")                 # blocks until acknowledged
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from core.errors import ProxyUnreachableError
-from core.security.credentials import auth_headers, default_token
+from core.security.credentials import auth_headers, client_ssl, default_token
 from region.client.proxy_client import proxy_error
 
 TIMEOUT_S = 10.0
@@ -23,7 +23,8 @@ async def _call(
     headers = auth_headers(token if token is not None else default_token())
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     failures = []
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
+    connector = aiohttp.TCPConnector(ssl=client_ssl())
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector) as http:
         for proxy in proxies:
             url = proxy.rstrip("/") + path
             try:

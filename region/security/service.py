@@ -10,14 +10,17 @@ All three need `admin`. A token is shown once, when issued; the record keeps its
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import (
@@ -28,11 +31,12 @@ from core.errors import (
     RequestTooLargeError,
 )
 from core.limits import ProxyLimits
+from core.security import pki
 from core.security.settings import SecuritySettings
 from core.security.tokens import Scope, issue_within, load_public_key, load_signing_key
 from global_meta import MetaStore
 from global_meta import tokens as records
-from global_meta.followers import FollowerStatus
+from global_meta.followers import Follower, FollowerStatus
 from region.admission.listener import request_body
 from region.http_errors import json_response
 from region.security.gate import TOKEN, Gate, Rule, Rules
@@ -44,6 +48,7 @@ TOKEN_ROUTES: Rules = {
     ("DELETE", "/v1/tokens/{token_id}"): Rule("admin", "proxy"),
 }
 ISSUE_BODY_BYTES_MAX = 16 * 1024
+CERTIFICATE_CHECK_S = 5.0  # how often a proxy looks for a renewed certificate
 TTL_S_MAX = 366 * 24 * 3600.0
 
 
@@ -58,14 +63,19 @@ def _read(path: Any, what: str) -> bytes:
 
 @dataclass
 class ProxySecurity:
-    """What a proxy needs to check tokens (and, with `signing_key`, to issue them)."""
+    """What a proxy needs to check tokens (a `gate`; with `signing_key`, to issue them) and to
+    serve TLS (`certificate`, reloaded when its files change). Either may be off."""
 
-    gate: Gate
-    revocations: records.RevocationWatch
+    gate: Gate | None
+    revocations: records.RevocationWatch | None
     signing_key: Ed25519PrivateKey | None
+    certificate: pki.ReloadingCertificate | None
     store: MetaStore
     limits: ProxyLimits
     clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self._reloader = Follower("certificate reloads", self._reload_certificates)
 
     @classmethod
     def load(
@@ -74,25 +84,56 @@ class ProxySecurity:
         store: MetaStore,
         limits: ProxyLimits,
         issues: bool,
+        host: str,
         on_failed: Callable[[FollowerStatus], None] | None = None,
-    ) -> ProxySecurity | None:
-        """None when the deployment demands no tokens (and the log says so)."""
-        if not settings.tokens:
+    ) -> ProxySecurity:
+        """A proxy's security on `host` as `settings` ask; ConfigError naming a missing file.
+        What is off is logged as a warning."""
+        gate, revocations, signing, certificate = None, None, None, None
+        if settings.tokens:
+            public = load_public_key(_read(settings.public_key, "token public key"), "key")
+            if issues:
+                pem = _read(settings.signing_key, "token signing key")
+                signing = load_signing_key(pem, str(settings.signing_key))
+            watch = records.RevocationWatch(store, on_failed=on_failed)
+            gate, revocations = Gate(public, lambda: watch.revoked), watch
+        else:
             log.warning("security.tokens is false: this proxy serves anyone who reaches its port")
-            return None
-        public = load_public_key(_read(settings.public_key, "token public key"), "public key")
-        signing = None
-        if issues:
-            pem = _read(settings.signing_key, "token signing key")
-            signing = load_signing_key(pem, str(settings.signing_key))
-        revocations = records.RevocationWatch(store, on_failed=on_failed)
-        return cls(Gate(public, lambda: revocations.revoked), revocations, signing, store, limits)
+        if settings.tls:
+            certificate = pki.ReloadingCertificate(
+                settings.host_cert(host), settings.host_key(host)
+            )
+        else:
+            log.warning("security.tls is false: this proxy serves HTTP in clear text")
+        return cls(gate, revocations, signing, certificate, store, limits)
+
+    @property
+    def ssl(self) -> ssl.SSLContext | None:
+        return None if self.certificate is None else self.certificate.context
 
     async def start(self) -> None:
-        await self.revocations.start()
+        if self.revocations is not None:
+            await self.revocations.start()
+        if self.certificate is not None:
+            self._reloader.start()
 
     async def stop(self) -> None:
-        await self.revocations.stop()
+        if self.revocations is not None:
+            await self.revocations.stop()
+        await self._reloader.stop()
+
+    async def _reload_certificates(self, following: Callable[[], None]) -> None:
+        """Serves a renewed certificate without a restart: new connections get it."""
+        assert self.certificate is not None
+        following()
+        while True:
+            await asyncio.sleep(CERTIFICATE_CHECK_S)
+            if self.certificate.check():
+                log.info("certificate %s reloaded", self.certificate.cert_path)
+
+    def middlewares(self, rules: Rules) -> list[Middleware]:
+        """The gate's middleware, when tokens are on."""
+        return [] if self.gate is None else [self.gate.middleware(rules)]
 
     def add_token_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/tokens", self._issue)

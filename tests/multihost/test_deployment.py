@@ -194,10 +194,12 @@ def up(d: Deployment, kind: str) -> list[str]:
 
 def http_get(d: Deployment, host: str, url: str) -> dict[str, object] | None:
     token = (d.home / "security" / "admin.token").read_text().strip()
+    ca = d.home / "security" / "ca.pem"
     code = (
-        "import urllib.request, sys\n"
+        "import ssl, urllib.request\n"
         f"request = urllib.request.Request({url!r}, headers={{'Authorization': 'Bearer {token}'}})\n"
-        "print(urllib.request.urlopen(request, timeout=5).read().decode())\n"
+        f"context = ssl.create_default_context(cafile={str(ca)!r})\n"
+        "print(urllib.request.urlopen(request, timeout=5, context=context).read().decode())\n"
     )
     out = d.python(host, code)
     return json.loads(out) if out else None
@@ -246,9 +248,9 @@ def test_a_stream_written_in_one_region_is_read_on_another_host_in_another(
     assert [r["payload"] for r in read] == records
     assert [r["seq"] for r in read] == list(range(len(records)))
     # the write went through us-east's write proxy, the read through eu-west's read proxy
-    owner = http_get(d, "app-us-east", f"http://proxy.us-east.{DOMAIN}:{WRITE_PORT}/v1/health")
+    owner = http_get(d, "app-us-east", f"https://proxy.us-east.{DOMAIN}:{WRITE_PORT}/v1/health")
     assert owner is not None and "default/orders" in owner["owned"], owner
-    reader = http_get(d, "app-eu-west", f"http://proxy.eu-west.{DOMAIN}:{READ_PORT}/v1/health")
+    reader = http_get(d, "app-eu-west", f"https://proxy.eu-west.{DOMAIN}:{READ_PORT}/v1/health")
     assert reader is not None and "default/orders" in reader["streams"], reader
     # every segment's ensemble holds copies in at least two regions, on the named bookies
     segments = json.loads(d.cli("app-eu-west", "segments", "orders", "--region", "eu-west",

@@ -22,7 +22,7 @@ ROWS = 2000
 
 def proxy_urls(cluster: Cluster) -> list[str]:
     return [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        f"https://{p.endpoint.host}:{p.endpoint.port}"
         for region in cluster.topology.regions
         for p in region.write_proxies
     ]

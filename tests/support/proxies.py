@@ -24,14 +24,14 @@ async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIt
     found = cluster.topology.region(region)
     proxy = (found.write_proxies if kind == "write" else found.read_proxies)[0]
     endpoint = proxy.endpoint
-    me = ProxyInfo(proxy.name, region, f"http://{endpoint.host}:{endpoint.port}")
+    me = ProxyInfo(proxy.name, region, cluster.topology.proxy_url(proxy))
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
             await MetaStore.connect(cluster.topology.zk_connect, session_timeout_s=4.0)
         )
         config = LedgerConfig(region=region, min_regions_for_durability=2)
         ledgers = await stack.enter_async_context(await LedgerClient.connect(store, config))
-        server = make(me, store, ledgers)
+        server = make(me, store, ledgers, endpoint.host)
         await server.start(endpoint.host, endpoint.port)
         try:
             yield server
@@ -42,10 +42,10 @@ async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIt
 def write_proxy(
     cluster: Cluster, region: str, limits: ProxyLimits | None = None
 ) -> Any:  # an async context manager giving a WriteProxy
-    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> WriteProxy:
+    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient, host: str) -> WriteProxy:
         config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
         security = ProxySecurity.load(
-            cluster.topology.security, store, limits or ProxyLimits(), issues=True
+            cluster.topology.security, store, limits or ProxyLimits(), issues=True, host=host
         )
         return WriteProxy(config, store, ledgers, limits, security)
 
@@ -55,9 +55,9 @@ def write_proxy(
 def read_proxy(
     cluster: Cluster, region: str, limits: ProxyLimits | None = None
 ) -> Any:  # ... giving a ReadProxy
-    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient) -> ReadProxy:
+    def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient, host: str) -> ReadProxy:
         security = ProxySecurity.load(
-            cluster.topology.security, store, limits or ProxyLimits(), issues=False
+            cluster.topology.security, store, limits or ProxyLimits(), issues=False, host=host
         )
         return ReadProxy(me, store, ledgers, limits, security)
 

@@ -5,12 +5,18 @@ raw HTTP in tests sends `auth_headers()`."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import ssl
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from core.security.credentials import TOKEN_FILE_ENV, read_token_file
+import aiohttp
+
+from core.security.credentials import CA_FILE_ENV, TOKEN_FILE_ENV, client_ssl, read_token_file
 from core.security.credentials import auth_headers as _auth_headers
 from core.security.files import init_security
 from core.security.settings import SecuritySettings
@@ -22,8 +28,9 @@ SECURITY = SecuritySettings(
 
 
 def set_up() -> None:
-    init_security(SECURITY, time.time())
+    init_security(SECURITY, time.time(), ["127.0.0.1"], "tests")
     os.environ[TOKEN_FILE_ENV] = str(SECURITY.admin_token)
+    os.environ[CA_FILE_ENV] = str(SECURITY.ca_cert)
 
 
 def admin_token() -> str:
@@ -32,3 +39,28 @@ def admin_token() -> str:
 
 def auth_headers() -> dict[str, str]:
     return _auth_headers(admin_token())
+
+
+def client_session(headers: dict[str, str] | None = None, **options: Any) -> aiohttp.ClientSession:
+    """A session trusting the test CA for HTTPS, sending `headers` (the admin token's by
+    default; {} for none)."""
+    return aiohttp.ClientSession(
+        headers=auth_headers() if headers is None else headers,
+        connector=aiohttp.TCPConnector(ssl=client_ssl()),
+        **options,
+    )
+
+
+def client_ssl_context() -> ssl.SSLContext:
+    """The test CA's client context (for clients other than aiohttp's)."""
+    context = client_ssl()
+    assert isinstance(context, ssl.SSLContext), "the test CA is set up by conftest"
+    return context
+
+
+async def raw_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A bare connection to the proxy at `url` (TLS when https), for clients that misbehave
+    below HTTP."""
+    parts = urlsplit(url)
+    tls = client_ssl() if parts.scheme == "https" else None
+    return await asyncio.open_connection(parts.hostname, parts.port, ssl=tls)

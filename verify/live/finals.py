@@ -12,8 +12,8 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import DataLossError, GlobelogError
-from core.security.credentials import auth_headers, default_token
 from localcluster.controller import Cluster
+from localcluster.probes import operator_session
 from localcluster.tails import PagedRecord, ProxyPages, proxy_url
 from reader.log_reader import LogReader, ReaderConfig
 from reader.session import ReadSession, read_session
@@ -37,7 +37,7 @@ async def proxy_final_reads(
 ) -> None:
     """Every stream through every region's read proxy at once, each bounded."""
     async with (
-        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
+        operator_session() as http,
         asyncio.TaskGroup() as group,
     ):
         for region in cluster.topology.region_names:

@@ -25,12 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
-from core.security.credentials import auth_headers, default_token
 from ledger import audit_ledgers, audit_replicas
 from localcluster import wan
 from localcluster.controller import Cluster
+from localcluster.probes import operator_session
 from localcluster.tails import proxy_url
 from localcluster.tools import Tools
 from region.client import ProxyClient
@@ -132,7 +130,7 @@ async def _workload(
     values = [0]
     deadline = time.monotonic() + cfg.seconds
     async with (
-        aiohttp.ClientSession(headers=auth_headers(default_token())) as http,
+        operator_session() as http,
         asyncio.TaskGroup() as readers,
     ):
         for region in names:

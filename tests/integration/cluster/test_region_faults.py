@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
 
 from core.answers import ANSWERS
@@ -21,7 +20,7 @@ from localcluster.probes import zookeeper_mode
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
 from region.isolation import cut_off_check
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
 ZK_SETTLE_TIMEOUT_S = 30.0
@@ -29,7 +28,7 @@ ZK_SETTLE_TIMEOUT_S = 30.0
 
 def write_proxy_url(cluster: Cluster, region: str) -> str:
     proxy = cluster.topology.region(region).write_proxies[0]
-    return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
+    return f"https://{proxy.endpoint.host}:{proxy.endpoint.port}"
 
 
 async def read_all(cluster: Cluster, region: str, namespace: str, count: int) -> list[bytes]:
@@ -41,7 +40,7 @@ async def read_all(cluster: Cluster, region: str, namespace: str, count: int) ->
 
 async def owned_by(url: str) -> list[str]:
     async with (
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
         http.get(url + "/v1/health") as answer,
     ):
         body = await answer.json()
@@ -308,7 +307,7 @@ async def tail_from(url: str, namespace: str, seq: int, want: int, bound_s: floa
     `bound_s` passed."""
     path = f"{url}/v1/namespaces/{namespace}/streams/s/records"
     got: list[bytes] = []
-    async with asyncio.timeout(bound_s), aiohttp.ClientSession(headers=auth_headers()) as http:
+    async with asyncio.timeout(bound_s), client_session() as http:
         while len(got) < want:
             query = {"from_seq": str(seq + len(got)), "wait_ms": "500"}
             async with http.get(path, params=query) as answer:
@@ -347,5 +346,5 @@ async def test_a_regions_read_proxy_follows_a_segment_written_on_through_its_out
         + [f"after-{i}".encode() for i in range(10)]
     )
     west = services.topology.region("us-west").read_proxies[0].endpoint
-    url = f"http://{west.host}:{west.port}"
+    url = f"https://{west.host}:{west.port}"
     assert await tail_from(url, namespace, 0, 50, 60) == expected

@@ -20,7 +20,7 @@ from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
 from region.client import ProxyClient
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
 TAKEOVER_BOUND_S = 90.0  # the dead owner's session ends, then a recovery that cannot finish
@@ -28,7 +28,7 @@ TAKEOVER_BOUND_S = 90.0  # the dead owner's session ends, then a recovery that c
 
 def proxy_url(cluster: Cluster, region: str) -> str:
     endpoint = cluster.topology.region(region).write_proxies[0].endpoint
-    return f"http://{endpoint.host}:{endpoint.port}"
+    return f"https://{endpoint.host}:{endpoint.port}"
 
 
 async def last_ensemble(cluster: Cluster, namespace: str) -> list[str]:
@@ -44,9 +44,7 @@ async def answers_until_storage_refuses(url: str, params: dict[str, str]) -> lis
     failed), bounded; every answer on the way, with its status."""
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + TAKEOVER_BOUND_S
-    async with aiohttp.ClientSession(
-        headers=auth_headers(), timeout=aiohttp.ClientTimeout(total=60)
-    ) as http:
+    async with client_session(timeout=aiohttp.ClientTimeout(total=60)) as http:
         while time.monotonic() < deadline:
             async with http.post(url, params=params, data=b"after", allow_redirects=False) as r:
                 body = await r.json(content_type=None)

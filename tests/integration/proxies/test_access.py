@@ -20,7 +20,7 @@ from region.security.service import TOKEN_ROUTES
 from tests.support.cli import run_globelog
 from tests.support.proxies import read_proxy as read_proxy_in
 from tests.support.proxies import write_proxy as write_proxy_in
-from tests.support.security import SECURITY, auth_headers
+from tests.support.security import SECURITY, auth_headers, client_session
 from tests.support.streams import fresh_namespace
 
 OPS = ("read", "append", "create", "delete", "truncate", "admin", "observe")
@@ -68,7 +68,7 @@ async def test_every_route_demands_a_token_and_its_rule(cluster: Cluster) -> Non
     async with (
         write_proxy_in(cluster, "us-east") as writer,
         read_proxy_in(cluster, "us-east") as reader,
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        client_session({}, timeout=aiohttp.ClientTimeout(total=30)) as http,
     ):
         base = {"write": writer.config.me.url, "read": reader.me.url}
         checked = 0
@@ -93,7 +93,7 @@ async def test_a_prefix_scope_reaches_its_prefix_and_nothing_else(cluster: Clust
     team = token(["create", "read", "append"], [namespace], ["team-a.*"])
     async with (
         write_proxy_in(cluster, "us-east") as writer,
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {team}"}) as http,
+        client_session({"Authorization": f"Bearer {team}"}) as http,
     ):
         streams = f"{writer.config.me.url}/v1/namespaces/{namespace}/streams"
         for name, allowed in (("team-a.x", True), ("team-a.y", True), ("team-b.x", False)):
@@ -111,17 +111,17 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
 ) -> None:
     topology = services.topology
     writes = [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        f"https://{p.endpoint.host}:{p.endpoint.port}"
         for region in topology.regions
         for p in region.write_proxies
     ]
     reads = [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        f"https://{p.endpoint.host}:{p.endpoint.port}"
         for region in topology.regions
         for p in region.read_proxies
     ]
     namespace = fresh_namespace()
-    async with aiohttp.ClientSession(headers=auth_headers()) as admin:
+    async with client_session() as admin:
         async with admin.post(
             f"{writes[0]}/v1/tokens",
             json={
@@ -135,7 +135,7 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
         async with admin.put(f"{writes[0]}/v1/namespaces/{namespace}/streams/s") as answer:
             assert answer.status == 201
     lead_headers = {"Authorization": f"Bearer {lead}"}
-    async with aiohttp.ClientSession(headers=lead_headers) as http:
+    async with client_session(lead_headers) as http:
         wider = {"subject": "x", "scope": {"namespaces": ["*"], "ops": ["read"]}, "ttl_s": 60}
         async with http.post(f"{writes[1]}/v1/tokens", json=wider) as answer:
             assert (
@@ -154,12 +154,12 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
         assert issued["id"] in listed
     reader = {"Authorization": f"Bearer {issued['token']}"}
     targets = [f"{url}/v1/namespaces/{namespace}/streams/s/records" for url in reads]
-    async with aiohttp.ClientSession(headers=reader) as http:
+    async with client_session(reader) as http:
         for url in targets:
             async with http.get(url, params={"wait_ms": "0"}) as answer:
                 assert answer.status == 200, await answer.text()
         async with (
-            aiohttp.ClientSession(headers=lead_headers) as lead_http,
+            client_session(lead_headers) as lead_http,
             lead_http.delete(f"{writes[0]}/v1/tokens/{issued['id']}") as answer,
         ):
             assert answer.status == 200 and (await answer.json())["revoked"]

@@ -15,7 +15,7 @@ from region.client import ProxyClient
 from region.read_proxy import ReadProxy
 from region.write_proxy import WriteProxy
 from tests.support.proxies import read_proxy, write_proxy
-from tests.support.security import auth_headers
+from tests.support.security import client_session, raw_connection
 from tests.support.streams import fresh_namespace, stream_env
 
 KIB = 1024
@@ -34,7 +34,7 @@ async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
     limits = ProxyLimits(quota=quota)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         for namespace in (flooded, calm):
             async with http.put(f"{streams_url(east, namespace)}/s") as created:
@@ -68,22 +68,20 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
     limits = ProxyLimits(connections_max=12, idle_timeout_s=1.5, quota=NO_QUOTA)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = f"{streams_url(east, namespace)}/s"
         async with http.put(url) as created:  # the well-behaved client's pooled connection
             assert created.status == 201
-        endpoint = east.config.me.url.removeprefix("http://")
-        host, port = endpoint.split(":")
         slow = []
         for _ in range(11):  # the rest of the connections, each sending headers forever
-            reader, writer = await asyncio.open_connection(host, int(port))
+            reader, writer = await raw_connection(east.config.me.url)
             writer.write(b"POST /v1/health HTTP/1.1\r\nHost: x\r\n")
             slow.append((reader, writer))
         await asyncio.sleep(0.1)
         health = f"{east.config.me.url}/v1/health"
         async with (
-            aiohttp.ClientSession(headers=auth_headers()) as newcomer,
+            client_session() as newcomer,
             newcomer.get(health) as answer,
         ):
             refused = await answer.json()
@@ -95,7 +93,7 @@ async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
         for reader, _ in slow:
             assert await asyncio.wait_for(reader.read(), 10) == b""
         async with (
-            aiohttp.ClientSession(headers=auth_headers()) as newcomer,
+            client_session() as newcomer,
             newcomer.get(health) as answer,
         ):
             assert answer.status == 200
@@ -119,7 +117,7 @@ async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cl
     async with (
         stream_env(cluster, "us-east", namespace) as env,
         read_proxy(cluster, "eu-west", limits) as west,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         for name in names:
             await env.streams.create_stream(name)
@@ -139,7 +137,7 @@ async def test_owned_streams_are_capped_and_idle_ones_let_go(cluster: Cluster) -
     limits = ProxyLimits(owned_streams_max=3, stream_idle_release_s=1.0, quota=NO_QUOTA)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = streams_url(east, namespace)
         for name in ("s0", "s1", "s2", "s3"):

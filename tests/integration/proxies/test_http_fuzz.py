@@ -17,7 +17,7 @@ from localcluster.controller import Cluster
 from region.batch_format import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from tests.support.proxies import read_proxy, write_proxy
-from tests.support.security import auth_headers
+from tests.support.security import client_session, raw_connection
 from tests.support.streams import fresh_namespace
 
 CASES = 2500
@@ -94,9 +94,9 @@ async def storm(
     return statuses
 
 
-async def slow_client(host: str, port: int) -> asyncio.StreamWriter:
+async def slow_client(url: str) -> asyncio.StreamWriter:
     """Sends the head of a request announcing 1000 bytes, then 10 of them, and stalls."""
-    _, writer = await asyncio.open_connection(host, port)
+    _, writer = await raw_connection(url)
     writer.write(
         b"POST /v1/namespaces/x/streams/s/records HTTP/1.1\r\nHost: x\r\n"
         b"Content-Length: 1000\r\n\r\n0123456789"
@@ -113,15 +113,13 @@ async def test_a_storm_of_malformed_requests_gets_documented_errors_and_harms_no
         write_proxy(cluster, "us-east") as east,
         read_proxy(cluster, "us-east") as reader,
         ProxyClient([east.config.me.url], namespace=namespace) as client,
-        aiohttp.ClientSession(
-            headers=auth_headers(), timeout=aiohttp.ClientTimeout(total=30)
-        ) as http,
+        client_session(timeout=aiohttp.ClientTimeout(total=30)) as http,
     ):
         await client.create("canary")
         await client.create("s")
         canary = [f"canary-{i}".encode() for i in range(20)]
         before = await client.write_bulk("canary", canary)
-        stalled = [await slow_client(*east.config.me.url[7:].split(":")) for _ in range(3)]
+        stalled = [await slow_client(east.config.me.url) for _ in range(3)]
         write_statuses = await storm(http, east.config.me.url, namespace, SEED)
         read_statuses = await storm(http, reader.me.url, namespace, SEED + 1)
         for writer in stalled:

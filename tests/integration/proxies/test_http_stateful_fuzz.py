@@ -28,7 +28,7 @@ from core.answers import ANSWERS
 from localcluster.controller import Cluster
 from localcluster.tails import proxy_url
 from region.batch_format import CONTENT_TYPE, encode_batch
-from tests.support.security import auth_headers
+from tests.support.security import auth_headers, client_ssl_context
 
 EXAMPLES = int(os.environ.get("GLOBELOG_FUZZ_EXAMPLES", "12"))
 SENT = [0]  # requests sent (redirects followed count once)
@@ -59,7 +59,13 @@ def send(
     url = base + quote(path, safe="/%") + ("?" + urlencode(query) if query else "")
     for _ in range(4):
         parts = urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        connection: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=30, context=client_ssl_context()
+            )
+            if parts.scheme == "https"
+            else http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        )
         try:
             target = parts.path + (f"?{parts.query}" if parts.query else "")
             headers = {**auth_headers(), **kw.get("headers", {})}

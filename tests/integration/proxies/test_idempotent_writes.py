@@ -4,14 +4,13 @@ after ownership moved to another proxy (the producer table rebuilt from the stre
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
 from core.errors import BadRequestError, ProducerSeqStaleError
 from localcluster.controller import Cluster
 from region.client import ProxyClient
 from tests.support.proxies import write_proxy
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -78,7 +77,7 @@ async def test_bad_producer_parameters_are_refused_with_their_names(cluster: Clu
     async with (
         write_proxy(cluster, "us-east") as east,
         ProxyClient([east.config.me.url], namespace=namespace) as client,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         await client.create("s")
         url = f"{east.config.me.url}/v1/namespaces/{namespace}/streams/s/records"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import aiohttp
 import pytest
 
 from core.errors import StreamNotFoundError
@@ -19,7 +18,7 @@ from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -28,7 +27,7 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
 ) -> None:
     topology = services.topology
     proxies = [p for region in topology.regions for p in region.write_proxies]
-    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    urls = {p.name: f"https://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
     namespace = fresh_namespace()
     acked: list[Acked] = []
     async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
@@ -99,19 +98,19 @@ async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster
     write = topology.region("us-east").write_proxies[0].endpoint
     read = topology.region("us-west").read_proxies[0].endpoint
     namespace = fresh_namespace()
-    async with ProxyClient([f"http://{write.address}"], namespace) as client:
+    async with ProxyClient([f"https://{write.address}"], namespace) as client:
         await client.create("s")
         await client.write_bulk("s", [b"a", b"b", b"c"])
         with pytest.raises(StreamNotFoundError):
             await client.write("missing", b"x")
-    async with aiohttp.ClientSession(headers=auth_headers()) as http:
-        page = f"http://{read.address}/v1/namespaces/{namespace}/streams/s/records?from_seq=0"
+    async with client_session() as http:
+        page = f"https://{read.address}/v1/namespaces/{namespace}/streams/s/records?from_seq=0"
         async with http.get(page) as answer:
             assert len((await answer.json())["records"]) == 3
-        async with http.get(f"http://{write.address}/metrics") as answer:
+        async with http.get(f"https://{write.address}/metrics") as answer:
             assert answer.status == 200 and answer.content_type == "text/plain"
             written = await answer.text()
-        async with http.get(f"http://{read.address}/metrics") as answer:
+        async with http.get(f"https://{read.address}/metrics") as answer:
             served = await answer.text()
     bulk = 'route="/v1/namespaces/{ns}/streams/{stream}/bulk"'
     assert re.search(r"globelog_proxy_requests_total\{[^}]*" + re.escape(bulk), written)
@@ -132,7 +131,7 @@ async def test_a_proxy_told_the_owner_is_unreachable_queues_for_its_lock_and_tak
     same request naming a live owner is sent to it after the wait, and the owner keeps it."""
     topology = services.topology
     proxies = [p for region in topology.regions for p in region.write_proxies]
-    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    urls = {p.name: f"https://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
     namespace = fresh_namespace()
     records = f"/v1/namespaces/{namespace}/streams/s/records"
     async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
@@ -141,7 +140,7 @@ async def test_a_proxy_told_the_owner_is_unreachable_queues_for_its_lock_and_tak
         owner = (await client.describe("s"))["owner"]
         owner_name = owner.split("@")[0]
         other = next(name for name in urls if name != owner_name)
-        async with aiohttp.ClientSession(headers=auth_headers()) as http:
+        async with client_session() as http:
             # a live owner named unreachable: after the wait, redirected to it; nothing moved
             async with http.post(
                 urls[other] + records,
@@ -174,7 +173,7 @@ async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
     server span (continuing the caller's span), its redirect or its commit, in /debug/traces."""
     topology = services.topology
     proxies = [p for region in topology.regions for p in region.write_proxies]
-    urls = {p.name: f"http://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    urls = {p.name: f"https://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
     namespace = fresh_namespace()
     async with ProxyClient(list(urls.values()), namespace) as client:
         await client.create("s")
@@ -184,7 +183,7 @@ async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
     trace_id, caller_span = os.urandom(16).hex(), os.urandom(8).hex()
     headers = {"traceparent": f"00-{trace_id}-{caller_span}-01"}
     route = "/v1/namespaces/{ns}/streams/{stream}/records"
-    async with aiohttp.ClientSession(headers=auth_headers()) as http:
+    async with client_session() as http:
         path = f"/v1/namespaces/{namespace}/streams/s/records"
         async with http.post(urls[other] + path, data=b"traced", headers=headers) as answer:
             assert answer.status == 200, await answer.text()  # redirected to the owner
@@ -223,7 +222,7 @@ async def test_an_owner_whose_session_zookeeper_expired_lets_its_streams_go(
 
     topology = services.topology
     urls = [
-        f"http://{p.endpoint.host}:{p.endpoint.port}"
+        f"https://{p.endpoint.host}:{p.endpoint.port}"
         for region in topology.regions
         for p in region.write_proxies
     ]

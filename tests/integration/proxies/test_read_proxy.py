@@ -15,7 +15,7 @@ from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.read_proxy import ReadProxy
 from tests.support.proxies import read_proxy
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 from writer.log_writer import LogWriter
 
@@ -33,7 +33,7 @@ async def stream_s(
     async with (
         stream_env(cluster, "us-east", namespace) as east,
         read_proxy(cluster, region, limits) as proxy,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         await east.streams.create_stream("s")
         yield await east.writer("s"), proxy, http, namespace

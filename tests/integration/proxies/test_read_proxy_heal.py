@@ -18,7 +18,7 @@ import aiohttp
 from localcluster import regions, wan
 from localcluster.controller import Cluster
 from region.client import Acked, ProxyClient
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace
 
 STREAMS = ("s0", "s1")
@@ -35,7 +35,7 @@ READ_WAIT_MS = 1000
 def proxy_url(cluster: Cluster, region: str, kind: str) -> str:
     listed = cluster.topology.region(region)
     proxy = (listed.write_proxies if kind == "write" else listed.read_proxies)[0]
-    return f"http://{proxy.endpoint.host}:{proxy.endpoint.port}"
+    return f"https://{proxy.endpoint.host}:{proxy.endpoint.port}"
 
 
 @dataclass
@@ -146,7 +146,7 @@ async def test_an_isolated_regions_read_proxy_serves_its_streams_again_after_the
     timeout = aiohttp.ClientTimeout(total=READ_WAIT_MS / 1000 + 10)
     async with (
         ProxyClient([east, west], namespace, deadline_s=60) as client,
-        aiohttp.ClientSession(headers=auth_headers(), timeout=timeout) as http,
+        client_session(timeout=timeout) as http,
         asyncio.TaskGroup() as tasks,
     ):
         for stream in STREAMS:

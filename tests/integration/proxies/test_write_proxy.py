@@ -7,7 +7,6 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 
 from core.dlsn import DLSN
@@ -26,7 +25,7 @@ from region.client import ProxyClient
 from region.drain import set_drained
 from region.write_proxy import WriteProxy
 from tests.support.proxies import write_proxy
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -40,7 +39,7 @@ async def test_records_written_through_a_proxy_are_read_back_in_another_region(
     namespace = fresh_namespace()
     async with (
         write_proxy(cluster, "us-east") as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = base(east, namespace)
         async with http.put(f"{url}/orders") as created:
@@ -77,7 +76,7 @@ async def test_a_proxy_redirects_to_the_owner_in_another_region_and_ownership_mo
     async with (
         write_proxy(cluster, "us-east") as east,
         write_proxy(cluster, "eu-west") as west,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         async with http.put(f"{base(east, namespace)}/s") as created:
             assert created.status == 201
@@ -141,7 +140,7 @@ async def test_bad_requests_get_their_codes_and_harm_nothing(cluster: Cluster) -
     limits = ProxyLimits(request_bytes_max=4 * 1024 * 1024)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = base(east, namespace)
         async with http.put(f"{url}/s") as created:
@@ -181,7 +180,7 @@ async def test_a_stream_over_its_bytes_in_flight_answers_over_capacity(cluster: 
     limits = ProxyLimits(stream_inflight_bytes_max=64 * 1024)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = base(east, namespace)
         async with http.put(f"{url}/s") as created:
@@ -206,7 +205,7 @@ async def test_the_proxys_bytes_in_flight_over_every_stream_are_bounded(
     limits = ProxyLimits(proxy_inflight_bytes_max=64 * 1024)
     async with (
         write_proxy(cluster, "us-east", limits) as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = base(east, namespace)
         for stream in ("s1", "s2", "s3"):
@@ -239,7 +238,7 @@ async def test_the_client_follows_ownership_and_retries_through_a_proxy_restart(
                 assert (first.seq, first.dlsn.segment) == (0, 1)  # after the session marker
                 await east.ownership.release(namespace, "s")
                 async with (  # eu-west takes the stream
-                    aiohttp.ClientSession(headers=auth_headers()) as http,
+                    client_session() as http,
                     http.post(f"{base(west, namespace)}/s/records", data=b"two"),
                 ):
                     pass
@@ -301,7 +300,7 @@ async def test_session_writes_are_fenced_by_a_newer_session_and_by_a_new_owner(
         # a new owner starts a new session: the old owner's sessions are fenced
         await east.ownership.release(namespace, "s")
         async with (
-            aiohttp.ClientSession(headers=auth_headers()) as http,
+            client_session() as http,
             http.post(f"{base(west, namespace)}/s/records", data=b"d") as taken,
         ):
             assert taken.status == 200
@@ -425,7 +424,7 @@ async def test_concurrent_first_writes_to_a_new_stream_all_land(cluster: Cluster
     namespace = fresh_namespace()
     async with (
         write_proxy(cluster, "us-east") as east,
-        aiohttp.ClientSession(headers=auth_headers()) as http,
+        client_session() as http,
     ):
         url = base(east, namespace)
         async with http.put(f"{url}/s") as created:

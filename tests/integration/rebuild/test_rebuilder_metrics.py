@@ -14,7 +14,7 @@ import aiohttp
 
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
-from tests.support.security import auth_headers
+from tests.support.security import client_session
 from tests.support.topologies import free_ports
 
 INSTRUMENTS = (
@@ -46,15 +46,13 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
         "--metrics-address", f"127.0.0.1:{port}",
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    base = f"https://127.0.0.1:{port}"  # the rebuilder serves TLS as the proxies do
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as anonymous:
+        async with client_session({}, timeout=aiohttp.ClientTimeout(total=5)) as anonymous:
             await wait_until("the rebuilder serving", lambda: _answers(anonymous, base), 60)
             async with anonymous.get(f"{base}/metrics") as response:
                 assert response.status == 401, "its instruments need an observe token"
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=5), headers=auth_headers()
-        ) as http:
+        async with client_session(timeout=aiohttp.ClientTimeout(total=5)) as http:
 
             async def published() -> bool:
                 try:
