@@ -38,7 +38,12 @@ from core.errors import (
     MetadataUnavailableError,
     OutcomeUnknownError,
 )
-from core.security.credentials import TOKEN_FILE_ENV, adopt_operator_credentials
+from core.security.credentials import (
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
+    adopt_operator_credentials,
+    read_token_file,
+)
 from core.topology import Topology
 from core.topology_loader import load_topology, region_loss_summary, region_loss_warning
 from localcluster import controller, processes, regions, wan
@@ -368,7 +373,9 @@ def _adopt_token(args: argparse.Namespace) -> None:
     """The token this command (and what it starts) sends: --token-file, else the
     environment's, else the admin token of the topology's deployment if this host holds it."""
     if args.token_file is not None:
+        read_token_file(args.token_file, "--token-file")  # refused now if it cannot be read
         os.environ[TOKEN_FILE_ENV] = str(args.token_file.resolve())
+        os.environ.pop(TOKEN_ENV, None)  # the one named on the command line wins
         return
     topology = getattr(args, "topology", None) or default_topology_path()
     with contextlib.suppress(GlobelogError):  # the command reports a bad topology itself

@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import time
 from pathlib import Path
 
+from cli.stream_args import duration_s
 from core.errors import ConfigError
 from core.security.files import init_security
 from core.security.tokens import Scope
 from placement import load_checked_topology
 from region.client.tokens import issue_token, list_tokens, revoke_token
-
-_TTL = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,13 +35,6 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     for sub in (issue, tok_sub.choices["list"], revoke):
         sub.add_argument("--topology", type=Path, default=None)
         sub.add_argument("--region", default=None, help="whose write proxies to ask first")
-
-
-def parse_ttl(text: str) -> float:
-    found = _TTL.fullmatch(text.strip())
-    if found is None or float(found[1]) <= 0:
-        raise ConfigError(f"--ttl {text!r}: expected a positive number with s, m, h or d")
-    return float(found[1]) * _UNIT_S[found[2]]
 
 
 def _csv(text: str) -> list[str]:
@@ -74,7 +64,7 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
                 "ops": _csv(args.ops),
             }
         )
-        answer = asyncio.run(issue_token(urls, args.subject, scope.claim(), parse_ttl(args.ttl)))
+        answer = asyncio.run(issue_token(urls, args.subject, scope.claim(), duration_s(args.ttl)))
         print(json.dumps(answer))
     elif args.action == "list":
         for token in asyncio.run(list_tokens(urls)):

@@ -36,7 +36,12 @@ from typing import Any
 from aiohttp import web
 
 from core.dlsn import DLSN
-from core.errors import BadRequestError, OverCapacityError, ReadTimeoutError
+from core.errors import (
+    BadRequestError,
+    OverCapacityError,
+    ReadTimeoutError,
+    UnauthenticatedError,
+)
 from core.limits import ProxyLimits
 from core.parsing import bounded_int
 from core.records import LogRecord
@@ -57,7 +62,7 @@ from region.observability.telemetry import (
     metrics_middleware,
 )
 from region.observability.tracing import TRACER, traces_handler, tracing_middleware
-from region.security.gate import Rule, Rules, require_rules
+from region.security.gate import TOKEN, Rule, Rules, require_rules
 from region.security.service import ProxySecurity
 from region.stream_cache import CacheBudget, StreamCache
 
@@ -217,8 +222,11 @@ class ReadProxy:
         )
 
     def _followers(self) -> list[FollowerStatus]:
-        """The proxy's own followers: its registration, its ledger client's watches."""
+        """The proxy's own followers: its registration, its security's, its ledger client's
+        watches."""
         own = [] if self._membership is None else [self._membership.status()]
+        if self.security is not None:
+            own += self.security.followers()
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
@@ -248,11 +256,20 @@ class ReadProxy:
         await self._cache(ns, stream, seq)  # errors (unknown stream) before the 200
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        token = request.get(TOKEN)
+        gate = self.security.gate if self.security else None
         try:
             while not self._stopping:
                 transport = request.transport
                 if transport is None or transport.is_closing():
                     break  # the client went away
+                if token is not None and gate is not None:
+                    try:  # a token revoked or expired ends its tail, saying why
+                        gate.still_valid(token)
+                    except UnauthenticatedError as err:
+                        refusal = {"code": err.code, "message": str(err), "retriable": False}
+                        await response.write(json.dumps(refusal).encode() + b"\n")
+                        break
                 # a client past its read quota waits: its tail slows down to the quota
                 client = client_of(request)
                 await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))

@@ -213,6 +213,8 @@ class WriteProxy:
         ]
         if self._membership is not None:
             own.append(self._membership.status())
+        if self.security is not None:
+            own += self.security.followers()
         return own + self._ledgers.followers()
 
     async def stop(self) -> None:

@@ -6,7 +6,7 @@ host certificate near its end or missing, are made again."""
 from __future__ import annotations
 
 import datetime
-import os
+import fcntl
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,30 +29,29 @@ ADMIN_TTL_S = 365 * 24 * 3600.0
 ADMIN_RENEW_BEFORE_S = 7 * 24 * 3600.0  # an admin token this close to its end is renewed
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Written whole or not at all, readable by its owner only."""
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(partial, path)
-
-
 def init_security(
     settings: SecuritySettings, now: float, hosts: Iterable[str] = (), deployment: str = ""
 ) -> list[Path]:
     """Makes what is missing under `settings.directory` (with TLS, a certificate for each of
-    `hosts`); the files it wrote."""
+    `hosts`); the files it wrote. Two at once (two clusters starting) take turns."""
     settings.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(settings.directory / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _init(settings, now, hosts, deployment)
+
+
+def _init(
+    settings: SecuritySettings, now: float, hosts: Iterable[str], deployment: str
+) -> list[Path]:
     written = []
     if settings.signing_key.is_file():
         key = load_signing_key(settings.signing_key.read_bytes(), str(settings.signing_key))
     else:
         key = new_signing_key()
-        _write_private(settings.signing_key, signing_key_pem(key))
+        pki.write_private(settings.signing_key, signing_key_pem(key))
         written.append(settings.signing_key)
     if not settings.public_key.is_file() or settings.public_key.read_bytes() != public_key_pem(key):
-        settings.public_key.write_bytes(public_key_pem(key))
+        pki.write_public(settings.public_key, public_key_pem(key))
         written.append(settings.public_key)
     public = load_public_key(settings.public_key.read_bytes(), str(settings.public_key))
     try:
@@ -62,7 +61,7 @@ def init_security(
         current = False
     if not current:
         token, _ = issue(key, ADMIN_SUBJECT, Scope.everything(), now, ADMIN_TTL_S)
-        _write_private(settings.admin_token, token.encode() + b"\n")
+        pki.write_private(settings.admin_token, token.encode() + b"\n")
         written.append(settings.admin_token)
     if settings.tls:
         written += _init_certificates(settings, now, sorted(set(hosts)), deployment)

@@ -11,10 +11,12 @@ a renewed certificate is served without a restart.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
 import ssl
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,21 +32,24 @@ HOST_DAYS = 730
 RENEW_BEFORE_DAYS = 30  # `security init` renews a host certificate this close to its end
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Written whole or not at all, readable by its owner only."""
+def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Written whole or not at all (a temporary file of its own, then renamed), readable by
+    its owner only unless `mode` says otherwise."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(partial, path)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(partial, mode)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
 
 
-def _write_public(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+def write_public(path: Path, data: bytes) -> None:
+    write_private(path, data, 0o644)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -115,8 +120,8 @@ class Authority:
         return cls(key, x509.load_pem_x509_certificate(cert_path.read_bytes()))
 
     def save(self, cert_path: Path, key_path: Path) -> None:
-        _write_private(key_path, _key_pem(self.key))
-        _write_public(cert_path, self.cert.public_bytes(serialization.Encoding.PEM))
+        write_private(key_path, _key_pem(self.key))
+        write_public(cert_path, self.cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(
         self, host: str, now: datetime.datetime, days: int = HOST_DAYS
@@ -153,8 +158,8 @@ def needs_renewal(cert_path: Path, now: datetime.datetime) -> bool:
 
 
 def write_host(cert_path: Path, key_path: Path, cert: bytes, key: bytes) -> None:
-    _write_private(key_path, key)
-    _write_public(cert_path, cert)
+    write_private(key_path, key)
+    write_public(cert_path, cert)
 
 
 def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:

@@ -35,7 +35,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from core.errors import BadRequestError, ForbiddenError, UnauthenticatedError
+from core.errors import BadRequestError, ConfigError, ForbiddenError, UnauthenticatedError
 from core.streams import NAME_CHARS_MAX
 
 OPS = ("read", "append", "create", "delete", "truncate", "admin", "observe")
@@ -46,6 +46,7 @@ PATTERNS_MAX = 64  # per list of a scope
 LEEWAY_S = 5.0  # clocks of the issuer and the proxies may differ by this much
 _PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\*?|\*")
 _SUBJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@/:-]*")
+_TOKEN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,19 +195,30 @@ def public_key_pem(key: Ed25519PrivateKey) -> bytes:
 
 
 def load_signing_key(pem: bytes, source: str) -> Ed25519PrivateKey:
-    key = serialization.load_pem_private_key(pem, password=None)
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{source}: not an unencrypted PEM private key ({err})") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise BadRequestError(
-            f"{source}: expected an Ed25519 private key, got {type(key).__name__}"
-        )
+        raise ConfigError(f"{source}: expected an Ed25519 private key, got {type(key).__name__}")
     return key
 
 
 def load_public_key(pem: bytes, source: str) -> Ed25519PublicKey:
-    key = serialization.load_pem_public_key(pem)
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{source}: not a PEM public key ({err})") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise BadRequestError(f"{source}: expected an Ed25519 public key, got {type(key).__name__}")
+        raise ConfigError(f"{source}: expected an Ed25519 public key, got {type(key).__name__}")
     return key
+
+
+def check_token_id(token_id: str) -> str:
+    """A token id as tokens are issued with (32 hex digits); BadRequestError otherwise."""
+    if not _TOKEN_ID.fullmatch(token_id):
+        raise BadRequestError(f"token id {token_id[:80]!r} is invalid; expected 32 hex digits")
+    return token_id
 
 
 def check_subject(subject: str) -> str:

@@ -283,8 +283,17 @@ class ProxyClient:
                 ) as answer:
                     body = await answer.json(content_type=None)
                     if answer.status == 307:
-                        url = answer.headers["Location"]
-                        target = urlsplit(url)
+                        target = urlsplit(answer.headers["Location"])
+                        if urlsplit(url).scheme == "https" and target.scheme != "https":
+                            # the token never goes in clear text, wherever a redirect points
+                            raise ProxyError(
+                                "redirect_refused",
+                                f"{method} {url} redirected to {target.geturl()!r}, which is "
+                                "not HTTPS: not followed",
+                                False,
+                                307,
+                            )
+                        url = target.geturl()
                         proxy = f"{target.scheme}://{target.netloc}"
                         self._owners[stream] = proxy
                         if isinstance(body.get("owner"), str):

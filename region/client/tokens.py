@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
 from core.errors import ProxyUnreachableError
 from core.security.credentials import auth_headers, client_ssl, default_token
+from core.security.tokens import check_token_id
 from region.client.proxy_client import proxy_error
 
 TIMEOUT_S = 10.0
@@ -57,4 +59,5 @@ async def list_tokens(proxies: Sequence[str], token: str | None = None) -> list[
 async def revoke_token(
     proxies: Sequence[str], token_id: str, token: str | None = None
 ) -> dict[str, Any]:
-    return dict(await _call(proxies, "DELETE", f"/v1/tokens/{token_id}", token))
+    path = "/v1/tokens/" + quote(check_token_id(token_id), safe="")
+    return dict(await _call(proxies, "DELETE", path, token))

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from core.errors import ConfigError, UnauthenticatedError
+from core.errors import ConfigError, ForbiddenError, UnauthenticatedError
 from core.security.tokens import LEEWAY_S, OPS, Token, bearer, verify
 
 Resource = Literal["proxy", "namespace", "stream"]
@@ -51,13 +51,21 @@ def rule_key(method: str, path: str) -> tuple[str, str]:
 
 
 def require_rules(app: web.Application, rules: Rules) -> None:
-    """ConfigError naming every route of `app` without a rule, and every rule without a route."""
+    """ConfigError naming every route of `app` without a rule, every rule without a route, and
+    every rule on a namespace or stream whose path does not name it."""
     routed = {rule_key(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     missing = sorted(routed - set(rules))
     unused = sorted(set(rules) - routed)
-    if missing or unused:
+    unnamed = sorted(
+        (method, path)
+        for (method, path), rule in rules.items()
+        if ("{ns}" not in path and rule.on != "proxy")
+        or ("{stream}" not in path and rule.on == "stream")
+    )
+    if missing or unused or unnamed:
         raise ConfigError(
-            f"access rules: routes without a rule {missing}; rules without a route {unused}"
+            f"access rules: routes without a rule {missing}; rules without a route {unused}; "
+            f"rules on a namespace or stream their path does not name {unnamed}"
         )
 
 
@@ -75,6 +83,18 @@ class Gate:
         self._clock = clock
         self._verified: OrderedDict[str, Token] = OrderedDict()
 
+    def still_valid(self, token: Token) -> None:
+        """UnauthenticatedError once `token` expired or was revoked (for requests that last:
+        a streamed tail checks it as it goes)."""
+        now = self._clock()
+        if now > token.expires_at + LEEWAY_S:
+            raise UnauthenticatedError(
+                f"token {token.token_id} of {token.subject!r} expired "
+                f"{now - token.expires_at:.0f} s ago"
+            )
+        if token.token_id in self._revoked():
+            raise UnauthenticatedError(f"token {token.token_id} of {token.subject!r} is revoked")
+
     def authenticate(self, header: str | None) -> Token:
         raw = bearer(header)
         now = self._clock()
@@ -86,23 +106,18 @@ class Gate:
                 self._verified.popitem(last=False)
         else:
             self._verified.move_to_end(raw)
-            if now > token.expires_at + LEEWAY_S:
-                raise UnauthenticatedError(
-                    f"token {token.token_id} of {token.subject!r} expired "
-                    f"{now - token.expires_at:.0f} s ago"
-                )
-        if token.token_id in self._revoked():
-            raise UnauthenticatedError(f"token {token.token_id} of {token.subject!r} is revoked")
+        self.still_valid(token)
         return token
 
     def middleware(self, rules: Rules) -> Middleware:
         @web.middleware
         async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-            route = request.match_info.route
-            resource = route.resource
-            rule = rules.get(rule_key(request.method, resource.canonical)) if resource else None
-            if rule is None:  # aiohttp's own answers (404, 405): nothing of ours runs
+            resource = request.match_info.route.resource
+            if resource is None:  # aiohttp's own answers (404, 405): nothing of ours runs
                 return await handler(request)
+            rule = rules.get(rule_key(request.method, resource.canonical))
+            if rule is None:  # a route added past require_rules: closed, never open
+                raise ForbiddenError(f"{request.method} {resource.canonical} has no access rule")
             token = self.authenticate(request.headers.get("Authorization"))
             namespace = request.match_info.get("ns") if rule.on != "proxy" else None
             stream = request.match_info.get("stream") if rule.on == "stream" else None

@@ -33,11 +33,18 @@ from core.errors import (
 from core.limits import ProxyLimits
 from core.security import pki
 from core.security.settings import SecuritySettings
-from core.security.tokens import Scope, issue_within, load_public_key, load_signing_key
+from core.security.tokens import (
+    Scope,
+    Token,
+    check_token_id,
+    issue_within,
+    load_public_key,
+    load_signing_key,
+)
 from global_meta import MetaStore
 from global_meta import tokens as records
 from global_meta.followers import Follower, FollowerStatus
-from region.admission.listener import request_body
+from region.admission.listener import body_deadline
 from region.http_errors import json_response
 from region.security.gate import TOKEN, Gate, Rule, Rules
 
@@ -76,6 +83,7 @@ class ProxySecurity:
 
     def __post_init__(self) -> None:
         self._reloader = Follower("certificate reloads", self._reload_certificates)
+        self._pruned_at = float("-inf")
 
     @classmethod
     def load(
@@ -91,7 +99,8 @@ class ProxySecurity:
         What is off is logged as a warning."""
         gate, revocations, signing, certificate = None, None, None, None
         if settings.tokens:
-            public = load_public_key(_read(settings.public_key, "token public key"), "key")
+            pem = _read(settings.public_key, "token public key")
+            public = load_public_key(pem, str(settings.public_key))
             if issues:
                 pem = _read(settings.signing_key, "token signing key")
                 signing = load_signing_key(pem, str(settings.signing_key))
@@ -122,6 +131,17 @@ class ProxySecurity:
             await self.revocations.stop()
         await self._reloader.stop()
 
+    def followers(self) -> list[FollowerStatus]:
+        """Health's view: the revocation watch and the certificate reloads, when on."""
+        found = [] if self.revocations is None else [self.revocations.status()]
+        return found + ([self._reloader.status()] if self.certificate is not None else [])
+
+    async def _prune_when_due(self, now: float) -> None:
+        """Removes expired tokens' records, at most every PRUNE_EVERY_S from this proxy."""
+        if now - self._pruned_at >= records.PRUNE_EVERY_S:
+            self._pruned_at = now
+            await records.prune_expired(self.store, now)
+
     async def _reload_certificates(self, following: Callable[[], None]) -> None:
         """Serves a renewed certificate without a restart: new connections get it."""
         assert self.certificate is not None
@@ -144,22 +164,17 @@ class ProxySecurity:
         caller = request[TOKEN]
         if self.signing_key is None:
             raise BadRequestError("this proxy does not issue tokens: ask a write proxy")
-        length = request.content_length
-        if length is not None and length > ISSUE_BODY_BYTES_MAX:
-            raise RequestTooLargeError(
-                f"a token request of {length} bytes; the limit is {ISSUE_BODY_BYTES_MAX}"
-            )
-        raw = await request_body(request, self.limits)
-        body = _json_object(raw)
+        body = _json_object(await _small_body(request, self.limits))
         subject, ttl_s = body.get("subject"), body.get("ttl_s", 24 * 3600.0)
         if not isinstance(subject, str):
-            raise BadRequestError(f"subject {subject!r}: expected a string")
+            raise BadRequestError(f"subject {subject!r:.80}: expected a string")
         if not (type(ttl_s) in (int, float) and 0 < ttl_s <= TTL_S_MAX):
-            raise BadRequestError(f"ttl_s {ttl_s!r}: expected seconds in (0, {TTL_S_MAX:.0f}]")
+            raise BadRequestError(f"ttl_s {ttl_s!r:.40}: expected seconds in (0, {TTL_S_MAX:.0f}]")
         now = self.clock()
         scope = Scope.parse(body.get("scope"))
         token, claims = issue_within(caller, self.signing_key, subject, scope, now, ttl_s)
-        await records.record_issued(self.store, claims, caller.subject, now)
+        await self._prune_when_due(now)
+        await records.record_issued(self.store, claims, caller.subject, caller.token_id, now)
         log.info(
             "token %s issued to %r by %r (%s), scope %s, expires in %.0f s",
             claims.token_id,
@@ -182,17 +197,18 @@ class ProxySecurity:
 
     async def _list(self, request: web.Request) -> web.Response:
         caller = request[TOKEN]
-        issued = await records.issued_tokens(self.store, self.clock())
-        visible = [t for t in issued if Scope.parse(t.scope).within(caller.scope)]
+        now = self.clock()
+        await self._prune_when_due(now)
+        visible = await records.issued_tokens(self.store, now, lambda t: _within(t, caller))
         return json_response({"tokens": [t.as_json() for t in visible]})
 
     async def _revoke(self, request: web.Request) -> web.Response:
         caller = request[TOKEN]
-        token_id = request.match_info["token_id"]
+        token_id = check_token_id(request.match_info["token_id"])
         found = await records.issued_token(self.store, token_id, self.clock())
         if found is None:
             raise NotFoundError(f"no unexpired token {token_id!r} is on record")
-        if not Scope.parse(found.scope).within(caller.scope) and token_id != caller.token_id:
+        if not _within(found, caller) and token_id != caller.token_id:
             raise ForbiddenError(
                 f"token {caller.token_id} of {caller.subject!r} may revoke only tokens within "
                 f"its scope {caller.scope.claim()}; {token_id} has {found.scope}"
@@ -200,6 +216,32 @@ class ProxySecurity:
         revoked = await records.revoke(self.store, found, caller.subject, self.clock())
         log.info("token %s of %r revoked by %r", token_id, found.subject, caller.subject)
         return json_response({"id": token_id, "revoked": True, "already": not revoked})
+
+
+def _within(record: records.IssuedToken, caller: Token) -> bool:
+    try:
+        return Scope.parse(record.scope).within(caller.scope)
+    except BadRequestError:  # a malformed record: not the caller's to see
+        return False
+
+
+async def _small_body(request: web.Request, limits: ProxyLimits) -> bytes:
+    """The body, refused as request_too_large past ISSUE_BODY_BYTES_MAX however it is sent
+    (by its Content-Length or, chunked, as soon as it passes it)."""
+    length = request.content_length
+    if length is not None and length > ISSUE_BODY_BYTES_MAX:
+        raise RequestTooLargeError(
+            f"a token request of {length} bytes; the limit is {ISSUE_BODY_BYTES_MAX}"
+        )
+    body = bytearray()
+    async with body_deadline(request, limits):
+        async for chunk in request.content.iter_chunked(4096):
+            body += chunk
+            if len(body) > ISSUE_BODY_BYTES_MAX:
+                raise RequestTooLargeError(
+                    f"a token request past {ISSUE_BODY_BYTES_MAX} bytes; that is the limit"
+                )
+    return bytes(body)
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

@@ -16,7 +16,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from core.security.credentials import CA_FILE_ENV, TOKEN_FILE_ENV, client_ssl, read_token_file
+from core.security.credentials import (
+    CA_FILE_ENV,
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
+    client_ssl,
+    read_token_file,
+)
 from core.security.credentials import auth_headers as _auth_headers
 from core.security.files import init_security
 from core.security.settings import SecuritySettings
@@ -29,6 +35,7 @@ SECURITY = SecuritySettings(
 
 def set_up() -> None:
     init_security(SECURITY, time.time(), ["127.0.0.1"], "tests")
+    os.environ.pop(TOKEN_ENV, None)  # a developer's own token would be sent instead
     os.environ[TOKEN_FILE_ENV] = str(SECURITY.admin_token)
     os.environ[CA_FILE_ENV] = str(SECURITY.ca_cert)
 
