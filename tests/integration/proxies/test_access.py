@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
+from core.security.files import init_security
+from core.security.pki import client_context
+from core.security.settings import SecuritySettings
 from core.security.tokens import Scope, issue, load_signing_key, new_signing_key
 from localcluster.controller import Cluster
 from region import read_proxy, write_proxy
@@ -217,3 +221,63 @@ def test_the_cli_issues_lists_and_revokes_and_says_why_it_is_refused(
     )  # fmt: skip
     assert refused.returncode == 1 and "unauthenticated" in refused.stderr
     assert "revoked" in refused.stderr
+
+
+async def test_the_proxies_speak_tls_only_and_only_to_clients_that_trust_the_ca(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    other = SecuritySettings(tmp_path / "other")
+    init_security(other, time.time(), ["127.0.0.1"], "another deployment")
+    async with (
+        write_proxy_in(cluster, "us-east") as writer,
+        read_proxy_in(cluster, "us-east") as reader,
+    ):
+        for url in (writer.config.me.url, reader.me.url):
+            assert url.startswith("https://")
+            plain = "http://" + url.removeprefix("https://")
+            async with aiohttp.ClientSession() as http:
+                with pytest.raises(aiohttp.ClientError):  # no HTTP answer on a TLS port
+                    async with http.get(f"{plain}/v1/health", headers=auth_headers()) as answer:
+                        await answer.read()
+            foreign = aiohttp.TCPConnector(ssl=client_context(other.ca_cert))
+            async with aiohttp.ClientSession(connector=foreign) as http:
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    async with http.get(f"{url}/v1/health", headers=auth_headers()):
+                        pass
+            async with client_session() as http, http.get(f"{url}/v1/health") as answer:
+                assert answer.status == 200
+
+
+async def test_a_tail_ends_when_its_token_is_revoked(services: Cluster) -> None:
+    topology = services.topology
+    east = topology.region("us-east")
+    write_url, read_url = (
+        topology.proxy_url(east.write_proxies[0]),
+        topology.proxy_url(east.read_proxies[0]),
+    )
+    namespace = fresh_namespace()
+    async with client_session() as admin:
+        async with admin.put(f"{write_url}/v1/namespaces/{namespace}/streams/s") as answer:
+            assert answer.status == 201
+        scope = {"namespaces": [namespace], "streams": ["s"], "ops": ["read"]}
+        async with admin.post(
+            f"{write_url}/v1/tokens", json={"subject": "tailer", "scope": scope, "ttl_s": 600}
+        ) as answer:
+            issued = await answer.json()
+        tailer = {"Authorization": f"Bearer {issued['token']}"}
+        async with (
+            client_session(tailer) as http,
+            http.get(f"{read_url}/v1/namespaces/{namespace}/streams/s/tail") as tail,
+        ):
+            assert tail.status == 200
+            async with admin.post(
+                f"{write_url}/v1/namespaces/{namespace}/streams/s/records", data=b"one"
+            ) as answer:
+                assert answer.status == 200
+            first = json.loads(await asyncio.wait_for(tail.content.readline(), 10))
+            assert first["seq"] == 0
+            async with admin.delete(f"{write_url}/v1/tokens/{issued['id']}") as answer:
+                assert answer.status == 200
+            last = json.loads(await asyncio.wait_for(tail.content.readline(), REVOCATION_BOUND_S))
+            assert last["code"] == "unauthenticated" and "revoked" in last["message"]
+            assert await asyncio.wait_for(tail.content.read(), 5) == b"", "then it ends"
