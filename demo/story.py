@@ -13,7 +13,6 @@ from pathlib import Path
 
 from core.errors import ClusterError, GlobelogError
 from core.routes import plan_routes
-from core.security.credentials import adopt_operator_credentials
 from core.topology_loader import region_loss_summary
 from demo.ledger import ledger_demo
 from demo.services import NAMESPACE, STREAM, print_summary, services_demo

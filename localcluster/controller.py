@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import ClusterError, GlobelogError, NoNodeError
 from core.rebuild_settings import REBUILDERS_ZNODE
-from core.security.credentials import client_ssl, default_token
+from core.security.credentials import adopt_operator_credentials, client_ssl, default_token
 from core.security.files import init_security
 from core.topology import Topology
 from core.topology_loader import require_local
@@ -176,9 +176,11 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     """Starts whatever is not running and waits until all of it is ready (idempotent)."""
     report = UpReport()
     started = time.monotonic()
-    # the deployment's keys, admin token and certificates, once
+    # the deployment's keys, admin token and certificates, once; this process (the operator's
+    # tool that brings the cluster up) acts with them unless its environment names others
     topology = cluster.topology
     init_security(topology.security, time.time(), topology.proxy_hosts, topology.name)
+    adopt_operator_credentials(topology.security)
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
     first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]
     _start_missing(cluster, first, report)
