@@ -119,10 +119,10 @@ async def demo(topology_path: Path, data_dir: Path) -> None:
         report = await controller.up(cluster, tools)
         print(f"  up in {report.total_s:.1f} s; {region_loss_summary(cluster.topology)}")
         security = cluster.topology.security
-        if security.tokens:
-            adopt_operator_credentials(security)  # the demo's clients act as the operator
+        if security.tokens:  # cluster up made the operator's token; the demo acts with it
             print(
-                f"  every proxy endpoint demands a token; the operator's is {security.admin_token}"
+                f"  every proxy endpoint demands a token and speaks HTTPS only; the operator's "
+                f"token is {security.admin_token}"
             )
         await show_status(cluster)
 
