@@ -71,3 +71,15 @@ async def raw_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.Stream
     parts = urlsplit(url)
     tls = client_ssl() if parts.scheme == "https" else None
     return await asyncio.open_connection(parts.hostname, parts.port, ssl=tls)
+
+
+async def post_following(http: aiohttp.ClientSession, url: str, **options: Any) -> tuple[int, Any]:
+    """POST `url`, following a proxy's 307 to the owner as the clients do (aiohttp would drop
+    the token on a redirect to another host or port, as it should): (status, JSON body)."""
+    for _ in range(4):
+        async with http.post(url, allow_redirects=False, **options) as answer:
+            body = await answer.json(content_type=None)
+            if answer.status != 307:
+                return answer.status, body
+            url = answer.headers["Location"]
+    raise AssertionError(f"POST {url}: more than 3 redirects")

@@ -18,7 +18,7 @@ from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
-from tests.support.security import client_session
+from tests.support.security import client_session, post_following
 from tests.support.streams import fresh_namespace, stream_env
 
 
@@ -185,8 +185,10 @@ async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
     route = "/v1/namespaces/{ns}/streams/{stream}/records"
     async with client_session() as http:
         path = f"/v1/namespaces/{namespace}/streams/s/records"
-        async with http.post(urls[other] + path, data=b"traced", headers=headers) as answer:
-            assert answer.status == 200, await answer.text()  # redirected to the owner
+        status, body = await post_following(
+            http, urls[other] + path, data=b"traced", headers=headers
+        )
+        assert status == 200, body  # redirected to the owner
         spans = {}
         for name in (other, owner_name):
             async with http.get(
