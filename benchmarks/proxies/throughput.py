@@ -10,6 +10,9 @@ Three runs on one cluster (every process on this machine, bookies fsync before e
   owner: percentiles, beside the nearest remote region's round trip (a commit waits for it);
 - delivery: a steady writer in us-east while each region's read proxy is long-polled;
   percentiles of send -> read, per region.
+
+With `--compare-security` the same runs follow on a second temporary cluster whose topology
+turns tokens and TLS off, and a table sets the two side by side: what security costs.
 """
 
 from __future__ import annotations
@@ -19,15 +22,21 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+
+import yaml
 
 from benchmarks.harness import (
     add_cluster_arguments,
     bench_cluster,
     bench_progress,
     check_cluster_ports,
+    on_bench_cluster,
     run_on_bench_cluster,
 )
 from core.errors import ConfigError
@@ -35,7 +44,9 @@ from figures.percentiles import percentile
 from localcluster.controller import Cluster
 from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import Received, proxy_url, tail_region
-from localcluster.tools import find_tools
+from localcluster.tools import Tools, find_tools
+from localcluster.topology_files import load_local_topology
+from region import event_loop
 from region.client import ProxyClient
 
 WRITER_REGION = "us-east"
@@ -181,6 +192,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="records per bulk request")
     parser.add_argument("--clients", type=int, default=4, help="bulk requests in flight")
     parser.add_argument("--latency-writes", type=int, default=300)
+    parser.add_argument(
+        "--compare-security",
+        action="store_true",
+        help="run again with tokens and TLS off (a second temporary cluster) and compare",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -201,7 +217,66 @@ def run(args: argparse.Namespace) -> int:
     tools = find_tools()
 
     progress = bench_progress("proxy")
+    if args.compare_security:
+        if args.use_running:
+            raise ConfigError("bench proxy: --compare-security starts its own clusters")
+        event_loop.run(compare_security(cluster, args, tools, progress))
+        return 0
     run_on_bench_cluster(
         cluster, args.use_running, tools, progress, lambda c: bench_proxy(c, args, progress)
     )
     return 0
+
+
+async def compare_security(
+    cluster: Cluster, args: argparse.Namespace, tools: Tools, progress: Callable[[str], None]
+) -> None:
+    """The bench with the topology's security, then with tokens and TLS off, side by side."""
+    reports = {}
+    with tempfile.TemporaryDirectory(prefix="globelog-bench-insecure-") as home:
+        document = yaml.safe_load(cluster.topology_path.read_text())
+        document["security"] = {
+            "dir": str(cluster.topology.security.directory),
+            "tokens": False,
+            "tls": False,
+        }
+        plain_path = Path(home) / "topology.yaml"
+        plain_path.write_text(yaml.safe_dump(document, sort_keys=False))
+        plain = dataclasses.replace(
+            cluster, topology=load_local_topology(plain_path), topology_path=plain_path
+        )
+        for label, which in (("tokens + TLS", cluster), ("tokens and TLS off", plain)):
+            progress(f"--- {label}")
+            report = await on_bench_cluster(
+                which, False, tools, progress, lambda c: bench_proxy(c, args, progress)
+            )
+            print(f"== {label}\n{report}\n", flush=True)
+            reports[label] = report
+    print(security_table(reports))
+
+
+def security_table(reports: dict[str, str]) -> str:
+    """Throughput and commit p50 of each report, and the secure run's cost against the other."""
+    rows: dict[str, dict[str, float]] = {}
+    for label, report in reports.items():
+        found = {
+            f"{m[1]} B records/s": float(m[2])
+            for m in re.finditer(r"^\s+(\d+) B\s+(\d+)\s", report, re.MULTILINE)
+        }
+        p50 = re.search(r"commit latency.*?p50 ([\d.]+) ms", report, re.DOTALL)
+        if p50 is not None:
+            found["commit p50 ms"] = float(p50[1])
+        rows[label] = found
+    secure, plain = (rows[label] for label in reports)
+    lines = [
+        "security's cost, same machine, same run:",
+        f"  {'':<22}{'secure':>10}{'plain':>10}{'cost':>9}",
+    ]
+    for key in secure:
+        if plain.get(key):
+            if key.endswith("records/s"):
+                cost = f"{(1 - secure[key] / plain[key]) * 100:+.1f}%"
+            else:
+                cost = f"{secure[key] - plain[key]:+.2f} ms"
+            lines.append(f"  {key:<22}{secure[key]:>10.1f}{plain[key]:>10.1f}{cost:>9}")
+    return "\n".join(lines)
