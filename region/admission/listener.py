@@ -62,7 +62,14 @@ class Listener:
         # keepalive_timeout closes a connection whose next request's headers have not all
         # come this long after it opened or after the previous answer (aiohttp arms it at
         # both, and data arriving does not put it off): the header deadline.
-        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s)
+        # at a stop, handlers still running (a client stalled mid-body) get STOP_GRACE_S, then
+        # are cancelled: a stop never waits out a slow client's body deadline
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            keepalive_timeout=limits.idle_timeout_s,
+            shutdown_timeout=STOP_GRACE_S,
+        )
         self._server: asyncio.Server | None = None
         self.refused = 0  # connections refused at the cap, since the start
 

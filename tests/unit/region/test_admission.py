@@ -13,6 +13,7 @@ from aiohttp import web
 from core.dlsn import DLSN
 from core.errors import QuotaExceededError
 from core.limits import ProxyLimits, Quota
+from region.admission import listener as listener_module
 from region.admission.listener import Listener, request_body
 from region.admission.quotas import Quotas, hold_refusal
 from region.client.proxy_client import retry_after_s
@@ -175,6 +176,27 @@ async def test_a_body_that_does_not_come_is_answered_request_timeout() -> None:
         await writer.wait_closed()
     finally:
         await listener.stop()
+
+
+async def test_a_stop_ends_handlers_of_stalled_bodies_within_its_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(listener_module, "STOP_GRACE_S", 0.5)
+    app = web.Application(middlewares=[error_middleware])
+    app.router.add_post("/echo", echo)
+    listener = await started(app, ProxyLimits(body_timeout_s=600))
+    stalled = []
+    for _ in range(3):  # each sends part of its body, then nothing, for ever
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npart")
+        await writer.drain()
+        stalled.append(writer)
+    await asyncio.sleep(0.2)
+    started_at = asyncio.get_running_loop().time()
+    await listener.stop()
+    assert asyncio.get_running_loop().time() - started_at < 0.5 + 1.0, "not the body deadline"
+    for writer in stalled:
+        writer.close()
 
 
 def written(seq: int) -> Written:
