@@ -182,9 +182,14 @@ async def test_a_stop_ends_handlers_of_stalled_bodies_within_its_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(listener_module, "STOP_GRACE_S", 0.5)
+    patient = ProxyLimits(body_timeout_s=600)
+
+    async def slow_echo(request: web.Request) -> web.Response:
+        return web.Response(body=await request_body(request, patient))
+
     app = web.Application(middlewares=[error_middleware])
-    app.router.add_post("/echo", echo)
-    listener = await started(app, ProxyLimits(body_timeout_s=600))
+    app.router.add_post("/echo", slow_echo)
+    listener = await started(app, patient)
     stalled = []
     for _ in range(3):  # each sends part of its body, then nothing, for ever
         _, writer = await asyncio.open_connection("127.0.0.1", listener.port)
