@@ -14,7 +14,8 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What one client (its address, per namespace) may take of one proxy each second; None
+    """What one client (its token's subject, or its address with tokens off; per namespace)
+    may take of one proxy each second; None
     is no limit. A request past it is answered 429 quota_exceeded with Retry-After."""
 
     append_bytes_per_s: float | None = 64 * MIB

@@ -1,6 +1,6 @@
 """Quotas: what one client may take of one proxy each second, per namespace.
 
-A client is its address while security is off. Each (client, namespace, kind) has two token
+A client is its token's subject (security on, the default), else its address. Each (client, namespace, kind) has two token
 buckets, requests and bytes, each holding at most one second of its rate (core/limits.py
 `Quota`; per-namespace overrides in topology.yaml). A request is let in while its buckets are
 not in debt, and then takes what it uses, into debt if need be: a request bigger than a
@@ -29,6 +29,7 @@ from core.errors import QuotaExceededError
 from core.limits import ProxyLimits, Quota
 from core.streams import check_name
 from region.observability.telemetry import PROXY_METRICS
+from region.security.gate import TOKEN
 
 BUCKETS_MAX = 100_000  # (client, namespace, kind) triples tracked at once
 PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long
@@ -184,5 +185,10 @@ async def hold_refusal(refused: QuotaExceededError) -> None:
 
 
 def client_of(request: web.Request) -> str:
-    """Who a request counts against: its peer address (until tokens name a subject)."""
+    """Who a request counts against: its token's subject when tokens are on (every client of
+    one subject shares its quota, wherever they connect from, and clients behind one address
+    do not share theirs), else its peer address."""
+    token = request.get(TOKEN)
+    if token is not None:
+        return f"subject {token.subject}"
     return request.remote or "unknown"

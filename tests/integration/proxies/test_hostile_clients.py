@@ -5,21 +5,29 @@ still served."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 
 from core.limits import ProxyLimits, Quota
+from core.security.tokens import Scope, issue, load_signing_key
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.client import ProxyClient
 from region.read_proxy import ReadProxy
 from region.write_proxy import WriteProxy
 from tests.support.proxies import read_proxy, write_proxy
-from tests.support.security import client_session, raw_connection
+from tests.support.security import SECURITY, client_session, raw_connection
 from tests.support.streams import fresh_namespace, stream_env
 
 KIB = 1024
 NO_QUOTA = Quota(None, None, None, None)
+
+
+def subject_token(subject: str) -> dict[str, str]:
+    key = load_signing_key(SECURITY.signing_key.read_bytes(), "test key")
+    raw, _ = issue(key, subject, Scope.everything(), time.time(), 600)
+    return {"Authorization": f"Bearer {raw}"}
 
 
 def streams_url(proxy: WriteProxy, namespace: str) -> str:
@@ -59,6 +67,39 @@ async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
             acked = [await client.write("s", f"c{i}".encode()) for i in range(30)]
         seqs = [a.seq for a in acked]
         assert seqs == list(range(seqs[0], seqs[0] + 30))
+
+
+async def test_the_quota_is_the_token_subjects_wherever_its_clients_connect_from(
+    cluster: Cluster,
+) -> None:
+    namespace = fresh_namespace()
+    limits = ProxyLimits(quota=Quota(append_requests_per_s=20, append_bytes_per_s=None))
+    flooder, neighbour = subject_token("flooder"), subject_token("neighbour")
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        client_session() as admin,
+        client_session(flooder) as first,
+        client_session(flooder) as second,  # the same subject on another connection
+        client_session(neighbour) as other,  # another subject on the same address
+    ):
+        async with admin.put(f"{streams_url(east, namespace)}/s") as created:
+            assert created.status == 201
+        url = f"{streams_url(east, namespace)}/s/records"
+
+        async def post(http: aiohttp.ClientSession, i: int) -> int:
+            async with http.post(url, data=f"r{i}".encode()) as answer:
+                return answer.status
+
+        async def neighbour() -> list[int]:  # writes while the flood has spent the second
+            await asyncio.sleep(0.3)
+            return list(await asyncio.gather(*(post(other, i) for i in range(5))))
+
+        neighbours, *flooded = await asyncio.gather(
+            neighbour(), *(post(first, i) for i in range(50)), *(post(second, i) for i in range(50))
+        )
+        assert neighbours == [200] * 5, "a budget of its own"
+        assert 15 <= flooded.count(200) <= 30, "one budget for both connections of the subject"
+        assert flooded.count(429) == 100 - flooded.count(200)
 
 
 async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
