@@ -20,8 +20,10 @@ TIMEOUT_S = 10.0
 async def _call(
     proxies: Sequence[str], method: str, path: str, token: str | None, body: Any = None
 ) -> Any:
-    """The first proxy that answers; its error if it refuses. ProxyUnreachableError when none
-    answers."""
+    """The first proxy that answers; its error if it refuses for good. The next proxy is
+    asked after a retriable refusal (a proxy cut off from ZooKeeper) or no connection; after
+    an issue request that may have reached a proxy (sent, no answer) it is not, so a token is
+    not issued twice: ProxyUnreachableError says the outcome is unknown."""
     headers = auth_headers(token if token is not None else default_token())
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     failures = []
@@ -32,12 +34,24 @@ async def _call(
             try:
                 async with http.request(method, url, json=body) as answer:
                     found = await answer.json(content_type=None)
-                    if answer.status >= 400:
-                        raise proxy_error(found, answer.status, f"{method} {url}")
-                    return found
+                    if answer.status < 400:
+                        return found
+                    refused = proxy_error(found, answer.status, f"{method} {url}")
+                    if not refused.retriable:
+                        raise refused
+                    failures.append(f"{url}: {refused.code}: {refused}")
+            except aiohttp.ClientConnectorError as err:  # never sent
+                failures.append(f"{url}: {type(err).__name__} {err}")
             except (aiohttp.ClientError, TimeoutError, ValueError) as err:
                 failures.append(f"{url}: {type(err).__name__} {err}")
-    raise ProxyUnreachableError(f"no write proxy answered: {'; '.join(failures)}")
+                if method == "POST":
+                    raise ProxyUnreachableError(
+                        f"{method} {url} got no answer; a token may have been issued (see "
+                        f"globelog token list): {'; '.join(failures)}"
+                    ) from err
+    raise ProxyUnreachableError(
+        f"no write proxy answered: {'; '.join(failures)}", maybe_sent=False
+    )
 
 
 async def issue_token(
