@@ -49,9 +49,7 @@ async def _call(
                         f"{method} {url} got no answer; a token may have been issued (see "
                         f"globelog token list): {'; '.join(failures)}"
                     ) from err
-    raise ProxyUnreachableError(
-        f"no write proxy answered: {'; '.join(failures)}", maybe_sent=False
-    )
+    raise ProxyUnreachableError(f"no write proxy answered: {'; '.join(failures)}", maybe_sent=False)
 
 
 async def issue_token(
