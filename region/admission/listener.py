@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from core.errors import RecordTooLargeError, RequestTimeoutError
+from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.limits import ProxyLimits
 from core.records import RECORD_BYTES_MAX
 from region.http_errors import error_body
@@ -141,23 +141,31 @@ async def request_body(request: web.Request, limits: ProxyLimits) -> bytes:
 
 
 async def record_body(request: web.Request, limits: ProxyLimits) -> bytes:
-    """A single record's body, refused as record_too_large as soon as it passes
-    RECORD_BYTES_MAX (by its Content-Length, or while it arrives): never buffered whole up to
-    the request limit first."""
-    most = RECORD_BYTES_MAX
+    """A single record's body, refused as record_too_large past RECORD_BYTES_MAX."""
+    return await bounded_body(request, limits, RECORD_BYTES_MAX, RecordTooLargeError, "a record")
+
+
+async def bounded_body(
+    request: web.Request,
+    limits: ProxyLimits,
+    most: int,
+    too_large: type[GlobelogError],
+    what: str,
+) -> bytes:
+    """A body of at most `most` bytes, refused with `too_large` as soon as it passes them (by
+    its Content-Length, or while it arrives): never buffered whole up to the request limit
+    first."""
     length = request.content_length
     if length is not None and length > most:
-        raise RecordTooLargeError(
-            f"{request.path}: a record of {length} bytes; the limit is {most}"
-        )
+        raise too_large(f"{request.path}: {what} of {length} bytes; the limit is {most}")
     chunks: list[bytes] = []
     size = 0
     async with body_deadline(request, limits):
         async for chunk in request.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > most:
-                raise RecordTooLargeError(
-                    f"{request.path}: a record of more than {most} bytes (sent without a "
+                raise too_large(
+                    f"{request.path}: {what} of more than {most} bytes (sent without a "
                     f"Content-Length); the limit is {most}"
                 )
             chunks.append(chunk)

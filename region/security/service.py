@@ -44,7 +44,7 @@ from core.security.tokens import (
 from global_meta import MetaStore
 from global_meta import tokens as records
 from global_meta.followers import Follower, FollowerStatus
-from region.admission.listener import body_deadline
+from region.admission.listener import bounded_body
 from region.http_errors import json_response
 from region.security.gate import TOKEN, Gate, Rule, Rules
 
@@ -164,7 +164,10 @@ class ProxySecurity:
         caller = request[TOKEN]
         if self.signing_key is None:
             raise BadRequestError("this proxy does not issue tokens: ask a write proxy")
-        body = _json_object(await _small_body(request, self.limits))
+        raw = await bounded_body(
+            request, self.limits, ISSUE_BODY_BYTES_MAX, RequestTooLargeError, "a token request"
+        )
+        body = _json_object(raw)
         subject, ttl_s = body.get("subject"), body.get("ttl_s", 24 * 3600.0)
         if not isinstance(subject, str):
             raise BadRequestError(f"subject {subject!r:.80}: expected a string")
@@ -223,25 +226,6 @@ def _within(record: records.IssuedToken, caller: Token) -> bool:
         return Scope.parse(record.scope).within(caller.scope)
     except BadRequestError:  # a malformed record: not the caller's to see
         return False
-
-
-async def _small_body(request: web.Request, limits: ProxyLimits) -> bytes:
-    """The body, refused as request_too_large past ISSUE_BODY_BYTES_MAX however it is sent
-    (by its Content-Length or, chunked, as soon as it passes it)."""
-    length = request.content_length
-    if length is not None and length > ISSUE_BODY_BYTES_MAX:
-        raise RequestTooLargeError(
-            f"a token request of {length} bytes; the limit is {ISSUE_BODY_BYTES_MAX}"
-        )
-    body = bytearray()
-    async with body_deadline(request, limits):
-        async for chunk in request.content.iter_chunked(4096):
-            body += chunk
-            if len(body) > ISSUE_BODY_BYTES_MAX:
-                raise RequestTooLargeError(
-                    f"a token request past {ISSUE_BODY_BYTES_MAX} bytes; that is the limit"
-                )
-    return bytes(body)
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
