@@ -59,8 +59,9 @@ def auth_headers(token: str | None) -> dict[str, str]:
 
 def adopt_operator_credentials(security: SecuritySettings) -> None:
     """Makes the deployment's admin token and CA this process's defaults (and its children's),
-    unless the environment names them already or this host holds none: the composition
-    root's choice (`globelog`, the demo), never a library's."""
+    unless the environment names them already or this host holds none: the choice of the
+    operator's tools (the `globelog` command, and `cluster up`, which made them), never of a
+    client library's."""
     named = os.environ.get(TOKEN_ENV, "").strip() or os.environ.get(TOKEN_FILE_ENV, "").strip()
     if not named and security.tokens and security.admin_token.is_file():
         os.environ[TOKEN_FILE_ENV] = str(security.admin_token)
