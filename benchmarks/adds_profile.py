@@ -24,7 +24,7 @@ from region import event_loop
 
 async def profile_run(topology_path: Path, seconds: int) -> str:
     topology = load_topology(topology_path)
-    async with await MetaStore.connect(topology.zk_connect_for("us-east")) as store:
+    async with await MetaStore.of(topology, "us-east") as store:
         workload = AddWorkload("us-east", 1024, 256, 64, seconds, None, 2000, DigestType.CRC32)
         run = await run_adds(store, workload, Replication(3, 3, 2, 2), direct=True)
     figures = run.figures

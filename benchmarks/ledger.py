@@ -138,7 +138,7 @@ async def _all_runs(
     progress: Progress,
 ) -> list[str]:
     topology = cluster.topology
-    async with await MetaStore.connect(topology.zk_connect) as store:
+    async with await MetaStore.of(topology) as store:
         warm_up = await _warm_bookies(store, workload, len(topology.bookies), progress)
         rows, notes = await _globelog_runs(store, cluster, workload, replication, progress)
     progress(f"run {len(rows) + 1}/{len(rows) + 1}: BookKeeper BenchThroughputLatency (JVM)")
@@ -153,7 +153,9 @@ async def _all_runs(
         send_limit=workload.entries_max or SEND_LIMIT_DEFAULT,
     )
     load_before = os.getloadavg()[0]
-    java = await run_java_bench(tools, topology.zk_connect, request, work_dir)
+    java = await run_java_bench(
+        tools, topology.zk_connect, nodes.java_login_flag(topology), request, work_dir
+    )
     rows.append(_java_row(java, topology, load_before))
     return [
         warm_up,

@@ -118,8 +118,7 @@ async def bench_reads(
     cluster: Cluster, workload: ReadWorkload, tools: Tools, progress: Callable[[str], None]
 ) -> str:
     topology = cluster.topology
-    zk_connect = topology.zk_connect_for(workload.region)
-    async with await MetaStore.connect(zk_connect) as store:
+    async with await MetaStore.of(topology, workload.region) as store:
         writer_client = await _direct_client(store, workload.region, batch_reads=True)
         async with writer_client:
             ledger_id = await _write_ledger(writer_client, workload)
@@ -195,7 +194,8 @@ async def _java_read(
 ) -> ReadRun:
     mode = "batch" if batch else "single"
     argv = (
-        tools.java, JAVA_HEAP, "-cp", tools.bookkeeper_classpath, str(JAVA_READ_BENCH),
+        tools.java, JAVA_HEAP, nodes.java_login_flag(cluster.topology), "-cp",
+        tools.bookkeeper_classpath, str(JAVA_READ_BENCH),
         nodes.metadata_service_uri(cluster.topology, workload.region),
         JAVA_PASSWORD.decode(), str(ledger_id), str(workload.batch_entries), mode,
     )  # fmt: skip

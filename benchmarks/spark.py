@@ -126,12 +126,9 @@ async def write_stream(
 ) -> float:
     """Writes the records (distinct payloads) and returns the seconds it took."""
     topology = cluster.topology
-    config = LedgerConfig(
-        region=workload.region,
-        min_regions_for_durability=topology.replication.min_regions_for_durability,
-    )
+    config = LedgerConfig.of(topology, workload.region)
     async with (
-        await MetaStore.connect(topology.zk_connect_for(workload.region)) as store,
+        await MetaStore.of(topology, workload.region) as store,
         await LedgerClient.connect(store, config) as ledgers,
     ):
         streams = StreamMetaStore(store, namespace)

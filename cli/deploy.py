@@ -23,6 +23,7 @@ from pathlib import Path
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
 from core.security.credentials import client_ssl, default_token
+from core.security.secrets import zk_login
 from core.topology import Topology
 from global_meta import MetaStore
 from ledger import (
@@ -129,7 +130,9 @@ async def init(topology: Topology, connect: str, wait_s: float) -> None:
     while True:
         try:
             store = await MetaStore.connect(
-                connect, connect_timeout_s=max(1.0, min(10.0, deadline - time.monotonic()))
+                connect,
+                zk_login(topology.security),
+                connect_timeout_s=max(1.0, min(10.0, deadline - time.monotonic())),
             )
             break
         except MetadataUnavailableError:
@@ -175,7 +178,7 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
     rebuild_rows: list[dict[str, str]] = []
     if any(modes):  # with no server serving, a session could only time out
         try:
-            async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
+            async with await MetaStore.of(topology, connect_timeout_s=5.0) as store:
                 writable, read_only = await registered_bookies(store)
                 rebuild_rows = await _rebuild_rows(store)
         except MetadataUnavailableError:
@@ -234,7 +237,7 @@ async def _rebuild_rows(store: MetaStore) -> list[dict[str, str]]:
 async def under_replicated(topology: Topology) -> int | None:
     """How many ledgers are marked under-replicated; None without ZooKeeper."""
     try:
-        async with await MetaStore.connect(topology.zk_connect, connect_timeout_s=5.0) as store:
+        async with await MetaStore.of(topology, connect_timeout_s=5.0) as store:
             return len(await UnderReplication(store).marked())
     except MetadataUnavailableError:
         return None

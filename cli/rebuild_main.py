@@ -57,16 +57,13 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
 
     async def go() -> dict[str, Any] | None:
         await reach.require_zookeeper(topology)
-        async with await MetaStore.connect(topology.zk_connect) as store:
+        async with await MetaStore.of(topology) as store:
             if args.action in ("disable", "enable"):
                 under = UnderReplication(store)
                 await under.ensure_layout()
                 await under.set_disabled(args.action == "disable")
                 return None
-            config = LedgerConfig(
-                region=topology.region_names[0],
-                min_regions_for_durability=topology.replication.min_regions_for_durability,
-            )
+            config = LedgerConfig.of(topology, topology.region_names[0])
             async with await LedgerClient.connect(store, config) as client:
                 return await rebuild_status(store, client)
 
@@ -81,12 +78,9 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
 @asynccontextmanager
 async def _connected(topology: Topology) -> AsyncIterator[tuple[MetaStore, LedgerClient]]:
     await reach.require_zookeeper(topology)
-    config = LedgerConfig(
-        region=topology.region_names[0],
-        min_regions_for_durability=topology.replication.min_regions_for_durability,
-    )
+    config = LedgerConfig.of(topology, topology.region_names[0])
     async with (
-        await MetaStore.connect(topology.zk_connect) as store,
+        await MetaStore.of(topology) as store,
         await LedgerClient.connect(store, config) as client,
     ):
         yield store, client

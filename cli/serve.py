@@ -123,16 +123,12 @@ async def serve_proxy(
     endpoint = proxy.endpoint
     me = ProxyInfo(proxy.name, proxy.region, topology.proxy_url(proxy))
     replication = topology.replication
-    ledger_config = LedgerConfig(
-        region=proxy.region, min_regions_for_durability=replication.min_regions_for_durability
-    )
+    ledger_config = LedgerConfig.of(topology, proxy.region)
     install_prometheus(f"globelog-{kind}-proxy", proxy.region, proxy.name)
     install_tracing(f"globelog-{kind}-proxy", proxy.region, proxy.name, trace_sample, trace_file)
     stop = _stop_on_signals()
     async with (
-        await MetaStore.connect(
-            topology.zk_connect_for(proxy.region), session_timeout_s=session_timeout_s
-        ) as store,
+        await MetaStore.of(topology, proxy.region, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
         # give the session up only when cut off from most regions, not during an election
@@ -223,15 +219,10 @@ async def serve_rebuilder(
     """Runs one rebuilder until SIGTERM or SIGINT (rebuild/service.py)."""
     if metrics_address is not None:
         install_prometheus("globelog-rebuilder", region, name)
-    config = LedgerConfig(
-        region=region,
-        min_regions_for_durability=topology.replication.min_regions_for_durability,
-    )
+    config = LedgerConfig.of(topology, region)
     stop = _stop_on_signals()
     async with (
-        await MetaStore.connect(
-            topology.zk_connect_for(region), session_timeout_s=session_timeout_s
-        ) as store,
+        await MetaStore.of(topology, region, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, config) as ledgers,
     ):
         rebuilder = Rebuilder(store, ledgers, settings, name, region)

@@ -60,9 +60,6 @@ class StreamSettings:
         assert self.flush_sla_s > 0 and self.pending_writes_max > 0, self
 
 
-# Every segment ledger of globelog uses this password: BookKeeper's check that a writer and a
-# recovering owner speak for the same application, not a secret (DistributedLog used "").
-LEDGER_PASSWORD = b"globelog-stream"
 # Custom metadata on each segment ledger, so `globelog ledger show` and BookKeeper's own tools
 # tell which stream and segment a ledger holds.
 LEDGER_STREAM_KEY = "globelog.stream"

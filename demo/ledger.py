@@ -10,7 +10,6 @@ from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig, LedgerFencedError
 from localcluster.controller import Cluster
 
-PASSWORD = b"demo"
 ENTRIES = 100
 ENTRY_BYTES = 1024
 READ_SAMPLES = 20
@@ -22,17 +21,16 @@ def where(topology: Topology, bookie_id: str) -> str:
 
 
 def client_config(cluster: Cluster, region: str) -> LedgerConfig:
-    min_regions = cluster.topology.replication.min_regions_for_durability
-    return LedgerConfig(region=region, min_regions_for_durability=min_regions)
+    return LedgerConfig.of(cluster.topology, region)
 
 
 async def ledger_demo(cluster: Cluster, writer_region: str, recovery_region: str) -> None:
     topology = cluster.topology
     async with (
-        await MetaStore.connect(topology.zk_connect) as store,
+        await MetaStore.of(topology) as store,
         await LedgerClient.connect(store, client_config(cluster, writer_region)) as client,
     ):
-        writer = await client.create(topology.replication, PASSWORD)
+        writer = await client.create(topology.replication)
         rep = topology.replication
         print(
             f"  ledger {writer.ledger_id} created from {writer_region}, E/W/A "
@@ -67,7 +65,7 @@ async def ledger_demo(cluster: Cluster, writer_region: str, recovery_region: str
 
 async def read_from(cluster: Cluster, store: MetaStore, ledger_id: int, region: str) -> None:
     async with await LedgerClient.connect(store, client_config(cluster, region)) as client:
-        reader = await client.open(ledger_id, PASSWORD)
+        reader = await client.open(ledger_id)
         lac = await reader.read_lac()
         write_set = reader.metadata.write_set(0)
         order = client.context.placement.read_order(write_set, client.context.clock())
@@ -87,7 +85,7 @@ async def read_from(cluster: Cluster, store: MetaStore, ledger_id: int, region: 
 async def recover_from(cluster: Cluster, store: MetaStore, ledger_id: int, region: str) -> None:
     async with await LedgerClient.connect(store, client_config(cluster, region)) as client:
         started = time.perf_counter()
-        reader = await client.open(ledger_id, PASSWORD, recover_ledger=True)
+        reader = await client.open(ledger_id, recover_ledger=True)
         elapsed_ms = (time.perf_counter() - started) * 1000
         print(
             f"  recovery from {region}: fenced, agreed on last entry {reader.lac}, ledger "

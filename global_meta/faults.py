@@ -10,7 +10,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from core import errors
-from global_meta.store import MetaStore, SessionState
+from core.security.secrets import ZkLogin
+from global_meta.store import MetaStore, SessionState, kazoo_login, retry_dropped_logins
 
 
 async def expire_session(store: MetaStore, timeout_s: float = 10.0) -> None:
@@ -22,16 +23,18 @@ async def expire_session(store: MetaStore, timeout_s: float = 10.0) -> None:
     credentials = store.session_credentials
     if credentials is None:
         raise errors.MetadataUnavailableError("expire session: the store has no session now")
-    await expire_session_of(store.hosts, credentials, timeout_s)
+    await expire_session_of(store.hosts, store.login, credentials, timeout_s)
 
 
 async def expire_session_of(
-    hosts: str, credentials: tuple[int, bytes], timeout_s: float = 10.0
+    hosts: str, login: ZkLogin | None, credentials: tuple[int, bytes], timeout_s: float = 10.0
 ) -> None:
-    """Makes ZooKeeper expire the session with these credentials (another process's)."""
+    """Makes ZooKeeper expire the session with these credentials (another process's),
+    joining it logged in as `login`."""
 
     def run() -> None:
-        intruder = KazooClient(hosts=hosts, client_id=credentials)
+        intruder = KazooClient(hosts=hosts, client_id=credentials, **kazoo_login(login))
+        retry_dropped_logins(intruder)
         try:
             intruder.start(timeout_s)
             intruder.stop()

@@ -11,11 +11,20 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, RolledBackError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionDropped,
+    KazooException,
+    RolledBackError,
+    SessionClosedRequireSaslError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import make_acl
 
 from core import errors
+from core.security.secrets import ZkLogin, zk_login
+from core.topology import Topology
 from global_meta.errors import translate
 from global_meta.watch import Mailbox
 
@@ -30,6 +39,49 @@ SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones ar
 # surviving regions give its streams up at each election.
 GIVE_UP_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
+
+
+def kazoo_login(login: ZkLogin | None) -> dict[str, Any]:
+    """KazooClient options of a session as `login`: SASL DIGEST-MD5, and every znode it
+    creates readable and writable by that user only (kazoo's default would be world-open)."""
+    options: dict[str, Any] = {}
+    if login is not None:
+        options["sasl_options"] = {
+            "mechanism": "DIGEST-MD5",
+            "username": login.user,
+            "password": login.password,
+        }
+        options["default_acl"] = [make_acl("sasl", login.user, all=True)]
+    return options
+
+
+def retry_dropped_logins(client: KazooClient) -> None:
+    """Two corrections to kazoo 2.11's SASL login. A connection that drops in the middle of
+    the exchange is a dropped connection to retry, as any other (kazoo takes it for a refused
+    login and gives its session up for good: a relay or a server going away at that moment
+    would end a proxy's ownership). A login the server refuses (it answers that the session
+    requires one) ends the client's attempts, as a refused login should, instead of killing
+    kazoo's connection thread with an error it does not expect there."""
+    connection = client._connection
+    authenticate = connection._authenticate_with_sasl
+
+    def authenticate_or_drop(host: str, timeout: float) -> None:
+        try:
+            authenticate(host, timeout)
+        except AuthFailedError as err:
+            if isinstance(err.__cause__, ConnectionDropped):
+                raise ConnectionDropped(f"dropped during the SASL login to {host}") from err
+            raise
+        except SessionClosedRequireSaslError as err:
+            raise AuthFailedError(f"{host} refused the SASL login") from err
+
+    connection._authenticate_with_sasl = authenticate_or_drop
+
+
+def _logged_in(client: KazooClient, timeout_s: float) -> None:
+    """Returns once a request of the session has been served (so its login went through);
+    AuthFailedError when the login was refused."""
+    client.exists_async("/").get(timeout=timeout_s)
 
 
 class SessionState(enum.Enum):
@@ -123,8 +175,10 @@ class MetaStore:
         loop: asyncio.AbstractEventLoop,
         op_timeout_s: float,
         session_timeout_s: float = 10.0,
+        login: ZkLogin | None = None,
     ):
         self._client = client
+        self.login = login
         self._loop = loop
         self._op_timeout_s = op_timeout_s
         self._session_timeout_s = session_timeout_s
@@ -144,25 +198,47 @@ class MetaStore:
     async def connect(
         cls,
         hosts: str,
+        login: ZkLogin | None,
         *,
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 15.0,
         op_timeout_s: float = 10.0,
     ) -> MetaStore:
-        """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot)."""
+        """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot) as
+        `login`, whose user alone may read and write the znodes this store creates; None is
+        an anonymous session, which the deployment's ZooKeeper refuses (a test's intruder)."""
         client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "max_delay": 1.0},
+            **kazoo_login(login),
         )
+        retry_dropped_logins(client)
+        who = "anonymously" if login is None else f"as {login.user!r}"
         try:
             await asyncio.to_thread(client.start, connect_timeout_s)
+            if login is not None:  # kazoo reports a session before the login is done
+                await asyncio.to_thread(_logged_in, client, connect_timeout_s)
+        except AuthFailedError as err:
+            await asyncio.to_thread(client.close)
+            raise errors.ConfigError(
+                f"ZooKeeper {hosts!r} refused a login {who}: its nodes "
+                "were started with another secret than this process's (`security.dir`, "
+                "zookeeper.password and zookeeper.jaas; docs/security.md)"
+            ) from err
         except (KazooTimeoutError, KazooException) as err:
             await asyncio.to_thread(client.close)
             raise errors.MetadataUnavailableError(
-                f"connect to ZooKeeper {hosts!r}: no session within {connect_timeout_s} s"
+                f"connect to ZooKeeper {hosts!r} {who}: no session within {connect_timeout_s} s"
             ) from err
-        return cls(client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s)
+        return cls(client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s, login)
+
+    @classmethod
+    async def of(cls, topology: Topology, region: str | None = None, **options: float) -> MetaStore:
+        """A session with the topology's ensemble (or `region`'s own nodes), logged in with
+        the deployment's ZooKeeper secret."""
+        hosts = topology.zk_connect if region is None else topology.zk_connect_for(region)
+        return await cls.connect(hosts, zk_login(topology.security), **options)
 
     async def close(self) -> None:
         """Ends the session (its ephemeral nodes go) and releases the kazoo threads."""

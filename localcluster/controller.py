@@ -16,6 +16,7 @@ from core.errors import ClusterError, GlobelogError, NoNodeError
 from core.rebuild_settings import REBUILDERS_ZNODE
 from core.security.credentials import adopt_operator_credentials, client_ssl, default_token
 from core.security.files import init_security
+from core.security.secrets import zk_login
 from core.topology import Topology
 from core.topology_loader import require_local
 from global_meta import ANY_VERSION, MetaStore
@@ -190,7 +191,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     report.phases_s["wan"] = time.monotonic() - started
     await wait_zookeeper(cluster)
     report.phases_s["zookeeper"] = time.monotonic() - started
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         mark = time.monotonic()
         await _init_metadata(cluster, store)
         report.phases_s["metadata_init"] = time.monotonic() - mark
@@ -234,7 +235,7 @@ async def wait_services(cluster: Cluster, specs: list[plan.ProcessSpec]) -> None
 
     await wait_until("proxies (/v1/health)", serving, SERVICE_READY_TIMEOUT_S)
     if rebuilders:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
 
             async def published() -> bool:
                 _check_alive(cluster)
@@ -264,7 +265,7 @@ async def wipe_bookie(cluster: Cluster, name: str) -> str:
     for directory in nodes.bookie_dirs(cluster.data_dir, bookie):
         shutil.rmtree(directory, ignore_errors=True)
     cookie = f"{LEDGERS_ROOT}/cookies/{bookie.bookie_id}"
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         with contextlib.suppress(NoNodeError):
             await store.delete(cookie, version=ANY_VERSION)
     return f"wiped {name} (pid {record.pid} killed; its data and cookie deleted)"
@@ -301,7 +302,7 @@ async def status(cluster: Cluster) -> dict[str, Any]:
     registered: tuple[set[str], set[str]] | None = None
     rebuilders: set[str] | None = None
     try:
-        store = await MetaStore.connect(cluster.topology.zk_connect, connect_timeout_s=3.0)
+        store = await MetaStore.of(cluster.topology, connect_timeout_s=3.0)
         async with store:
             registered = await registered_bookies(store)
             rebuilders = await _published_rebuilders(store)
@@ -384,7 +385,9 @@ async def expire_session(cluster: Cluster, name: str) -> str:
         )
     path = plan.session_file(cluster.data_dir, name)
     credentials = read_session_file(path)
-    await expire_session_of(cluster.topology.zk_connect, credentials)
+    await expire_session_of(
+        cluster.topology.zk_connect, zk_login(cluster.topology.security), credentials
+    )
     return f"expired ZooKeeper session {credentials[0]:#x} of {name}"
 
 
@@ -448,7 +451,7 @@ async def restart_bookies(cluster: Cluster, specs: list[plan.ProcessSpec]) -> No
         s.name: f"{LEDGERS_ROOT}/available/{cluster.topology.bookie(s.name).bookie_id}"
         for s in specs
     }
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         before = {name: await store.exists(znode) for name, znode in znodes.items()}
         records = load_records(cluster)
         for spec in specs:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.security.secrets import zk_jaas_file
 from core.topology import Bookie, Topology, ZkNode
 from core.topology_loader import is_loopback
 from ledger import LEDGERS_ROOT
@@ -87,12 +88,23 @@ def zoo_cfg(
         # keep three snapshots and their logs, purged hourly
         "autopurge.snapRetainCount=3",
         "autopurge.purgeInterval=1",
+        # clients log in (SASL DIGEST-MD5, users in the JAAS file of java_login_flag); a
+        # session that has not is refused before its first request
+        "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+        "enforce.auth.enabled=true",
+        "enforce.auth.schemes=sasl",
     ]
     if len(topology.zookeeper) > 1:
         for peer in topology.zookeeper:
             host, peer_port, election_port = peer_address(node, peer)
             lines.append(f"server.{peer.server_id}={host}:{peer_port}:{election_port}")
     return "\n".join(lines) + "\n"
+
+
+def java_login_flag(topology: Topology) -> str:
+    """The JVM flag naming the deployment's JAAS file: ZooKeeper's nodes read its users
+    (Server), bookies and BookKeeper's tools log in with it (Client)."""
+    return f"-Djava.security.auth.login.config={zk_jaas_file(topology.security)}"
 
 
 def myid_file(data_dir: Path, node: ZkNode) -> tuple[Path, str]:
@@ -122,6 +134,8 @@ def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path, local: bool 
         # the bookie's own region's ZooKeeper nodes: registration never waits on the WAN
         f"metadataServiceUri={metadata_service_uri(topology, bookie.region)}",
         "zkTimeout=10000",
+        # the znodes it creates are its login's alone (the JAAS file of java_login_flag)
+        "zkEnableSecurity=true",
         "httpServerEnabled=false",
         # fsync the journal before every acknowledgement (BookKeeper's default, stated)
         "journalSyncData=true",

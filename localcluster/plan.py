@@ -61,6 +61,7 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
         tools.java,
         "-Xmx256m",
         "-XX:+UseSerialGC",
+        nodes.java_login_flag(topology),
         "-cp",
         tools.zookeeper_classpath,
         "org.apache.zookeeper.server.quorum.QuorumPeerMain",
@@ -77,6 +78,7 @@ def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools
         tools.java,
         BOOKIE_HEAP,
         BOOKIE_DIRECT_MEMORY,
+        nodes.java_login_flag(topology),
         "-cp",
         tools.bookkeeper_classpath,
         "org.apache.bookkeeper.server.Main",
@@ -104,7 +106,10 @@ def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessS
 
 
 def shell_conf(topology: Topology) -> str:
-    return f"metadataServiceUri={nodes.metadata_service_uri(topology)}\nzkTimeout=10000\n"
+    """BookKeeper's shell and tools: the whole ensemble, creating znodes as their login's
+    (run with nodes.java_login_flag)."""
+    uri = nodes.metadata_service_uri(topology)
+    return f"metadataServiceUri={uri}\nzkTimeout=10000\nzkEnableSecurity=true\n"
 
 
 def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:

@@ -60,7 +60,7 @@ async def proxy_urls(options: SinkOptions) -> list[str]:
     if options.proxies:
         return list(options.proxies)
     topology = load_topology(options.topology_path)
-    async with await MetaStore.connect(topology.zk_connect_for(options.region)) as store:
+    async with await MetaStore.of(topology, options.region) as store:
         urls = await live_urls(store, "write", options.region)
     if not urls:
         raise RuntimeError(

@@ -32,7 +32,6 @@ from core.errors import (
 )
 from core.records import LogRecord
 from core.segments import SegmentMetadata, Truncation
-from core.streams import LEDGER_PASSWORD
 from global_meta.streams import StreamMetaStore
 from ledger import (
     EntryMissingError,
@@ -325,7 +324,7 @@ class LogReader:
 
     async def _read_ledger(self, segment: SegmentMetadata, start: DLSN) -> _Outcome:
         try:
-            reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+            reader = await self._ledgers.open(segment.ledger_id)
         except NoSuchLedgerMetadataError:
             await self._archived_since(segment, start)
             await self._lost(segment, start, None, "its ledger is gone")
@@ -359,7 +358,7 @@ class LogReader:
                 return _Outcome.NEXT
             if not refreshed.is_in_progress:
                 segment = refreshed
-                reader = await self._ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+                reader = await self._ledgers.open(segment.ledger_id)
                 continue
             if not self.config.follow:
                 if lac_asked:
@@ -503,7 +502,7 @@ async def resolve_position(
             if segment.archived_only:
                 found = await asyncio.to_thread(find_archived, stream, segment, position)
             else:
-                reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+                reader = await ledgers.open(segment.ledger_id)
                 last = reader.lac if reader.is_closed else await reader.read_lac()
                 found = await search_segment(reader, segment, position, last)
             if position.by is not By.SEQ and segment.min_active is not None:

@@ -22,7 +22,6 @@ from core.entry_format import as_log_record, decode_entry, log_records
 from core.errors import DataLossError, InvalidRecordError, TruncatedPositionError
 from core.records import NO_POSITION, LogRecord
 from core.segments import SegmentMetadata, Truncation
-from core.streams import LEDGER_PASSWORD
 from global_meta.streams import StreamMetaStore
 from ledger import (
     EntryMissingError,
@@ -129,7 +128,7 @@ async def last_readable_entry(ledgers: LedgerClient, segment: SegmentMetadata) -
     """The last entry holding user records (completed), or the LAC now (in progress)."""
     if not segment.is_in_progress:
         return -1 if segment.last_dlsn is None else segment.last_dlsn.entry
-    reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD)
+    reader = await ledgers.open(segment.ledger_id)
     return reader.lac if reader.is_closed else await reader.read_lac()
 
 
@@ -254,7 +253,7 @@ async def _bodies(
     first, last = part.first_entry, part.last_entry
     if first > last:
         return
-    reader = await ledgers.open(part.ledger_id, LEDGER_PASSWORD)
+    reader = await ledgers.open(part.ledger_id)
     if not reader.is_closed and reader.lac < last:
         # A range of a segment still being written was planned up to the LAC then; this
         # handle is new and has not learnt it yet.

@@ -25,14 +25,9 @@ async def read_session(
     topology: Topology, region: str, namespace: str, session_timeout_s: float = 10.0
 ) -> AsyncIterator[ReadSession]:
     """Connections of a reader in `region` (one of the topology's) to `namespace`."""
-    config = LedgerConfig(
-        region=region,
-        min_regions_for_durability=topology.replication.min_regions_for_durability,
-    )
+    config = LedgerConfig.of(topology, region)
     async with (
-        await MetaStore.connect(
-            topology.zk_connect_for(region), session_timeout_s=session_timeout_s
-        ) as store,
+        await MetaStore.of(topology, region, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, config) as ledgers,
     ):
         yield ReadSession(StreamMetaStore(store, namespace), ledgers)

@@ -33,10 +33,9 @@ async def session(
         raise InvalidRecordError(
             f"--region {region!r}: expected one of {list(topology.region_names)}"
         )
-    min_regions = topology.replication.min_regions_for_durability
-    config = LedgerConfig(region=region, min_regions_for_durability=min_regions)
+    config = LedgerConfig.of(topology, region)
     async with (
-        await MetaStore.connect(topology.zk_connect, session_timeout_s=session_timeout_s) as store,
+        await MetaStore.of(topology, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, config) as ledgers,
     ):
         yield Session(topology, region, store, ledgers, StreamMetaStore(store, namespace))

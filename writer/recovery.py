@@ -14,7 +14,6 @@ import time
 from core.dlsn import DLSN
 from core.entry_format import decode_entry, user_record_count
 from core.records import NO_POSITION
-from core.streams import LEDGER_PASSWORD
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerReader
 from writer.events import SegmentSummary
@@ -58,7 +57,7 @@ async def recover_segment(
     """Fences the in-progress segment's ledger, recovers it, and completes its metadata."""
     segment = versioned.segment
     assert segment.is_in_progress, segment
-    reader = await ledgers.open(segment.ledger_id, LEDGER_PASSWORD, recover_ledger=True)
+    reader = await ledgers.open(segment.ledger_id, recover_ledger=True)
     summary = await summarize(reader, segment.sequence)
     completed = segment.completed(
         summary.last_txid,

@@ -7,7 +7,7 @@ import time
 
 from core.errors import GlobelogError
 from core.segments import SegmentMetadata, SegmentState
-from core.streams import LEDGER_PASSWORD, LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
+from core.streams import LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
 from core.topology import Replication
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerWriter
@@ -33,7 +33,7 @@ async def start_segment(
     counters = await streams.counters(stream)
     sequence = counters.max_sequence + 1
     custom = ((LEDGER_STREAM_KEY, stream.encode()), (LEDGER_SEGMENT_KEY, str(sequence).encode()))
-    ledger = await ledgers.create(replication, LEDGER_PASSWORD, custom)
+    ledger = await ledgers.create(replication, custom_metadata=custom)
     segment = SegmentMetadata(
         sequence=sequence,
         ledger_id=ledger.ledger_id,

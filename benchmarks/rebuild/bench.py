@@ -47,7 +47,7 @@ from figures.plots import latency_over_time
 from global_meta import MetaStore
 from global_meta.followers import Follower
 from ledger import LedgerClient, LedgerConfig, UnderReplication, audit_ledgers
-from localcluster import controller, plan
+from localcluster import controller, nodes, plan
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from localcluster.tools import REPO_ROOT, Tools, find_tools
@@ -217,9 +217,7 @@ async def _workers(
     async with contextlib.AsyncExitStack() as stack:
         workers = []
         for region in regions:
-            store = await stack.enter_async_context(
-                await MetaStore.connect(cluster.topology.zk_connect)
-            )
+            store = await stack.enter_async_context(await MetaStore.of(cluster.topology))
             config = LedgerConfig(region=region, min_regions_for_durability=min_regions)
             client = await stack.enter_async_context(await LedgerClient.connect(store, config))
             worker = Worker(store, client, settings, f"bench-worker-{region}")
@@ -245,8 +243,8 @@ async def bookkeeper_phase(
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
     argv = [
-        tools.java, "-Xmx512m", "-cp", tools.bookkeeper_classpath,
-        "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "recover", "-f", "-sk",
+        tools.java, "-Xmx512m", nodes.java_login_flag(cluster.topology), "-cp",
+        tools.bookkeeper_classpath, "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "recover", "-f", "-sk",
         bookie_id,
     ]  # fmt: skip
     # the shell's own start (a JVM, its ZooKeeper session) is not rebuilding: timed alone,
@@ -303,13 +301,11 @@ async def bench(
     cluster: Cluster, tools: Tools, args: argparse.Namespace, say: Callable[[str], None]
 ) -> str:
     topology = cluster.topology
-    config = LedgerConfig(
-        region="us-east", min_regions_for_durability=topology.replication.min_regions_for_durability
-    )
+    config = LedgerConfig.of(topology, "us-east")
     samples = Samples()
     phases: list[Phase] = []
     async with (
-        await MetaStore.connect(topology.zk_connect) as store,
+        await MetaStore.of(topology) as store,
         await LedgerClient.connect(store, config) as client,
     ):
         await UnderReplication(store).ensure_layout()

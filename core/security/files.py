@@ -1,7 +1,8 @@
-"""`globelog security init`: a deployment's token signing key, first admin token, CA and host
-certificates, laid out as core/security/settings.py describes. Idempotent: what exists and
-still serves is kept; an admin token that expired or that the key on disk did not sign, and a
-host certificate near its end or missing, are made again."""
+"""`globelog security init`: a deployment's token signing key, first admin token, shared
+secrets (core/security/secrets.py), CA and host certificates, laid out as
+core/security/settings.py describes. Idempotent: what exists and still serves is kept; an admin
+token that expired or that the key on disk did not sign, and a host certificate near its end or
+missing, are made again."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from core.errors import UnauthenticatedError
 from core.security import pki
+from core.security.secrets import init_secrets
 from core.security.settings import SecuritySettings
 from core.security.tokens import (
     Scope,
@@ -63,6 +65,7 @@ def _init(
         token, _ = issue(key, ADMIN_SUBJECT, Scope.everything(), now, ADMIN_TTL_S)
         pki.write_private(settings.admin_token, token.encode() + b"\n")
         written.append(settings.admin_token)
+    written += init_secrets(settings)
     if settings.tls:
         written += _init_certificates(settings, now, sorted(set(hosts)), deployment)
     return written

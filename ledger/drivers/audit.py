@@ -41,7 +41,7 @@ async def audit_ledgers(
     """Audits every ensemble of each ledger; (reports, whether all adhere)."""
     reports = []
     all_adhere = True
-    async with await MetaStore.connect(topology.zk_connect) as store:
+    async with await MetaStore.of(topology) as store:
         data, _ = await store.get(TOPOLOGY_ZNODE)
         published = decode_published(data, TOPOLOGY_ZNODE)
         locations = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
@@ -77,7 +77,7 @@ async def audit_replicas(
     the first and last entries it should: (ledger id, gap)."""
     config = LedgerConfig(region=region, min_regions_for_durability=min_regions_default)
     async with (
-        await MetaStore.connect(topology.zk_connect) as store,
+        await MetaStore.of(topology) as store,
         await LedgerClient.connect(store, config) as client,
     ):
         gaps = await client.visit_ledgers(

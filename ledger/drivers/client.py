@@ -214,10 +214,12 @@ class LedgerClient:
     async def create(
         self,
         replication: Replication,
-        password: bytes,
+        password: bytes | None = None,
         custom_metadata: tuple[tuple[str, bytes], ...] = (),
     ) -> LedgerWriter:
-        """A new ledger on an ensemble chosen by region-aware placement, open for writing."""
+        """A new ledger on an ensemble chosen by region-aware placement, open for writing,
+        with `password` (by default the client's, LedgerConfig.password)."""
+        password = self._password(password)
         ensemble = self.context.placement.new_ensemble(replication, now_s=self.context.clock())
         custom = (
             *custom_metadata,
@@ -237,15 +239,28 @@ class LedgerClient:
         return LedgerWriter(self.context, versioned)
 
     async def open(
-        self, ledger_id: int, password: bytes, *, recover_ledger: bool = False
+        self, ledger_id: int, password: bytes | None = None, *, recover_ledger: bool = False
     ) -> LedgerReader:
-        """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner)."""
+        """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner).
+        `password` (by default the client's) must be the ledger's: bookies refuse a fence
+        with another, and so does this client before asking them."""
+        password = self._password(password)
         versioned = await self.context.metadata.read(ledger_id)
         if versioned.metadata.password != password:
             raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
         if recover_ledger:
             versioned = await recover(self.context, versioned)
         return LedgerReader(self.context, versioned)
+
+    def _password(self, named: bytes | None) -> bytes:
+        if named is not None:
+            return named
+        if self.context.config.password is None:
+            raise errors.ConfigError(
+                "no ledger password: name one, or give the client the deployment's "
+                "(LedgerConfig.password, core/security/secrets.ledger_password)"
+            )
+        return self.context.config.password
 
     async def ledger_ids(self) -> list[int]:
         """Every ledger of the cluster, ascending."""

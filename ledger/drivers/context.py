@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from core.topology import Replication
+from core.security.secrets import ledger_password
+from core.topology import Replication, Topology
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.connections.bookie_client import BookieClient
@@ -33,6 +34,10 @@ MIN_REGIONS_KEY = "globelog.min_regions_for_durability"  # custom metadata: the 
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     region: str
+    # The password of the ledgers this client creates and opens when the caller names none:
+    # the deployment's secret (core/security/secrets.ledger_password); None, every caller
+    # names its own
+    password: bytes | None = field(default=None, repr=False)
     rack: str | None = None
     digest_type: DigestType = DigestType.CRC32C
     add_timeout_s: float = 5.0
@@ -42,6 +47,16 @@ class LedgerConfig:
     recovery_timeout_s: float = 30.0  # a recovery that has not closed the ledger by then fails
     min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
     batch_reads: bool = True  # ranges of entries with BookKeeper 4.17's batched reads
+
+    @classmethod
+    def of(cls, topology: Topology, region: str, **settings: object) -> LedgerConfig:
+        """A deployment's client in `region`: its ledger password and durability rule."""
+        return cls(
+            region=region,
+            password=ledger_password(topology.security),
+            min_regions_for_durability=topology.replication.min_regions_for_durability,
+            **settings,  # type: ignore[arg-type]
+        )
 
 
 @dataclass(slots=True)

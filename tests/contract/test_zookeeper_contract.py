@@ -23,6 +23,7 @@ from core import errors
 from global_meta import MetaStore
 from global_meta.store import ANY_VERSION, NodeStat, Op
 from localcluster.controller import Cluster
+from tests.support import security
 from verify.sim.zookeeper import SimZooKeeper
 
 GUARD_S = 15.0  # every await on a real server is bounded by this
@@ -189,7 +190,9 @@ class Real:
 
     async def session(self) -> Session:
         async with asyncio.timeout(GUARD_S):
-            store = await MetaStore.connect(self.hosts, session_timeout_s=SESSION_TIMEOUT_S)
+            store = await MetaStore.connect(
+                self.hosts, security.zk_login(), session_timeout_s=SESSION_TIMEOUT_S
+            )
         self.open.append(RealSession(store))
         return self.open[-1]
 

@@ -31,7 +31,7 @@ async def settled_after(request: pytest.FixtureRequest) -> AsyncIterator[None]:
         return
     cluster: Cluster = request.getfixturevalue("cluster")
     wanted = {b.bookie_id for b in cluster.topology.bookies}
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
 
         async def all_registered() -> bool:
             writable, _ = await controller.registered_bookies(store)

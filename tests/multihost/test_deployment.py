@@ -139,7 +139,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 def start_cluster(d: Deployment, tools: Tools) -> None:
     logs = d.home / "logs"
-    # 1. ZooKeeper: one node per region, a quorum across the three.
+    # 1. The deployment's keys, secrets and certificates, once (every host here reads the same
+    # directory); ZooKeeper's nodes read their users from its JAAS file, bookies their login.
+    d.cli("app-us-east", "security", "init")
+    login = f"-Djava.security.auth.login.config={d.home / 'security' / 'zookeeper.jaas'}"
+    # 2. ZooKeeper: one node per region, a quorum across the three.
     for region in REGIONS:
         host, data = f"zk-{region}", d.home / "hosts" / f"zk-{region}"
         cfg = data / "zoo.cfg"
@@ -147,15 +151,13 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
               "--write", str(cfg))  # fmt: skip
         d.net.start(
             host,
-            [tools.java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", tools.zookeeper_classpath,
+            [tools.java, "-Xmx256m", "-XX:+UseSerialGC", login, "-cp", tools.zookeeper_classpath,
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
             logs / f"zk-{region}.log", d.env,
         )  # fmt: skip
-    # 2. BookKeeper's metadata root and the topology, once, from any host; the deployment's
-    # token key and admin token (every host here reads the same directory).
+    # 3. BookKeeper's metadata root and the topology, once, from any host.
     d.cli("app-us-east", "init", "--wait-s", "120")
-    d.cli("app-us-east", "security", "init")
-    # 3. Bookies: two per region, on two racks.
+    # 4. Bookies: two per region, on two racks.
     for region in REGIONS:
         for rack in ("a", "b"):
             name = f"bk-{region}-{rack}"
@@ -164,12 +166,12 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
             d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
             d.net.start(
                 name,
-                [tools.java, *BOOKIE_JVM, "-cp", tools.bookkeeper_classpath,
+                [tools.java, *BOOKIE_JVM, login, "-cp", tools.bookkeeper_classpath,
                  "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
                 logs / f"{name}.log", d.env,
             )  # fmt: skip
     d.wait("six bookies registered", lambda: len(up(d, "bookie")) == 6)
-    # 4. Proxies: a write and a read proxy on each region's proxy host.
+    # 5. Proxies: a write and a read proxy on each region's proxy host.
     for region in REGIONS:
         for kind in ("write-proxy", "read-proxy"):
             d.net.start(

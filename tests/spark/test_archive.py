@@ -14,7 +14,6 @@ from pyspark.sql import SparkSession
 
 from core.errors import ConfigError
 from core.records import LogRecord
-from core.streams import LEDGER_PASSWORD
 from ledger import NoSuchLedgerMetadataError
 from localcluster.controller import Cluster
 from pipeline.archive import ArchiveJob, archive_stream
@@ -46,7 +45,7 @@ async def expire(cluster: Cluster, namespace: str, stream: str, archived: bool) 
 async def ledger_exists(cluster: Cluster, namespace: str, ledger_id: int) -> bool:
     async with stream_env(cluster, "us-east", namespace) as env:
         try:
-            await env.ledgers.open(ledger_id, LEDGER_PASSWORD)
+            await env.ledgers.open(ledger_id)
         except NoSuchLedgerMetadataError:
             return False
         return True

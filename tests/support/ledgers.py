@@ -19,10 +19,10 @@ async def ledger_client(
 ) -> AsyncIterator[LedgerClient]:
     """A client in `region` keeping min_regions_for_durability=2 unless `settings` say otherwise."""
     config = dataclasses.replace(
-        LedgerConfig(region=region, min_regions_for_durability=2), **settings
+        LedgerConfig.of(cluster.topology, region), **{"min_regions_for_durability": 2, **settings}
     )
     async with (
-        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(store, config) as client,
     ):
         yield client

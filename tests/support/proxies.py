@@ -3,6 +3,7 @@ ZooKeeper session and ledger client as a proxy process has."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -27,9 +28,11 @@ async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIt
     me = ProxyInfo(proxy.name, region, cluster.topology.proxy_url(proxy))
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
-            await MetaStore.connect(cluster.topology.zk_connect, session_timeout_s=4.0)
+            await MetaStore.of(cluster.topology, session_timeout_s=4.0)
         )
-        config = LedgerConfig(region=region, min_regions_for_durability=2)
+        config = dataclasses.replace(
+            LedgerConfig.of(cluster.topology, region), min_regions_for_durability=2
+        )
         ledgers = await stack.enter_async_context(await LedgerClient.connect(store, config))
         server = make(me, store, ledgers, endpoint.host)
         await server.start(endpoint.host, endpoint.port)

@@ -25,6 +25,8 @@ from core.security.credentials import (
 )
 from core.security.credentials import auth_headers as _auth_headers
 from core.security.files import init_security
+from core.security.secrets import ZkLogin
+from core.security.secrets import zk_login as _zk_login
 from core.security.settings import SecuritySettings
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -38,6 +40,11 @@ def set_up() -> None:
     os.environ.pop(TOKEN_ENV, None)  # a developer's own token would be sent instead
     os.environ[TOKEN_FILE_ENV] = str(SECURITY.admin_token)
     os.environ[CA_FILE_ENV] = str(SECURITY.ca_cert)
+
+
+def zk_login() -> ZkLogin:
+    """The test deployment's ZooKeeper login (for sessions with a node or relay directly)."""
+    return _zk_login(SECURITY)
 
 
 def admin_token() -> str:

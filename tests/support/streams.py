@@ -76,10 +76,10 @@ async def stream_env(
     cluster: Cluster, region: str, namespace: str, **ledger_settings: Any
 ) -> AsyncIterator[StreamEnv]:
     config = dataclasses.replace(
-        LedgerConfig(region=region, min_regions_for_durability=2), **ledger_settings
+        LedgerConfig.of(cluster.topology, region), min_regions_for_durability=2, **ledger_settings
     )
     async with (
-        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(store, config) as ledgers,
     ):
         yield StreamEnv(region, store, ledgers, StreamMetaStore(store, namespace))

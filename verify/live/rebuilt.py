@@ -24,7 +24,7 @@ async def rebuilt(cluster: Cluster, bookie_id: str, bound_s: float) -> str:
     async def names_it(versioned: VersionedMetadata) -> bool:
         return any(bookie_id in e.bookies for e in versioned.metadata.ensembles)
 
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         ledgers = LedgerMetadataStore(store)
         while True:
             named = await ledgers.visit(names_it)
@@ -41,7 +41,7 @@ async def settle_rebuilding(cluster: Cluster, bound_s: float) -> str:
     """Asks the auditor for a full check and waits, at most `bound_s`, until it is done and
     nothing is marked under-replicated; says how it ended (the final audit judges the rest)."""
     started = time.monotonic()
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         with contextlib.suppress(errors.NodeExistsError):
             await store.create(CHECK_NOW_ZNODE, make_parents=True)
         under = UnderReplication(store)

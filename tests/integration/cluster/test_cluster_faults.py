@@ -13,7 +13,7 @@ from localcluster.tools import Tools
 
 
 async def registration_owner(cluster: Cluster, bookie_id: str) -> int | None:
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         stat = await store.exists(f"/ledgers/available/{bookie_id}")
         return None if stat is None else stat.ephemeral_owner
 

@@ -14,11 +14,13 @@ import pytest
 from cli.main import main
 from core.errors import MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedBookie, decode_published, encode_published
+from core.security.secrets import zk_jaas_file
 from core.topology import Replication
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig, init_cluster_metadata
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
+from tests.support import security
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +41,12 @@ async def tree(store: MetaStore, path: str) -> dict[str, bytes]:
 
 def java_initnewcluster(tools: Tools, zk: str, root: str, home: Path) -> None:
     conf = home / "shell.conf"
-    conf.write_text(f"metadataServiceUri=zk+hierarchical://{zk}{root}\nzkTimeout=10000\n")
+    conf.write_text(
+        f"metadataServiceUri=zk+hierarchical://{zk}{root}\nzkTimeout=10000\nzkEnableSecurity=true\n"
+    )
+    login = f"-Djava.security.auth.login.config={zk_jaas_file(security.SECURITY)}"
     done = subprocess.run(
-        [tools.java, "-Xmx256m", "-cp", tools.bookkeeper_classpath,
+        [tools.java, "-Xmx256m", login, "-cp", tools.bookkeeper_classpath,
          "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "initnewcluster"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -56,7 +61,7 @@ def test_the_root_matches_bookkeepers_initnewcluster(
     zk = cluster.topology.zookeeper[0].client.address
 
     async def parents() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             await store.ensure_path(f"/java-{run}")
             await store.ensure_path(f"/ours-{run}")
 
@@ -64,7 +69,7 @@ def test_the_root_matches_bookkeepers_initnewcluster(
     java_initnewcluster(tools, zk, java_root, tmp_path)
 
     async def check() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             instance = await init_cluster_metadata(store, our_root)
             java, ours = await tree(store, java_root), await tree(store, our_root)
             assert sorted(java) == sorted(ours)  # the same nodes
@@ -85,7 +90,7 @@ def test_concurrent_inits_leave_one_instance_id(cluster: Cluster) -> None:
     root = f"/race-{uuid.uuid4().hex[:8]}"
 
     async def race() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             await store.ensure_path(root)
             made = await asyncio.gather(
                 *(init_cluster_metadata(store, f"{root}/ledgers") for _ in range(4))
@@ -102,7 +107,7 @@ def test_a_foreign_root_is_refused_untouched(cluster: Cluster) -> None:
     root = f"/foreign-{uuid.uuid4().hex[:8]}"
 
     async def check() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             await store.ensure_path(f"{root}/ledgers/something-else")
             with pytest.raises(MetadataError, match="exists without an INSTANCEID"):
                 await init_cluster_metadata(store, f"{root}/ledgers")
@@ -124,7 +129,7 @@ def test_globelog_init_on_a_running_cluster_is_idempotent(
     assert f"topology '{cluster.topology.name}' published at {TOPOLOGY_ZNODE}" in out
 
     async def published() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             data, _ = await store.get(TOPOLOGY_ZNODE)
             found = decode_published(data, TOPOLOGY_ZNODE)
             assert {b.bookie_id for b in found.bookies} == {
@@ -140,7 +145,7 @@ def test_running_clients_pick_up_a_republished_topology(cluster: Cluster) -> Non
     newcomer = PublishedBookie("127.0.0.1:1", "bk-newcomer", "eu-west", "rack-c")
 
     async def check() -> None:
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             data, stat = await store.get(TOPOLOGY_ZNODE)
             original = decode_published(data, TOPOLOGY_ZNODE)
             config = LedgerConfig(region="us-east", min_regions_for_durability=2)

@@ -70,7 +70,7 @@ async def test_a_run_that_loses_two_bookies_for_good_keeps_every_record_and_ever
     assert broken == [] and report.valid
     assert report.operations["final ok"] == 3 * len(fresh_services.topology.region_names)
     # the auditor's gauges saw the losses end: nothing short now, and a recovery timed
-    async with await MetaStore.connect(fresh_services.topology.zk_connect) as store:
+    async with await MetaStore.of(fresh_services.topology) as store:
         [auditor] = [r for r in await read_rebuilders(store) if r["auditor"]]
     assert auditor["under_replicated_ledgers"] == 0, auditor
     assert auditor["last_recovery_s"] is not None and auditor["last_recovery_s"] > 0, auditor

@@ -20,6 +20,7 @@ from localcluster.probes import zookeeper_mode
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
 from region.isolation import cut_off_check
+from tests.support import security
 from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
 
@@ -111,7 +112,9 @@ async def test_a_client_cut_off_from_zookeeper_gives_its_session_up_and_gets_a_n
     after the session timeout: EXPIRED is published while the cut lasts, operations fail at
     once, and after the heal a new session connects."""
     node = services.topology.zk_nodes_for("us-east")[0]
-    async with await MetaStore.connect(node.client.address, session_timeout_s=2.0) as store:
+    async with await MetaStore.connect(
+        node.client.address, security.zk_login(), session_timeout_s=2.0
+    ) as store:
         first = store.session_id
         events = store.session_events()
         await regions.isolate(services, "us-east")
@@ -188,7 +191,7 @@ async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_region
         for region in ("us-east", "eu-west"):
             assert await read_all(services, region, namespace, len(expected)) == expected, region
         # Every ensemble of every segment, before and after the loss, spans two regions.
-        async with await MetaStore.connect(services.topology.zk_connect_for("us-east")) as store:
+        async with await MetaStore.of(services.topology, "us-east") as store:
             segments = await StreamMetaStore(store, namespace).segments("s")
         ledger_ids = [v.segment.ledger_id for v in segments]
         assert len(ledger_ids) >= 2, "the new owner wrote a new segment"

@@ -33,7 +33,7 @@ def proxy_url(cluster: Cluster, region: str) -> str:
 
 async def last_ensemble(cluster: Cluster, namespace: str) -> list[str]:
     """The bookie names of the stream's last segment's current ensemble."""
-    async with await MetaStore.connect(cluster.topology.zk_connect_for("us-east")) as store:
+    async with await MetaStore.of(cluster.topology, "us-east") as store:
         segments = await StreamMetaStore(store, namespace).segments("s")
         ledger = await LedgerMetadataStore(store).read(segments[-1].segment.ledger_id)
     return [cluster.topology.bookie(b).name for b in ledger.metadata.ensembles[-1].bookies]

@@ -32,7 +32,7 @@ def globelog(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_audit_passes_placed_ledgers_and_names_bad_write_sets(cluster: Cluster) -> None:
     east = cluster.topology.region("us-east").bookies
     west = cluster.topology.region("us-west").bookies
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         config = LedgerConfig(region="us-east", min_regions_for_durability=2)
         async with await LedgerClient.connect(store, config) as client:
             placed = await client.create(Replication(3, 3, 2, 2), b"pw")

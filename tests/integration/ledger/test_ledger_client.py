@@ -105,7 +105,7 @@ async def test_the_client_records_opentelemetry_metrics(cluster: Cluster) -> Non
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
     config = LedgerConfig(region="us-east", min_regions_for_durability=2)
     async with (
-        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(store, config, meter=meter) as client,
     ):
         writer = await client.create(REPLICATION, PASSWORD)

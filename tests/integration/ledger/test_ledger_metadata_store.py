@@ -19,7 +19,7 @@ from tests.support.bookkeeper_java import bookie_shell
 
 @pytest.fixture
 async def ledgers(cluster: Cluster) -> AsyncIterator[LedgerMetadataStore]:
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         yield LedgerMetadataStore(store)
 
 

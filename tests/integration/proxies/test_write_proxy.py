@@ -17,7 +17,6 @@ from core.errors import (
     StreamNotFoundError,
 )
 from core.limits import ProxyLimits
-from core.streams import LEDGER_PASSWORD
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.batch_format import CONTENT_TYPE, encode_batch
@@ -364,9 +363,7 @@ async def test_a_proxy_whose_writer_was_fenced_lets_the_stream_be_taken_again(
         assert owned is not None
         async with stream_env(cluster, "us-west", namespace) as west:
             # another client fences the proxy's ledger, as a new owner's recovery would
-            await west.ledgers.open(
-                owned.writer.segment.ledger_id, LEDGER_PASSWORD, recover_ledger=True
-            )
+            await west.ledgers.open(owned.writer.segment.ledger_id, recover_ledger=True)
         # Accepted, then fenced: the proxy cannot know whether a recovery kept the entry, so
         # the answer says its outcome is unknown, and a plain write is not sent again. (If the
         # writer learned of the fence first, it refused the write: a definite owner_fenced,

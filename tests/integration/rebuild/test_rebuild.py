@@ -39,6 +39,7 @@ from rebuild.auditor import TICK_S, Auditor
 from rebuild.bookies import bookie_list, decommission, ledgers_on
 from rebuild.status import rebuild_status
 from rebuild.worker import Worker
+from tests.support import security
 from tests.support.bookkeeper_java import bookie_shell
 from tests.support.ledgers import ledger_client
 from tests.support.relays import Cuttable
@@ -59,7 +60,7 @@ async def client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
 @pytest.fixture
 async def paused(cluster: Cluster) -> AsyncIterator[UnderReplication]:
     """The cluster-wide switch on (rebuilders of the cluster claim nothing) for the test."""
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         under = UnderReplication(store)
         await under.ensure_layout()
         await under.set_disabled(True)
@@ -129,7 +130,7 @@ async def read_back(client: LedgerClient, ledger_id: int) -> list[bytes]:
 async def worker_of(cluster: Cluster, name: str) -> AsyncIterator[Worker]:
     """A worker with a ZooKeeper session of its own, ended when the block ends."""
     async with (
-        await MetaStore.connect(cluster.topology.zk_connect) as store,
+        await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(
             store, LedgerConfig(region="eu-west", min_regions_for_durability=2)
         ) as client,
@@ -272,7 +273,7 @@ async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
 ) -> None:
     # an election of their own, beside the cluster's rebuilders' (their marks stay there too)
     layout = Layout(f"/test-election-{uuid.uuid4().hex[:8]}/ledgers")
-    stores = [await MetaStore.connect(cluster.topology.zk_connect) for _ in range(2)]
+    stores = [await MetaStore.of(cluster.topology) for _ in range(2)]
     auditors = [
         Auditor(store, client, SETTINGS, f"test-auditor-{i}", layout=layout)
         for i, store in enumerate(stores)
@@ -306,7 +307,7 @@ async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
         for store in stores:
             with contextlib.suppress(Exception):
                 await store.close()
-        async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+        async with await MetaStore.of(cluster.topology) as store:
             await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
 
 
@@ -316,7 +317,7 @@ async def test_a_decommissioned_bookie_gets_no_new_copies_and_its_copies_are_re_
     """Through the cluster's own rebuilder processes: decommissioning needs no delay."""
     ledger_id, payloads = await closed_ledger(client, entries=50)
     leaving = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies[2]
-    async with await MetaStore.connect(services.topology.zk_connect) as store:
+    async with await MetaStore.of(services.topology) as store:
         await decommission(store, leaving)
         try:
 
@@ -452,7 +453,7 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
     relay = Cuttable(node)
     async with relay as relay_address:
         store = await MetaStore.connect(
-            relay_address, session_timeout_s=2.0, op_timeout_s=op_timeout_s
+            relay_address, security.zk_login(), session_timeout_s=2.0, op_timeout_s=op_timeout_s
         )
         config = LedgerConfig(region="eu-west", min_regions_for_durability=2)
         try:
@@ -496,7 +497,7 @@ async def test_a_new_auditor_skips_its_first_full_check_when_one_ended_within_th
     the interval instead of walking every ledger again (elections follow every restart)."""
     layout = Layout(f"/test-checks-{uuid.uuid4().hex[:8]}/ledgers")
     settings = dataclasses.replace(SETTINGS, check_interval_s=3600.0)
-    async with await MetaStore.connect(cluster.topology.zk_connect) as store:
+    async with await MetaStore.of(cluster.topology) as store:
         under = UnderReplication(store, layout)
         try:
             first = Auditor(store, client, settings, "first-auditor", layout=layout)

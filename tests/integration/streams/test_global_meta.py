@@ -13,6 +13,7 @@ from global_meta import MetaStore, SessionState
 from global_meta.faults import expire_session
 from global_meta.store import Op
 from localcluster.controller import Cluster
+from tests.support import security
 from tests.support.relays import Cuttable
 
 WAIT_S = 15.0
@@ -21,10 +22,10 @@ WAIT_S = 15.0
 @pytest.fixture
 async def store(cluster: Cluster) -> AsyncIterator[MetaStore]:
     root = f"/tests/{uuid.uuid4().hex}"
-    async with await MetaStore.connect(cluster.topology.zk_connect) as setup:
+    async with await MetaStore.of(cluster.topology) as setup:
         await setup.ensure_path(root)
     async with await MetaStore.connect(
-        cluster.topology.zk_connect + root, session_timeout_s=4.0
+        cluster.topology.zk_connect + root, security.zk_login(), session_timeout_s=4.0
     ) as chrooted:
         yield chrooted
 
@@ -121,7 +122,7 @@ async def test_session_expiry_is_observed(store: MetaStore) -> None:
 
 async def test_unreachable_ensemble_is_a_clear_retriable_error() -> None:
     with pytest.raises(errors.MetadataUnavailableError, match="no session within") as caught:
-        await MetaStore.connect("127.0.0.1:1", connect_timeout_s=1.0)
+        await MetaStore.connect("127.0.0.1:1", security.zk_login(), connect_timeout_s=1.0)
     assert caught.value.retriable
 
 
@@ -143,7 +144,9 @@ async def test_a_session_is_given_up_only_when_the_isolation_check_says_cut_off(
         return cut_off
 
     async with relay as address:
-        store = await MetaStore.connect(address, session_timeout_s=session_timeout_s)
+        store = await MetaStore.connect(
+            address, security.zk_login(), session_timeout_s=session_timeout_s
+        )
         try:
             store.isolation_check = isolation_check
             events = store.session_events()

@@ -104,17 +104,17 @@ def test_ensemble_regions_are_counted_and_random_placements_summarised() -> None
 def test_java_argv_passes_the_same_workload_and_skips_a_warm_up_too_slow_for_its_cap() -> None:
     tools = Tools("/usr/bin/java", "zk.jar", "/jars/*", "toxiproxy")
     request = JavaBenchRequest(3, 3, 2, 1024, throttle=256, ledgers=64, seconds=20)
-    argv = java_bench_argv(tools, "h:1,h:2", request, Path("/tmp/lat.dat"))
-    flags = dict(zip(argv[5::2], argv[6::2], strict=False))
-    assert argv[:5] == ("/usr/bin/java", "-Xmx512m", "-cp", "/jars/*", argv[4])
-    assert argv[4] == "org.apache.bookkeeper.benchmark.BenchThroughputLatency"
+    argv = java_bench_argv(tools, "h:1,h:2", "-Dlogin", request, Path("/tmp/lat.dat"))
+    flags = dict(zip(argv[6::2], argv[7::2], strict=False))
+    assert argv[:6] == ("/usr/bin/java", "-Xmx512m", "-Dlogin", "-cp", "/jars/*", argv[5])
+    assert argv[5] == "org.apache.bookkeeper.benchmark.BenchThroughputLatency"
     assert flags["-zookeeper"] == "h:1,h:2"
     assert (flags["-ensemble"], flags["-quorum"], flags["-ackQuorum"]) == ("3", "3", "2")
     assert (flags["-throttle"], flags["-ledgers"], flags["-time"]) == ("256", "64", "20")
     assert request.rate_cap_per_s == 256 * 64
     assert "-skipwarmup" not in argv
     slow = JavaBenchRequest(3, 3, 2, 1024, throttle=100, ledgers=1, seconds=20)
-    assert "-skipwarmup" in java_bench_argv(tools, "h:1", slow, Path("/tmp/lat.dat"))
+    assert "-skipwarmup" in java_bench_argv(tools, "h:1", "-Dlogin", slow, Path("/tmp/lat.dat"))
 
 
 # -------------------------------------------------------------------------------------- flags

@@ -16,6 +16,15 @@ import pytest
 from core.errors import ConfigError
 from core.security import pki
 from core.security.files import init_security
+from core.security.secrets import (
+    ZK_USER,
+    jaas_conf,
+    ledger_password,
+    ledger_password_file,
+    zk_jaas_file,
+    zk_login,
+    zk_password_file,
+)
 from core.security.settings import SecuritySettings
 from core.security.tokens import load_public_key, verify
 
@@ -34,9 +43,19 @@ def test_init_makes_every_file_once_private_and_keeps_them(tmp_path: Path) -> No
         settings.ca_key,
         settings.host_cert("127.0.0.1"),
         settings.host_cert("proxy.a.test"),
+        zk_password_file(settings),
+        zk_jaas_file(settings),
+        ledger_password_file(settings),
     }
     assert set(written) == expected
-    for secret in (settings.signing_key, settings.admin_token, settings.ca_key):
+    for secret in (
+        settings.signing_key,
+        settings.admin_token,
+        settings.ca_key,
+        zk_password_file(settings),
+        zk_jaas_file(settings),
+        ledger_password_file(settings),
+    ):
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
     assert init_security(settings, NOW, ["127.0.0.1", "proxy.a.test"], "t") == []
     public = load_public_key(settings.public_key.read_bytes(), "pub")
@@ -115,3 +134,32 @@ async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path)
 def test_a_missing_certificate_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="security init"):
         pki.server_context(tmp_path / "none.pem", tmp_path / "none.key")
+
+
+def test_secrets_are_random_kept_and_the_jaas_file_follows_the_password(tmp_path: Path) -> None:
+    one, two = SecuritySettings(tmp_path / "one"), SecuritySettings(tmp_path / "two")
+    init_security(one, NOW)
+    init_security(two, NOW)
+    assert ledger_password(one) != ledger_password(two), "every deployment its own"
+    assert zk_login(one).password != zk_login(two).password
+    assert len(ledger_password(one)) >= 32 and zk_login(one).user == ZK_USER
+    jaas = zk_jaas_file(one).read_text()
+    assert jaas == jaas_conf(zk_login(one)) and f'user_{ZK_USER}="' in jaas
+    assert "password" not in repr(zk_login(one)) and zk_login(one).password not in repr(
+        zk_login(one)
+    )
+    zk_password_file(one).write_text("another-password-of-some-length\n")
+    written = init_security(one, NOW)
+    assert written == [zk_jaas_file(one)], "a changed password is kept; JAAS made again"
+    assert "another-password-of-some-length" in zk_jaas_file(one).read_text()
+
+
+@pytest.mark.parametrize("content", ["", "short", 'quo"te-in-a-long-secret'])
+def test_a_malformed_or_missing_secret_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    settings = SecuritySettings(tmp_path / "sec")
+    with pytest.raises(ConfigError, match="security init"):
+        ledger_password(settings)
+    ledger_password_file(settings).parent.mkdir(parents=True)
+    ledger_password_file(settings).write_text(content)
+    with pytest.raises(ConfigError, match="expected one secret of 16 or more printable"):
+        ledger_password(settings)

@@ -77,7 +77,7 @@ class Ledgers:
         self.opened: list[int] = []
         self.opening = asyncio.Event()
 
-    async def open(self, ledger_id: int, password: bytes) -> Any:
+    async def open(self, ledger_id: int) -> Any:
         self.opened.append(ledger_id)
         self.opening.set()
         await asyncio.Event().wait()

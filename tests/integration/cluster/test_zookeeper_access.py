@@ -1,0 +1,122 @@
+"""Who may touch the deployment's ZooKeeper (docs/security.md): sessions logged in as its user
+(SASL DIGEST-MD5, the secret `globelog security init` made) and nobody else. On the real
+ensemble: an anonymous client can neither read nor write a globelog or BookKeeper znode, a
+wrong password gets no session, and every znode the deployment made (by globelog or by the
+bookies) is its user's alone, so a session of any other identity could not touch it either."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.security import ACL, Id, Permissions
+
+from core import errors
+from core.records import Record
+from core.routes import TOPOLOGY_ZNODE
+from core.security.secrets import ZK_USER, ZkLogin
+from global_meta import MetaStore
+from global_meta.store import kazoo_login
+from ledger import LEDGERS_ROOT
+from localcluster.controller import Cluster
+from tests.support import security
+from tests.support.streams import fresh_namespace, stream_env
+
+SESSION_S = 10.0
+FOREIGN = f"/intruder-{uuid.uuid4().hex[:8]}"
+ONLY_OURS = [ACL(Permissions.ALL, Id("sasl", ZK_USER))]
+
+
+def in_session(hosts: str, login: ZkLogin | None, work: Callable[[KazooClient], Any]) -> Any:
+    client = KazooClient(hosts=hosts, timeout=SESSION_S, **kazoo_login(login))
+    try:
+        client.start(SESSION_S)
+        return work(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+def anonymous_attempt(hosts: str, work: Callable[[KazooClient], Any]) -> str:
+    """What an anonymous session's one request got: the name of the error it raised."""
+
+    def attempt(client: KazooClient) -> str:
+        try:
+            work(client)
+        except KazooException as err:
+            return type(err).__name__
+        return "served"
+
+    return in_session(hosts, None, attempt)
+
+
+async def test_an_anonymous_client_can_neither_read_nor_write_metadata(cluster: Cluster) -> None:
+    namespace = fresh_namespace()
+    async with stream_env(cluster, "us-east", namespace) as env:
+        await env.streams.create_stream("s")
+        stream_root = f"/globelog/namespaces/{namespace}"
+        assert await env.store.exists(stream_root), "the test's stream metadata is where named"
+    hosts = cluster.topology.zk_connect
+    attempts: dict[str, Callable[[KazooClient], Any]] = {
+        "read the topology": lambda c: c.get(TOPOLOGY_ZNODE),
+        "list the streams": lambda c: c.get_children(stream_root),
+        "read a stream's segments": lambda c: c.get_children(f"{stream_root}/streams/s"),
+        "list the bookies": lambda c: c.get_children(f"{LEDGERS_ROOT}/available"),
+        "list the ledgers": lambda c: c.get_children(LEDGERS_ROOT),
+        "rewrite the topology": lambda c: c.set(TOPOLOGY_ZNODE, b"{}"),
+        "register a bookie": lambda c: c.create(f"{LEDGERS_ROOT}/available/6.6.6.6:3181"),
+        "add a znode to globelog's": lambda c: c.create(f"/globelog{FOREIGN}"),
+        "add a znode at the root": lambda c: c.create(FOREIGN),
+        "delete a stream": lambda c: c.delete(stream_root, recursive=True),
+    }
+    got = {
+        what: await asyncio.to_thread(anonymous_attempt, hosts, work)
+        for what, work in attempts.items()
+    }
+    assert all(answer != "served" for answer in got.values()), got
+    async with await MetaStore.of(cluster.topology) as store:
+        for path in (f"/globelog{FOREIGN}", FOREIGN, f"{LEDGERS_ROOT}/available/6.6.6.6:3181"):
+            assert not await store.exists(path), f"an anonymous client created {path}"
+        assert await store.exists(stream_root), "an anonymous client deleted a stream"
+        data, _ = await store.get(TOPOLOGY_ZNODE)
+        assert data != b"{}", "an anonymous client rewrote the topology"
+
+
+async def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
+    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex)
+    with pytest.raises(errors.ConfigError, match="refused a login as 'globelog'"):
+        await MetaStore.connect(cluster.topology.zk_connect, wrong, connect_timeout_s=4.0)
+
+
+async def test_every_znode_of_the_deployment_is_its_users_alone(cluster: Cluster) -> None:
+    """globelog's znodes and the bookies' own (registrations, cookies, ledger layout): an ACL
+    of exactly the deployment's user, with every permission; the world has none."""
+    # a ledger and a stream, so their znodes are among those walked
+    async with stream_env(cluster, "us-east", fresh_namespace()) as env:
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        await writer.write(Record(b"one"))
+        await writer.close()
+
+    def walk(client: KazooClient) -> dict[str, list[ACL]]:
+        found: dict[str, list[ACL]] = {}
+        pending = [f"/{child}" for child in client.get_children("/") if child != "zookeeper"]
+        while pending:
+            path = pending.pop()
+            acl, _ = client.get_acls(path)
+            found[path] = acl
+            pending += [f"{path}/{child}" for child in client.get_children(path)]
+        return found
+
+    acls = await asyncio.to_thread(
+        in_session, cluster.topology.zk_connect, security.zk_login(), walk
+    )
+    assert any(path.startswith(f"{LEDGERS_ROOT}/available/") for path in acls), sorted(acls)
+    assert any(path.startswith("/globelog/namespaces/") for path in acls), sorted(acls)
+    open_to_others = {path: acl for path, acl in acls.items() if list(acl) != ONLY_OURS}
+    assert not open_to_others, open_to_others
