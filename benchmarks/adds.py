@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from benchmarks.figures import AddFigures, ensemble_regions, summarise
 from core.errors import ClusterError
 from core.routes import TOPOLOGY_ZNODE, decode_published
-from core.topology import Replication
+from core.topology import Replication, Topology
 from global_meta import MetaStore
 from ledger import BookieClient, DigestType, LedgerClient, LedgerConfig, LedgerWriter
 
@@ -58,10 +58,16 @@ class AddRun:
 
 
 async def run_adds(
-    store: MetaStore, workload: AddWorkload, replication: Replication, direct: bool
+    store: MetaStore,
+    topology: Topology,
+    workload: AddWorkload,
+    replication: Replication,
+    direct: bool,
 ) -> AddRun:
     """One run on new ledgers; `direct` dials bookie ids instead of the WAN routes."""
-    client = await _client(store, workload, replication.min_regions_for_durability, direct)
+    client = await _client(
+        store, topology, workload, replication.min_regions_for_durability, direct
+    )
     async with client:
         writers: list[LedgerWriter] = []
         try:
@@ -88,10 +94,11 @@ def _dial_bookie_id(bookie_id: str) -> str:
 
 
 async def _client(
-    store: MetaStore, workload: AddWorkload, min_regions: int, direct: bool
+    store: MetaStore, topology: Topology, workload: AddWorkload, min_regions: int, direct: bool
 ) -> LedgerClient:
-    config = LedgerConfig(
-        region=workload.region,
+    config = LedgerConfig.of(
+        topology,
+        workload.region,
         digest_type=workload.digest,
         min_regions_for_durability=min_regions,
     )
@@ -101,7 +108,9 @@ async def _client(
     # not follow membership; placement takes every published bookie as writable.
     data, _ = await store.get(TOPOLOGY_ZNODE)
     published = decode_published(data, TOPOLOGY_ZNODE)
-    return LedgerClient(store, published, config, BookieClient(_dial_bookie_id))
+    return LedgerClient(
+        store, published, config, BookieClient(_dial_bookie_id, config.bookie_client())
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ async def profile_run(topology_path: Path, seconds: int) -> str:
     topology = load_topology(topology_path)
     async with await MetaStore.of(topology, "us-east") as store:
         workload = AddWorkload("us-east", 1024, 256, 64, seconds, None, 2000, DigestType.CRC32)
-        run = await run_adds(store, workload, Replication(3, 3, 2, 2), direct=True)
+        run = await run_adds(store, topology, workload, Replication(3, 3, 2, 2), direct=True)
     figures = run.figures
     rate = figures.adds / figures.elapsed_s
     cpu_us = run.client_cpu_pct / 100 * figures.elapsed_s / figures.adds * 1e6

@@ -67,14 +67,18 @@ class JavaRun:
 
 
 def java_bench_argv(
-    tools: Tools, zk_connect: str, login_flag: str, request: JavaBenchRequest, latency_file: Path
+    tools: Tools,
+    zk_connect: str,
+    jvm_flags: tuple[str, ...],
+    request: JavaBenchRequest,
+    latency_file: Path,
 ) -> tuple[str, ...]:
-    """The benchmark's command line; `login_flag` names the JAAS file it logs in to
-    ZooKeeper with (localcluster.nodes.java_login_flag)."""
+    """The benchmark's command line; `jvm_flags` log it in to ZooKeeper and configure its
+    TLS to the bookies (localcluster.nodes.java_client_flags)."""
     return (
         tools.java,
         JAVA_HEAP,
-        login_flag,
+        *jvm_flags,
         "-cp",
         tools.bookkeeper_classpath,
         JAVA_BENCH_CLASS,
@@ -103,12 +107,16 @@ def java_bench_argv(
 
 
 async def run_java_bench(
-    tools: Tools, zk_connect: str, login_flag: str, request: JavaBenchRequest, work_dir: Path
+    tools: Tools,
+    zk_connect: str,
+    jvm_flags: tuple[str, ...],
+    request: JavaBenchRequest,
+    work_dir: Path,
 ) -> JavaRun:
     """Runs the benchmark to completion in `work_dir`; the JVM is killed on any error."""
     latency_file = work_dir / "java-latency.dat"
     log = work_dir / "java-bench.log"
-    argv = java_bench_argv(tools, zk_connect, login_flag, request, latency_file)
+    argv = java_bench_argv(tools, zk_connect, jvm_flags, request, latency_file)
     cpu_before = children_cpu_s()
     timeout_s = request.seconds + JAVA_OVERHEAD_TIMEOUT_S
     code = await run_jvm(argv, log, timeout_s, "BenchThroughputLatency")

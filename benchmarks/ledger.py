@@ -139,7 +139,7 @@ async def _all_runs(
 ) -> list[str]:
     topology = cluster.topology
     async with await MetaStore.of(topology) as store:
-        warm_up = await _warm_bookies(store, workload, len(topology.bookies), progress)
+        warm_up = await _warm_bookies(store, topology, workload, progress)
         rows, notes = await _globelog_runs(store, cluster, workload, replication, progress)
     progress(f"run {len(rows) + 1}/{len(rows) + 1}: BookKeeper BenchThroughputLatency (JVM)")
     request = JavaBenchRequest(
@@ -154,7 +154,7 @@ async def _all_runs(
     )
     load_before = os.getloadavg()[0]
     java = await run_java_bench(
-        tools, topology.zk_connect, nodes.java_login_flag(topology), request, work_dir
+        tools, topology.zk_connect, nodes.java_client_flags(topology), request, work_dir
     )
     rows.append(_java_row(java, topology, load_before))
     return [
@@ -167,16 +167,17 @@ async def _all_runs(
 
 
 async def _warm_bookies(
-    store: MetaStore, workload: AddWorkload, bookies: int, progress: Progress
+    store: MetaStore, topology: Topology, workload: AddWorkload, progress: Progress
 ) -> str:
     """Unmeasured adds to every bookie first, as BenchThroughputLatency's own warm-up does
     (E=W=A=all bookies, 10000 adds), so the first run does not pay for the bookies' JIT."""
+    bookies = len(topology.bookies)
     progress(f"bookie warm-up: {BOOKIE_WARMUP_ADDS} adds to all {bookies} bookies, direct")
     everywhere = Replication(bookies, bookies, bookies, min_regions_for_durability=1)
     warm = dataclasses.replace(
         workload, entries_max=BOOKIE_WARMUP_ADDS, warmup_entries=0, seconds=BOOKIE_WARMUP_S_MAX
     )
-    run = await run_adds(store, warm, everywhere, direct=True)
+    run = await run_adds(store, topology, warm, everywhere, direct=True)
     return (
         f"bookie warm-up (unmeasured, as BookKeeper's): {run.figures.adds} adds at "
         f"E=W=A={bookies} in {run.figures.elapsed_s:.1f} s, direct"
@@ -200,7 +201,7 @@ async def _globelog_runs(
     for number, (rep, direct, path) in enumerate(plans, 1):
         min_regions = rep.min_regions_for_durability
         progress(f"run {number}/{len(plans) + 1}: globelog, {path}, min_regions {min_regions}")
-        run = await run_adds(store, workload, rep, direct)
+        run = await run_adds(store, cluster.topology, workload, rep, direct)
         rows.append(_globelog_row(run, path, rep))
         notes += _spread_note(number, run, workload.region, rep)
     return rows, notes

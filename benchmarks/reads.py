@@ -32,7 +32,7 @@ from benchmarks.harness import (
 from benchmarks.java_runner import JAVA_HEAP, children_cpu_s, run_jvm
 from core.errors import ClusterError, ConfigError
 from core.routes import TOPOLOGY_ZNODE, decode_published
-from core.topology import Replication
+from core.topology import Replication, Topology
 from global_meta import MetaStore
 from ledger import BookieClient, DigestType, LedgerClient, LedgerConfig
 from localcluster import nodes
@@ -119,7 +119,7 @@ async def bench_reads(
 ) -> str:
     topology = cluster.topology
     async with await MetaStore.of(topology, workload.region) as store:
-        writer_client = await _direct_client(store, workload.region, batch_reads=True)
+        writer_client = await _direct_client(store, topology, workload.region, batch_reads=True)
         async with writer_client:
             ledger_id = await _write_ledger(writer_client, workload)
         progress(
@@ -129,7 +129,7 @@ async def bench_reads(
         try:
             for repeat in range(workload.repeat):
                 for batch_reads in (True, False):
-                    run = await _globelog_read(store, workload, ledger_id, batch_reads)
+                    run = await _globelog_read(store, topology, workload, ledger_id, batch_reads)
                     progress(
                         f"{run.reader} {repeat + 1}/{workload.repeat}: {run.per_s:,.0f} entries/s"
                     )
@@ -141,22 +141,29 @@ async def bench_reads(
                     )
                     runs.append(run)
         finally:
-            async with await _direct_client(store, workload.region, batch_reads=True) as client:
+            async with await _direct_client(
+                store, topology, workload.region, batch_reads=True
+            ) as client:
                 await client.delete(ledger_id)
     return _report(cluster, workload, runs)
 
 
-async def _direct_client(store: MetaStore, region: str, *, batch_reads: bool) -> LedgerClient:
+async def _direct_client(
+    store: MetaStore, topology: Topology, region: str, *, batch_reads: bool
+) -> LedgerClient:
     """A client that dials bookie ids (no WAN route), as the Java benchmark does."""
-    config = LedgerConfig(
-        region=region,
+    config = LedgerConfig.of(
+        topology,
+        region,
         digest_type=DigestType.CRC32,
         min_regions_for_durability=2,
         batch_reads=batch_reads,
     )
     data, _ = await store.get(TOPOLOGY_ZNODE)
     published = decode_published(data, TOPOLOGY_ZNODE)
-    return LedgerClient(store, published, config, BookieClient(lambda bookie_id: bookie_id))
+    return LedgerClient(
+        store, published, config, BookieClient(lambda bookie_id: bookie_id, config.bookie_client())
+    )
 
 
 async def _write_ledger(client: LedgerClient, workload: ReadWorkload) -> int:
@@ -174,9 +181,15 @@ async def _write_ledger(client: LedgerClient, workload: ReadWorkload) -> int:
 
 
 async def _globelog_read(
-    store: MetaStore, workload: ReadWorkload, ledger_id: int, batch_reads: bool
+    store: MetaStore,
+    topology: Topology,
+    workload: ReadWorkload,
+    ledger_id: int,
+    batch_reads: bool,
 ) -> ReadRun:
-    async with await _direct_client(store, workload.region, batch_reads=batch_reads) as client:
+    async with await _direct_client(
+        store, topology, workload.region, batch_reads=batch_reads
+    ) as client:
         reader = await client.open(ledger_id, JAVA_PASSWORD)
         last = reader.lac
         began, cpu_began = time.perf_counter(), time.process_time()
@@ -194,7 +207,7 @@ async def _java_read(
 ) -> ReadRun:
     mode = "batch" if batch else "single"
     argv = (
-        tools.java, JAVA_HEAP, nodes.java_login_flag(cluster.topology), "-cp",
+        tools.java, JAVA_HEAP, *nodes.java_client_flags(cluster.topology), "-cp",
         tools.bookkeeper_classpath, str(JAVA_READ_BENCH),
         nodes.metadata_service_uri(cluster.topology, workload.region),
         JAVA_PASSWORD.decode(), str(ledger_id), str(workload.batch_entries), mode,

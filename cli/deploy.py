@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import sys
 import time
 from pathlib import Path
 
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
-from core.security.credentials import client_ssl, default_token
+from core.security.credentials import bookie_tls, client_ssl, default_token
 from core.security.secrets import zk_login
 from core.topology import Topology
 from global_meta import MetaStore
@@ -183,7 +184,8 @@ async def deployment_status(topology: Topology) -> list[dict[str, str]]:
                 rebuild_rows = await _rebuild_rows(store)
         except MetadataUnavailableError:
             pass
-    pings = await asyncio.gather(*(_ping(b.bookie_id) for b in topology.bookies))
+    to_bookies = bookie_tls(topology.security)
+    pings = await asyncio.gather(*(_ping(b.bookie_id, to_bookies) for b in topology.bookies))
     for bookie, answer in zip(topology.bookies, pings, strict=True):
         # A killed bookie stays registered until its ZooKeeper session expires: ask it too.
         if writable is None:
@@ -280,8 +282,8 @@ def run_status(args: argparse.Namespace) -> int:
     return 3 if down else 0
 
 
-async def _ping(address: str) -> float | None:
+async def _ping(address: str, tls: ssl.SSLContext | None) -> float | None:
     try:
-        return await ping_bookie(address, timeout_s=STATUS_PING_TIMEOUT_S)
+        return await ping_bookie(address, timeout_s=STATUS_PING_TIMEOUT_S, tls=tls)
     except BookieUnreachableError:
         return None

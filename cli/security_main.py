@@ -44,7 +44,7 @@ def _csv(text: str) -> list[str]:
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     topology = load_checked_topology(args.topology or default_topology)
     if args.command == "security":
-        written = init_security(topology.security, time.time(), topology.proxy_hosts, topology.name)
+        written = init_security(topology.security, time.time(), topology.tls_hosts, topology.name)
         for path in written:
             print(f"wrote {path}")
         print(f"security files in {topology.security.directory}: {len(written)} written")

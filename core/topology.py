@@ -165,9 +165,14 @@ class Topology:
 
     @property
     def proxy_hosts(self) -> tuple[str, ...]:
-        """Every host a proxy of the topology runs on (each needs a certificate)."""
+        """Every host a proxy of the topology runs on."""
         hosts = {p.endpoint.host for r in self.regions for p in r.write_proxies + r.read_proxies}
         return tuple(sorted(hosts))
+
+    @property
+    def tls_hosts(self) -> tuple[str, ...]:
+        """Every host that serves TLS (proxies, bookies): each needs a certificate."""
+        return tuple(sorted({*self.proxy_hosts, *(b.endpoint.host for b in self.bookies)}))
 
     def region(self, name: str) -> Region:
         for region in self.regions:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.errors import ClusterError, GlobelogError
 from core.routes import plan_routes
+from core.security.credentials import bookie_tls
 from core.topology_loader import region_loss_summary
 from demo.ledger import ledger_demo
 from demo.services import NAMESPACE, STREAM, print_summary, services_demo
@@ -50,18 +51,23 @@ async def wan_matrix(cluster: Cluster) -> None:
     regions = cluster.topology.region_names
     corner = "from/to"
     print(f"  {corner:<10}" + "".join(f"{r:>22}" for r in regions))
+    tls = bookie_tls(cluster.topology.security)
     for source in regions:
         cells = []
         for target in regions:
             if source == target:
-                address = cluster.topology.region(target).bookies[0].bookie_id
+                address = bookie_id = cluster.topology.region(target).bookies[0].bookie_id
             else:
-                address = next(
-                    r.listen.address
+                route = next(
+                    r
                     for r in routes
                     if r.kind == "bookie" and (r.from_region, r.to_region) == (source, target)
                 )
-            samples = [await ping_bookie(address) for _ in range(PINGS_PER_LINK)]
+                address, bookie_id = route.listen.address, route.upstream.address
+            samples = [
+                await ping_bookie(address, tls=tls, bookie_id=bookie_id)
+                for _ in range(PINGS_PER_LINK)
+            ]
             median_ms = statistics.median(samples[2:]) * 1000  # first pings warm the bookie
             link = (
                 "local"

@@ -180,7 +180,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     # the deployment's keys, admin token and certificates, once; this process (the operator's
     # tool that brings the cluster up) acts with them unless its environment names others
     topology = cluster.topology
-    init_security(topology.security, time.time(), topology.proxy_hosts, topology.name)
+    init_security(topology.security, time.time(), topology.tls_hosts, topology.name)
     adopt_operator_credentials(topology.security)
     specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
     first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.errors import ConfigError
 from core.security.secrets import zk_jaas_file
+from core.security.settings import LEDGER_ROLE, SecuritySettings
 from core.topology import Bookie, Topology, ZkNode
 from core.topology_loader import is_loopback
 from ledger import LEDGERS_ROOT
@@ -107,6 +108,58 @@ def java_login_flag(topology: Topology) -> str:
     return f"-Djava.security.auth.login.config={zk_jaas_file(topology.security)}"
 
 
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+# Refuses every request of a connection until its TLS handshake showed a client certificate
+# whose role (subject OU "0:<role>") is authorized: a bookie then serves nobody in clear.
+ROLE_AUTHORIZATION = "org.apache.bookkeeper.tls.BookieAuthZFactory"
+CERT_RELOAD_S = 300  # a renewed certificate is served within this
+
+
+def bookie_tls_lines(security: SecuritySettings, host: str) -> list[str]:
+    """A bookie's TLS: its host's certificate, clients' certificates verified against the
+    deployment's CA, and only the globelog role served."""
+    return [
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsProvider=JDK",
+        "tlsKeyStoreType=PEM",
+        f"tlsKeyStore={security.host_key(host)}",
+        f"tlsCertificatePath={security.host_cert(host)}",
+        "tlsTrustStoreType=PEM",
+        f"tlsTrustStore={security.ca_cert}",
+        "tlsClientAuthentication=true",
+        "tlsEnabledProtocols=TLSv1.3,TLSv1.2",
+        f"tlsCertFilesRefreshDurationSeconds={CERT_RELOAD_S}",
+        f"bookieAuthProviderFactoryClass={ROLE_AUTHORIZATION}",
+        f"authorizedRoles={LEDGER_ROLE}",
+    ]
+
+
+def client_tls_lines(security: SecuritySettings) -> list[str]:
+    """BookKeeper's Java client (its shell, its tools) over TLS with globelog's client
+    certificate."""
+    return [
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsProvider=JDK",
+        "tlsTrustStoreType=PEM",
+        f"tlsTrustStore={security.ca_cert}",
+        "tlsClientAuthentication=true",
+        "tlsKeyStoreType=PEM",
+        f"tlsKeyStore={security.ledger_client_key}",
+        f"tlsCertificatePath={security.ledger_client_cert}",
+    ]
+
+
+def java_client_flags(topology: Topology) -> tuple[str, ...]:
+    """JVM flags of a BookKeeper Java client built without a configuration file (its
+    benchmarks): the ZooKeeper login, and TLS to the bookies as system properties, which
+    BookKeeper's configurations read when told to."""
+    flags = [java_login_flag(topology)]
+    if topology.security.tls:
+        flags.append("-Dorg.apache.bookkeeper.conf.readsystemproperties=true")
+        flags += [f"-D{line}" for line in client_tls_lines(topology.security)]
+    return tuple(flags)
+
+
 def myid_file(data_dir: Path, node: ZkNode) -> tuple[Path, str]:
     return zk_dir(data_dir, node) / "data" / "myid", f"{node.server_id}\n"
 
@@ -141,6 +194,8 @@ def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path, local: bool 
         "journalSyncData=true",
         "journalMaxGroupWaitMSec=1",
     ]
+    if topology.security.tls:
+        lines += bookie_tls_lines(topology.security, bookie.endpoint.host)
     if is_loopback(bookie.endpoint.host):
         lines.append("allowLoopback=true")
     if local:

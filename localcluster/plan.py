@@ -107,9 +107,15 @@ def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessS
 
 def shell_conf(topology: Topology) -> str:
     """BookKeeper's shell and tools: the whole ensemble, creating znodes as their login's
-    (run with nodes.java_login_flag)."""
-    uri = nodes.metadata_service_uri(topology)
-    return f"metadataServiceUri={uri}\nzkTimeout=10000\nzkEnableSecurity=true\n"
+    (run with nodes.java_login_flag), bookies over TLS with globelog's client certificate."""
+    lines = [
+        f"metadataServiceUri={nodes.metadata_service_uri(topology)}",
+        "zkTimeout=10000",
+        "zkEnableSecurity=true",
+    ]
+    if topology.security.tls:
+        lines += nodes.client_tls_lines(topology.security)
+    return "\n".join(lines) + "\n"
 
 
 def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:

@@ -41,6 +41,8 @@ async def _reaches(topology: PublishedTopology, me: str, region: str, timeout_s:
 
     async def one(bookie_id: str) -> bool:
         try:
+            # in clear: a bookie that serves TLS only still answers (EUA), which is all
+            # reachability asks, and no handshake stands between a cut and its detection
             await ping_bookie(topology.address(me, bookie_id), timeout_s=timeout_s)
         except BookieUnreachableError:
             return False

@@ -19,7 +19,7 @@ import ssl
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.security.pki import client_context
+from core.security.pki import client_context, mutual_context
 from core.security.settings import SecuritySettings
 from core.security.tokens import TOKEN_CHARS_MAX
 
@@ -84,3 +84,13 @@ def client_ssl(security: SecuritySettings | None = None) -> ssl.SSLContext | boo
     if security is not None and security.tls and security.ca_cert.is_file():
         return _context(str(security.ca_cert))
     return True
+
+
+@functools.lru_cache(maxsize=8)
+def bookie_tls(security: SecuritySettings) -> ssl.SSLContext | None:
+    """What a ledger client speaks to bookies with: TLS verifying them against the
+    deployment's CA and presenting globelog's client certificate, which bookies authorize;
+    None when the deployment turned TLS off."""
+    if not security.tls:
+        return None
+    return mutual_context(security.ca_cert, security.ledger_client_cert, security.ledger_client_key)

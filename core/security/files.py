@@ -14,7 +14,7 @@ from pathlib import Path
 from core.errors import UnauthenticatedError
 from core.security import pki
 from core.security.secrets import init_secrets
-from core.security.settings import SecuritySettings
+from core.security.settings import LEDGER_ROLE, SecuritySettings
 from core.security.tokens import (
     Scope,
     issue,
@@ -83,11 +83,16 @@ def _init_certificates(
         authority = pki.Authority.make(deployment or settings.directory.name, now)
         authority.save(settings.ca_cert, settings.ca_key)
         written += [settings.ca_cert, settings.ca_key]
-    for host in hosts:
-        cert_path = settings.host_cert(host)
+    wanted: list[tuple[Path, Path, str, str | None]] = [
+        (settings.host_cert(h), settings.host_key(h), h, None) for h in hosts
+    ]
+    wanted.append(
+        (settings.ledger_client_cert, settings.ledger_client_key, "ledger client", LEDGER_ROLE)
+    )
+    for cert_path, key_path, name, role in wanted:
         renew = fresh or pki.needs_renewal(cert_path, now)  # a new CA signs them all again
-        if renew or not settings.host_key(host).is_file():
-            cert, key = authority.issue(host, now)
-            pki.write_host(cert_path, settings.host_key(host), cert, key)
+        if renew or not key_path.is_file():
+            cert, key = authority.issue(name, now, role=role)
+            pki.write_host(cert_path, key_path, cert, key)
             written.append(cert_path)
     return written

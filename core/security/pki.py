@@ -60,13 +60,12 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _name(common: str) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "globelog"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common),
-        ]
-    )
+def _name(common: str, role: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "globelog")]
+    if role is not None:  # BookKeeper's role authorization reads the role from OU "0:<role>"
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, f"0:{role}"))
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common))
+    return x509.Name(attributes)
 
 
 def _san(host: str) -> x509.GeneralName:
@@ -124,20 +123,26 @@ class Authority:
         write_public(cert_path, self.cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(
-        self, host: str, now: datetime.datetime, days: int = HOST_DAYS
+        self, host: str, now: datetime.datetime, days: int = HOST_DAYS, role: str | None = None
     ) -> tuple[bytes, bytes]:
-        """A certificate for `host` (PEM) and its key (PEM), for serving and as a client."""
+        """A certificate for `host` (PEM) and its key (PEM), for serving and as a client;
+        with `role`, one bookies authorize as that role (a client's, whose `host` is a name)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
+        builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(host))
+            .subject_name(_name(host, role))
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([_san(host)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        if role is None:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([_san(host)]), critical=False
+            )
+        cert = (
+            builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.ExtendedKeyUsage(
                     [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
@@ -178,6 +183,13 @@ def load_chain(context: ssl.SSLContext, cert_path: Path, key_path: Path) -> None
             f"certificate {cert_path} with key {key_path}: {err}; `globelog security init` "
             "makes them"
         ) from None
+
+
+def mutual_context(ca_path: Path, cert_path: Path, key_path: Path) -> ssl.SSLContext:
+    """`client_context` that also presents a certificate of its own (bookies demand one)."""
+    context = client_context(ca_path)
+    load_chain(context, cert_path, key_path)
+    return context
 
 
 def client_context(ca_path: Path) -> ssl.SSLContext:

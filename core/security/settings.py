@@ -16,7 +16,10 @@ The directory, as `globelog security init` lays it out:
     token-signing.pub   its public key: every proxy verifies tokens with it
     admin.token         a token of every scope, for the operator (the CLI's default token)
     ca.pem, ca.key      the deployment's certificate authority (core/security/pki.py)
-    hosts/<host>.pem    each proxy host's certificate, and .key its key
+    hosts/<host>.pem    each proxy and bookie host's certificate, and .key its key
+    clients/ledger-client.pem  the certificate globelog's processes present to bookies (role
+                        `globelog`, which bookies authorize), and .key its key
+    zookeeper.password, zookeeper.jaas, ledger.password  shared secrets (core/security/secrets.py)
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ ADMIN_TOKEN_FILE = "admin.token"
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca.key"
 HOSTS_DIR = "hosts"
+CLIENTS_DIR = "clients"
+LEDGER_ROLE = "globelog"  # the role bookies authorize (BookKeeper's authorizedRoles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,15 @@ class SecuritySettings:
 
     def host_key(self, host: str) -> Path:
         return self.directory / HOSTS_DIR / f"{host}.key"
+
+    @property
+    def ledger_client_cert(self) -> Path:
+        """The certificate every globelog process presents to bookies (role LEDGER_ROLE)."""
+        return self.directory / CLIENTS_DIR / "ledger-client.pem"
+
+    @property
+    def ledger_client_key(self) -> Path:
+        return self.directory / CLIENTS_DIR / "ledger-client.key"
 
     @property
     def signing_key(self) -> Path:

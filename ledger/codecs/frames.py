@@ -20,6 +20,7 @@ from ledger.codecs.message_codec import (
     decode_response_message,
     encode_request_message,
     encode_response_message,
+    encode_start_tls_message,
 )
 from ledger.codecs.messages import AddRequest, Request, Response
 from ledger.errors import FrameTooLargeError, ProtocolError
@@ -38,6 +39,11 @@ def frame(message: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
     if size > frame_bytes_max:
         raise FrameTooLargeError(f"frame is {size} bytes; the limit is {frame_bytes_max}")
     return len(message).to_bytes(LENGTH_PREFIX_BYTES, "big") + message
+
+
+def start_tls_frame(txn_id: int) -> bytes:
+    """The START_TLS request's frame (the only request sent before TLS starts)."""
+    return frame(encode_start_tls_message(txn_id))
 
 
 def encode_request(request: Request, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:

@@ -143,6 +143,28 @@ def _fill_add(add: pb.AddRequest, request: AddRequest) -> None:
         add.flag = _RECOVERY_ADD
 
 
+def encode_start_tls_message(txn_id: int) -> bytes:
+    """The serialized START_TLS Request: a v3 header and an empty, present startTLSRequest
+    (a bookie refuses one without it)."""
+    message = pb.Request()
+    message.header.version = _VERSION_THREE
+    message.header.operation = OperationType.START_TLS
+    message.header.txnId = txn_id
+    message.startTLSRequest.SetInParent()
+    return message.SerializeToString()
+
+
+def decode_start_tls_message(data: bytes | bytearray | memoryview, txn_id: int) -> StatusCode:
+    """The status of a bookie's answer to START_TLS `txn_id`; ProtocolError if it is another
+    answer or malformed."""
+    message = parse_message(pb.Response(), data, "Response")
+    op, txn, _ = _header(message, "Response")
+    what = f"Response {op.name} txn {txn}"
+    if op is not OperationType.START_TLS or txn != txn_id:
+        raise ProtocolError(f"{what}: expected the answer to START_TLS txn {txn_id}")
+    return _status(message, what)
+
+
 def encode_request_message(request: Request) -> bytes:
     """The serialized Request message for `request` (without the frame length)."""
     return request_message(request).SerializeToString()

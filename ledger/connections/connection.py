@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ledger.codecs.messages import Request, Response
 from ledger.codes import OperationType
 from ledger.connections.inflight import InflightWindow, Outstanding
 from ledger.connections.slots import Slots
+from ledger.connections.start_tls import open_tls
 from ledger.errors import (
     BookieProtocolError,
     BookieTimeoutError,
@@ -97,6 +99,9 @@ class ConnectionConfig:
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     inflight_max: int = INFLIGHT_MAX
     frame_bytes_max: int = FRAME_BYTES_MAX
+    # TLS to every bookie (START_TLS, ledger/connections/start_tls.py): verifies the bookie's
+    # certificate and presents the client's; None speaks in clear
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         assert self.request_timeout_s > 0, self.request_timeout_s
@@ -169,16 +174,24 @@ class BookieConnection(asyncio.Protocol):
         on_closed: ClosedCallback | None = None,
         wire: Wire = V3_WIRE,
     ) -> BookieConnection:
-        """Connects to `address`; BookieUnavailableError if that fails within the timeout."""
+        """Connects to `address` (over TLS when the config has a context, the bookie's
+        certificate verified for its id's host); BookieUnavailableError if that fails within
+        the timeout."""
         config = config if config is not None else ConnectionConfig()
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         where = describe(bookie_id, address)
+
+        def make() -> BookieConnection:
+            return cls(bookie_id, address, config, on_closed, wire=wire)
+
         try:
             async with asyncio.timeout(config.connect_timeout_s):
-                _, connection = await loop.create_connection(
-                    lambda: cls(bookie_id, address, config, on_closed, wire=wire), host, port
-                )
+                if config.tls is None:
+                    _, connection = await loop.create_connection(make, host, port)
+                else:
+                    name, _ = split_address(bookie_id)
+                    connection = await open_tls(host, port, config.tls, name, make, where)
         except TimeoutError as err:
             raise BookieUnavailableError(
                 f"{where}: no connection within {config.connect_timeout_s} s"

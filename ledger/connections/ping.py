@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 
 from ledger.codecs.messages import GetBookieInfoRequest
@@ -9,14 +10,20 @@ from ledger.connections.connection import BookieConnection, ConnectionConfig
 from ledger.errors import BookieConnectionError, BookieTimeoutError, BookieUnreachableError
 
 
-async def ping_bookie(address: str, timeout_s: float = 5.0) -> float:
-    """Seconds for one GET_BOOKIE_INFO request and its response over a fresh connection.
+async def ping_bookie(
+    address: str,
+    timeout_s: float = 5.0,
+    tls: ssl.SSLContext | None = None,
+    bookie_id: str | None = None,
+) -> float:
+    """Seconds for one GET_BOOKIE_INFO request and its response over a fresh connection
+    (over `tls` when given, the certificate verified for `bookie_id`, by default `address`).
 
-    The clock starts after the TCP connection is made, so it measures one request round trip.
+    The clock starts after the connection is made, so it measures one request round trip.
     """
-    config = ConnectionConfig(request_timeout_s=timeout_s, connect_timeout_s=timeout_s)
+    config = ConnectionConfig(request_timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=tls)
     try:
-        connection = await BookieConnection.open(address, address, config)
+        connection = await BookieConnection.open(bookie_id or address, address, config)
     except BookieConnectionError as err:
         raise BookieUnreachableError(f"ping {address}: {err}") from err
     try:

@@ -75,7 +75,7 @@ async def audit_replicas(
 ) -> list[tuple[int, ReplicaGap]]:
     """Every settled fragment of the ledgers whose bookie does not hold (or cannot serve)
     the first and last entries it should: (ledger id, gap)."""
-    config = LedgerConfig(region=region, min_regions_for_durability=min_regions_default)
+    config = LedgerConfig.of(topology, region, min_regions_for_durability=min_regions_default)
     async with (
         await MetaStore.of(topology) as store,
         await LedgerClient.connect(store, config) as client,

@@ -115,7 +115,7 @@ class LedgerClient:
             newest = holder[0].published if holder else published
             return newest.address(config.region, bookie_id)
 
-        bookies = BookieClient(resolve, observe=observe)
+        bookies = BookieClient(resolve, config.bookie_client(), observe=observe)
         with contextlib.suppress(errors.NodeExistsError):
             await store.create(DECOMMISSION_ZNODE, make_parents=True)
         client = cls(store, published, config, bookies, meter)

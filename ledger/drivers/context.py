@@ -7,14 +7,18 @@ compare-and-set that re-reads and re-decides when it loses a race.
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from core.security.credentials import bookie_tls
 from core.security.secrets import ledger_password
 from core.topology import Replication, Topology
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.connections.bookie_client import BookieClient
+from ledger.connections.bookie_client import BookieClient, BookieClientConfig
+from ledger.connections.connection import ConnectionConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.telemetry import LedgerMetrics
 from ledger.errors import (
@@ -47,16 +51,23 @@ class LedgerConfig:
     recovery_timeout_s: float = 30.0  # a recovery that has not closed the ledger by then fails
     min_regions_for_durability: int = 1  # used for ledgers whose metadata does not say
     batch_reads: bool = True  # ranges of entries with BookKeeper 4.17's batched reads
+    # TLS to bookies (core/security/credentials.bookie_tls); None: in clear
+    bookie_tls: ssl.SSLContext | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, topology: Topology, region: str, **settings: object) -> LedgerConfig:
-        """A deployment's client in `region`: its ledger password and durability rule."""
-        return cls(
-            region=region,
-            password=ledger_password(topology.security),
-            min_regions_for_durability=topology.replication.min_regions_for_durability,
-            **settings,  # type: ignore[arg-type]
-        )
+    def of(cls, topology: Topology, region: str, **settings: Any) -> LedgerConfig:
+        """A deployment's client in `region`: its ledger password, TLS to its bookies and
+        durability rule (`settings` override any field)."""
+        values: dict[str, Any] = {
+            "password": ledger_password(topology.security),
+            "bookie_tls": bookie_tls(topology.security),
+            "min_regions_for_durability": topology.replication.min_regions_for_durability,
+        }
+        return cls(region=region, **(values | settings))
+
+    def bookie_client(self) -> BookieClientConfig:
+        """The bookie connections of a client with this config."""
+        return BookieClientConfig(connection=ConnectionConfig(tls=self.bookie_tls))
 
 
 @dataclass(slots=True)

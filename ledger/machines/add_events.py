@@ -13,7 +13,7 @@ from ledger.machines.signals import BookieFailure, Ticked
 
 class AddErrorKind(enum.Enum):
     FENCED = "fenced"  # another client fenced the ledger (recovery): this writer lost it
-    UNAUTHORIZED = "unauthorized"  # a bookie refused the ledger password
+    UNAUTHORIZED = "unauthorized"  # a bookie refused the ledger password or the client
     CLOSED = "closed"  # the handle (or the ledger's metadata) is closed
     ENSEMBLE_CHANGE_FAILED = "ensemble_change_failed"  # no replacement, or metadata failed
     TOO_MANY_ENSEMBLE_CHANGES = "too_many_ensemble_changes"  # AddConfig.ensemble_changes_max
@@ -33,7 +33,10 @@ FATAL_ANSWERS: Mapping[BookieFailure, tuple[AddErrorKind, str]] = MappingProxyTy
             AddErrorKind.FENCED,
             "another client fenced the ledger to recover it; this writer no longer owns it",
         ),
-        BookieFailure.UNAUTHORIZED: (AddErrorKind.UNAUTHORIZED, "the ledger password was refused"),
+        BookieFailure.UNAUTHORIZED: (
+            AddErrorKind.UNAUTHORIZED,
+            "refused this client: a wrong ledger password, or no authorized client certificate",
+        ),
     }
 )
 

@@ -86,7 +86,7 @@ class CompleteReadLac:
 
 
 class LacReadFailure(enum.Enum):
-    UNAUTHORIZED = "unauthorized"  # a bookie refused the ledger password
+    UNAUTHORIZED = "unauthorized"  # a bookie refused the ledger password or the client
     NO_COVERAGE = "no_coverage"  # too many bookies failed for quorum coverage
 
 
@@ -198,7 +198,8 @@ class ReadLacState:
             self._finish(
                 FailReadLac(
                     LacReadFailure.UNAUTHORIZED,
-                    f"{self._what()}: bookie {self._ensemble[index]} refused the ledger password",
+                    f"{self._what()}: bookie {self._ensemble[index]} refused the ledger password "
+                    "or this client's certificate",
                 )
             )
 

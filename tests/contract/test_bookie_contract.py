@@ -24,6 +24,7 @@ from ledger.codecs.entry import DigestType, EntryCodec, master_key
 from ledger.connections.bookie_client import BookieClient
 from ledger.machines.signals import BookieFailure, failure_kind
 from localcluster.controller import Cluster
+from tests.support import security
 from verify.sim.bookie import SimBookie, StoredEntry
 
 PASSWORD = b"globelog-contract"
@@ -153,7 +154,9 @@ async def bookie(real_cluster: Cluster | None) -> AsyncIterator[BookieUnderTest]
         return
     target = real_cluster.topology.bookies[0]
     published = publish_topology(real_cluster.topology)
-    async with BookieClient.for_region(published, target.region) as client:
+    async with BookieClient.for_region(
+        published, target.region, security.bookie_config()
+    ) as client:
         yield Real(client, target.bookie_id)
 
 

@@ -2,13 +2,15 @@
 // so tests can check that globelog and the Java client read, write and fence each other's
 // ledgers. Run with: java -cp '<bookkeeper jars>/*' LedgerTool.java <command> <args...>
 //
+// CONF is a BookKeeper client configuration file (metadata service, TLS to the bookies).
 // Commands (every output line is "KEY value..." for the Python side to parse):
-//   write   URI PASSWORD E W A COUNT   create a CRC32C ledger, add COUNT entries "java-entry-<i>", close
-//   hold    URI PASSWORD E W A COUNT   like write but keep the ledger open, print "READY <id>",
+//   write   CONF PASSWORD E W A COUNT   create a CRC32C ledger, add COUNT entries "java-entry-<i>", close
+//   hold    CONF PASSWORD E W A COUNT   like write but keep the ledger open, print "READY <id>",
 //                                      wait for a line on stdin, then try one more add
-//   read    URI PASSWORD LEDGER        open without recovery and print every entry up to the LAC
-//   recover URI PASSWORD LEDGER        open with recovery (fences the writer), print the last entry
+//   read    CONF PASSWORD LEDGER        open without recovery and print every entry up to the LAC
+//   recover CONF PASSWORD LEDGER        open with recovery (fences the writer), print the last entry
 import java.io.BufferedReader;
+import java.io.File;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.Base64;
@@ -21,8 +23,9 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
 
 public class LedgerTool {
     public static void main(String[] args) throws Exception {
+        // args[1]: a client configuration file (the metadata service, TLS to the bookies)
         ClientConfiguration conf = new ClientConfiguration();
-        conf.setMetadataServiceUri(args[1]);
+        conf.loadConf(new File(args[1]).toURI().toURL());
         conf.setAddEntryTimeout(10);
         conf.setReadEntryTimeout(10);
         byte[] password = args[2].getBytes(StandardCharsets.UTF_8);

@@ -13,11 +13,18 @@ JAVA_TIMEOUT_S = 120
 LEDGER_TOOL = Path(__file__).resolve().parents[1] / "interop" / "LedgerTool.java"
 
 
-def bookie_shell(cluster: Cluster, tools: Tools, *args: str) -> str:
-    """Output (stdout and stderr: the shell logs its results) of one BookieShell command."""
+def java_client_conf(cluster: Cluster) -> Path:
+    """The configuration BookKeeper's Java clients use on the test cluster: the metadata
+    service, TLS to its bookies with globelog's client certificate."""
     conf = cluster.data_dir / "bookies" / "shell.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
+    return conf
+
+
+def bookie_shell(cluster: Cluster, tools: Tools, *args: str) -> str:
+    """Output (stdout and stderr: the shell logs its results) of one BookieShell command."""
+    conf = java_client_conf(cluster)
     argv = [
         tools.java,
         "-Xmx256m",
@@ -40,7 +47,7 @@ def bookie_shell(cluster: Cluster, tools: Tools, *args: str) -> str:
 
 def ledger_tool_argv(cluster: Cluster, tools: Tools, *args: str) -> list[str]:
     """Command line of tests/interop/LedgerTool.java (BookKeeper's Java client)."""
-    uri = nodes.metadata_service_uri(cluster.topology)
+    conf = java_client_conf(cluster)
     command, *rest = args
     return [
         tools.java,
@@ -50,7 +57,7 @@ def ledger_tool_argv(cluster: Cluster, tools: Tools, *args: str) -> list[str]:
         tools.bookkeeper_classpath,
         str(LEDGER_TOOL),
         command,
-        uri,
+        str(conf),
         *rest,
     ]
 

@@ -20,6 +20,7 @@ from core.security.credentials import (
     CA_FILE_ENV,
     TOKEN_ENV,
     TOKEN_FILE_ENV,
+    bookie_tls,
     client_ssl,
     read_token_file,
 )
@@ -28,6 +29,8 @@ from core.security.files import init_security
 from core.security.secrets import ZkLogin
 from core.security.secrets import zk_login as _zk_login
 from core.security.settings import SecuritySettings
+from ledger.connections.bookie_pool import BookieClientConfig
+from ledger.connections.connection import ConnectionConfig
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 SECURITY = SecuritySettings(
@@ -45,6 +48,12 @@ def set_up() -> None:
 def zk_login() -> ZkLogin:
     """The test deployment's ZooKeeper login (for sessions with a node or relay directly)."""
     return _zk_login(SECURITY)
+
+
+def bookie_config(**connection: Any) -> BookieClientConfig:
+    """A bookie client's config that speaks to the test cluster's bookies as globelog does
+    (TLS with its client certificate), with `connection` settings over the defaults."""
+    return BookieClientConfig(connection=ConnectionConfig(tls=bookie_tls(SECURITY), **connection))
 
 
 def admin_token() -> str:

@@ -103,6 +103,7 @@ class Request(_message.Message):
     WRITELACREQUEST_FIELD_NUMBER: _builtins.int
     READLACREQUEST_FIELD_NUMBER: _builtins.int
     GETBOOKIEINFOREQUEST_FIELD_NUMBER: _builtins.int
+    STARTTLSREQUEST_FIELD_NUMBER: _builtins.int
     FORCELEDGERREQUEST_FIELD_NUMBER: _builtins.int
     REQUESTCONTEXT_FIELD_NUMBER: _builtins.int
     @_builtins.property
@@ -122,6 +123,10 @@ class Request(_message.Message):
     @_builtins.property
     def getBookieInfoRequest(self) -> Global___GetBookieInfoRequest: ...
     @_builtins.property
+    def startTLSRequest(self) -> Global___StartTLSRequest:
+        """the first request of a TLS connection"""
+
+    @_builtins.property
     def forceLedgerRequest(self) -> Global___ForceLedgerRequest: ...
     @_builtins.property
     def requestContext(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextPair]:
@@ -137,12 +142,13 @@ class Request(_message.Message):
         writeLacRequest: Global___WriteLacRequest | None = ...,
         readLacRequest: Global___ReadLacRequest | None = ...,
         getBookieInfoRequest: Global___GetBookieInfoRequest | None = ...,
+        startTLSRequest: Global___StartTLSRequest | None = ...,
         forceLedgerRequest: Global___ForceLedgerRequest | None = ...,
         requestContext: _abc.Iterable[Global___ContextPair] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["addRequest", b"addRequest", "authRequest", b"authRequest", "forceLedgerRequest", b"forceLedgerRequest", "getBookieInfoRequest", b"getBookieInfoRequest", "header", b"header", "readLacRequest", b"readLacRequest", "readRequest", b"readRequest", "writeLacRequest", b"writeLacRequest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["addRequest", b"addRequest", "authRequest", b"authRequest", "forceLedgerRequest", b"forceLedgerRequest", "getBookieInfoRequest", b"getBookieInfoRequest", "header", b"header", "readLacRequest", b"readLacRequest", "readRequest", b"readRequest", "startTLSRequest", b"startTLSRequest", "writeLacRequest", b"writeLacRequest"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addRequest", b"addRequest", "authRequest", b"authRequest", "forceLedgerRequest", b"forceLedgerRequest", "getBookieInfoRequest", b"getBookieInfoRequest", "header", b"header", "readLacRequest", b"readLacRequest", "readRequest", b"readRequest", "requestContext", b"requestContext", "writeLacRequest", b"writeLacRequest"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addRequest", b"addRequest", "authRequest", b"authRequest", "forceLedgerRequest", b"forceLedgerRequest", "getBookieInfoRequest", b"getBookieInfoRequest", "header", b"header", "readLacRequest", b"readLacRequest", "readRequest", b"readRequest", "requestContext", b"requestContext", "startTLSRequest", b"startTLSRequest", "writeLacRequest", b"writeLacRequest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -160,6 +166,7 @@ class Response(_message.Message):
     WRITELACRESPONSE_FIELD_NUMBER: _builtins.int
     READLACRESPONSE_FIELD_NUMBER: _builtins.int
     GETBOOKIEINFORESPONSE_FIELD_NUMBER: _builtins.int
+    STARTTLSRESPONSE_FIELD_NUMBER: _builtins.int
     FORCELEDGERRESPONSE_FIELD_NUMBER: _builtins.int
     status: _builtins.int
     """StatusCode; required"""
@@ -180,6 +187,8 @@ class Response(_message.Message):
     @_builtins.property
     def getBookieInfoResponse(self) -> Global___GetBookieInfoResponse: ...
     @_builtins.property
+    def startTLSResponse(self) -> Global___StartTLSResponse: ...
+    @_builtins.property
     def forceLedgerResponse(self) -> Global___ForceLedgerResponse: ...
     def __init__(
         self,
@@ -192,11 +201,12 @@ class Response(_message.Message):
         writeLacResponse: Global___WriteLacResponse | None = ...,
         readLacResponse: Global___ReadLacResponse | None = ...,
         getBookieInfoResponse: Global___GetBookieInfoResponse | None = ...,
+        startTLSResponse: Global___StartTLSResponse | None = ...,
         forceLedgerResponse: Global___ForceLedgerResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["addResponse", b"addResponse", "authResponse", b"authResponse", "forceLedgerResponse", b"forceLedgerResponse", "getBookieInfoResponse", b"getBookieInfoResponse", "header", b"header", "readLacResponse", b"readLacResponse", "readResponse", b"readResponse", "status", b"status", "writeLacResponse", b"writeLacResponse"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["addResponse", b"addResponse", "authResponse", b"authResponse", "forceLedgerResponse", b"forceLedgerResponse", "getBookieInfoResponse", b"getBookieInfoResponse", "header", b"header", "readLacResponse", b"readLacResponse", "readResponse", b"readResponse", "startTLSResponse", b"startTLSResponse", "status", b"status", "writeLacResponse", b"writeLacResponse"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addResponse", b"addResponse", "authResponse", b"authResponse", "forceLedgerResponse", b"forceLedgerResponse", "getBookieInfoResponse", b"getBookieInfoResponse", "header", b"header", "readLacResponse", b"readLacResponse", "readResponse", b"readResponse", "status", b"status", "writeLacResponse", b"writeLacResponse"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addResponse", b"addResponse", "authResponse", b"authResponse", "forceLedgerResponse", b"forceLedgerResponse", "getBookieInfoResponse", b"getBookieInfoResponse", "header", b"header", "readLacResponse", b"readLacResponse", "readResponse", b"readResponse", "startTLSResponse", b"startTLSResponse", "status", b"status", "writeLacResponse", b"writeLacResponse"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -353,6 +363,25 @@ class GetBookieInfoRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetBookieInfoRequest: _TypeAlias = GetBookieInfoRequest  # noqa: Y015
+
+@_typing.final
+class StartTLSRequest(_message.Message):
+    """No fields; its presence asks the bookie to switch the connection to TLS: it answers EOK in
+    clear, then the client starts the TLS handshake on the same socket.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartTLSRequest: _TypeAlias = StartTLSRequest  # noqa: Y015
 
 @_typing.final
 class ForceLedgerRequest(_message.Message):
@@ -542,6 +571,21 @@ class GetBookieInfoResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetBookieInfoResponse: _TypeAlias = GetBookieInfoResponse  # noqa: Y015
+
+@_typing.final
+class StartTLSResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartTLSResponse: _TypeAlias = StartTLSResponse  # noqa: Y015
 
 @_typing.final
 class ForceLedgerResponse(_message.Message):

@@ -148,7 +148,7 @@ def test_running_clients_pick_up_a_republished_topology(cluster: Cluster) -> Non
         async with await MetaStore.of(cluster.topology) as store:
             data, stat = await store.get(TOPOLOGY_ZNODE)
             original = decode_published(data, TOPOLOGY_ZNODE)
-            config = LedgerConfig(region="us-east", min_regions_for_durability=2)
+            config = LedgerConfig.of(cluster.topology, "us-east", min_regions_for_durability=2)
             async with await LedgerClient.connect(store, config) as client:
                 assert newcomer.bookie_id not in client.context.placement.cluster.by_id
                 grown = dataclasses.replace(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +39,7 @@ from ledger.errors import (
 from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
+from tests.support import security
 from tests.support.topologies import free_ports
 
 PASSWORD = b"globelog-test"
@@ -71,6 +73,7 @@ def local_client(
     """A client in the bookie's own region (it dials the bookie directly)."""
     observe = None if observed is None else (lambda *o: observed.append(o))
     published = publish_topology(cluster.topology)
+    config = config if config is not None else security.bookie_config()
     return BookieClient.for_region(published, bookie.region, config, observe)
 
 
@@ -292,8 +295,10 @@ async def test_a_remote_bookie_is_reached_through_its_wan_route(cluster: Cluster
     floor_s = 2 * (link.one_way_ms - link.jitter_ms) / 1000
     ledger = Ledger()
     observed: list[Observation] = []
-    far = BookieClient.for_region(published, "us-east", observe=lambda *o: observed.append(o))
-    async with far, BookieClient.for_region(published, "eu-west") as near:
+    far = BookieClient.for_region(
+        published, "us-east", security.bookie_config(), observe=lambda *o: observed.append(o)
+    )
+    async with far, BookieClient.for_region(published, "eu-west", security.bookie_config()) as near:
         far_s = await best_round_trip_s(far, target.bookie_id)
         near_s = await best_round_trip_s(near, target.bookie_id)
         assert far_s >= floor_s > near_s
@@ -309,8 +314,8 @@ async def test_a_paused_bookie_times_out_then_fails_fast_until_resumed(
 ) -> None:
     target = cluster.topology.bookies[3]
     bookie, ledger = target.bookie_id, Ledger()
-    config = BookieClientConfig(
-        connection=ConnectionConfig(request_timeout_s=1.0),
+    config = dataclasses.replace(
+        security.bookie_config(request_timeout_s=1.0),
         backoff=BackoffPolicy(base_s=0.5, cap_s=1.0),
     )
     async with local_client(cluster, target, config=config) as client:

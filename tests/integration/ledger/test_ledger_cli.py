@@ -33,7 +33,7 @@ async def test_audit_passes_placed_ledgers_and_names_bad_write_sets(cluster: Clu
     east = cluster.topology.region("us-east").bookies
     west = cluster.topology.region("us-west").bookies
     async with await MetaStore.of(cluster.topology) as store:
-        config = LedgerConfig(region="us-east", min_regions_for_durability=2)
+        config = LedgerConfig.of(cluster.topology, "us-east", min_regions_for_durability=2)
         async with await LedgerClient.connect(store, config) as client:
             placed = await client.create(Replication(3, 3, 2, 2), b"pw")
             await placed.add(b"x")

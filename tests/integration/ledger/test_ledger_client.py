@@ -103,7 +103,7 @@ def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
 async def test_the_client_records_opentelemetry_metrics(cluster: Cluster) -> None:
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
-    config = LedgerConfig(region="us-east", min_regions_for_durability=2)
+    config = LedgerConfig.of(cluster.topology, "us-east", min_regions_for_durability=2)
     async with (
         await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(store, config, meter=meter) as client,

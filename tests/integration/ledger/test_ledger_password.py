@@ -16,6 +16,7 @@ from ledger.codecs.entry import master_key
 from ledger.connections.bookie_client import BookieClient
 from ledger.errors import LedgerUnauthorizedError, UnauthorizedError
 from localcluster.controller import Cluster
+from tests.support import security
 from tests.support.ledgers import ledger_client
 from tests.support.security import SECURITY
 from tests.support.streams import fresh_namespace, stream_env
@@ -39,7 +40,7 @@ async def test_a_segment_cannot_be_fenced_or_opened_without_the_deployment_passw
         bookie = ledger.metadata.ensembles[-1].bookies[0]
         published = publish_topology(cluster.topology)
         region = cluster.topology.bookie(bookie).region
-        async with BookieClient.for_region(published, region) as bookies:
+        async with BookieClient.for_region(published, region, security.bookie_config()) as bookies:
             for guess in GUESSES:
                 with pytest.raises(UnauthorizedError):
                     await asyncio.wait_for(

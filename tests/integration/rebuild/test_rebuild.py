@@ -132,7 +132,7 @@ async def worker_of(cluster: Cluster, name: str) -> AsyncIterator[Worker]:
     async with (
         await MetaStore.of(cluster.topology) as store,
         await LedgerClient.connect(
-            store, LedgerConfig(region="eu-west", min_regions_for_durability=2)
+            store, LedgerConfig.of(cluster.topology, "eu-west", min_regions_for_durability=2)
         ) as client,
     ):
         yield Worker(store, client, SETTINGS, name)
@@ -455,7 +455,7 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
         store = await MetaStore.connect(
             relay_address, security.zk_login(), session_timeout_s=2.0, op_timeout_s=op_timeout_s
         )
-        config = LedgerConfig(region="eu-west", min_regions_for_durability=2)
+        config = LedgerConfig.of(cluster.topology, "eu-west", min_regions_for_durability=2)
         try:
             async with await LedgerClient.connect(store, config) as worker_client:
                 worker = Worker(store, worker_client, SETTINGS, "cut-off-worker")

@@ -104,7 +104,7 @@ def test_ensemble_regions_are_counted_and_random_placements_summarised() -> None
 def test_java_argv_passes_the_same_workload_and_skips_a_warm_up_too_slow_for_its_cap() -> None:
     tools = Tools("/usr/bin/java", "zk.jar", "/jars/*", "toxiproxy")
     request = JavaBenchRequest(3, 3, 2, 1024, throttle=256, ledgers=64, seconds=20)
-    argv = java_bench_argv(tools, "h:1,h:2", "-Dlogin", request, Path("/tmp/lat.dat"))
+    argv = java_bench_argv(tools, "h:1,h:2", ("-Dlogin",), request, Path("/tmp/lat.dat"))
     flags = dict(zip(argv[6::2], argv[7::2], strict=False))
     assert argv[:6] == ("/usr/bin/java", "-Xmx512m", "-Dlogin", "-cp", "/jars/*", argv[5])
     assert argv[5] == "org.apache.bookkeeper.benchmark.BenchThroughputLatency"
@@ -114,7 +114,7 @@ def test_java_argv_passes_the_same_workload_and_skips_a_warm_up_too_slow_for_its
     assert request.rate_cap_per_s == 256 * 64
     assert "-skipwarmup" not in argv
     slow = JavaBenchRequest(3, 3, 2, 1024, throttle=100, ledgers=1, seconds=20)
-    assert "-skipwarmup" in java_bench_argv(tools, "h:1", "-Dlogin", slow, Path("/tmp/lat.dat"))
+    assert "-skipwarmup" in java_bench_argv(tools, "h:1", ("-Dlogin",), slow, Path("/tmp/lat.dat"))
 
 
 # -------------------------------------------------------------------------------------- flags

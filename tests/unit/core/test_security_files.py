@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from core.errors import ConfigError
 from core.security import pki
@@ -25,7 +27,7 @@ from core.security.secrets import (
     zk_login,
     zk_password_file,
 )
-from core.security.settings import SecuritySettings
+from core.security.settings import LEDGER_ROLE, SecuritySettings
 from core.security.tokens import load_public_key, verify
 
 pytestmark = pytest.mark.unit
@@ -43,6 +45,7 @@ def test_init_makes_every_file_once_private_and_keeps_them(tmp_path: Path) -> No
         settings.ca_key,
         settings.host_cert("127.0.0.1"),
         settings.host_cert("proxy.a.test"),
+        settings.ledger_client_cert,
         zk_password_file(settings),
         zk_jaas_file(settings),
         ledger_password_file(settings),
@@ -163,3 +166,18 @@ def test_a_malformed_or_missing_secret_is_a_clear_error(tmp_path: Path, content:
     ledger_password_file(settings).write_text(content)
     with pytest.raises(ConfigError, match="expected one secret of 16 or more printable"):
         ledger_password(settings)
+
+
+def test_the_ledger_client_certificate_carries_the_role_bookies_authorize(tmp_path: Path) -> None:
+    settings = SecuritySettings(tmp_path / "sec")
+    init_security(settings, NOW, ["127.0.0.1"], "t")
+    cert = x509.load_pem_x509_certificate(settings.ledger_client_cert.read_bytes())
+    units = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    assert [u.value for u in units] == [f"0:{LEDGER_ROLE}"]
+    host = x509.load_pem_x509_certificate(settings.host_cert("127.0.0.1").read_bytes())
+    assert not host.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    assert stat.S_IMODE(settings.ledger_client_key.stat().st_mode) == 0o600
+    context = pki.mutual_context(
+        settings.ca_cert, settings.ledger_client_cert, settings.ledger_client_key
+    )
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
