@@ -70,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--warmup-entries", type=int, default=2000)
     parser.add_argument("--digest", choices=sorted(DIGESTS), default="crc32")
+    parser.add_argument(
+        "--bookie-tls",
+        choices=("on", "off"),
+        default="on",
+        help="off: bookies and their clients in clear, to measure what TLS costs (a temporary "
+        "cluster only; the proxies, not started here, would not follow)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,11 @@ def bench_cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
         )
     if args.region not in topology.region_names:
         problems.append(f"--region {args.region!r}: expected one of {list(topology.region_names)}")
+    if getattr(args, "bookie_tls", "on") == "off":
+        if args.use_running:
+            problems.append("--bookie-tls off: only on a temporary cluster (no --use-running)")
+        security = dataclasses.replace(topology.security, tls=False)
+        topology = dataclasses.replace(topology, security=security)
     return Cluster(topology, path, data_dir, profile)
 
 

@@ -262,6 +262,12 @@ def _header(
         "1 toxiproxy (WAN emulator); the globelog client is this Python process (one asyncio "
         "loop); BenchThroughputLatency is one more JVM (-Xmx512m), run after the globelog runs",
         f"fsync: {fsync}",
+        "bookie links: "
+        + (
+            "TLS (START_TLS, client certificates, role authorization) for globelog and Java"
+            if topology.security.tls
+            else "in clear (--bookie-tls off)"
+        ),
         f"WAN profile {cluster.profile} (one way, each direction): {links}; 'direct' runs "
         "bypass it",
         "latency: submit to acknowledgement, per add, warm-up excluded; percentiles by "
