@@ -36,7 +36,7 @@ from ledger import (
 )
 from localcluster import nodes
 from localcluster.metadata import publish, registered_bookies
-from localcluster.probes import DEGRADED, service_health, zookeeper_mode
+from localcluster.probes import DEGRADED, service_health, zookeeper_mode, zookeeper_tls
 from placement import load_checked_topology
 from rebuild.service import read_rebuilders
 
@@ -167,7 +167,9 @@ def run_init(args: argparse.Namespace) -> int:
 
 async def deployment_status(topology: Topology) -> list[dict[str, str]]:
     """One row per node of the topology: kind, name, region, address, state, detail."""
-    modes = await asyncio.gather(*(zookeeper_mode(n.client) for n in topology.zookeeper))
+    modes = await asyncio.gather(
+        *(zookeeper_mode(n.client, zookeeper_tls(topology.security)) for n in topology.zookeeper)
+    )
     rows = [
         _row(
             "zookeeper", n.name, n.region, n.client.address, mode is not None, mode or "not serving"

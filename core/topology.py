@@ -171,8 +171,11 @@ class Topology:
 
     @property
     def tls_hosts(self) -> tuple[str, ...]:
-        """Every host that serves TLS (proxies, bookies): each needs a certificate."""
-        return tuple(sorted({*self.proxy_hosts, *(b.endpoint.host for b in self.bookies)}))
+        """Every host that serves TLS (proxies, bookies, ZooKeeper nodes): each needs a
+        certificate."""
+        bookies = (b.endpoint.host for b in self.bookies)
+        nodes = (n.client.host for n in self.zookeeper)
+        return tuple(sorted({*self.proxy_hosts, *bookies, *nodes}))
 
     def region(self, name: str) -> Region:
         for region in self.regions:

@@ -8,6 +8,7 @@ import logging
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
@@ -41,10 +42,15 @@ GIVE_UP_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
 
 
-def kazoo_login(login: ZkLogin | None) -> dict[str, Any]:
+def kazoo_login(login: ZkLogin | None, tls_ca: Path | None = None) -> dict[str, Any]:
     """KazooClient options of a session as `login`: SASL DIGEST-MD5, and every znode it
-    creates readable and writable by that user only (kazoo's default would be world-open)."""
+    creates readable and writable by that user only (kazoo's default would be world-open);
+    TLS to ZooKeeper's port, its certificate verified against the login's CA (or `tls_ca`:
+    an anonymous session's) for the host dialled."""
     options: dict[str, Any] = {}
+    ca = login.tls_ca if login is not None else tls_ca
+    if ca is not None:
+        options.update(use_ssl=True, ca=str(ca), verify_certs=True, check_hostname=True)
     if login is not None:
         options["sasl_options"] = {
             "mechanism": "DIGEST-MD5",

@@ -24,7 +24,7 @@ from global_meta.faults import expire_session_of, read_session_file
 from ledger import LEDGERS_ROOT, init_cluster_metadata
 from localcluster import metadata, nodes, plan, processes, wan
 from localcluster.metadata import registered_bookies
-from localcluster.probes import log_tail, service_health, wait_until, zookeeper_mode
+from localcluster.probes import log_tail, service_health, wait_until, zookeeper_mode, zookeeper_tls
 from localcluster.processes import ProcessRecord, RunState
 from localcluster.tools import Tools
 
@@ -116,7 +116,9 @@ async def wait_zookeeper(cluster: Cluster) -> None:
     records = load_records(cluster)
 
     async def serving() -> bool:
-        modes = await asyncio.gather(*(zookeeper_mode(n.client) for n in nodes))
+        modes = await asyncio.gather(
+            *(zookeeper_mode(n.client, zookeeper_tls(cluster.topology.security)) for n in nodes)
+        )
         return all(modes)
 
     await wait_until(
@@ -343,7 +345,7 @@ async def _health(
         return published, "status published" if published else "no status published"
     if record.kind == "zookeeper":
         node = next(n for n in cluster.topology.zookeeper if n.name == record.name)
-        mode = await zookeeper_mode(node.client)
+        mode = await zookeeper_mode(node.client, zookeeper_tls(cluster.topology.security))
         return mode is not None, f"mode {mode}" if mode else "not serving"
     if record.kind == "bookie":
         bookie_id = cluster.topology.bookie(record.name).bookie_id

@@ -82,8 +82,7 @@ def zoo_cfg(
         f"syncLimit={timings.sync_limit_ticks}",
         f"maxSessionTimeout={timings.max_session_ms}",
         f"dataDir={zk_dir(data_dir, node) / 'data'}",
-        f"clientPort={node.client.port}",
-        f"clientPortAddress={node.client.host}",
+        *_client_port(topology.security, node),
         "admin.enableServer=false",
         f"4lw.commands.whitelist={four_letter_words}",
         # keep three snapshots and their logs, purged hourly
@@ -100,6 +99,39 @@ def zoo_cfg(
             host, peer_port, election_port = peer_address(node, peer)
             lines.append(f"server.{peer.server_id}={host}:{peer_port}:{election_port}")
     return "\n".join(lines) + "\n"
+
+
+def _client_port(security: SecuritySettings, node: ZkNode) -> list[str]:
+    """The node's client port: with TLS on, TLS only (Netty), its host's certificate, and no
+    client certificate asked for (clients log in with SASL inside TLS)."""
+    if not security.tls:
+        return [f"clientPort={node.client.port}", f"clientPortAddress={node.client.host}"]
+    return [
+        f"secureClientPort={node.client.port}",
+        f"secureClientPortAddress={node.client.host}",
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+        f"ssl.keyStore.location={security.host_bundle(node.client.host)}",
+        "ssl.keyStore.type=PEM",
+        f"ssl.trustStore.location={security.ca_cert}",
+        "ssl.trustStore.type=PEM",
+        "ssl.clientAuth=none",
+    ]
+
+
+def java_zookeeper_flags(topology: Topology) -> tuple[str, ...]:
+    """JVM flags of a Java ZooKeeper client of the deployment (bookies, BookKeeper's tools):
+    its login, and with TLS on, ZooKeeper's TLS port verified against the deployment's CA."""
+    flags = [java_login_flag(topology)]
+    if topology.security.tls:
+        flags += [
+            "-Dzookeeper.client.secure=true",
+            "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+            f"-Dzookeeper.ssl.trustStore.location={topology.security.ca_cert}",
+            "-Dzookeeper.ssl.trustStore.type=PEM",
+            # ZooKeeper 3.8's port speaks TLS 1.2; BookKeeper's 3.9 client would offer 1.3 only
+            "-Dzookeeper.ssl.protocol=TLSv1.2",
+        ]
+    return tuple(flags)
 
 
 def java_login_flag(topology: Topology) -> str:
@@ -153,7 +185,7 @@ def java_client_flags(topology: Topology) -> tuple[str, ...]:
     """JVM flags of a BookKeeper Java client built without a configuration file (its
     benchmarks): the ZooKeeper login, and TLS to the bookies as system properties, which
     BookKeeper's configurations read when told to."""
-    flags = [java_login_flag(topology)]
+    flags = list(java_zookeeper_flags(topology))
     if topology.security.tls:
         flags.append("-Dorg.apache.bookkeeper.conf.readsystemproperties=true")
         flags += [f"-D{line}" for line in client_tls_lines(topology.security)]

@@ -78,7 +78,7 @@ def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools
         tools.java,
         BOOKIE_HEAP,
         BOOKIE_DIRECT_MEMORY,
-        nodes.java_login_flag(topology),
+        *nodes.java_zookeeper_flags(topology),
         "-cp",
         tools.bookkeeper_classpath,
         "org.apache.bookkeeper.server.Main",
@@ -107,7 +107,7 @@ def toxiproxy_spec(topology: Topology, data_dir: Path, tools: Tools) -> ProcessS
 
 def shell_conf(topology: Topology) -> str:
     """BookKeeper's shell and tools: the whole ensemble, creating znodes as their login's
-    (run with nodes.java_login_flag), bookies over TLS with globelog's client certificate."""
+    (run with nodes.java_zookeeper_flags), bookies over TLS with globelog's client certificate."""
     lines = [
         f"metadataServiceUri={nodes.metadata_service_uri(topology)}",
         "zkTimeout=10000",

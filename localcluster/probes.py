@@ -12,20 +12,29 @@ import aiohttp
 
 from core.errors import ClusterError
 from core.security.credentials import auth_headers, client_ssl, default_token
+from core.security.pki import client_context
+from core.security.settings import SecuritySettings
 from core.topology import Endpoint
 
 PROBE_TIMEOUT_S = 2.0
 POLL_INTERVAL_S = 0.1
 
 
-async def zookeeper_mode(endpoint: Endpoint) -> str | None:
-    """The server's mode (leader, follower, standalone) from `srvr`, or None if not serving.
+async def zookeeper_mode(endpoint: Endpoint, tls: ssl.SSLContext | None) -> str | None:
+    """The server's mode (leader, follower, standalone) from `srvr` (over TLS when its port
+    is: `zookeeper_tls`), or None if not serving.
 
     A listening port is not enough: ZooKeeper accepts before it serves requests.
     """
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(endpoint.host, endpoint.port), PROBE_TIMEOUT_S
+            asyncio.open_connection(
+                endpoint.host,
+                endpoint.port,
+                ssl=tls,
+                server_hostname=endpoint.host if tls is not None else None,
+            ),
+            PROBE_TIMEOUT_S,
         )
     except (OSError, TimeoutError):
         return None
@@ -41,6 +50,12 @@ async def zookeeper_mode(endpoint: Endpoint) -> str | None:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None
+
+
+def zookeeper_tls(security: SecuritySettings) -> ssl.SSLContext | None:
+    """What ZooKeeper's client ports are reached with: TLS verified against the deployment's
+    CA, or None when the deployment has TLS off."""
+    return client_context(security.ca_cert) if security.tls else None
 
 
 def operator_session(

@@ -15,7 +15,14 @@ from core.errors import ClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BOOKKEEPER_VERSION = "4.17.3"
-ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+# ZooKeeper's manifest leaves out two Netty jars its TLS port (NettyServerCnxnFactory) needs;
+# Debian's libnetty-java, a dependency of the zookeeper package, has them.
+ZOOKEEPER_JARS = (
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/slf4j-simple.jar",
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+)
 
 
 @dataclass(frozen=True, slots=True)

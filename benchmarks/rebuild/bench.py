@@ -243,7 +243,7 @@ async def bookkeeper_phase(
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
     argv = [
-        tools.java, "-Xmx512m", nodes.java_login_flag(cluster.topology), "-cp",
+        tools.java, "-Xmx512m", *nodes.java_zookeeper_flags(cluster.topology), "-cp",
         tools.bookkeeper_classpath, "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "recover", "-f", "-sk",
         bookie_id,
     ]  # fmt: skip

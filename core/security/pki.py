@@ -68,11 +68,17 @@ def _name(common: str, role: str | None = None) -> x509.Name:
     return x509.Name(attributes)
 
 
-def _san(host: str) -> x509.GeneralName:
+def _sans(host: str) -> list[x509.GeneralName]:
+    """The names a host's certificate answers to: its name or address, and for a loopback
+    address also `localhost` (which Java clients may verify instead of the address)."""
     try:
-        return x509.IPAddress(ipaddress.ip_address(host))
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return x509.DNSName(host)
+        return [x509.DNSName(host)]
+    names: list[x509.GeneralName] = [x509.IPAddress(address)]
+    if address.is_loopback:
+        names.append(x509.DNSName("localhost"))
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +145,7 @@ class Authority:
         )
         if role is None:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName([_san(host)]), critical=False
+                x509.SubjectAlternativeName(_sans(host)), critical=False
             )
         cert = (
             builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -154,11 +160,20 @@ class Authority:
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
-def needs_renewal(cert_path: Path, now: datetime.datetime) -> bool:
+def needs_renewal(cert_path: Path, now: datetime.datetime, host: str | None = None) -> bool:
+    """Whether the certificate is missing, unreadable, near its end, or (for `host`) names
+    other names than a new one would."""
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     except (OSError, ValueError):
         return True
+    if host is not None:
+        try:
+            names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return True
+        if list(names) != _sans(host):
+            return True
     return cert.not_valid_after_utc - now < datetime.timedelta(days=RENEW_BEFORE_DAYS)
 
 

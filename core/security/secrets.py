@@ -35,9 +35,10 @@ class ZkLogin:
 
     user: str
     password: str = ""
+    tls_ca: Path | None = None  # ZooKeeper's port is TLS, its certificate of this CA
 
     def __repr__(self) -> str:  # never a password in a log line or a traceback
-        return f"ZkLogin(user={self.user!r})"
+        return f"ZkLogin(user={self.user!r}, tls_ca={self.tls_ca})"
 
 
 def zk_password_file(settings: SecuritySettings) -> Path:
@@ -78,8 +79,10 @@ def _read_secret(path: Path, what: str) -> str:
 
 @functools.lru_cache(maxsize=8)
 def zk_login(settings: SecuritySettings) -> ZkLogin:
-    """The deployment's ZooKeeper login (ConfigError when its file is missing or malformed)."""
-    return ZkLogin(ZK_USER, _read_secret(zk_password_file(settings), "ZooKeeper password file"))
+    """The deployment's ZooKeeper login, over TLS when the deployment has it (ConfigError
+    when its file is missing or malformed)."""
+    password = _read_secret(zk_password_file(settings), "ZooKeeper password file")
+    return ZkLogin(ZK_USER, password, settings.ca_cert if settings.tls else None)
 
 
 @functools.lru_cache(maxsize=8)

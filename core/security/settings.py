@@ -16,7 +16,8 @@ The directory, as `globelog security init` lays it out:
     token-signing.pub   its public key: every proxy verifies tokens with it
     admin.token         a token of every scope, for the operator (the CLI's default token)
     ca.pem, ca.key      the deployment's certificate authority (core/security/pki.py)
-    hosts/<host>.pem    each proxy and bookie host's certificate, and .key its key
+    hosts/<host>.pem    each proxy, bookie and ZooKeeper host's certificate, .key its key, and
+                        .bundle.pem both in one file (ZooKeeper's key store)
     clients/ledger-client.pem  the certificate globelog's processes present to bookies (role
                         `globelog`, which bookies authorize), and .key its key
     zookeeper.password, zookeeper.jaas, ledger.password  shared secrets (core/security/secrets.py)
@@ -63,6 +64,10 @@ class SecuritySettings:
 
     def host_key(self, host: str) -> Path:
         return self.directory / HOSTS_DIR / f"{host}.key"
+
+    def host_bundle(self, host: str) -> Path:
+        """The host's key and certificate in one PEM file (ZooKeeper's key store)."""
+        return self.directory / HOSTS_DIR / f"{host}.bundle.pem"
 
     @property
     def ledger_client_cert(self) -> Path:

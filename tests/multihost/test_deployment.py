@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.topology_loader import load_topology
+from localcluster import nodes
 from localcluster.tools import REPO_ROOT, Tools, find_tools
 from tests.support.netns import NetnsUnavailableError, Network, check_netns_available
 
@@ -142,7 +144,8 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
     # 1. The deployment's keys, secrets and certificates, once (every host here reads the same
     # directory); ZooKeeper's nodes read their users from its JAAS file, bookies their login.
     d.cli("app-us-east", "security", "init")
-    login = f"-Djava.security.auth.login.config={d.home / 'security' / 'zookeeper.jaas'}"
+    topology = load_topology(Path(d.env["GLOBELOG_TOPOLOGY"]))
+    login, zk_client = nodes.java_login_flag(topology), nodes.java_zookeeper_flags(topology)
     # 2. ZooKeeper: one node per region, a quorum across the three.
     for region in REGIONS:
         host, data = f"zk-{region}", d.home / "hosts" / f"zk-{region}"
@@ -166,7 +169,7 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
             d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
             d.net.start(
                 name,
-                [tools.java, *BOOKIE_JVM, login, "-cp", tools.bookkeeper_classpath,
+                [tools.java, *BOOKIE_JVM, *zk_client, "-cp", tools.bookkeeper_classpath,
                  "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
                 logs / f"{name}.log", d.env,
             )  # fmt: skip

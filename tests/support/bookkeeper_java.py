@@ -28,7 +28,7 @@ def bookie_shell(cluster: Cluster, tools: Tools, *args: str) -> str:
     argv = [
         tools.java,
         "-Xmx256m",
-        nodes.java_login_flag(cluster.topology),
+        *nodes.java_zookeeper_flags(cluster.topology),
         "-cp",
         tools.bookkeeper_classpath,
         "org.apache.bookkeeper.bookie.BookieShell",
@@ -52,7 +52,7 @@ def ledger_tool_argv(cluster: Cluster, tools: Tools, *args: str) -> list[str]:
     return [
         tools.java,
         "-Xmx256m",
-        nodes.java_login_flag(cluster.topology),
+        *nodes.java_zookeeper_flags(cluster.topology),
         "-cp",
         tools.bookkeeper_classpath,
         str(LEDGER_TOOL),

@@ -14,13 +14,12 @@ import pytest
 from cli.main import main
 from core.errors import MetadataError
 from core.routes import TOPOLOGY_ZNODE, PublishedBookie, decode_published, encode_published
-from core.security.secrets import zk_jaas_file
 from core.topology import Replication
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig, init_cluster_metadata
+from localcluster import nodes
 from localcluster.controller import Cluster
 from localcluster.tools import Tools
-from tests.support import security
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +38,15 @@ async def tree(store: MetaStore, path: str) -> dict[str, bytes]:
     return found
 
 
-def java_initnewcluster(tools: Tools, zk: str, root: str, home: Path) -> None:
+def java_initnewcluster(
+    tools: Tools, zk: str, root: str, home: Path, flags: tuple[str, ...]
+) -> None:
     conf = home / "shell.conf"
     conf.write_text(
         f"metadataServiceUri=zk+hierarchical://{zk}{root}\nzkTimeout=10000\nzkEnableSecurity=true\n"
     )
-    login = f"-Djava.security.auth.login.config={zk_jaas_file(security.SECURITY)}"
     done = subprocess.run(
-        [tools.java, "-Xmx256m", login, "-cp", tools.bookkeeper_classpath,
+        [tools.java, "-Xmx256m", *flags, "-cp", tools.bookkeeper_classpath,
          "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), "initnewcluster"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -66,7 +66,9 @@ def test_the_root_matches_bookkeepers_initnewcluster(
             await store.ensure_path(f"/ours-{run}")
 
     asyncio.run(parents())  # BookKeeper's shell creates the root, not its parents
-    java_initnewcluster(tools, zk, java_root, tmp_path)
+    java_initnewcluster(
+        tools, zk, java_root, tmp_path, nodes.java_zookeeper_flags(cluster.topology)
+    )
 
     async def check() -> None:
         async with await MetaStore.of(cluster.topology) as store:

@@ -16,13 +16,15 @@ from global_meta.streams import StreamMetaStore
 from ledger import audit_ledgers
 from localcluster import controller, regions, wan
 from localcluster.controller import Cluster
-from localcluster.probes import zookeeper_mode
+from localcluster.probes import zookeeper_mode, zookeeper_tls
 from localcluster.tools import Tools
 from region.client import Acked, ProxyClient
 from region.isolation import cut_off_check
 from tests.support import security
 from tests.support.security import client_session
 from tests.support.streams import fresh_namespace, stream_env
+
+ZK_TLS = zookeeper_tls(security.SECURITY)
 
 ZK_SETTLE_TIMEOUT_S = 30.0
 
@@ -50,7 +52,7 @@ async def owned_by(url: str) -> list[str]:
 
 async def zk_serving(cluster: Cluster, region: str) -> bool:
     node = cluster.topology.zk_nodes_for(region)[0]
-    return await zookeeper_mode(node.client) is not None
+    return await zookeeper_mode(node.client, ZK_TLS) is not None
 
 
 async def wait_for_zk(cluster: Cluster, region: str, serving: bool) -> None:
@@ -265,7 +267,7 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
     try:
         for _ in range(2):
             modes = {
-                node.region: await zookeeper_mode(node.client)
+                node.region: await zookeeper_mode(node.client, ZK_TLS)
                 for node in cluster.topology.zookeeper
             }
             leader = next(region for region, mode in modes.items() if mode == "leader")
@@ -278,7 +280,7 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
                     modes_now = ["-"]
                     while sorted(modes_now) != ["follower", "leader"]:
                         await asyncio.sleep(0.1)  # polling servers
-                        modes_now = [await zookeeper_mode(n.client) or "-" for n in others]
+                        modes_now = [await zookeeper_mode(n.client, ZK_TLS) or "-" for n in others]
             finally:
                 await regions.region_up(cluster, tools, leader)
             for region in cluster.topology.region_names:

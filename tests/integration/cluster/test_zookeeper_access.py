@@ -1,30 +1,36 @@
-"""Who may touch the deployment's ZooKeeper (docs/security.md): sessions logged in as its user
-(SASL DIGEST-MD5, the secret `globelog security init` made) and nobody else. On the real
-ensemble: an anonymous client can neither read nor write a globelog or BookKeeper znode, a
-wrong password gets no session, and every znode the deployment made (by globelog or by the
-bookies) is its user's alone, so a session of any other identity could not touch it either."""
+"""Who may touch the deployment's ZooKeeper (docs/security.md): sessions over TLS logged in as
+its user (SASL DIGEST-MD5, the secret `globelog security init` made) and nobody else. On the
+real ensemble: a client in clear, or one trusting another CA, gets no session; an anonymous
+client over TLS can neither read nor write a globelog or BookKeeper znode; a wrong password
+gets no session; and every znode the deployment made (by globelog or by the bookies) is its
+user's alone, so a session of any other identity could not touch it either."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Id, Permissions
 
 from core import errors
 from core.records import Record
 from core.routes import TOPOLOGY_ZNODE
+from core.security import pki
 from core.security.secrets import ZK_USER, ZkLogin
 from global_meta import MetaStore
 from global_meta.store import kazoo_login
 from ledger import LEDGERS_ROOT
 from localcluster.controller import Cluster
 from tests.support import security
+from tests.support.security import SECURITY
 from tests.support.streams import fresh_namespace, stream_env
 
 SESSION_S = 10.0
@@ -32,8 +38,14 @@ FOREIGN = f"/intruder-{uuid.uuid4().hex[:8]}"
 ONLY_OURS = [ACL(Permissions.ALL, Id("sasl", ZK_USER))]
 
 
-def in_session(hosts: str, login: ZkLogin | None, work: Callable[[KazooClient], Any]) -> Any:
-    client = KazooClient(hosts=hosts, timeout=SESSION_S, **kazoo_login(login))
+def in_session(
+    hosts: str,
+    login: ZkLogin | None,
+    work: Callable[[KazooClient], Any],
+    tls_ca: Path | None = SECURITY.ca_cert,
+) -> Any:
+    """`work` in a session as `login` (None: anonymous, over TLS with `tls_ca` if given)."""
+    client = KazooClient(hosts=hosts, timeout=SESSION_S, **kazoo_login(login, tls_ca))
     try:
         client.start(SESSION_S)
         return work(client)
@@ -87,8 +99,25 @@ async def test_an_anonymous_client_can_neither_read_nor_write_metadata(cluster: 
         assert data != b"{}", "an anonymous client rewrote the topology"
 
 
+async def test_a_client_in_clear_or_trusting_another_ca_gets_no_session(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """ZooKeeper's client port is TLS only: a client speaking in clear is never answered,
+    and a client that verifies against another CA refuses the server."""
+    other = pki.Authority.make("another deployment", datetime.datetime.now(datetime.UTC))
+    other.save(tmp_path / "other-ca.pem", tmp_path / "other-ca.key")
+    for tls_ca in (None, tmp_path / "other-ca.pem"):
+        with pytest.raises((KazooTimeoutError, KazooException)):
+            await asyncio.to_thread(
+                in_session, cluster.topology.zk_connect, None, lambda c: c.get("/"), tls_ca
+            )
+        login = ZkLogin(ZK_USER, security.zk_login().password, tls_ca)
+        with pytest.raises(errors.MetadataUnavailableError, match="no session within"):
+            await MetaStore.connect(cluster.topology.zk_connect, login, connect_timeout_s=3.0)
+
+
 async def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
-    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex)
+    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex, SECURITY.ca_cert)
     with pytest.raises(errors.ConfigError, match="refused a login as 'globelog'"):
         await MetaStore.connect(cluster.topology.zk_connect, wrong, connect_timeout_s=4.0)
 

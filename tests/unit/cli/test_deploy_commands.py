@@ -65,8 +65,11 @@ def test_config_zookeeper_names_every_peer_by_host(
     assert main(["config", "zookeeper", "zk-us-west", "--topology", str(path),
                  "--data-dir", str(data)]) == 0  # fmt: skip
     cfg = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if "=" in line)
-    assert cfg["clientPortAddress"] == f"zk-us-west.{DOMAIN}"
-    assert cfg["clientPort"] == "2181"
+    # TLS only (the deployment's default): no port in clear, the host's own certificate
+    assert cfg["secureClientPortAddress"] == f"zk-us-west.{DOMAIN}"
+    assert cfg["secureClientPort"] == "2181" and "clientPort" not in cfg
+    assert cfg["ssl.keyStore.location"].endswith(f"hosts/zk-us-west.{DOMAIN}.bundle.pem")
+    assert cfg["enforce.auth.enabled"] == "true" and cfg["enforce.auth.schemes"] == "sasl"
     assert cfg["dataDir"] == str(data / "zookeeper" / "zk-us-west" / "data")
     assert [cfg[f"server.{i}"] for i in (1, 2, 3)] == [
         f"zk-{r}.{DOMAIN}:2888:3888" for r in ("us-east", "us-west", "eu-west")
