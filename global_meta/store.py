@@ -8,7 +8,6 @@ import logging
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
@@ -24,7 +23,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import make_acl
 
 from core import errors
-from core.security.secrets import ZkLogin, zk_login
+from core.security.secrets import ZkLogin, ZkTls, zk_login
 from core.topology import Topology
 from global_meta.errors import translate
 from global_meta.watch import Mailbox
@@ -42,15 +41,17 @@ GIVE_UP_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
 
 
-def kazoo_login(login: ZkLogin | None, tls_ca: Path | None = None) -> dict[str, Any]:
+def kazoo_login(login: ZkLogin | None, tls: ZkTls | None = None) -> dict[str, Any]:
     """KazooClient options of a session as `login`: SASL DIGEST-MD5, and every znode it
     creates readable and writable by that user only (kazoo's default would be world-open);
-    TLS to ZooKeeper's port, its certificate verified against the login's CA (or `tls_ca`:
-    an anonymous session's) for the host dialled."""
+    TLS to ZooKeeper's port (the login's, or `tls`: an anonymous session's), the server's
+    certificate verified for the host dialled."""
     options: dict[str, Any] = {}
-    ca = login.tls_ca if login is not None else tls_ca
-    if ca is not None:
-        options.update(use_ssl=True, ca=str(ca), verify_certs=True, check_hostname=True)
+    tls = login.tls if login is not None else tls
+    if tls is not None:
+        options.update(use_ssl=True, ca=str(tls.ca), verify_certs=True, check_hostname=True)
+        if tls.cert is not None and tls.key is not None:
+            options.update(certfile=str(tls.cert), keyfile=str(tls.key))
     if login is not None:
         options["sasl_options"] = {
             "mechanism": "DIGEST-MD5",
@@ -82,6 +83,13 @@ def retry_dropped_logins(client: KazooClient) -> None:
             raise AuthFailedError(f"{host} refused the SASL login") from err
 
     connection._authenticate_with_sasl = authenticate_or_drop
+
+
+def _discard(client: KazooClient) -> None:
+    """Stops a client that got no session (its connection thread may still be running) and
+    releases its resources."""
+    client.stop()
+    client.close()
 
 
 def _logged_in(client: KazooClient, timeout_s: float) -> None:
@@ -226,14 +234,14 @@ class MetaStore:
             if login is not None:  # kazoo reports a session before the login is done
                 await asyncio.to_thread(_logged_in, client, connect_timeout_s)
         except AuthFailedError as err:
-            await asyncio.to_thread(client.close)
+            await asyncio.to_thread(_discard, client)
             raise errors.ConfigError(
                 f"ZooKeeper {hosts!r} refused a login {who}: its nodes "
                 "were started with another secret than this process's (`security.dir`, "
                 "zookeeper.password and zookeeper.jaas; docs/security.md)"
             ) from err
         except (KazooTimeoutError, KazooException) as err:
-            await asyncio.to_thread(client.close)
+            await asyncio.to_thread(_discard, client)
             raise errors.MetadataUnavailableError(
                 f"connect to ZooKeeper {hosts!r} {who}: no session within {connect_timeout_s} s"
             ) from err

@@ -102,8 +102,8 @@ def zoo_cfg(
 
 
 def _client_port(security: SecuritySettings, node: ZkNode) -> list[str]:
-    """The node's client port: with TLS on, TLS only (Netty), its host's certificate, and no
-    client certificate asked for (clients log in with SASL inside TLS)."""
+    """The node's client port: with TLS on, TLS only (Netty), its host's certificate, and
+    clients' certificates of the deployment's CA demanded."""
     if not security.tls:
         return [f"clientPort={node.client.port}", f"clientPortAddress={node.client.host}"]
     return [
@@ -114,7 +114,8 @@ def _client_port(security: SecuritySettings, node: ZkNode) -> list[str]:
         "ssl.keyStore.type=PEM",
         f"ssl.trustStore.location={security.ca_cert}",
         "ssl.trustStore.type=PEM",
-        "ssl.clientAuth=none",
+        # clients show a certificate of the deployment's CA, then log in with SASL inside TLS
+        "ssl.clientAuth=need",
     ]
 
 
@@ -128,6 +129,8 @@ def java_zookeeper_flags(topology: Topology) -> tuple[str, ...]:
             "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
             f"-Dzookeeper.ssl.trustStore.location={topology.security.ca_cert}",
             "-Dzookeeper.ssl.trustStore.type=PEM",
+            f"-Dzookeeper.ssl.keyStore.location={topology.security.ledger_client_bundle}",
+            "-Dzookeeper.ssl.keyStore.type=PEM",
             # ZooKeeper 3.8's port speaks TLS 1.2; BookKeeper's 3.9 client would offer 1.3 only
             "-Dzookeeper.ssl.protocol=TLSv1.2",
         ]

@@ -12,7 +12,7 @@ import aiohttp
 
 from core.errors import ClusterError
 from core.security.credentials import auth_headers, client_ssl, default_token
-from core.security.pki import client_context
+from core.security.pki import mutual_context
 from core.security.settings import SecuritySettings
 from core.topology import Endpoint
 
@@ -55,7 +55,9 @@ async def zookeeper_mode(endpoint: Endpoint, tls: ssl.SSLContext | None) -> str 
 def zookeeper_tls(security: SecuritySettings) -> ssl.SSLContext | None:
     """What ZooKeeper's client ports are reached with: TLS verified against the deployment's
     CA, or None when the deployment has TLS off."""
-    return client_context(security.ca_cert) if security.tls else None
+    if not security.tls:
+        return None
+    return mutual_context(security.ca_cert, security.ledger_client_cert, security.ledger_client_key)
 
 
 def operator_session(

@@ -92,11 +92,10 @@ def _init_certificates(
     for cert_path, key_path, name, role in wanted:
         # a new CA signs them all again; a host's names may have changed
         renew = fresh or pki.needs_renewal(cert_path, now, None if role else name)
-        bundle = None if role is not None else settings.host_bundle(name)
-        if renew or not key_path.is_file() or (bundle is not None and not bundle.is_file()):
+        bundle = settings.ledger_client_bundle if role is not None else settings.host_bundle(name)
+        if renew or not key_path.is_file() or not bundle.is_file():
             cert, key = authority.issue(name, now, role=role)
             pki.write_host(cert_path, key_path, cert, key)
-            if bundle is not None:
-                pki.write_private(bundle, key + cert)
+            pki.write_private(bundle, key + cert)
             written.append(cert_path)
     return written

@@ -30,15 +30,25 @@ SECRET_CHARS = 43  # secrets.token_urlsafe(32): 256 bits in URL-safe base64, no 
 
 
 @dataclass(frozen=True, slots=True)
+class ZkTls:
+    """TLS to ZooKeeper's port: its certificate verified against `ca`, the client's own
+    certificate and key presented (ZooKeeper demands one of the deployment's CA)."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ZkLogin:
-    """Who a process is to ZooKeeper: SASL DIGEST-MD5 user and password."""
+    """Who a process is to ZooKeeper: SASL DIGEST-MD5 user and password, over `tls`."""
 
     user: str
     password: str = ""
-    tls_ca: Path | None = None  # ZooKeeper's port is TLS, its certificate of this CA
+    tls: ZkTls | None = None
 
     def __repr__(self) -> str:  # never a password in a log line or a traceback
-        return f"ZkLogin(user={self.user!r}, tls_ca={self.tls_ca})"
+        return f"ZkLogin(user={self.user!r}, tls={self.tls})"
 
 
 def zk_password_file(settings: SecuritySettings) -> Path:
@@ -82,7 +92,15 @@ def zk_login(settings: SecuritySettings) -> ZkLogin:
     """The deployment's ZooKeeper login, over TLS when the deployment has it (ConfigError
     when its file is missing or malformed)."""
     password = _read_secret(zk_password_file(settings), "ZooKeeper password file")
-    return ZkLogin(ZK_USER, password, settings.ca_cert if settings.tls else None)
+    return ZkLogin(ZK_USER, password, zk_tls(settings))
+
+
+def zk_tls(settings: SecuritySettings) -> ZkTls | None:
+    """How the deployment's clients reach ZooKeeper's port: TLS with globelog's client
+    certificate, or None when the deployment has TLS off."""
+    if not settings.tls:
+        return None
+    return ZkTls(settings.ca_cert, settings.ledger_client_cert, settings.ledger_client_key)
 
 
 @functools.lru_cache(maxsize=8)

@@ -79,6 +79,11 @@ class SecuritySettings:
         return self.directory / CLIENTS_DIR / "ledger-client.key"
 
     @property
+    def ledger_client_bundle(self) -> Path:
+        """Its key and certificate in one PEM file (the Java ZooKeeper client's key store)."""
+        return self.directory / CLIENTS_DIR / "ledger-client.bundle.pem"
+
+    @property
     def signing_key(self) -> Path:
         return self.directory / SIGNING_KEY_FILE
 

@@ -7,10 +7,19 @@ node="${GLOBELOG_NODE:?set GLOBELOG_NODE to the node name in topology.yaml}"
 data="${GLOBELOG_DATA_DIR:-/var/lib/globelog}"
 conf="$data/conf/$role-$node.conf"
 # the deployment's ZooKeeper login, mounted from `globelog security init`'s directory
-login="-Djava.security.auth.login.config=${GLOBELOG_SECURITY_DIR:-/etc/globelog/security}/zookeeper.jaas"
+security="${GLOBELOG_SECURITY_DIR:-/etc/globelog/security}"
+login="-Djava.security.auth.login.config=$security/zookeeper.jaas"
+# a bookie reaches ZooKeeper's TLS port (localcluster/nodes.java_zookeeper_flags)
+zk_tls="-Dzookeeper.client.secure=true -Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty -Dzookeeper.ssl.trustStore.location=$security/ca.pem -Dzookeeper.ssl.trustStore.type=PEM -Dzookeeper.ssl.keyStore.location=$security/clients/ledger-client.bundle.pem -Dzookeeper.ssl.keyStore.type=PEM -Dzookeeper.ssl.protocol=TLSv1.2"
 globelog config "$role" "$node" --data-dir "$data" --write "$conf"
 case "$role" in
-  bookie) BOOKIE_CONF="$conf" BOOKIE_EXTRA_OPTS="$login" exec /opt/bookkeeper/bin/bookkeeper bookie ;;
-  zookeeper) SERVER_JVMFLAGS="$login" exec /usr/share/zookeeper/bin/zkServer.sh start-foreground "$conf" ;;
+  bookie) BOOKIE_CONF="$conf" BOOKIE_EXTRA_OPTS="$login $zk_tls" exec /opt/bookkeeper/bin/bookkeeper bookie ;;
+  zookeeper)
+    # ZooKeeper's main class directly: Debian's zkServer.sh leaves off the Netty jars its TLS
+    # port needs
+    jars=/usr/share/java
+    exec java -Xmx1g "$login" \
+      -cp "$jars/zookeeper.jar:$jars/netty-codec.jar:$jars/netty-resolver.jar:$jars/slf4j-simple.jar" \
+      org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf" ;;
   *) echo "start-node: unknown role $role (expected bookie or zookeeper)" >&2; exit 2 ;;
 esac

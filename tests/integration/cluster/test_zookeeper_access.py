@@ -8,6 +8,7 @@ user's alone, so a session of any other identity could not touch it either."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
@@ -24,7 +25,8 @@ from core import errors
 from core.records import Record
 from core.routes import TOPOLOGY_ZNODE
 from core.security import pki
-from core.security.secrets import ZK_USER, ZkLogin
+from core.security.secrets import ZK_USER, ZkLogin, ZkTls, zk_tls
+from core.security.settings import LEDGER_ROLE
 from global_meta import MetaStore
 from global_meta.store import kazoo_login
 from ledger import LEDGERS_ROOT
@@ -35,19 +37,29 @@ from tests.support.streams import fresh_namespace, stream_env
 
 SESSION_S = 10.0
 FOREIGN = f"/intruder-{uuid.uuid4().hex[:8]}"
-ONLY_OURS = [ACL(Permissions.ALL, Id("sasl", ZK_USER))]
+DEPLOYMENT_TLS = zk_tls(SECURITY)
+assert DEPLOYMENT_TLS is not None, "the tests' deployment has TLS on"
+OUR_LOGIN = Id("sasl", ZK_USER)
+
+
+def ours(entry: ACL) -> bool:
+    """An ACL entry granting only the deployment's identities: its SASL user, or (on znodes
+    the bookies made for their session's every identity) its client certificate."""
+    certificate = entry.id.scheme == "x509" and f"OU=0:{LEDGER_ROLE}" in entry.id.id
+    return entry.perms == Permissions.ALL and (entry.id == OUR_LOGIN or certificate)
 
 
 def in_session(
     hosts: str,
     login: ZkLogin | None,
     work: Callable[[KazooClient], Any],
-    tls_ca: Path | None = SECURITY.ca_cert,
+    tls: ZkTls | None = DEPLOYMENT_TLS,
+    start_s: float = SESSION_S,
 ) -> Any:
-    """`work` in a session as `login` (None: anonymous, over TLS with `tls_ca` if given)."""
-    client = KazooClient(hosts=hosts, timeout=SESSION_S, **kazoo_login(login, tls_ca))
+    """`work` in a session as `login` (None: anonymous, over `tls` if given)."""
+    client = KazooClient(hosts=hosts, timeout=SESSION_S, **kazoo_login(login, tls))
     try:
-        client.start(SESSION_S)
+        client.start(start_s)
         return work(client)
     finally:
         client.stop()
@@ -99,25 +111,35 @@ async def test_an_anonymous_client_can_neither_read_nor_write_metadata(cluster: 
         assert data != b"{}", "an anonymous client rewrote the topology"
 
 
-async def test_a_client_in_clear_or_trusting_another_ca_gets_no_session(
+async def test_a_client_in_clear_or_without_the_deployments_certificates_gets_no_session(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """ZooKeeper's client port is TLS only: a client speaking in clear is never answered,
-    and a client that verifies against another CA refuses the server."""
-    other = pki.Authority.make("another deployment", datetime.datetime.now(datetime.UTC))
+    """ZooKeeper's client port is TLS only: a client speaking in clear is never answered; a
+    client without a certificate, or with one of another CA, is refused by the server; a
+    client that verifies against another CA refuses the server. Even with the password."""
+    now = datetime.datetime.now(datetime.UTC)
+    other = pki.Authority.make("another deployment", now)
     other.save(tmp_path / "other-ca.pem", tmp_path / "other-ca.key")
-    for tls_ca in (None, tmp_path / "other-ca.pem"):
+    cert, key = other.issue("intruder", now, role=LEDGER_ROLE)
+    pki.write_host(tmp_path / "c.pem", tmp_path / "c.key", cert, key)
+    refused = {
+        "in clear": None,
+        "no certificate": ZkTls(SECURITY.ca_cert),
+        "another CA's certificate": ZkTls(SECURITY.ca_cert, tmp_path / "c.pem", tmp_path / "c.key"),
+        "trusting another CA": dataclasses.replace(DEPLOYMENT_TLS, ca=tmp_path / "other-ca.pem"),
+    }
+    for tls in refused.values():
         with pytest.raises((KazooTimeoutError, KazooException)):
             await asyncio.to_thread(
-                in_session, cluster.topology.zk_connect, None, lambda c: c.get("/"), tls_ca
+                in_session, cluster.topology.zk_connect, None, lambda c: c.get("/"), tls, 3.0
             )
-        login = ZkLogin(ZK_USER, security.zk_login().password, tls_ca)
+        login = ZkLogin(ZK_USER, security.zk_login().password, tls)
         with pytest.raises(errors.MetadataUnavailableError, match="no session within"):
             await MetaStore.connect(cluster.topology.zk_connect, login, connect_timeout_s=3.0)
 
 
 async def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
-    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex, SECURITY.ca_cert)
+    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex, DEPLOYMENT_TLS)
     with pytest.raises(errors.ConfigError, match="refused a login as 'globelog'"):
         await MetaStore.connect(cluster.topology.zk_connect, wrong, connect_timeout_s=4.0)
 
@@ -147,5 +169,9 @@ async def test_every_znode_of_the_deployment_is_its_users_alone(cluster: Cluster
     )
     assert any(path.startswith(f"{LEDGERS_ROOT}/available/") for path in acls), sorted(acls)
     assert any(path.startswith("/globelog/namespaces/") for path in acls), sorted(acls)
-    open_to_others = {path: acl for path, acl in acls.items() if list(acl) != ONLY_OURS}
+    open_to_others = {
+        path: acl
+        for path, acl in acls.items()
+        if OUR_LOGIN not in [e.id for e in acl] or not all(ours(e) for e in acl)
+    }
     assert not open_to_others, open_to_others

@@ -299,9 +299,9 @@ async def test_a_remote_bookie_is_reached_through_its_wan_route(cluster: Cluster
         published, "us-east", security.bookie_config(), observe=lambda *o: observed.append(o)
     )
     async with far, BookieClient.for_region(published, "eu-west", security.bookie_config()) as near:
-        far_s = await best_round_trip_s(far, target.bookie_id)
-        near_s = await best_round_trip_s(near, target.bookie_id)
-        assert far_s >= floor_s > near_s
+        # physics: the route's emulated latency each way; a near round trip is not bounded
+        # by anything but load (TLS and two busy cores made it 8 ms once)
+        assert await best_round_trip_s(far, target.bookie_id) >= floor_s
         packet = ledger.packet(0, -1, b"across the ocean")
         await guarded(far.add_entry(target.bookie_id, ledger.ledger_id, 0, KEY, packet))
         read = await guarded(near.read_entry(target.bookie_id, ledger.ledger_id, 0))
@@ -330,7 +330,8 @@ async def test_a_paused_bookie_times_out_then_fails_fast_until_resumed(
             started = time.monotonic()
             with pytest.raises(BookieUnavailableError, match="after 1 consecutive failure"):
                 await guarded(client.get_bookie_info(bookie))
-            assert time.monotonic() - started < 0.1 and not client.is_available(bookie)
+            # refused from the backoff, not after waiting out another request timeout (1 s)
+            assert time.monotonic() - started < 0.5 and not client.is_available(bookie)
         finally:
             await controller.fault(cluster, tools, "resume", target.name)
         info = await eventually(lambda: client.get_bookie_info(bookie))
