@@ -11,8 +11,7 @@ from typing import Any
 import aiohttp
 
 from core.errors import ClusterError
-from core.security.credentials import auth_headers, client_ssl, default_token
-from core.security.pki import mutual_context
+from core.security.credentials import auth_headers, bookie_tls, client_ssl, default_token
 from core.security.settings import SecuritySettings
 from core.topology import Endpoint
 
@@ -53,11 +52,10 @@ async def zookeeper_mode(endpoint: Endpoint, tls: ssl.SSLContext | None) -> str 
 
 
 def zookeeper_tls(security: SecuritySettings) -> ssl.SSLContext | None:
-    """What ZooKeeper's client ports are reached with: TLS verified against the deployment's
-    CA, or None when the deployment has TLS off."""
-    if not security.tls:
-        return None
-    return mutual_context(security.ca_cert, security.ledger_client_cert, security.ledger_client_key)
+    """What ZooKeeper's client ports are reached with: the context globelog's clients reach
+    bookies with (the deployment's CA, its client certificate; made once), or None when the
+    deployment has TLS off."""
+    return bookie_tls(security)
 
 
 def operator_session(
