@@ -103,17 +103,17 @@ class LedgerWriter:
                 f"ledger {self.ledger_id}: entry is {len(payload)} bytes; the limit is {ENTRY_BYTES_MAX}"
             )
         if self._state.error is not None:
-            raise add_error(self.ledger_id, self._state.error)
+            raise self._refused(self._state.error)
         assert self._state.room > 0, "append() without room: await wait_for_room() first"
         # Stamp the machine's clock first: it times each add out from its send time. Feeding
         # (not just handling) runs whatever the tick decided, such as a failure, right away.
         self._runner.feed(Ticked(self._context.clock()))
         if self._state.error is not None:
-            raise add_error(self.ledger_id, self._state.error)
+            raise self._refused(self._state.error)
         self._piggybacked_lac = self._state.lac
         entry_id = self._state.submit(len(payload))
         if entry_id is None:
-            raise add_error(self.ledger_id, self._state.error or _closed_error())
+            raise self._refused(self._state.error or _closed_error())
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._futures[entry_id] = future
         self._payloads[entry_id] = payload
@@ -278,6 +278,14 @@ class LedgerWriter:
         self._context.metrics.adds.add(action.last_entry_id - action.first_entry_id + 1)
         if self._state.room > 0:
             self._room.set()
+
+    def _refused(self, error: AddError) -> LedgerHandleError:
+        """An entry offered to a failed or closed handle: it fails at once, and counts as a
+        failed entry like one in flight when the handle failed (which entries those were
+        depends on when a straggling answer reported the failure)."""
+        failure = add_error(self.ledger_id, error)
+        self._context.metrics.add_failures.add(1, {"code": failure.code})
+        return failure
 
     def _fail(self, entry_ids: tuple[int, ...], error: AddError) -> None:
         failure = add_error(self.ledger_id, error)
