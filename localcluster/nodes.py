@@ -144,6 +144,11 @@ def java_login_flag(topology: Topology) -> str:
 
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+# Netty's OpenSSL engine (BoringSSL, shipped in BookKeeper's distribution): the JDK's own engine
+# authenticates AES-GCM records in Java code here (GHASH over direct buffers), which made TLS
+# cost a bookie half again its CPU per byte (docs/benchmarks.md). Where the native library
+# cannot load, BookKeeper logs why and falls back to the JDK's engine.
+TLS_PROVIDER = "OpenSSL"
 # Refuses every request of a connection until its TLS handshake showed a client certificate
 # whose role (subject OU "0:<role>") is authorized: a bookie then serves nobody in clear.
 ROLE_AUTHORIZATION = "org.apache.bookkeeper.tls.BookieAuthZFactory"
@@ -155,7 +160,7 @@ def bookie_tls_lines(security: SecuritySettings, host: str) -> list[str]:
     deployment's CA, and only the globelog role served."""
     return [
         f"tlsProviderFactoryClass={TLS_FACTORY}",
-        "tlsProvider=JDK",
+        f"tlsProvider={TLS_PROVIDER}",
         "tlsKeyStoreType=PEM",
         f"tlsKeyStore={security.host_key(host)}",
         f"tlsCertificatePath={security.host_cert(host)}",
@@ -174,7 +179,7 @@ def client_tls_lines(security: SecuritySettings) -> list[str]:
     certificate."""
     return [
         f"tlsProviderFactoryClass={TLS_FACTORY}",
-        "tlsProvider=JDK",
+        f"tlsProvider={TLS_PROVIDER}",
         "tlsTrustStoreType=PEM",
         f"tlsTrustStore={security.ca_cert}",
         "tlsClientAuthentication=true",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -53,10 +54,40 @@ WRITER_REGION = "us-east"
 DELIVERY_RATE_PER_S = 200
 
 
+# what each kind of process spends per record, in the order the report lists them
+CPU_GROUPS = (
+    ("write proxy", ("write-proxy",)),
+    ("read proxies", ("read-proxy",)),
+    ("bookies", ("bookie",)),
+    ("ZooKeeper", ("zookeeper", "zk-relay")),
+    ("WAN emulation", ("toxiproxy",)),
+    ("rebuilders", ("rebuilder",)),
+)
+
+
+def cpu_by_group(data_dir: Path) -> dict[str, float]:
+    """CPU seconds so far of each group of the cluster's processes, and of this client."""
+    totals = dict.fromkeys([name for name, _ in CPU_GROUPS] + ["client"], 0.0)
+    for record in load_state(data_dir).values():
+        group = next((name for name, kinds in CPU_GROUPS if record.kind in kinds), None)
+        if group is not None:
+            with contextlib.suppress(OSError):  # a process that ended counts no more
+                totals[group] += cpu_seconds(record.pid)
+    totals["client"] = cpu_seconds(os.getpid())
+    return totals
+
+
 async def throughput(
-    cluster: Cluster, namespace: str, size: int, args: argparse.Namespace
+    cluster: Cluster,
+    namespace: str,
+    size: int,
+    args: argparse.Namespace,
+    seconds: float,
+    label: str = "tp",
 ) -> dict[str, float]:
-    stream = f"tp-{size}"
+    """Bulk writes of `size`-byte records for `seconds`: records/s, MB/s, the write proxy's
+    CPU share, and the CPU microseconds per record of each group of processes."""
+    stream = f"{label}-{size}"
     proxy_name = cluster.topology.region(WRITER_REGION).write_proxies[0].name
     pid = load_state(cluster.data_dir)[proxy_name].pid
     batch = [os.urandom(size) for _ in range(args.batch)]
@@ -64,7 +95,7 @@ async def throughput(
     async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
         await client.create(stream)
         await client.write_bulk(stream, batch[:10])  # ownership taken, segment open
-        deadline = time.monotonic() + args.seconds
+        deadline = time.monotonic() + seconds
 
         async def one_client() -> None:
             nonlocal records
@@ -72,15 +103,27 @@ async def throughput(
                 acked = await client.write_bulk(stream, batch)
                 records += len(acked)  # not `records += len(await ...)`: that reads first
 
+        groups_before = cpu_by_group(cluster.data_dir)
         cpu_before, started = cpu_seconds(pid), time.monotonic()
         await asyncio.gather(*(one_client() for _ in range(args.clients)))
         elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
-    return {
+        groups_after = cpu_by_group(cluster.data_dir)
+    result = {
         "records_per_s": records / elapsed,
         "mb_per_s": records * size / elapsed / 1e6,
         "proxy_cpu": cpu / elapsed,
         "records": records,
     }
+    for group, after in groups_after.items():
+        result[f"cpu_us:{group}"] = (after - groups_before[group]) / max(records, 1) * 1e6
+    return result
+
+
+def cpu_line(size: int, result: dict[str, float]) -> str:
+    """`  1024 B CPU per record (us): write proxy 15.1, ..., total 91.0`"""
+    parts = {k.removeprefix("cpu_us:"): v for k, v in result.items() if k.startswith("cpu_us:")}
+    listed = ", ".join(f"{group} {us:.1f}" for group, us in parts.items())
+    return f"  {size:>6} B CPU per record (us): {listed}, total {sum(parts.values()):.1f}"
 
 
 async def commit_latency(cluster: Cluster, namespace: str, writes: int) -> list[float]:
@@ -154,13 +197,22 @@ async def bench_proxy(
         f"requests of {args.batch} records, {args.seconds:.0f} s each:",
         f"  {'record':>8} {'records/s':>11} {'MB/s':>7} {'proxy CPU':>10}",
     ]
+    if args.warmup_seconds > 0:
+        # The bookies' JIT compiles for minutes after a start (C2 threads took a fifth of the
+        # bookies' CPU in the first minute): measured runs begin after a warm-up at each size.
+        for size in args.record_bytes:
+            progress(f"warm-up, {size} B records, {args.warmup_seconds:.0f} s (not measured)")
+            await throughput(cluster, namespace, size, args, args.warmup_seconds, "warmup")
+    cpu_lines = []
     for size in args.record_bytes:
         progress(f"throughput, {size} B records, {args.seconds:.0f} s")
-        result = await throughput(cluster, namespace, size, args)
+        result = await throughput(cluster, namespace, size, args, args.seconds)
         lines.append(
             f"  {size:>6} B {result['records_per_s']:>11.0f} {result['mb_per_s']:>7.1f} "
             f"{result['proxy_cpu'] * 100:>9.0f}%"
         )
+        cpu_lines.append(cpu_line(size, result))
+    lines += ["", "CPU per record by process group (all on this machine's cores):", *cpu_lines]
     progress(f"commit latency, {args.latency_writes} single writes")
     commits = await commit_latency(cluster, namespace, args.latency_writes)
     lines += [
@@ -187,6 +239,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
     parser.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
     parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=15.0,
+        help="unmeasured bulk writes at each record size first (JIT warm-up); 0: none",
+    )
+    parser.add_argument(
         "--record-bytes", type=lambda text: [int(x) for x in text.split(",")], default=[100, 1024]
     )
     parser.add_argument("--batch", type=int, default=1000, help="records per bulk request")
@@ -205,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = dataclasses.replace(bench_cluster(args, problems), services=True)
     if not 1 <= args.seconds <= 600:
         problems.append(f"--seconds {args.seconds}: expected 1..600")
+    if not 0 <= args.warmup_seconds <= 600:
+        problems.append(f"--warmup-seconds {args.warmup_seconds}: expected 0..600")
     if not 1 <= args.batch <= 100_000:
         problems.append(f"--batch {args.batch}: expected 1..100000")
     if not 1 <= args.clients <= 64:
@@ -263,6 +323,11 @@ def security_table(reports: dict[str, str]) -> str:
             f"{m[1]} B records/s": float(m[2])
             for m in re.finditer(r"^\s+(\d+) B\s+(\d+)\s", report, re.MULTILINE)
         }
+        for m in re.finditer(r"^\s+(\d+) B CPU per record \(us\): (.*)$", report, re.MULTILINE):
+            for part in m[2].split(", "):
+                group, _, value = part.rpartition(" ")
+                if group in ("write proxy", "bookies", "total"):
+                    found[f"{m[1]} B CPU us/rec {group}"] = float(value)
         p50 = re.search(r"commit latency.*?p50 ([\d.]+) ms", report, re.DOTALL)
         if p50 is not None:
             found["commit p50 ms"] = float(p50[1])
@@ -270,13 +335,15 @@ def security_table(reports: dict[str, str]) -> str:
     secure, plain = (rows[label] for label in reports)
     lines = [
         "security's cost, same machine, same run:",
-        f"  {'':<22}{'secure':>10}{'plain':>10}{'cost':>9}",
+        f"  {'':<32}{'secure':>10}{'plain':>10}{'cost':>9}",
     ]
     for key in secure:
         if plain.get(key):
             if key.endswith("records/s"):
                 cost = f"{(1 - secure[key] / plain[key]) * 100:+.1f}%"
+            elif "CPU us/rec" in key:
+                cost = f"{(secure[key] / plain[key] - 1) * 100:+.1f}%"
             else:
                 cost = f"{secure[key] - plain[key]:+.2f} ms"
-            lines.append(f"  {key:<22}{secure[key]:>10.1f}{plain[key]:>10.1f}{cost:>9}")
+            lines.append(f"  {key:<32}{secure[key]:>10.1f}{plain[key]:>10.1f}{cost:>9}")
     return "\n".join(lines)
