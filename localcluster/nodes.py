@@ -95,6 +95,7 @@ def zoo_cfg(
         "enforce.auth.schemes=sasl",
     ]
     if len(topology.zookeeper) > 1:
+        lines += _quorum_tls(topology.security, node)
         for peer in topology.zookeeper:
             host, peer_port, election_port = peer_address(node, peer)
             lines.append(f"server.{peer.server_id}={host}:{peer_port}:{election_port}")
@@ -116,6 +117,24 @@ def _client_port(security: SecuritySettings, node: ZkNode) -> list[str]:
         "ssl.trustStore.type=PEM",
         # clients show a certificate of the deployment's CA, then log in with SASL inside TLS
         "ssl.clientAuth=need",
+    ]
+
+
+def _quorum_tls(security: SecuritySettings, node: ZkNode) -> list[str]:
+    """With TLS on, the nodes' quorum and election links too: each side shows its host's
+    certificate of the deployment's CA, checked against the address it dials or comes from,
+    so neither the znodes replicated between nodes (ledger passwords among them) nor the
+    votes cross a network in clear or come from a host that is not one of ours."""
+    if not security.tls:
+        return []
+    return [
+        "sslQuorum=true",
+        f"ssl.quorum.keyStore.location={security.host_bundle(node.client.host)}",
+        "ssl.quorum.keyStore.type=PEM",
+        f"ssl.quorum.trustStore.location={security.ca_cert}",
+        "ssl.quorum.trustStore.type=PEM",
+        "ssl.quorum.hostnameVerification=true",
+        "sslQuorumReloadCertFiles=true",  # a renewed host certificate is used without a restart
     ]
 
 

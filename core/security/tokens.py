@@ -6,6 +6,9 @@ A token is a JWT signed with the deployment's Ed25519 key (EdDSA). Its claims:
     jti    the token's id, which `globelog token revoke` names
     iat    issued at, exp  expires at (seconds since the epoch)
     scope  {"namespaces": [...], "streams": [...], "ops": [...]}
+    chain  the ids of the tokens that issued it, the first issuer's first (absent: none, as
+           for tokens made with the signing key itself); revoking a token revokes every
+           token it issued, and theirs, down the chain
 
 A namespace or stream pattern is a name (`orders`, exactly that one) or a prefix ending in `*`
 (`team-a.*` is every name starting `team-a.`; `*` is every name). A request needs one
@@ -19,7 +22,8 @@ operation on one resource: a stream (namespace and stream), a namespace, or the 
     admin     release a stream's ownership; issue, list and revoke tokens within the scope
     observe   /v1/health, /metrics, /debug/traces
 
-A token issues only tokens whose scope lies within its own and that expire no later than it.
+A token issues only tokens whose scope lies within its own and that expire no later than it,
+at most CHAIN_MAX issuers deep.
 Pure: nothing here reads a file or a clock of its own.
 """
 
@@ -44,6 +48,7 @@ TOKEN_CHARS_MAX = 8192  # a header longer than this is not a token of ours
 SUBJECT_CHARS_MAX = 128
 PATTERNS_MAX = 64  # per list of a scope
 LEEWAY_S = 5.0  # clocks of the issuer and the proxies may differ by this much
+CHAIN_MAX = 8  # issuers above a token at most: a token this deep issues no more
 _PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\*?|\*")
 _SUBJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@/:-]*")
 _TOKEN_ID = re.compile(r"[0-9a-f]{32}")
@@ -162,6 +167,13 @@ class Token:
     issued_at: float
     expires_at: float
     scope: Scope
+    chain: tuple[str, ...] = ()  # the ids of the tokens that issued it, the first's first
+
+    def revoked_by(self, revoked: frozenset[str]) -> str | None:
+        """Which revoked token ends this one: itself or an issuer up its chain; None if none."""
+        if self.token_id in revoked:
+            return self.token_id
+        return next((issuer for issuer in self.chain if issuer in revoked), None)
 
     def require(self, op: str, namespace: str | None = None, stream: str | None = None) -> None:
         """Raise ForbiddenError naming what this token lacks for `op` on the resource."""
@@ -237,18 +249,23 @@ def issue(
     now: float,
     ttl_s: float,
     token_id: str | None = None,
+    chain: tuple[str, ...] = (),
 ) -> tuple[str, Token]:
     """A signed token and its claims. `ttl_s` > 0."""
     if not ttl_s > 0:
         raise BadRequestError(f"ttl {ttl_s!r} s: expected > 0")
-    claims = Token(check_subject(subject), token_id or uuid.uuid4().hex, now, now + ttl_s, scope)
-    payload = {
+    claims = Token(
+        check_subject(subject), token_id or uuid.uuid4().hex, now, now + ttl_s, scope, chain
+    )
+    payload: dict[str, Any] = {
         "sub": claims.subject,
         "jti": claims.token_id,
         "iat": int(claims.issued_at),
         "exp": int(claims.expires_at),
         "scope": scope.claim(),
     }
+    if chain:
+        payload["chain"] = list(chain)
     return jwt.encode(payload, key, algorithm=ALGORITHM), claims
 
 
@@ -260,9 +277,15 @@ def issue_within(
     now: float,
     ttl_s: float,
 ) -> tuple[str, Token]:
-    """A token issued on behalf of `caller`: admin in its scope, the new scope within it, and
-    expiring no later than it. ForbiddenError names which of these fails."""
+    """A token issued on behalf of `caller`: admin in its scope, the new scope within it,
+    expiring no later than it, and fewer than CHAIN_MAX issuers above it. ForbiddenError names
+    which of these fails."""
     caller.require("admin")
+    if len(caller.chain) >= CHAIN_MAX:
+        raise ForbiddenError(
+            f"token {caller.token_id} of {caller.subject!r} has {len(caller.chain)} issuers "
+            f"above it; tokens issue others at most {CHAIN_MAX} deep"
+        )
     if not scope.within(caller.scope):
         raise ForbiddenError(
             f"token {caller.token_id} of {caller.subject!r} may issue only within its scope "
@@ -271,7 +294,7 @@ def issue_within(
     ttl_s = min(ttl_s, caller.expires_at - now)
     if not ttl_s > 0:
         raise ForbiddenError(f"token {caller.token_id} of {caller.subject!r} has expired")
-    return issue(key, subject, scope, now, ttl_s)
+    return issue(key, subject, scope, now, ttl_s, chain=(*caller.chain, caller.token_id))
 
 
 def verify(token: str, key: Ed25519PublicKey, now: float) -> Token:
@@ -308,6 +331,7 @@ def verify(token: str, key: Ed25519PublicKey, now: float) -> Token:
             float(payload["iat"]),
             float(payload["exp"]),
             scope,
+            _chain(payload.get("chain", [])),
         )
     except (BadRequestError, TypeError, ValueError) as e:
         raise UnauthenticatedError(f"token claims invalid: {e}") from None
@@ -321,6 +345,14 @@ def verify(token: str, key: Ed25519PublicKey, now: float) -> Token:
             f"token {claims.token_id} of {claims.subject!r} expired {now - claims.expires_at:.0f} s ago"
         )
     return claims
+
+
+def _chain(raw: Any) -> tuple[str, ...]:
+    if not (
+        isinstance(raw, list) and len(raw) <= CHAIN_MAX and all(isinstance(i, str) for i in raw)
+    ):
+        raise ValueError(f"chain {raw!r:.80}: expected a list of at most {CHAIN_MAX} token ids")
+    return tuple(check_token_id(issuer) for issuer in raw)
 
 
 def bearer(header: str | None) -> str:

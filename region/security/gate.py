@@ -92,8 +92,14 @@ class Gate:
                 f"token {token.token_id} of {token.subject!r} expired "
                 f"{now - token.expires_at:.0f} s ago"
             )
-        if token.token_id in self._revoked():
+        revoked = token.revoked_by(self._revoked())
+        if revoked == token.token_id:
             raise UnauthenticatedError(f"token {token.token_id} of {token.subject!r} is revoked")
+        if revoked is not None:
+            raise UnauthenticatedError(
+                f"token {token.token_id} of {token.subject!r} is revoked: token {revoked}, "
+                "which issued it or one of its issuers, was revoked"
+            )
 
     def authenticate(self, header: str | None) -> Token:
         raw = bearer(header)

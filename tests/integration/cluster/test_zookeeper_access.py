@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import ssl
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -175,3 +176,49 @@ async def test_every_znode_of_the_deployment_is_its_users_alone(cluster: Cluster
         if OUR_LOGIN not in [e.id for e in acl] or not all(ours(e) for e in acl)
     }
     assert not open_to_others, open_to_others
+
+
+async def _election_handshake(host: str, port: int, context: ssl.SSLContext) -> str:
+    """How a TLS session with a node's election port goes: "ok" if it stays open, waiting for
+    a peer's header, else the name of what ended it."""
+    try:
+        async with asyncio.timeout(5.0):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=context, server_hostname=host
+            )
+    except (OSError, ssl.SSLError, TimeoutError) as err:
+        return type(err).__name__
+    try:
+        # In TLS 1.3 a server refuses the client's certificate after the client's side of the
+        # handshake ended: the alert comes with the first read.
+        async with asyncio.timeout(1.5):
+            return "closed" if await reader.read(1) == b"" else "answered"
+    except TimeoutError:
+        return "ok"
+    except (OSError, ssl.SSLError) as err:
+        return type(err).__name__
+    finally:
+        writer.close()
+
+
+async def test_the_quorum_links_between_nodes_are_tls_with_the_deployments_certificates(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """ZooKeeper's nodes replicate znodes and vote over TLS (sslQuorum): each node's election
+    port completes a handshake only with a host certificate of the deployment's CA, and serves
+    one of its own."""
+    now = datetime.datetime.now(datetime.UTC)
+    other = pki.Authority.make("another deployment", now)
+    for node in cluster.topology.zookeeper:
+        host = node.client.host
+        ours_context = pki.mutual_context(
+            SECURITY.ca_cert, SECURITY.host_cert(host), SECURITY.host_key(host)
+        )
+        assert await _election_handshake(host, node.election_port, ours_context) == "ok"
+        cert, key = other.issue(host, now)
+        pki.write_host(tmp_path / "o.pem", tmp_path / "o.key", cert, key)
+        foreign = pki.mutual_context(SECURITY.ca_cert, tmp_path / "o.pem", tmp_path / "o.key")
+        nameless = pki.client_context(SECURITY.ca_cert)
+        for refused in (foreign, nameless):
+            outcome = await _election_handshake(host, node.election_port, refused)
+            assert outcome != "ok", f"{node.name}'s election port took a peer not of ours"

@@ -183,6 +183,55 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
     )
 
 
+async def test_revoking_a_token_revokes_every_token_it_issued(services: Cluster) -> None:
+    """A leaked delegating token is revoked once: what it issued, and what those issued, stop
+    with it on every proxy."""
+    topology = services.topology
+    urls = [
+        f"https://{p.endpoint.host}:{p.endpoint.port}"
+        for region in topology.regions
+        for p in (*region.write_proxies, *region.read_proxies)
+    ]
+    write_url = urls[0]
+    namespace = fresh_namespace()
+    scope = {"namespaces": [namespace], "streams": ["*"], "ops": ["admin", "read"]}
+
+    async def issued_by(http: aiohttp.ClientSession, subject: str) -> dict[str, Any]:
+        body = {"subject": subject, "scope": scope, "ttl_s": 600}
+        async with http.post(f"{write_url}/v1/tokens", json=body) as answer:
+            assert answer.status == 201, await answer.text()
+            return dict(await answer.json())
+
+    async with client_session() as admin:
+        async with admin.put(f"{write_url}/v1/namespaces/{namespace}/streams/s") as answer:
+            assert answer.status == 201
+        lead = await issued_by(admin, "team-lead")
+    async with client_session({"Authorization": f"Bearer {lead['token']}"}) as http:
+        deputy = await issued_by(http, "deputy")
+    async with client_session({"Authorization": f"Bearer {deputy['token']}"}) as http:
+        app = await issued_by(http, "app")
+    targets = [f"{url}/v1/namespaces/{namespace}/streams/s" for url in urls]
+    async with client_session({"Authorization": f"Bearer {app['token']}"}) as http:
+        for url in targets:
+            async with http.get(url) as answer:
+                assert answer.status == 200, await answer.text()
+        async with (
+            client_session() as admin,
+            admin.delete(f"{write_url}/v1/tokens/{lead['id']}") as answer,
+        ):
+            assert answer.status == 200
+        revoked_at, pending = time.monotonic(), set(targets)
+        while pending:
+            assert time.monotonic() - revoked_at < REVOCATION_BOUND_S, f"still served: {pending}"
+            for url in sorted(pending):
+                async with http.get(url) as answer:
+                    if answer.status == 401:
+                        message = (await answer.json())["message"]
+                        assert f"token {lead['id']}, which issued it" in message, message
+                        pending.discard(url)
+            await asyncio.sleep(0.05)
+
+
 def test_the_cli_issues_lists_and_revokes_and_says_why_it_is_refused(
     services: Cluster, tmp_path: Path
 ) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import json
 
+import jwt
 import pytest
 
 from core.errors import BadRequestError, ForbiddenError, UnauthenticatedError
 from core.security.tokens import (
+    CHAIN_MAX,
     Scope,
     bearer,
     issue,
@@ -174,3 +176,37 @@ def test_forbidden_names_the_op_and_the_resource() -> None:
 def test_a_bad_subject_is_refused(subject: str) -> None:
     with pytest.raises(BadRequestError, match="subject"):
         issue(KEY, subject, Scope.everything(), NOW, 60)
+
+
+def test_an_issued_token_carries_its_issuers_and_revoking_one_revokes_it() -> None:
+    everything = Scope.everything()
+    _, root = issue(KEY, "ops", everything, NOW, 600)
+    raw_child, child = issue_within(root, KEY, "team", everything, NOW, 600)
+    raw_grandchild, grandchild = issue_within(child, KEY, "app", everything, NOW, 600)
+    assert verify(raw_child, KEY.public_key(), NOW).chain == (root.token_id,)
+    assert verify(raw_grandchild, KEY.public_key(), NOW).chain == (
+        root.token_id,
+        child.token_id,
+    )
+    assert grandchild.revoked_by(frozenset()) is None
+    assert grandchild.revoked_by(frozenset({grandchild.token_id})) == grandchild.token_id
+    assert grandchild.revoked_by(frozenset({root.token_id})) == root.token_id
+    assert child.revoked_by(frozenset({grandchild.token_id})) is None  # not upwards
+
+
+def test_tokens_issue_others_only_so_deep() -> None:
+    _, token = issue(KEY, "ops", Scope.everything(), NOW, 600)
+    for _ in range(CHAIN_MAX):
+        _, token = issue_within(token, KEY, "next", Scope.everything(), NOW, 600)
+    assert len(token.chain) == CHAIN_MAX
+    with pytest.raises(ForbiddenError, match=f"at most {CHAIN_MAX} deep"):
+        issue_within(token, KEY, "one-more", Scope.everything(), NOW, 600)
+
+
+@pytest.mark.parametrize("chain", ["abc", [1], ["not-an-id"], ["0" * 32] * (CHAIN_MAX + 1)])
+def test_a_signed_token_with_a_malformed_chain_is_refused(chain: object) -> None:
+    claims = {"sub": "x", "jti": "0" * 32, "iat": int(NOW), "exp": int(NOW) + 60, "chain": chain}
+    claims["scope"] = Scope.everything().claim()
+    raw = jwt.encode(claims, KEY, algorithm="EdDSA")
+    with pytest.raises(UnauthenticatedError, match="claims invalid"):
+        verify(raw, KEY.public_key(), NOW)
