@@ -187,13 +187,15 @@ async def test_revoking_a_token_revokes_every_token_it_issued(services: Cluster)
     """A leaked delegating token is revoked once: what it issued, and what those issued, stop
     with it on every proxy."""
     topology = services.topology
-    urls = [
-        f"https://{p.endpoint.host}:{p.endpoint.port}"
-        for region in topology.regions
-        for p in (*region.write_proxies, *region.read_proxies)
-    ]
-    write_url = urls[0]
+    base = "https://{0.host}:{0.port}/v1/namespaces/{1}/streams/s"
     namespace = fresh_namespace()
+    targets = [  # describe on the write proxies, read on the read proxies
+        base.format(p.endpoint, namespace) + suffix
+        for region in topology.regions
+        for proxies, suffix in ((region.write_proxies, ""), (region.read_proxies, "/records"))
+        for p in proxies
+    ]
+    write_url = targets[0].split("/v1/")[0]
     scope = {"namespaces": [namespace], "streams": ["*"], "ops": ["admin", "read"]}
 
     async def issued_by(http: aiohttp.ClientSession, subject: str) -> dict[str, Any]:
@@ -210,10 +212,9 @@ async def test_revoking_a_token_revokes_every_token_it_issued(services: Cluster)
         deputy = await issued_by(http, "deputy")
     async with client_session({"Authorization": f"Bearer {deputy['token']}"}) as http:
         app = await issued_by(http, "app")
-    targets = [f"{url}/v1/namespaces/{namespace}/streams/s" for url in urls]
     async with client_session({"Authorization": f"Bearer {app['token']}"}) as http:
         for url in targets:
-            async with http.get(url) as answer:
+            async with http.get(url, params={"wait_ms": "0"}) as answer:
                 assert answer.status == 200, await answer.text()
         async with (
             client_session() as admin,
@@ -224,7 +225,7 @@ async def test_revoking_a_token_revokes_every_token_it_issued(services: Cluster)
         while pending:
             assert time.monotonic() - revoked_at < REVOCATION_BOUND_S, f"still served: {pending}"
             for url in sorted(pending):
-                async with http.get(url) as answer:
+                async with http.get(url, params={"wait_ms": "0"}) as answer:
                     if answer.status == 401:
                         message = (await answer.json())["message"]
                         assert f"token {lead['id']}, which issued it" in message, message
