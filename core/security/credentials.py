@@ -42,15 +42,58 @@ def read_token_file(path: Path, what: str = "token file") -> str:
 def default_token(security: SecuritySettings | None = None) -> str | None:
     """The token of this process's environment, else the admin token of `security` if this
     host holds it, else None (a deployment without tokens)."""
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if token:
-        return token
-    named = os.environ.get(TOKEN_FILE_ENV, "").strip()
-    if named:
-        return read_token_file(Path(named), TOKEN_FILE_ENV)
-    if security is not None and security.tokens and security.admin_token.is_file():
-        return read_token_file(security.admin_token, "admin token")
-    return None
+    return TokenSource.default(security).token()
+
+
+class TokenSource:
+    """The token a long-lived client sends: one given, or one kept in a file, which is read
+    again whenever the file changes, so a token renewed in place (written, or renamed over
+    the old one) is sent from the next request on, without a restart. A file that cannot be
+    read while it changes leaves the last token in use; one never read is a ConfigError."""
+
+    def __init__(self, token: str | None = None, path: Path | None = None, what: str = "") -> None:
+        self._token = token
+        self._path = path
+        self._what = what or "token file"
+        self._seen: tuple[int, int, int] | None = None
+
+    @classmethod
+    def default(cls, security: SecuritySettings | None = None) -> TokenSource:
+        """GLOBELOG_TOKEN, else the file GLOBELOG_TOKEN_FILE names, else the admin token of
+        `security` if this host holds it, else none (a deployment without tokens)."""
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        if token:
+            return cls(token)
+        named = os.environ.get(TOKEN_FILE_ENV, "").strip()
+        if named:
+            return cls(path=Path(named), what=TOKEN_FILE_ENV).loaded()
+        if security is not None and security.tokens and security.admin_token.is_file():
+            return cls(path=security.admin_token, what="admin token").loaded()
+        return cls()
+
+    def loaded(self) -> TokenSource:
+        """This source with its file read now: ConfigError at once if it cannot be."""
+        self.token()
+        return self
+
+    def token(self) -> str | None:
+        if self._path is None:
+            return self._token
+        try:
+            stat = self._path.stat()
+            seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if seen != self._seen:
+                self._token, self._seen = read_token_file(self._path, self._what), seen
+        except OSError as err:
+            if self._token is None:
+                raise ConfigError(f"{self._what} {self._path}: {err.strerror}") from None
+        except ConfigError:
+            if self._token is None:
+                raise
+        return self._token
+
+    def headers(self) -> dict[str, str]:
+        return auth_headers(self.token())
 
 
 def auth_headers(token: str | None) -> dict[str, str]:

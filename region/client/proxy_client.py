@@ -51,7 +51,7 @@ from core.errors import (
     SessionExpiredError,
     answered_error,
 )
-from core.security.credentials import auth_headers, client_ssl, default_token
+from core.security.credentials import TokenSource, client_ssl
 from region.batch_format import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
@@ -84,7 +84,7 @@ class ProxyClient:
         default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ProxyClient needs at least one proxy URL, got none")
-        self._headers = auth_headers(token if token is not None else default_token())
+        self._tokens = TokenSource(token) if token is not None else TokenSource.default()
         self._tls = tls if tls is not None else client_ssl()
         self.namespace = namespace
         self.deadline_s = deadline_s
@@ -99,9 +99,7 @@ class ProxyClient:
 
     async def __aenter__(self) -> ProxyClient:
         self._http = aiohttp.ClientSession(
-            timeout=self._timeout,
-            headers=self._headers,
-            connector=aiohttp.TCPConnector(ssl=self._tls),
+            timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._tls)
         )
         return self
 
@@ -274,8 +272,9 @@ class ProxyClient:
             }
         carrier: dict[str, str] = {}
         propagate.inject(carrier)  # the caller's trace (W3C traceparent), when it has one
-        if carrier:
-            kwargs = {**kwargs, "headers": {**kwargs.get("headers", {}), **carrier}}
+        # the token as of now: one renewed in its file is sent from the next request on
+        headers = {**self._tokens.headers(), **kwargs.get("headers", {}), **carrier}
+        kwargs = {**kwargs, "headers": headers}
         for _ in range(REDIRECTS_MAX + 1):
             try:
                 async with self._http.request(

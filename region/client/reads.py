@@ -21,7 +21,7 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyUnreachableError
-from core.security.credentials import auth_headers, client_ssl, default_token
+from core.security.credentials import TokenSource, client_ssl
 from region.client.proxy_client import proxy_error
 
 POLL_WAIT_MS = 1000
@@ -61,7 +61,7 @@ class ReadClient:
         default the environment's (core/security/credentials.py)."""
         if not proxies:
             raise ValueError("ReadClient needs at least one read proxy URL, got none")
-        self._headers = auth_headers(token if token is not None else default_token())
+        self._tokens = TokenSource(token) if token is not None else TokenSource.default()
         self._tls = tls if tls is not None else client_ssl()
         if not 0 < failing_max_s <= 3600:
             raise ValueError(f"failing_max_s {failing_max_s}: expected 0 < seconds <= 3600")
@@ -73,7 +73,7 @@ class ReadClient:
     async def __aenter__(self) -> ReadClient:
         timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 10)
         self._http = aiohttp.ClientSession(
-            timeout=timeout, headers=self._headers, connector=aiohttp.TCPConnector(ssl=self._tls)
+            timeout=timeout, connector=aiohttp.TCPConnector(ssl=self._tls)
         )
         return self
 
@@ -97,7 +97,9 @@ class ReadClient:
             url = f"{self._proxies[proxy]}/v1/namespaces/{self.namespace}/streams/{stream}/records"
             query = {"from_seq": str(seq), "max": str(PAGE_RECORDS), "wait_ms": str(POLL_WAIT_MS)}
             try:
-                async with self._http.get(url, params=query) as answer:
+                async with self._http.get(
+                    url, params=query, headers=self._tokens.headers()
+                ) as answer:
                     page = await answer.json(content_type=None)
                     if answer.status != 200:
                         raise proxy_error(page, answer.status, f"GET {url} from_seq={seq}")
