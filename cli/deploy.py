@@ -26,7 +26,7 @@ from core.routes import TOPOLOGY_ZNODE
 from core.security.credentials import bookie_tls, client_ssl, default_token
 from core.security.secrets import zk_login
 from core.topology import Topology
-from global_meta import MetaStore
+from global_meta import MetaStore, tokens
 from ledger import (
     LEDGERS_ROOT,
     BookieUnreachableError,
@@ -109,6 +109,11 @@ def run_config(args: argparse.Namespace) -> int:
             for directory in nodes.bookie_dirs(data_dir, bookie):
                 directory.mkdir(parents=True, exist_ok=True)
                 written.append(directory)
+            # the bookie's JVM flags (its ZooKeeper login and TLS), for BookKeeper's launcher:
+            # the systemd unit's EnvironmentFile, the container's entry point
+            env = args.write.with_suffix(".env")
+            _write(env, bookie_env(topology))
+            written.append(env)
     if args.write is None:
         sys.stdout.write(text)
         return 0
@@ -116,6 +121,19 @@ def run_config(args: argparse.Namespace) -> int:
     for path in [args.write, *written]:
         print(f"wrote {path}")
     return 0
+
+
+def bookie_env(topology: Topology) -> str:
+    """`BOOKIE_EXTRA_OPTS="..."`: the JVM flags BookKeeper's `bin/bookkeeper bookie` adds, in
+    the syntax of systemd's EnvironmentFile and of a POSIX shell's `.`."""
+    flags = nodes.java_zookeeper_flags(topology)
+    for flag in flags:  # the launcher splits the variable at blanks, unquoted
+        if any(c.isspace() or c in "\"'$`\\" for c in flag):
+            raise ConfigError(
+                f"bookie JVM flag {flag!r}: expected no blank, quote, $, ` or \\ in the "
+                "security directory's path"
+            )
+    return f'BOOKIE_EXTRA_OPTS="{" ".join(flags)}"\n'
 
 
 def _write(path: Path, text: str) -> None:
@@ -150,6 +168,9 @@ async def init(topology: Topology, connect: str, wait_s: float) -> None:
             print(f"BookKeeper metadata at {LEDGERS_ROOT}: already initialised")
         else:
             print(f"BookKeeper metadata at {LEDGERS_ROOT}: created (instance id {instance})")
+        admin = await tokens.record_admin_token(store, topology.security, time.time())
+        if admin is not None:
+            print(f"admin token {admin} on record (globelog token list, token revoke)")
         version = await publish(store, topology)
         print(
             f"topology {topology.name!r} published at {TOPOLOGY_ZNODE} (version {version}): "

@@ -21,8 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import MetadataUnavailableError, NodeExistsError, NoNodeError, OverCapacityError
-from core.security.tokens import LEEWAY_S, Token
+from core.errors import (
+    ConfigError,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    OverCapacityError,
+    UnauthenticatedError,
+)
+from core.security.credentials import read_token_file
+from core.security.settings import SecuritySettings
+from core.security.tokens import LEEWAY_S, Token, load_public_key, verify
 from global_meta.followers import Follower, FollowerStatus
 from global_meta.store import MetaStore
 
@@ -82,6 +91,28 @@ async def record_issued(
         "issuer_id": issuer_id,
     }
     await store.create(f"{ISSUED}/{token.token_id}", json.dumps(body).encode())
+
+
+ADMIN_ISSUER = "security init"  # who issued the first admin token, as its record says
+
+
+async def record_admin_token(
+    store: MetaStore, security: SecuritySettings, now: float
+) -> str | None:
+    """Puts the deployment's admin token (`globelog security init` made it, before ZooKeeper
+    ran) on record, so `token list` shows it and `token revoke` can end it by id; its id, or
+    None if this host holds no valid one. Idempotent."""
+    if not (security.tokens and security.admin_token.is_file() and security.public_key.is_file()):
+        return None
+    public = load_public_key(security.public_key.read_bytes(), str(security.public_key))
+    try:
+        token = verify(read_token_file(security.admin_token, "admin token"), public, now)
+    except (UnauthenticatedError, ConfigError) as err:
+        log.warning("admin token %s not put on record: %s", security.admin_token, err)
+        return None
+    with contextlib.suppress(NodeExistsError):
+        await record_issued(store, token, ADMIN_ISSUER, "", now)
+    return token.token_id
 
 
 async def issued_tokens(

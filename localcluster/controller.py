@@ -19,7 +19,7 @@ from core.security.files import init_security
 from core.security.secrets import zk_login
 from core.topology import Topology
 from core.topology_loader import require_local
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaStore, tokens
 from global_meta.faults import expire_session_of, read_session_file
 from ledger import LEDGERS_ROOT, init_cluster_metadata
 from localcluster import metadata, nodes, plan, processes, wan
@@ -135,6 +135,7 @@ async def _init_metadata(cluster: Cluster, store: MetaStore) -> bool:
     conf = cluster.data_dir / "bookies" / "shell.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(plan.shell_conf(cluster.topology))
+    await tokens.record_admin_token(store, cluster.topology.security, time.time())
     return await init_cluster_metadata(store) is not None
 
 

@@ -9,11 +9,12 @@ conf="$data/conf/$role-$node.conf"
 # the deployment's ZooKeeper login, mounted from `globelog security init`'s directory
 security="${GLOBELOG_SECURITY_DIR:-/etc/globelog/security}"
 login="-Djava.security.auth.login.config=$security/zookeeper.jaas"
-# a bookie reaches ZooKeeper's TLS port (localcluster/nodes.java_zookeeper_flags)
-zk_tls="-Dzookeeper.client.secure=true -Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty -Dzookeeper.ssl.trustStore.location=$security/ca.pem -Dzookeeper.ssl.trustStore.type=PEM -Dzookeeper.ssl.keyStore.location=$security/clients/ledger-client.bundle.pem -Dzookeeper.ssl.keyStore.type=PEM -Dzookeeper.ssl.protocol=TLSv1.2"
 globelog config "$role" "$node" --data-dir "$data" --write "$conf"
 case "$role" in
-  bookie) BOOKIE_CONF="$conf" BOOKIE_EXTRA_OPTS="$login $zk_tls" exec /opt/bookkeeper/bin/bookkeeper bookie ;;
+  bookie)
+    # BOOKIE_EXTRA_OPTS: its ZooKeeper login over ZooKeeper's TLS port, written beside the conf
+    . "${conf%.conf}.env"
+    BOOKIE_CONF="$conf" BOOKIE_EXTRA_OPTS="$BOOKIE_EXTRA_OPTS" exec /opt/bookkeeper/bin/bookkeeper bookie ;;
   zookeeper)
     # ZooKeeper's main class directly: Debian's zkServer.sh leaves off the Netty jars its TLS
     # port needs

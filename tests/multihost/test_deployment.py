@@ -145,7 +145,7 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
     # directory); ZooKeeper's nodes read their users from its JAAS file, bookies their login.
     d.cli("app-us-east", "security", "init")
     topology = load_topology(Path(d.env["GLOBELOG_TOPOLOGY"]))
-    login, zk_client = nodes.java_login_flag(topology), nodes.java_zookeeper_flags(topology)
+    login = nodes.java_login_flag(topology)
     # 2. ZooKeeper: one node per region, a quorum across the three.
     for region in REGIONS:
         host, data = f"zk-{region}", d.home / "hosts" / f"zk-{region}"
@@ -167,6 +167,10 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
             data = d.home / "hosts" / name
             conf = data / "bk.conf"
             d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
+            # the JVM flags `config` wrote beside the conf (BOOKIE_EXTRA_OPTS), as units read them
+            key, _, value = conf.with_suffix(".env").read_text().strip().partition("=")
+            assert key == "BOOKIE_EXTRA_OPTS", key
+            zk_client = value.strip('"').split()
             d.net.start(
                 name,
                 [tools.java, *BOOKIE_JVM, *zk_client, "-cp", tools.bookkeeper_classpath,

@@ -16,7 +16,14 @@ import pytest
 from core.security.files import init_security
 from core.security.pki import client_context
 from core.security.settings import SecuritySettings
-from core.security.tokens import Scope, issue, load_signing_key, new_signing_key
+from core.security.tokens import (
+    Scope,
+    issue,
+    load_public_key,
+    load_signing_key,
+    new_signing_key,
+    verify,
+)
 from localcluster.controller import Cluster
 from region import read_proxy, write_proxy
 from region.security.gate import Rule
@@ -181,6 +188,24 @@ async def test_tokens_issue_only_within_their_scope_and_a_revoked_one_stops_ever
         f"revoked token refused by all {len(targets) + len(writes)} proxies after "
         f"{time.monotonic() - revoked_at:.2f} s"
     )
+
+
+async def test_the_first_admin_token_is_on_record(services: Cluster) -> None:
+    """`security init` makes it before ZooKeeper runs; the cluster's metadata initialisation
+    puts it on record, so it is listed and could be revoked by id like any other."""
+    public = load_public_key(SECURITY.public_key.read_bytes(), "test public key")
+    admin = verify(SECURITY.admin_token.read_text().strip(), public, time.time())
+    proxy = services.topology.regions[0].write_proxies[0].endpoint
+    async with (
+        client_session() as http,
+        http.get(f"https://{proxy.host}:{proxy.port}/v1/tokens") as answer,
+    ):
+        assert answer.status == 200
+        listed = {t["id"]: t for t in (await answer.json())["tokens"]}
+    assert admin.token_id in listed, "the admin token is not on record"
+    record = listed[admin.token_id]
+    assert record["issued_by"] == "security init" and record["sub"] == admin.subject
+    assert not record["revoked"]
 
 
 async def test_revoking_a_token_revokes_every_token_it_issued(services: Cluster) -> None:

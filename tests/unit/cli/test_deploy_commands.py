@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import yaml
 
 from cli.main import main
 from cli.topology import default_topology_path
+from core.topology_loader import load_topology
+from localcluster import nodes
 from tests.support.topologies import topology_document
 
 pytestmark = pytest.mark.unit
@@ -109,6 +112,15 @@ def test_config_bookie_registers_by_host_name_with_its_regions_zookeeper(
     assert (data / "bookies" / name / "journal").is_dir()
     assert (data / "bookies" / name / "ledgers").is_dir()
     assert str(conf) in capsys.readouterr().out
+    # the JVM flags beside it, as a shell (and systemd) reads them
+    env = conf.with_suffix(".env")
+    shown = subprocess.run(
+        ["sh", "-c", f'. "{env}"; printf %s "$BOOKIE_EXTRA_OPTS"'],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    topology = load_topology(path)
+    assert shown == list(nodes.java_zookeeper_flags(topology))
+    assert any(flag.startswith("-Djava.security.auth.login.config=") for flag in shown)
 
 
 def test_config_of_an_unknown_node_lists_the_known_ones(
