@@ -18,6 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# Every answer of a write proxy names the proxy (name@region) in this header: a client whose
+# later request that proxy leaves unanswered names it to another as `unreachable_owner`.
+PROXY_HEADER = "Globelog-Proxy"
+
 Outcome = Literal["not_applied", "unknown"]
 NOT_APPLIED: Outcome = "not_applied"
 UNKNOWN: Outcome = "unknown"

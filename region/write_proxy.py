@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from core.answers import PROXY_HEADER
 from core.dlsn import DLSN
 from core.errors import (
     BadRequestError,
@@ -143,6 +144,15 @@ class WriteProxy:
                 quota_middleware(self.quotas, _appends),
             ],
         )
+        me = f"{self.config.me.name}@{self.config.me.region}"
+
+        async def name_this_proxy(_: web.Request, response: web.StreamResponse) -> None:
+            # Every answer says who gave it: a client whose later request this proxy leaves
+            # unanswered (a stalled process) can then name it to another proxy as the owner
+            # it cannot reach (`unreachable_owner`).
+            response.headers[PROXY_HEADER] = me
+
+        app.on_response_prepare.append(name_this_proxy)
         base = BASE
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", metrics_handler)

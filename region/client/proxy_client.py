@@ -30,16 +30,16 @@ import json
 import random
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 from opentelemetry import propagate
 from uhashring import HashRing
 
-from core.answers import UNKNOWN, answer_of
+from core.answers import PROXY_HEADER, UNKNOWN, answer_of
 from core.dlsn import DLSN
 from core.errors import (
     GlobelogError,
@@ -58,7 +58,13 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
 DOWN_FOR_S = 5.0  # a proxy that did not answer is passed over this long
 CUT_OFF_ERRORS = (MetadataUnavailableError, SessionExpiredError)  # the proxy has no ZooKeeper
+T = TypeVar("T")
 REDIRECTS_MAX = 3
+# A stalled proxy (paused, frozen) is noticed within SILENCE_S + PROBE_S of its silence: below
+# the proxies' ZooKeeper session timeout in the local cluster (1.5 s), so the client is at
+# another proxy, naming the owner unreachable, by the time the owner's session ends.
+SILENCE_S = 0.5
+PROBE_S = 1.0
 RETRY_AFTER_MAX_S = 60.0  # a proxy's Retry-After is waited at most this long at a time
 
 
@@ -79,11 +85,20 @@ class ProxyClient:
         request_timeout_s: float = 30.0,
         token: str | None = None,
         tls: ssl.SSLContext | bool | None = None,
+        silence_s: float = SILENCE_S,
+        probe_s: float = PROBE_S,
     ) -> None:
         """`token`: sent with every request; `tls`: what HTTPS proxies are verified with. By
-        default the environment's (core/security/credentials.py)."""
+        default the environment's (core/security/credentials.py). A proxy that says nothing
+        about a request for `silence_s` is probed, and abandoned (as unreachable) unless it
+        answers the probe within `probe_s`."""
         if not proxies:
             raise ValueError("ProxyClient needs at least one proxy URL, got none")
+        if not (silence_s > 0 and probe_s > 0):
+            raise ValueError(f"silence_s {silence_s}, probe_s {probe_s}: expected seconds > 0")
+        self.silence_s = silence_s
+        self.probe_s = probe_s
+        self._probes: dict[str, asyncio.Future[bool]] = {}  # proxy -> its probe in flight
         self._tokens = TokenSource(token) if token is not None else TokenSource.default()
         self._tls = tls if tls is not None else client_ssl()
         self.namespace = namespace
@@ -277,38 +292,40 @@ class ProxyClient:
         kwargs = {**kwargs, "headers": headers}
         for _ in range(REDIRECTS_MAX + 1):
             try:
-                async with self._http.request(
-                    method, url, allow_redirects=False, **kwargs
-                ) as answer:
-                    body = await answer.json(content_type=None)
-                    if answer.status == 307:
-                        target = urlsplit(answer.headers["Location"])
-                        if urlsplit(url).scheme == "https" and target.scheme != "https":
-                            # the token never goes in clear text, wherever a redirect points
-                            raise ProxyError(
-                                "redirect_refused",
-                                f"{method} {url} redirected to {target.geturl()!r}, which is "
-                                "not HTTPS: not followed",
-                                False,
-                                307,
-                            )
-                        url = target.geturl()
-                        proxy = f"{target.scheme}://{target.netloc}"
-                        self._owners[stream] = proxy
-                        if isinstance(body.get("owner"), str):
-                            self._names[proxy] = body["owner"]
-                        continue
-                    if answer.status < 300:
-                        self._unreachable.pop(stream, None)
-                        return body
-                    error = proxy_error(body, answer.status, f"{method} {url}")
-                    if isinstance(error, QuotaExceededError):
-                        error.retry_after_s = retry_after_s(answer.headers.get("Retry-After"))
-                    if isinstance(error, CUT_OFF_ERRORS):
-                        # The proxy answers but has no ZooKeeper: its region is cut off.
-                        # Another region's proxy can take the stream; pass this one over.
-                        self._down[proxy] = time.monotonic() + DOWN_FOR_S
-                    return error
+                status, answer_headers, body = await self._unless_silent(
+                    proxy, self._exchange(method, url, kwargs)
+                )
+                name = answer_headers.get(PROXY_HEADER)
+                if name:
+                    self._names[proxy] = name
+                if status == 307:
+                    target = urlsplit(answer_headers["Location"])
+                    if urlsplit(url).scheme == "https" and target.scheme != "https":
+                        # the token never goes in clear text, wherever a redirect points
+                        raise ProxyError(
+                            "redirect_refused",
+                            f"{method} {url} redirected to {target.geturl()!r}, which is "
+                            "not HTTPS: not followed",
+                            False,
+                            307,
+                        )
+                    url = target.geturl()
+                    proxy = f"{target.scheme}://{target.netloc}"
+                    self._owners[stream] = proxy
+                    if isinstance(body.get("owner"), str):
+                        self._names[proxy] = body["owner"]
+                    continue
+                if status < 300:
+                    self._unreachable.pop(stream, None)
+                    return body
+                error = proxy_error(body, status, f"{method} {url}")
+                if isinstance(error, QuotaExceededError):
+                    error.retry_after_s = retry_after_s(answer_headers.get("Retry-After"))
+                if isinstance(error, CUT_OFF_ERRORS):
+                    # The proxy answers but has no ZooKeeper: its region is cut off.
+                    # Another region's proxy can take the stream; pass this one over.
+                    self._down[proxy] = time.monotonic() + DOWN_FOR_S
+                return error
             except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
                 self._down[proxy] = time.monotonic() + DOWN_FOR_S
                 name = self._names.get(proxy)
@@ -320,6 +337,63 @@ class ProxyClient:
         return ProxyError(
             "redirect_loop", f"{method} {path}: over {REDIRECTS_MAX} redirects", True, 307
         )
+
+    async def _exchange(
+        self, method: str, url: str, kwargs: dict[str, Any]
+    ) -> tuple[int, Mapping[str, str], Any]:
+        assert self._http is not None
+        async with self._http.request(method, url, allow_redirects=False, **kwargs) as answer:
+            # (the headers as aiohttp has them: their names match in any case)
+            return answer.status, answer.headers, await answer.json(content_type=None)
+
+    async def _unless_silent(self, proxy: str, exchange: Awaitable[T]) -> T:
+        """`exchange`'s result, unless `proxy` stops answering: once it has said nothing for
+        `silence_s`, a probe on another connection must be answered within `probe_s`, or the
+        exchange is abandoned with ProxySilentError. A stalled process (paused, or a
+        machine that froze) holds its connections open and answers nothing, so without
+        this the client would wait out its whole request timeout; a slow but live proxy
+        answers the probe, and the exchange goes on."""
+        task = asyncio.ensure_future(exchange)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.silence_s)
+                if done:
+                    return task.result()
+                if not await self._answers(proxy):
+                    raise ProxySilentError(
+                        f"{proxy} answered nothing for {self.silence_s:.1f} s, nor a probe "
+                        f"within {self.probe_s:.1f} s"
+                    )
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+
+    async def _answers(self, proxy: str) -> bool:
+        """Whether `proxy` answers a probe (any HTTP answer) within `probe_s`; one probe at a
+        time per proxy, shared by the requests waiting on it."""
+        probe = self._probes.get(proxy)
+        if probe is None:
+            probe = asyncio.ensure_future(self._probe(proxy))
+            self._probes[proxy] = probe
+            probe.add_done_callback(lambda _: self._probes.pop(proxy, None))
+        return await asyncio.shield(probe)
+
+    async def _probe(self, proxy: str) -> bool:
+        assert self._http is not None
+        try:
+            async with (
+                asyncio.timeout(self.probe_s),
+                self._http.get(f"{proxy}/v1/health", headers=self._tokens.headers()) as answer,
+            ):
+                await answer.read()
+                return True  # any answer: the process is alive, whatever it said
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+
+class ProxySilentError(TimeoutError):
+    """A proxy that held a request without a word, and answered no probe either."""
 
 
 class Producer:

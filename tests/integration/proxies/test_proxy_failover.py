@@ -63,6 +63,51 @@ async def test_writes_resume_on_another_proxy_after_the_owner_is_killed(
     assert [r.dlsn for r in records] == [a.dlsn for a in acked]
 
 
+PAUSE_S = 10.0  # longer than a session timeout (1.5 s here) and a takeover, with room
+
+
+async def test_a_paused_owner_loses_its_stream_to_another_proxy_while_it_is_paused(
+    services: Cluster, tools: Tools
+) -> None:
+    """SIGSTOP keeps the owner's sockets open and answers nothing: the client notices the
+    silence (a probe unanswered), asks another proxy naming the owner unreachable, and that
+    proxy takes the stream once the owner's ZooKeeper session ends, while the owner is still
+    paused. Resumed, the old owner is fenced and every write stays once and in order."""
+    topology = services.topology
+    proxies = [p for region in topology.regions for p in region.write_proxies]
+    urls = {p.name: f"https://{p.endpoint.host}:{p.endpoint.port}" for p in proxies}
+    namespace = fresh_namespace()
+    acked: list[Acked] = []
+    async with ProxyClient(list(urls.values()), namespace, deadline_s=60) as client:
+        await client.create("s")
+        producer = client.producer("s")
+        acked += [await producer.write(f"before-{i}".encode()) for i in range(20)]
+        owner = (await client.describe("s"))["owner"]
+        owner_name = owner.split("@")[0]
+        await controller.fault(services, tools, "pause", owner_name)
+        paused_at = time.monotonic()
+        try:
+            acked.append(await producer.write(b"during"))
+            resumed_s = time.monotonic() - paused_at
+            assert resumed_s < PAUSE_S, "no write was acknowledged while the owner was paused"
+            new_owner = (await client.describe("s"))["owner"]
+        finally:
+            await asyncio.sleep(max(0.0, PAUSE_S - (time.monotonic() - paused_at)))
+            await controller.fault(services, tools, "resume", owner_name)
+        acked += [await producer.write(f"after-{i}".encode()) for i in range(20)]
+    print(f"owner {owner} paused; {new_owner} acknowledged a write {resumed_s:.2f} s later")
+    assert new_owner != owner
+    assert [a.seq for a in acked] == list(range(41)), "every write once, in order"
+    async with stream_env(services, "us-west", namespace) as west:
+        records = await west.read_complete("s", len(acked))
+    assert [r.dlsn for r in records] == [a.dlsn for a in acked]
+    # the resumed proxy serves again (its streams gone with its old session)
+    deadline = time.monotonic() + 60
+    while not (await controller.status(services))["processes"][owner_name]["healthy"]:
+        assert time.monotonic() < deadline, f"{owner_name} did not recover after its pause"
+        await asyncio.sleep(0.5)
+
+
 def test_the_cli_goes_through_the_proxies_when_they_run(services: Cluster) -> None:
     namespace = fresh_namespace()
 
