@@ -79,6 +79,9 @@ class Figures:
     def p50_ms(self) -> float:
         return percentile(sorted(self.latencies_ms), 50)
 
+    def percentile_ms(self, p: float) -> float:
+        return percentile(sorted(self.latencies_ms), p)
+
 
 HEADER = f"  {'run':<44} {'records/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
 
@@ -109,7 +112,7 @@ async def bench_stream(cluster: Cluster, workload: StreamWorkload, progress: Pro
             base = await _ledger_baseline(s)
             lines.append(base.row())
             progress("run 2: stream commit latency, one record at a time")
-            one = await _one_at_a_time(s)
+            one = await one_at_a_time(s)
             lines.append(one.row())
         for size in workload.record_sizes:
             for policy in (TransmitPolicy.IMMEDIATE, TransmitPolicy.SIZE):
@@ -117,7 +120,7 @@ async def bench_stream(cluster: Cluster, workload: StreamWorkload, progress: Pro
                     progress(
                         f"run 3: {size} B records, {policy.value} transmit, {workload.seconds} s"
                     )
-                    lines.append((await _throughput(s, size, policy, workload.seconds)).row())
+                    lines.append((await throughput(s, size, policy, workload.seconds)).row())
             if "bulk" in runs:
                 progress(
                     f"run 3: {size} B records, write_bulk of {BULK_RECORDS}, {workload.seconds} s"
@@ -127,7 +130,7 @@ async def bench_stream(cluster: Cluster, workload: StreamWorkload, progress: Pro
             progress(
                 f"run 4: tailing from {workload.reader_region} at {workload.tail_rate} records/s"
             )
-            tail, catch_up = await _tailing(s, remote, workload)
+            tail, catch_up = await tailing(s, remote, workload)
             lines += [tail.row(), catch_up.row()]
     lines.append("")
     if base is not None and one is not None:
@@ -173,7 +176,7 @@ async def _ledger_baseline(s: Session) -> Figures:
     return Figures("ledger add, 100 B, one at a time", LATENCY_SAMPLES, elapsed, tuple(latencies))
 
 
-async def _one_at_a_time(s: Session) -> Figures:
+async def one_at_a_time(s: Session) -> Figures:
     _, writer = await _open(s, transmit=TransmitPolicy.IMMEDIATE)
     latencies = []
     payload = b"x" * 100
@@ -189,7 +192,7 @@ async def _one_at_a_time(s: Session) -> Figures:
     )
 
 
-async def _throughput(s: Session, size: int, policy: TransmitPolicy, seconds: float) -> Figures:
+async def throughput(s: Session, size: int, policy: TransmitPolicy, seconds: float) -> Figures:
     settings: dict[str, object] = {"transmit": policy}
     if policy is TransmitPolicy.SIZE:
         settings |= {"buffer_bytes": 64 * 1024, "flush_sla_s": 0.002}
@@ -276,9 +279,7 @@ def _plot(workload: StreamWorkload, profile: str, tail: Figures, one: Figures) -
     )
 
 
-async def _tailing(
-    s: Session, remote: Session, workload: StreamWorkload
-) -> tuple[Figures, Figures]:
+async def tailing(s: Session, remote: Session, workload: StreamWorkload) -> tuple[Figures, Figures]:
     stream, writer = await _open(
         s, transmit=TransmitPolicy.SIZE, buffer_bytes=16 * 1024, flush_sla_s=0.002
     )

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import dl as bench_dl
 from benchmarks import failover as bench_failover
 from benchmarks import harness as bench_ledger_options
 from benchmarks import reads as bench_reads
@@ -117,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
         "reads", help="catch-up reads of a ledger, beside BookKeeper's Java read benchmark"
     )
     bench_reads.add_arguments(reads_bench)
+    dl_bench = bench_sub.add_parser(
+        "dl", help="globelog's library beside DistributedLog's on the same bookies"
+    )
+    bench_dl.add_arguments(dl_bench)
     spark_bench = bench_sub.add_parser(
         "spark", help="the globelog data source's read throughput against a Parquet scan"
     )
@@ -315,6 +320,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return bench_spark.run(args)
     if args.action == "reads":
         return bench_reads.run(args)
+    if args.action == "dl":
+        return bench_dl.run(args)
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")

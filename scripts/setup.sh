@@ -2,6 +2,7 @@
 # globelog's one set-up step: installs everything `make demo` and `make test` need, idempotently.
 #   - Debian packages: zookeeper (server jars), libslf4j-java, iproute2 (the multi-host test)
 #   - Apache BookKeeper server jars (pinned) resolved by Maven into .cache/
+#   - Apache DistributedLog's library (the same release) into .cache/, for `bench dl`
 #   - toxiproxy (pinned) built with `go install` into .cache/bin
 #   - a Python venv (.venv) with globelog installed editable and its dev dependencies
 set -euo pipefail
@@ -44,6 +45,19 @@ bookkeeper_jars() {
   touch "$dir/.complete"
 }
 
+distributedlog_jars() {
+  # DistributedLog's Java library, for `globelog bench dl` (kept apart from the bookies' jars)
+  local dir="$CACHE/distributedlog-$BOOKKEEPER_VERSION"
+  if [ -f "$dir/.complete" ]; then return; fi
+  say "resolving DistributedLog $BOOKKEEPER_VERSION jars with Maven into $dir"
+  rm -rf "$dir/jars"
+  mkdir -p "$dir"
+  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/distributedlog-jars.pom.xml" \
+    -Ddistributedlog.version="$BOOKKEEPER_VERSION" \
+    dependency:copy-dependencies -DoutputDirectory="$dir/jars"
+  touch "$dir/.complete"
+}
+
 toxiproxy() {
   local bin="$CACHE/bin/toxiproxy-server"
   if [ -x "$bin" ] && [ -f "$CACHE/bin/.toxiproxy-$TOXIPROXY_VERSION" ]; then return; fi
@@ -70,6 +84,7 @@ python_venv() {
 
 debian_packages
 bookkeeper_jars
+distributedlog_jars
 toxiproxy
 python_venv
 say "ready"
