@@ -63,6 +63,8 @@ from region.connections import Session
 
 DL_VERSION = "4.17.3"
 DL_BENCH = Path(__file__).resolve().parent / "java" / "DlBench.java"
+DL_ROOT = "/globelog-bench"  # DistributedLog's znodes (its namespace binding, its logs) below
+DL_NAMESPACE = f"{DL_ROOT}/dl"
 JAVA_HEAP = "-Xmx768m"
 JVM_TIMEOUT_S = 300.0  # past a run's own time: JVM start, warm-up, drain
 COMMIT_WRITES = 300
@@ -134,18 +136,20 @@ class DlJvm:
     tools: Tools
     cluster: Cluster
     classpath: str
+    warmup_s: int = 5  # unmeasured writes first, in each JVM
 
     async def run(self, mode: str, *args: object) -> dict[str, Figures]:
         """One DlBench run: a Figures per RESULT line (latencies from its file, in ms)."""
         topology = self.cluster.topology
         zk = topology.zk_connect_for(topology.regions[0].name)
-        namespace = f"distributedlog://{zk.split(',')[0]}/globelog-bench/dl"
+        namespace = f"distributedlog://{zk.split(',')[0]}{DL_NAMESPACE}"
         rep = topology.replication
         log_name = f"{mode}-{uuid.uuid4().hex[:8]}"
         with tempfile.TemporaryDirectory(prefix="globelog-bench-dl-") as home:
             out, log = Path(home) / "latencies", Path(home) / "jvm.log"
             argv = (
-                self.tools.java, JAVA_HEAP, *nodes.java_client_flags(topology),
+                self.tools.java, JAVA_HEAP, f"-Ddlbench.warmup.seconds={self.warmup_s}",
+                *nodes.java_client_flags(topology),
                 "-cp", self.classpath, str(DL_BENCH), mode, namespace, zk, log_name,
                 str(rep.ensemble_size), str(rep.write_quorum), str(rep.ack_quorum), str(out),
                 *(str(a) for a in args),

@@ -112,7 +112,7 @@ def run_config(args: argparse.Namespace) -> int:
             # the bookie's JVM flags (its ZooKeeper login and TLS), for BookKeeper's launcher:
             # the systemd unit's EnvironmentFile, the container's entry point
             env = args.write.with_suffix(".env")
-            _write(env, bookie_env(topology))
+            _write(env, nodes.bookie_env(topology))
             written.append(env)
     if args.write is None:
         sys.stdout.write(text)
@@ -121,19 +121,6 @@ def run_config(args: argparse.Namespace) -> int:
     for path in [args.write, *written]:
         print(f"wrote {path}")
     return 0
-
-
-def bookie_env(topology: Topology) -> str:
-    """`BOOKIE_EXTRA_OPTS="..."`: the JVM flags BookKeeper's `bin/bookkeeper bookie` adds, in
-    the syntax of systemd's EnvironmentFile and of a POSIX shell's `.`."""
-    flags = nodes.java_zookeeper_flags(topology)
-    for flag in flags:  # the launcher splits the variable at blanks, unquoted
-        if any(c.isspace() or c in "\"'$`\\" for c in flag):
-            raise ConfigError(
-                f"bookie JVM flag {flag!r}: expected no blank, quote, $, ` or \\ in the "
-                "security directory's path"
-            )
-    return f'BOOKIE_EXTRA_OPTS="{" ".join(flags)}"\n'
 
 
 def _write(path: Path, text: str) -> None:

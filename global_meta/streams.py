@@ -302,18 +302,43 @@ class StreamMetaStore:
             data, _ = await self.store.get(f"{lock_dir}/{lowest}")
         except NoNodeError:
             return None
-        try:
-            body = json.loads(data)
-            return f"{body['owner']}@{body['region']}"
-        except (ValueError, KeyError, TypeError):
-            return data.decode(errors="replace")
+        return _lock_owner(data)
 
     async def release(self, lock: OwnerLock) -> None:
         await self._release_path(lock.path)
 
+    async def release_orphans(self, stream: str, owner: str) -> int:
+        """Deletes the stream's lock nodes of `owner` ("name@region") that this store's own
+        ZooKeeper session holds, and returns how many: called by an owner that holds no lock
+        of the stream, they are orphans (a lock created while the connection dropped, its
+        answer lost, and created again). They would otherwise stand as the lowest node for
+        the whole life of the session: a stream nobody can take."""
+        session = self.store.session_id
+        lock_dir = f"{self.path(stream)}/lock"
+        deleted = 0
+        with contextlib.suppress(NoNodeError):
+            for name in await self.store.children(lock_dir):
+                path = f"{lock_dir}/{name}"
+                data, stat = await self.store.get(path)
+                if session is None or stat.ephemeral_owner != session:
+                    continue
+                if _lock_owner(data) == owner:
+                    await self._release_path(path)
+                    deleted += 1
+        return deleted
+
     async def _release_path(self, path: str) -> None:
         with contextlib.suppress(NoNodeError):  # the session ended and took it
             await self.store.delete(path, version=-1)
+
+
+def _lock_owner(data: bytes) -> str:
+    """"owner@region" of a lock node's body (its raw text if it is not one of ours)."""
+    try:
+        body = json.loads(data)
+        return f"{body['owner']}@{body['region']}"
+    except (ValueError, KeyError, TypeError):
+        return data.decode(errors="replace")
 
 
 def _counters(max_txid: int, next_seq: int) -> bytes:

@@ -156,6 +156,19 @@ def java_zookeeper_flags(topology: Topology) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def bookie_env(topology: Topology) -> str:
+    """`BOOKIE_EXTRA_OPTS="..."`: the JVM flags BookKeeper's `bin/bookkeeper bookie` adds, in
+    the syntax of systemd's EnvironmentFile and of a POSIX shell's `.`."""
+    flags = java_zookeeper_flags(topology)
+    for flag in flags:  # the launcher splits the variable at blanks, unquoted
+        if any(c.isspace() or c in "\"'$`\\" for c in flag):
+            raise ConfigError(
+                f"bookie JVM flag {flag!r}: expected no blank, quote, $, ` or \\ in the "
+                "security directory's path"
+            )
+    return f'BOOKIE_EXTRA_OPTS="{" ".join(flags)}"\n'
+
+
 def java_login_flag(topology: Topology) -> str:
     """The JVM flag naming the deployment's JAAS file: ZooKeeper's nodes read its users
     (Server), bookies and BookKeeper's tools log in with it (Client)."""
@@ -213,8 +226,10 @@ def java_client_flags(topology: Topology) -> tuple[str, ...]:
     benchmarks): the ZooKeeper login, and TLS to the bookies as system properties, which
     BookKeeper's configurations read when told to."""
     flags = list(java_zookeeper_flags(topology))
+    # the znodes it creates (ledger metadata) are the deployment's user's alone, as the
+    # bookies' are (zkEnableSecurity), whatever else the client is configured with
+    flags += ["-Dorg.apache.bookkeeper.conf.readsystemproperties=true", "-DzkEnableSecurity=true"]
     if topology.security.tls:
-        flags.append("-Dorg.apache.bookkeeper.conf.readsystemproperties=true")
         flags += [f"-D{line}" for line in client_tls_lines(topology.security)]
     return tuple(flags)
 

@@ -165,6 +165,11 @@ class Ownership:
             key = (streams.namespace, stream)
             if key in self._opening or key in self._owned:
                 return None  # this proxy is taking it right now: the caller waits for that
+            if await streams.release_orphans(stream, owner):
+                # Its own session's lock that nothing here holds: made by a take whose answer
+                # a dropped connection lost. Released, the stream is free to take again.
+                log.warning("released orphaned lock node(s) of %s/%s", *key)
+                return await self._owner_elsewhere(streams, stream)
             # A lock of this proxy's that it does not hold: left by a previous incarnation
             # whose session has not expired yet. It goes with that session.
             raise OwnershipError(

@@ -17,7 +17,8 @@
 //   tail RATE SECONDS BUFFER FLUSH_MS a writer paced at RATE records/s of 100 B and a reader
 //                                     of the same log: write -> read latency; then a second
 //                                     reader reads the whole log from its start (catch-up)
-// Each run first writes WARMUP_S seconds to a log of its own (JIT, connections), unmeasured.
+// Each run first writes for -Ddlbench.warmup.seconds (default 5) to a log of its own (JIT,
+// connections), unmeasured.
 // It prints "RESULT <label> <records> <nanoseconds>" per measured run and exits 0.
 import java.io.PrintWriter;
 import java.net.URI;
@@ -42,7 +43,7 @@ import org.apache.distributedlog.impl.metadata.BKDLConfig;
 import org.apache.distributedlog.metadata.DLMetadata;
 
 public class DlBench {
-    static final int WARMUP_S = 5;
+    static final int WARMUP_S = Integer.getInteger("dlbench.warmup.seconds", 5);
     static final int SAMPLES_MAX = 4_000_000;
     static final long DRAIN_S = 60;
 
@@ -103,7 +104,9 @@ public class DlBench {
         conf.setCreateStreamIfNotExists(true);
         Namespace namespace = NamespaceBuilder.newBuilder().conf(conf).uri(uri).clientId("globelog-bench").build();
         try {
-            write(namespace, log + "-warmup", 100, WARMUP_S, 512, new Latencies(1));
+            if (WARMUP_S > 0) {
+                write(namespace, log + "-warmup", 100, WARMUP_S, 512, new Latencies(1));
+            }
             Latencies latencies = new Latencies(SAMPLES_MAX);
             switch (mode) {
                 case "commit" -> commit(namespace, log, Integer.parseInt(args[8]), latencies);

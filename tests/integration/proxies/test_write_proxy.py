@@ -4,6 +4,7 @@ region, ownership handed over, bad requests refused with their codes, capacity l
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 from collections.abc import AsyncIterator
 
@@ -17,6 +18,7 @@ from core.errors import (
     StreamNotFoundError,
 )
 from core.limits import ProxyLimits
+from global_meta.streams import LOCK_PREFIX
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.batch_format import CONTENT_TYPE, encode_batch
@@ -433,3 +435,31 @@ async def test_concurrent_first_writes_to_a_new_stream_all_land(cluster: Cluster
 
         answers = await asyncio.gather(*(post(i) for i in range(30)))
     assert all(status == 200 for status, _ in answers), answers
+
+
+async def test_a_lock_node_of_the_proxys_own_session_that_it_does_not_hold_is_released(
+    cluster: Cluster,
+) -> None:
+    """A lock created while the connection dropped, its answer lost and the create repeated,
+    is an orphan of the proxy's own live session: the lowest lock node, naming this proxy,
+    which no session end will ever remove. The proxy releases it and takes the stream, instead
+    of answering `owner_exists` for as long as it lives."""
+    namespace = fresh_namespace()
+    async with write_proxy(cluster, "us-east") as east, client_session() as http:
+        url = base(east, namespace)
+        async with http.put(f"{url}/s") as created:
+            assert created.status == 201
+        streams = east.ownership.streams(namespace)
+        me = east.config.me
+        orphan = await east._store.create(
+            f"{streams.path('s')}/lock/{LOCK_PREFIX}",
+            json.dumps({"owner": me.name, "region": me.region}).encode(),
+            ephemeral=True,
+            sequential=True,
+        )
+        assert await streams.owner("s") == f"{me.name}@{me.region}"
+        async with http.post(f"{url}/s/records", data=b"x") as answer:
+            assert answer.status == 200, await answer.text()
+        assert await east._store.exists(orphan) is None, "the orphan lock node is still there"
+        async with http.post(f"{url}/s/records", data=b"y") as answer:
+            assert answer.status == 200 and (await answer.json())["seq"] == 1
