@@ -221,9 +221,13 @@ class Ownership:
             settings=settings,
             owner=self.config.me.name,
         )
+        me = f"{self.config.me.name}@{self.config.me.region}"
         try:
             with TRACER.start_as_current_span("globelog.take_ownership") as span:
                 span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
+                # nothing of this proxy's locks the stream while it is not taken: a lock node
+                # of its session there is an orphan, which would stand before the new one
+                await streams.release_orphans(key[1], me)
                 writer = await LogWriter.open(streams, self._ledgers, key[1], config)
         except OwnershipError:
             elsewhere = await self._owner_elsewhere(streams, key[1])  # lost a race: the winner
