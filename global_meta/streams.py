@@ -333,7 +333,7 @@ class StreamMetaStore:
 
 
 def _lock_owner(data: bytes) -> str:
-    """"owner@region" of a lock node's body (its raw text if it is not one of ours)."""
+    """The "owner@region" of a lock node's body (its raw text if it is not one of ours)."""
     try:
         body = json.loads(data)
         return f"{body['owner']}@{body['region']}"
