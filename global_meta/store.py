@@ -13,13 +13,14 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     AuthFailedError,
+    ConnectionClosedError,
     ConnectionDropped,
     KazooException,
     RolledBackError,
     SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import make_acl
 
 from core import errors
@@ -95,7 +96,14 @@ def _discard(client: KazooClient) -> None:
 def _logged_in(client: KazooClient, timeout_s: float) -> None:
     """Returns once a request of the session has been served (so its login went through);
     AuthFailedError when the login was refused."""
-    client.exists_async("/").get(timeout=timeout_s)
+    try:
+        client.exists_async("/").get(timeout=timeout_s)
+    except ConnectionClosedError:
+        # A request queued before the refusal is failed as the connection closes, not with
+        # the refusal itself; the client's state says which it was (set before the close).
+        if client.client_state == KeeperState.AUTH_FAILED:
+            raise AuthFailedError("the SASL login was refused") from None
+        raise
 
 
 class SessionState(enum.Enum):
