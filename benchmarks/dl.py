@@ -175,7 +175,9 @@ def parse_results(text: str) -> list[tuple[str, int, int]]:
     return [(m[1], int(m[2]), int(m[3])) for m in _RESULT.finditer(text)]
 
 
-async def direct_session(stack: AsyncExitStack, cluster: Cluster, region: str) -> Session:
+async def direct_session(
+    stack: AsyncExitStack, cluster: Cluster, region: str, namespace: str
+) -> Session:
     """A globelog session whose ledger client dials bookie ids, as DistributedLog's does."""
     topology = cluster.topology
     store = await stack.enter_async_context(await MetaStore.of(topology, region))
@@ -188,7 +190,6 @@ async def direct_session(stack: AsyncExitStack, cluster: Cluster, region: str) -
         BookieClient(lambda bookie_id: bookie_id, config.bookie_client()),
     )
     ledgers = await stack.enter_async_context(client)
-    namespace = f"benchdl{uuid.uuid4().hex[:6]}"
     return Session(topology, region, store, ledgers, StreamMetaStore(store, namespace))
 
 
@@ -197,8 +198,9 @@ async def bench_dl(
 ) -> str:
     pairs: list[tuple[str, Figures, Figures]] = []  # (row, globelog, DistributedLog)
     async with AsyncExitStack() as stack:
-        s = await direct_session(stack, cluster, workload.region)
-        remote = await direct_session(stack, cluster, workload.reader_region)
+        namespace = f"benchdl{uuid.uuid4().hex[:6]}"
+        s = await direct_session(stack, cluster, workload.region, namespace)
+        remote = await direct_session(stack, cluster, workload.reader_region, namespace)
         progress("commit latency, one record at a time: globelog, then DistributedLog")
         ours = await one_at_a_time(s)
         theirs = await jvm.run("commit", COMMIT_WRITES)
