@@ -101,11 +101,14 @@ async def watch_health(http: aiohttp.ClientSession, url: str, into: Health) -> N
 async def write_for(
     client: ProxyClient, until: asyncio.Event, acked: dict[str, list[Acked]]
 ) -> None:
-    """Writes to every stream in turn until `until` is set."""
+    """Writes to every stream in turn until `until` is set. Idempotent: with the ZooKeeper
+    leader in the isolated region, the election can outlast the owner's 1.5 s session, and a
+    write in flight then is answered `outcome_unknown`; retried, it lands once."""
+    producers = {stream: client.producer(stream) for stream in STREAMS}
     i = 0
     while not until.is_set():
         for stream in STREAMS:
-            acked[stream].append(await client.write(stream, f"during-{i}".encode()))
+            acked[stream].append(await producers[stream].write(f"during-{i}".encode()))
         i += 1
         await asyncio.sleep(WRITE_PACE_S)
 
