@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import heapq
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
@@ -77,6 +79,50 @@ class CacheBudget:
             cache.shed(self.used - target)
 
 
+class Waiters:
+    """Long polls waiting for a sequence id. A record wakes only the polls it answers (those
+    waiting for it or an earlier one), so a poll far ahead of the stream costs nothing per
+    record; a change of state (a failure, a truncation, the end) wakes every one. Polls that
+    gave up are let go once they are half of those kept (I10)."""
+
+    COMPACT_AT = 64
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+        self._gave_up = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    async def wait(self, seq: int) -> None:
+        """Until a record at or after `seq` arrives, or every poll is woken."""
+        woken = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, (seq, next(self._ids), woken))
+        try:
+            await woken
+        finally:
+            if not woken.done() or woken.cancelled():  # timed out: in the heap until compacted
+                woken.cancel()
+                self._gave_up += 1
+                if self._gave_up >= self.COMPACT_AT and self._gave_up * 2 >= len(self._heap):
+                    self._heap = [w for w in self._heap if not w[2].done()]
+                    heapq.heapify(self._heap)
+                    self._gave_up = 0
+
+    def wake_up_to(self, seq: int) -> None:
+        while self._heap and self._heap[0][0] <= seq:
+            _, _, woken = heapq.heappop(self._heap)
+            if not woken.done():
+                woken.set_result(None)
+
+    def wake_all(self) -> None:
+        heap, self._heap, self._gave_up = self._heap, [], 0
+        for _, _, woken in heap:
+            if not woken.done():
+                woken.set_result(None)
+
+
 class StreamCache:
     def __init__(
         self,
@@ -104,7 +150,7 @@ class StreamCache:
         self._bytes_max = bytes_max
         self._budget = budget
         self.read_at = 0.0  # when a request last read here (the proxy's clock)
-        self._arrived = asyncio.Event()  # replaced after each set: one generation per change
+        self.waiters = Waiters()
         self._opened: RecordSource | None = None  # the first source, opened by start()
         self._follower: Follower | None = None
         self._failure: BaseException | None = None  # the newest failure of the follow loop
@@ -214,7 +260,7 @@ class StreamCache:
                 if record is None:
                     return  # sealed: nothing follows
                 self._append(record)
-                self._notify()
+                self.waiters.wake_up_to(record.seq)
         except StreamNotFoundError as err:  # deleted: nothing to restart for
             self._failure = err
         except Exception as err:
@@ -226,8 +272,7 @@ class StreamCache:
                 await source.close()
 
     def _notify(self) -> None:
-        self._arrived.set()
-        self._arrived = asyncio.Event()
+        self.waiters.wake_all()
 
     def _gap(self, gap: DataLossError | TruncatedPositionError) -> None:
         self.gaps.append(gap)
@@ -293,7 +338,7 @@ class StreamCache:
                     while bisect.bisect_left(self._seqs, seq) == len(self._records):
                         if self.gone or not self.covers(seq):
                             break
-                        await self._arrived.wait()
+                        await self.waiters.wait(seq)
         if not self.covers(seq):
             return None
         index = bisect.bisect_left(self._seqs, seq)

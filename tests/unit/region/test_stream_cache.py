@@ -16,7 +16,7 @@ from core.errors import MetadataUnavailableError, StreamNotFoundError, Truncated
 from core.records import LogRecord
 from global_meta.followers import FollowerState, RestartBackoff
 from reader.positions import By, Position
-from region.stream_cache import CacheBudget, RecordSource, StreamCache
+from region.stream_cache import CacheBudget, RecordSource, StreamCache, Waiters
 
 Item = LogRecord | Exception | None
 QUICK = RestartBackoff(first_s=0.001, cap_s=0.001)  # restarts at once: the test waits on opens
@@ -231,3 +231,44 @@ async def test_the_proxys_budget_takes_from_the_least_recently_read_cache_first(
     await old.close()
     await new.close()
     assert budget.used == 0
+
+
+async def test_a_record_wakes_only_the_long_polls_it_answers() -> None:
+    """Point 7 of hostile clients: polls far ahead of the stream are not woken by every
+    record that arrives; a poll at the tail is, and a closing cache wakes them all."""
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    source = await opener.opened.get()
+    at_tail = asyncio.create_task(cache.read(0, 10, LONG_WAIT_S))
+    ahead = [asyncio.create_task(cache.read(1000 + i, 10, LONG_WAIT_S)) for i in range(50)]
+    await asyncio.sleep(0)
+    assert len(cache.waiters) == 51
+    for seq in range(20):
+        await source.items.put(record(seq))
+    assert seqs(await at_tail)[0] == 0
+    async with asyncio.timeout(LONG_WAIT_S):
+        while seqs(await cache.read(0, 100, 0))[-1] != 19:  # every record taken
+            await asyncio.sleep(0)
+    assert not any(poll.done() for poll in ahead) and len(cache.waiters) == 50
+    await cache.close()
+    assert [await poll for poll in ahead] == [None] * 50  # served by readers of their own
+    assert len(cache.waiters) == 0
+
+
+async def test_long_polls_that_gave_up_are_let_go() -> None:
+    waiters = Waiters()
+    for _ in range(10):  # 10 rounds of 100 abandoned polls far ahead
+        polls = [asyncio.create_task(waiters.wait(10**9)) for _ in range(100)]
+        await asyncio.sleep(0)
+        for poll in polls:
+            poll.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+    assert len(waiters) < 2 * Waiters.COMPACT_AT  # not 1000
+    late = asyncio.create_task(waiters.wait(5))
+    await asyncio.sleep(0)
+    waiters.wake_up_to(4)
+    await asyncio.sleep(0)
+    assert not late.done()
+    waiters.wake_up_to(5)
+    await late
