@@ -61,6 +61,18 @@ OUTCOME_UNKNOWN_ADVICE = (
     "read the stream to see whether the rest were."
 )
 
+# `globelog bench NAME`: what it measures, and its module (add_arguments and run)
+BENCHES: dict[str, tuple[str, Any]] = {
+    "stream": ("stream write throughput, commit latency and tailing reads", bench_stream_main),
+    "failover": ("time from killing a stream's owning write proxy to the next write", bench_failover),
+    "proxy": ("write-proxy throughput, commit latency and delivery to every region", bench_proxy),
+    "abuse": ("hostile clients against a region's proxies while a canary is served", bench_abuse),
+    "rebuild": ("a lost bookie's copies re-made: globelog's rebuilders and BookKeeper's", bench_rebuild),
+    "reads": ("catch-up reads of a ledger, beside BookKeeper's Java read benchmark", bench_reads),
+    "dl": ("globelog's library beside DistributedLog's on the same bookies", bench_dl),
+    "spark": ("the globelog data source's read throughput against a Parquet scan", bench_spark),
+}  # fmt: skip
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="globelog", description="A multi-region replicated log.")
@@ -94,38 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         "ledger", help="ledger add throughput and latency, beside BookKeeper's Java benchmark"
     )
     bench_ledger_options.add_arguments(ledger)
-    stream_bench = bench_sub.add_parser(
-        "stream", help="stream write throughput, commit latency and tailing reads"
-    )
-    bench_stream_main.add_arguments(stream_bench)
-    failover_bench = bench_sub.add_parser(
-        "failover", help="time from killing a stream's owning write proxy to the next write"
-    )
-    bench_failover.add_arguments(failover_bench)
-    proxy_bench = bench_sub.add_parser(
-        "proxy", help="write-proxy throughput, commit latency and delivery to every region"
-    )
-    bench_proxy.add_arguments(proxy_bench)
-    abuse_bench = bench_sub.add_parser(
-        "abuse", help="hostile clients against a region's proxies while a canary is served"
-    )
-    bench_abuse.add_arguments(abuse_bench)
-    rebuild_bench = bench_sub.add_parser(
-        "rebuild", help="a lost bookie's copies re-made: globelog's workers and BookKeeper's"
-    )
-    bench_rebuild.add_arguments(rebuild_bench)
-    reads_bench = bench_sub.add_parser(
-        "reads", help="catch-up reads of a ledger, beside BookKeeper's Java read benchmark"
-    )
-    bench_reads.add_arguments(reads_bench)
-    dl_bench = bench_sub.add_parser(
-        "dl", help="globelog's library beside DistributedLog's on the same bookies"
-    )
-    bench_dl.add_arguments(dl_bench)
-    spark_bench = bench_sub.add_parser(
-        "spark", help="the globelog data source's read throughput against a Parquet scan"
-    )
-    bench_spark.add_arguments(spark_bench)
+    for name, (help_text, module) in BENCHES.items():
+        module.add_arguments(bench_sub.add_parser(name, help=help_text))
 
     _add_ledger_commands(commands)
 
@@ -306,22 +288,8 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     if args.action == "ledger":
         return _run_bench_ledger(args)
-    if args.action == "stream":
-        return bench_stream_main.run(args)
-    if args.action == "failover":
-        return bench_failover.run(args)
-    if args.action == "proxy":
-        return bench_proxy.run(args)
-    if args.action == "abuse":
-        return bench_abuse.run(args)
-    if args.action == "rebuild":
-        return bench_rebuild.run(args)
-    if args.action == "spark":
-        return bench_spark.run(args)
-    if args.action == "reads":
-        return bench_reads.run(args)
-    if args.action == "dl":
-        return bench_dl.run(args)
+    if args.action in BENCHES:
+        return int(BENCHES[args.action][1].run(args))
     if not 1 <= args.runs <= 20:
         raise ConfigError(f"--runs {args.runs}: expected 1..20")
     path = Path(args.topology or REPO_ROOT / "topology.yaml")

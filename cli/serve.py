@@ -38,6 +38,12 @@ from region.security.gate import Rule, Rules, require_rules
 from region.security.service import ProxySecurity
 from region.write_proxy import WriteProxy
 
+# the rebuilder's settings its command line may set over topology.yaml's `rebuild:` section
+REBUILD_OVERRIDES = (
+    "lost_bookie_delay_s", "check_interval_s", "ledgers_at_once", "rate_bytes_s",
+    "rate_min_bytes_s", "yield_delay_s",
+)  # fmt: skip
+
 log = logging.getLogger(__name__)
 
 
@@ -73,10 +79,9 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     rebuilder.add_argument("--zk-session-timeout-s", type=float, default=10.0)
     rebuilder.add_argument("--log-format", choices=["json", "text"], default="json")
     # each over topology.yaml's `rebuild:` section (docs/operations.md)
-    rebuilder.add_argument("--lost-bookie-delay-s", type=float, default=None)
-    rebuilder.add_argument("--check-interval-s", type=float, default=None)
-    rebuilder.add_argument("--ledgers-at-once", type=int, default=None)
-    rebuilder.add_argument("--rate-bytes-s", type=int, default=None)
+    for key in REBUILD_OVERRIDES:
+        kind = type(getattr(RebuildSettings(), key))
+        rebuilder.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None)
     rebuilder.add_argument(
         "--metrics-address",
         default=None,
@@ -260,7 +265,14 @@ def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
         _host_port(args.metrics_address)  # checked before anything starts
     overrides = {
         key: getattr(args, key)
-        for key in ("lost_bookie_delay_s", "check_interval_s", "ledgers_at_once", "rate_bytes_s")
+        for key in (
+            "lost_bookie_delay_s",
+            "check_interval_s",
+            "ledgers_at_once",
+            "rate_bytes_s",
+            "rate_min_bytes_s",
+            "yield_delay_s",
+        )
         if getattr(args, key) is not None
     }
     settings = dataclasses.replace(topology.rebuild, **overrides)

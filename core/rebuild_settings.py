@@ -6,6 +6,8 @@ topology.yaml's optional `rebuild:` section over them:
       check_interval_s: 3600
       ledgers_at_once: 4
       rate_bytes_s: 67108864
+      rate_min_bytes_s: 4194304
+      yield_delay_s: 0.005
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ class RebuildSettings:
     # How often the auditor walks every ledger for copies on unknown bookies and ensembles that
     # break the region rule (BookKeeper: a week; ours also catches what a missed watch missed).
     check_interval_s: float = 3600.0
-    # Ledgers one rebuilder copies at once, and bytes per second it copies at in all.
+    # Ledgers one rebuilder copies at once, and bytes per second it copies at in all: at most
+    # `rate_bytes_s`; with `yield_delay_s` > 0 the rate yields to the foreground (it drops
+    # while the rebuild's own adds queue more than that at a bookie, rebuild.pacing) but never
+    # below `rate_min_bytes_s`, since a copy short is a durability debt; `yield_delay_s` 0 is a
+    # fixed `rate_bytes_s`.
     ledgers_at_once: int = 4
     rate_bytes_s: int = 64 * 1024 * 1024
+    rate_min_bytes_s: int = 4 * 1024 * 1024
+    yield_delay_s: float = 0.005
     # How long an idle worker waits before it looks for marked ledgers again.
     poll_interval_s: float = 2.0
     # A ledger that failed (no replacement, a copy unreadable) or whose open last ensemble is
@@ -48,14 +56,19 @@ class RebuildSettings:
                 ("check_interval_s", self.check_interval_s),
                 ("ledgers_at_once", self.ledgers_at_once),
                 ("rate_bytes_s", self.rate_bytes_s),
+                ("rate_min_bytes_s", self.rate_min_bytes_s),
                 ("poll_interval_s", self.poll_interval_s),
                 ("retry_after_s", self.retry_after_s),
                 ("report_interval_s", self.report_interval_s),
             )
             if not value > 0
         ]
-        if self.lost_bookie_delay_s < 0:
-            problems.append(f"lost_bookie_delay_s = {self.lost_bookie_delay_s!r} (expected >= 0)")
+        for name, value in (
+            ("lost_bookie_delay_s", self.lost_bookie_delay_s),
+            ("yield_delay_s", self.yield_delay_s),
+        ):
+            if value < 0:
+                problems.append(f"{name} = {value!r} (expected >= 0)")
         if problems:
             raise ConfigError("rebuild settings: " + "; ".join(problems))
 

@@ -106,6 +106,7 @@ class Rebuilder:
             "entries_copied": counts.entries_copied,
             "bytes_copied": counts.bytes_copied,
             "bytes_per_s": round(rate),
+            "pace_bytes_s": round(self.worker.pacer.rate),
             "ledgers_deferred": counts.ledgers_deferred,
             "ledgers_failed": counts.ledgers_failed,
             "in_progress": sorted(counts.in_progress),

@@ -6,6 +6,7 @@ Counters since the process started: `globelog_rebuild_bytes_copied_total`,
 `globelog_rebuild_ledgers_rebuilt_total`, `globelog_rebuild_ledgers_failed_total`,
 `globelog_rebuild_ledgers_deferred_total`. Gauges: `globelog_rebuild_ledgers_in_progress`,
 `globelog_rebuild_copy_rate_bytes_per_second` (over the last RATE_WINDOW_S),
+`globelog_rebuild_pace_bytes_per_second` (the rate the worker may copy at now),
 `globelog_rebuild_auditor_leading` (1 on the elected auditor), and on the auditor only
 `globelog_rebuild_lost_bookies` (missing from the registry, counted lost or not yet) and
 `globelog_rebuild_under_replicated_ledgers` (marked, as of its last status report),
@@ -41,6 +42,10 @@ COUNTERS: dict[str, tuple[str, Read]] = {
 GAUGES: dict[str, tuple[str, Read]] = {
     "ledgers.in_progress": ("ledgers being copied now", lambda r: len(r.worker.counts.in_progress)),
     "copy_rate": ("bytes copied per second, recently", lambda r: r.copy_rate()),
+    "pace": (
+        "bytes per second the worker may copy at now (its rate, yielding or fixed)",
+        lambda r: r.worker.pacer.rate,
+    ),
     "auditor.leading": ("1 on the elected auditor", lambda r: float(r.auditor.leading)),
     "lost_bookies": (
         "bookies of the topology missing from the registry (the auditor's view)",
@@ -78,7 +83,7 @@ def observe_rebuilder(rebuilder: Rebuilder) -> None:
             f"globelog.rebuild.{name}", [callback(read)], unit=unit, description=description
         )
     for name, (description, read) in GAUGES.items():
-        unit = "By/s" if name == "copy_rate" else "1"
+        unit = "By/s" if name in ("copy_rate", "pace") else "1"
         meter.create_observable_gauge(
             f"globelog.rebuild.{name}", [callback(read)], unit=unit, description=description
         )

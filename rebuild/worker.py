@@ -3,7 +3,8 @@
 Every region runs one (`globelog serve rebuilder`), so every region's bookies are donors and
 recipients at once: each worker claims ledgers at random among those marked, reads each entry
 from the copy nearest to it and writes it where placement says (ledger.drivers.rebuild). Its
-`ledgers_at_once` slots share one byte rate (`rate_bytes_s`).
+`ledgers_at_once` slots share one byte rate (rebuild.pacing), which yields to the foreground
+unless it is set fixed.
 
 A ledger ends in one of three ways:
 - rebuilt (or deleted meanwhile): its marker is deleted at the version claimed, so a marker
@@ -26,7 +27,7 @@ from core.rebuild_settings import RebuildSettings
 from global_meta import MetaStore
 from global_meta.followers import run_together
 from ledger import Claim, LedgerClient, UnderReplication
-from rebuild.pacing import Pacer
+from rebuild.pacing import Pacer, pacer_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ class Worker:
         self._settings = settings
         self.name = name
         self._clock = clock or asyncio.get_running_loop().time
-        self._pacer = Pacer(settings.rate_bytes_s, clock=self._clock)
+        self.pacer: Pacer = pacer_of(
+            settings.rate_bytes_s, settings.rate_min_bytes_s, settings.yield_delay_s, self._clock
+        )
         self._resting: dict[int, float] = {}  # ledger -> not claimed again before
         self._failed: dict[int, int] = {}  # ledger -> failures in a row (marked ledgers only)
         self.counts = WorkerCounts()
@@ -105,7 +108,7 @@ class Worker:
         ledger_id = claim.ledger_id
         self.counts.in_progress.add(ledger_id)
         try:
-            report = await self._client.rebuild(ledger_id, claim.marker.replicas, self._pacer)
+            report = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
         except GlobelogError as err:
             self._fail(ledger_id, f"ledger {ledger_id}: {err.code}: {err}")
             await self._under.release(claim)

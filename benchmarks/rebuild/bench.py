@@ -8,27 +8,31 @@ adding `--foreground-kb` KB entries at `--foreground-rate` per second, and then,
 after another, loses a bookie for good (`cluster wipe`: killed, data and cookie deleted) and
 times its rebuild:
 
-1. globelog, workers of one region (us-east) only;
-2. globelog, a worker in every region;
+1. globelog, the rebuilder of one region (us-east) only;
+2. globelog, a rebuilder in every region;
 3. BookKeeper: `BookieShell recover <bookie>` (BookKeeperAdmin's recovery with its client's
    default placement), on the same cluster.
 
-Each phase marks the lost bookie's ledgers itself (what the auditor does once the bookie has
+globelog's rebuilders are `globelog serve rebuilder` processes, as deployed, each with
+`--ledgers-at-once` and its pace (`--rate-mb-s` at most; yielding to the foreground down to
+`--rate-min-mb-s` when its adds queue more than `--yield-delay-ms` at a bookie, or fixed with
+`--yield-delay-ms 0`). Each phase marks the lost bookie's ledgers itself (what the auditor does once the bookie has
 been gone for `lost_bookie_delay_s`: that delay is a setting, not a rate) and ends when no
 ledger's metadata names the bookie; the bookie then comes back empty for the next phase. For
 each: ledgers and bytes re-made, seconds, MB/s, the foreground's add latency p50/p99 before
-and during, and, after it, how many ensembles break the durability rule (the audit).
+and during, and, after it, how many ensembles break the durability rule (the audit). The
+bytes re-made are what the lost bookie held, for both systems. A PNG of the foreground's
+latency through the phases goes to `--plot`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +49,14 @@ from core.rebuild_settings import RebuildSettings
 from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from global_meta import MetaStore
-from global_meta.followers import Follower
 from ledger import LedgerClient, LedgerConfig, UnderReplication, audit_ledgers
-from localcluster import controller, nodes, plan
+from localcluster import controller, nodes, plan, processes
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
-from localcluster.tools import REPO_ROOT, Tools, find_tools
+from localcluster.tools import Tools, find_tools
 from rebuild.auditor import Auditor
 from rebuild.bookies import holdings, ledgers_on
-from rebuild.worker import Worker
+from rebuild.service import read_rebuilders
 
 MB = 1_000_000
 FILL_WRITERS = 8  # ledgers filled at once
@@ -62,7 +65,6 @@ PHASE_BOUND_S = 1800.0
 POLL_S = 0.05  # how often a phase looks whether anything is still marked
 PROGRESS_S = 5.0
 JAVA_TIMEOUT_S = 3600
-PLOT = REPO_ROOT / "docs" / "img" / "bench-rebuild.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,8 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--entry-kb", type=int, default=64)
     parser.add_argument("--foreground-rate", type=float, default=50.0, help="adds per second")
     parser.add_argument("--foreground-kb", type=int, default=1)
-    parser.add_argument("--ledgers-at-once", type=int, default=4, help="per globelog worker")
-    parser.add_argument("--rate-mb-s", type=float, default=1000.0, help="per globelog worker")
+    parser.add_argument("--ledgers-at-once", type=int, default=4, help="per rebuilder")
+    parser.add_argument(
+        "--rate-mb-s", type=float, default=1000.0, help="per rebuilder: the most it copies at"
+    )
+    defaults = RebuildSettings()
+    parser.add_argument(
+        "--rate-min-mb-s", type=float, default=defaults.rate_min_bytes_s / MB,
+        help="per rebuilder: the least it yields down to",
+    )  # fmt: skip
+    parser.add_argument(
+        "--yield-delay-ms", type=float, default=defaults.yield_delay_s * 1000,
+        help="queueing at a bookie the rebuild yields at; 0: a fixed --rate-mb-s",
+    )  # fmt: skip
+    parser.add_argument("--plot", type=Path, default=Path("bench-rebuild.png"))
     parser.add_argument("--skip-bookkeeper", action="store_true")
 
 
@@ -163,32 +177,28 @@ async def globelog_phase(
     cluster: Cluster, store: MetaStore, client: LedgerClient, bookie: str, regions: list[str],
     args: argparse.Namespace, samples: Samples, say: Callable[[str], None],
 ) -> Phase:  # fmt: skip
-    name = f"globelog, workers in {', '.join(regions)}"
+    name = f"globelog, rebuilders in {', '.join(regions)}"
     bookie_id = cluster.topology.bookie(bookie).bookie_id
     phase = Phase(name, bookie)
-    await controller.wipe_bookie(cluster, bookie)
-    await _unregistered(store, bookie_id)  # as the auditor waits for, before any delay
-    settings = RebuildSettings(
-        lost_bookie_delay_s=0.0, ledgers_at_once=args.ledgers_at_once,
-        rate_bytes_s=int(args.rate_mb_s * MB), poll_interval_s=0.2, retry_after_s=1.0,
-    )  # fmt: skip
-    phase.started = time.monotonic() - samples.started
-    auditor = Auditor(store, client, settings, "bench-auditor")
-    phase.ledgers = await auditor.audit_bookies({bookie_id})
-    say(f"{name}: {bookie} wiped, {phase.ledgers} ledgers marked")
-    async with _workers(cluster, regions, settings) as workers:
+    async with _rebuilders(cluster, store, regions, args) as status:
+        before = await _ledger_bytes_on(client, bookie_id)
+        await controller.wipe_bookie(cluster, bookie)
+        await _unregistered(store, bookie_id)  # as the auditor waits for, before any delay
+        phase.started = time.monotonic() - samples.started
+        auditor = Auditor(store, client, RebuildSettings(lost_bookie_delay_s=0.0), "bench-auditor")
+        phase.ledgers = await auditor.audit_bookies({bookie_id})
+        say(f"{name}: {bookie} wiped, {phase.ledgers} ledgers marked")
         started = said = time.monotonic()
         while await _under(store).marked():
             if time.monotonic() - started > PHASE_BOUND_S:
                 break
             if time.monotonic() - said >= PROGRESS_S:
                 said = time.monotonic()
-                copied = sum(w.counts.bytes_copied for w in workers)
-                say(f"{name}: {copied / MB:.0f} MB re-made")
+                say(f"{name}: {await status()}")
             await asyncio.sleep(POLL_S)
         phase.seconds = time.monotonic() - started
-        phase.bytes = sum(w.counts.bytes_copied for w in workers)
-    phase.ended = time.monotonic() - samples.started
+        phase.ended = time.monotonic() - samples.started
+    phase.bytes = before
     phase.left = len(await ledgers_on(client, bookie_id))
     say(f"{phase.name}: {phase.bytes / MB:.0f} MB in {phase.seconds:.1f} s, {phase.left} left")
     await _restart_empty(cluster, bookie)
@@ -209,22 +219,43 @@ def _under(store: MetaStore) -> UnderReplication:
 
 
 @asynccontextmanager
-async def _workers(
-    cluster: Cluster, regions: list[str], settings: RebuildSettings
-) -> AsyncIterator[list[Worker]]:
-    """A running worker in each of `regions`, each with its own session and ledger client."""
-    min_regions = cluster.topology.replication.min_regions_for_durability
-    async with contextlib.AsyncExitStack() as stack:
-        workers = []
+async def _rebuilders(
+    cluster: Cluster, store: MetaStore, regions: list[str], args: argparse.Namespace
+) -> AsyncIterator[Callable[[], Awaitable[str]]]:
+    """A rebuilder process (`globelog serve rebuilder`, as deployed) in each of `regions`,
+    each with the bench's settings, published before the loss; yields a reader of their
+    progress. They leave the lost bookie's marking to the bench (a long delay)."""
+    settings = [
+        "--lost-bookie-delay-s", "3600", "--check-interval-s", "86400",
+        "--ledgers-at-once", str(args.ledgers_at_once),
+        "--rate-bytes-s", str(int(args.rate_mb_s * MB)),
+        "--rate-min-bytes-s", str(int(args.rate_min_mb_s * MB)),
+        "--yield-delay-s", str(args.yield_delay_ms / 1000),
+    ]  # fmt: skip
+    records = []
+    names = {f"bench-rebuilder-{region}" for region in regions}
+    try:
         for region in regions:
-            store = await stack.enter_async_context(await MetaStore.of(cluster.topology))
-            config = LedgerConfig(region=region, min_regions_for_durability=min_regions)
-            client = await stack.enter_async_context(await LedgerClient.connect(store, config))
-            worker = Worker(store, client, settings, f"bench-worker-{region}")
-            workers.append(worker)
-            running = Follower(worker.name, worker.run)
-            await stack.enter_async_context(running)
-        yield workers
+            spec = plan.rebuilder_spec(cluster.topology_path, region, cluster.data_dir)
+            argv = [*spec.argv, *settings]
+            argv[argv.index("--name") + 1] = f"bench-rebuilder-{region}"
+            records.append(processes.start(dataclasses.replace(spec, argv=tuple(argv))))
+
+        async def published() -> bool:
+            return names <= {r["name"] for r in await read_rebuilders(store)}
+
+        await wait_until("the bench's rebuilders (their status)", published, 60)
+
+        async def progress() -> str:
+            mine = [r for r in await read_rebuilders(store) if r["name"] in names]
+            copied = sum(r["bytes_copied"] for r in mine) / MB
+            paces = ", ".join(f"{r['pace_bytes_s'] / MB:.1f}" for r in mine)
+            return f"{copied:.0f} MB re-made; may copy at {paces} MB/s"
+
+        yield progress
+    finally:
+        for record in records:
+            await asyncio.to_thread(processes.stop, record)
 
 
 async def bookkeeper_phase(
@@ -379,7 +410,7 @@ def report(
             f"{rate:.1f} | {percentile(during, 50):.1f} / {percentile(during, 99):.1f} | "
             f"{percentile(during, 99) / percentile(before, 99):.2f}x | {p.rule_breaks} | {p.left} |"
         )
-    path = latency_over_time(PLOT, "foreground add latency through the rebuild phases", series)
+    path = latency_over_time(args.plot, "foreground add latency through the rebuild phases", series)
     lines += [
         "",
         "phases (s since start): "

@@ -32,8 +32,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
@@ -156,11 +157,24 @@ class LedgerRebuild:
         return sum(r.entries for r in self.rebuilt)
 
 
-Pace = Callable[[int], Awaitable[None]]  # awaited with a batch's bytes before it is sent
+class Pace(Protocol):
+    """How fast a rebuild copies (rebuild.pacing): awaited with each batch's bytes before it
+    is sent, and told how long the batch's first add to its bookie took."""
+
+    async def __call__(self, size: int) -> None: ...
+
+    def observe(self, bookie: str, seconds: float) -> None: ...
 
 
-async def no_pacing(_: int) -> None:
-    return None
+class _NoPacing:
+    async def __call__(self, size: int) -> None:
+        return None
+
+    def observe(self, bookie: str, seconds: float) -> None:
+        return None
+
+
+no_pacing: Pace = _NoPacing()
 
 
 async def rebuild_ledger(
@@ -364,18 +378,11 @@ async def copy_fragment(
             await pace(size)
             # every add of the batch ends (each within the bookie request timeout) before
             # the first failure, if any, is raised as itself
-            answers = await asyncio.gather(
-                *(
-                    context.bookies.add_entry(
-                        target, ledger_id, entry_id, key, packet, recovery=True
-                    )
-                    for entry_id, packet in batch
-                ),
-                return_exceptions=True,
-            )
+            answers, first_s = await _add_batch(context, target, ledger_id, key, batch)
             failed = next((a for a in answers if isinstance(a, BaseException)), None)
             if failed is not None:
                 raise failed
+            pace.observe(target, first_s)
             copied_bytes += size
     finally:
         if not reading.done():  # a failure or a cancellation: the read ahead ends with it
@@ -387,6 +394,31 @@ async def copy_fragment(
         response = await context.bookies.read_entry(target, ledger_id, entry_id)
         codec.decode_entry(response.body or b"", entry_id)  # raises unless intact
     return len(wanted), copied_bytes
+
+
+async def _add_batch(
+    context: LedgerContext, target: str, ledger_id: int, key: bytes, batch: list[tuple[int, bytes]]
+) -> tuple[Sequence[object], float]:
+    """Adds the batch's entries to `target` at once: every answer (a failure as itself), and
+    the seconds its first answer took (what the pacer reads queueing from)."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    first: list[float] = []
+
+    def answered(_: object) -> None:
+        if not first:
+            first.append(loop.time() - sent)
+
+    adds = [
+        loop.create_task(
+            context.bookies.add_entry(target, ledger_id, entry_id, key, packet, recovery=True)
+        )
+        for entry_id, packet in batch
+    ]
+    for add in adds:
+        add.add_done_callback(answered)
+    answers = await asyncio.gather(*adds, return_exceptions=True)
+    return answers, first[0]
 
 
 async def _read_batch(

@@ -11,7 +11,15 @@ from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from placement import LocatedBookie
 from rebuild.auditor import to_rebuild
-from rebuild.pacing import Pacer
+from rebuild.pacing import (
+    BASE_BUCKET_S,
+    BASE_BUCKETS,
+    BOOKIES_KEPT_MAX,
+    CUT_EVERY_S,
+    Pacer,
+    YieldingPacer,
+    pacer_of,
+)
 
 LOCATED = {
     b: LocatedBookie(b, region, rack)
@@ -63,6 +71,61 @@ async def test_the_pacer_holds_the_rate_and_lets_a_burst_through() -> None:
     assert slept[-1] == pytest.approx(0.2)
 
 
+def test_a_yielding_pacer_starts_low_grows_while_nothing_queues_and_cuts_when_it_does() -> None:
+    now = [0.0]
+    pacer = YieldingPacer(100_000_000, 1_000_000, 0.005, clock=lambda: now[0])
+    assert pacer.rate == 1_000_000  # the floor first
+    for _ in range(5):  # a slow start: doubling per second while adds take their base
+        now[0] += 1.0
+        pacer.observe("b1", 0.010)
+    assert pacer.rate == pytest.approx(32_000_000)
+    pacer.observe("b1", 0.014)  # 4 ms of queueing: under the 5 ms yield
+    assert pacer.rate >= 32_000_000 and pacer.cuts == 0
+    pacer.observe("b1", 0.030)  # 20 ms queued: cut
+    assert pacer.rate == pytest.approx(32_000_000 * 0.7) and pacer.cuts == 1
+    pacer.observe("b1", 0.030)  # the same episode: one cut only
+    assert pacer.cuts == 1
+    now[0] += CUT_EVERY_S
+    pacer.observe("b1", 0.030)
+    assert pacer.rate == pytest.approx(32_000_000 * 0.49) and pacer.cuts == 2
+    for _ in range(100):  # queueing on and on: never below the floor
+        now[0] += CUT_EVERY_S
+        pacer.observe("b1", 0.050)
+    assert pacer.rate == 1_000_000
+    rate = pacer.rate
+    now[0] += 1.0
+    pacer.observe("b1", 0.010)  # after the first cut it grows by a twentieth of the ceiling
+    assert pacer.rate == pytest.approx(rate + 5_000_000)
+    for _ in range(40):
+        now[0] += 1.0
+        pacer.observe("b1", 0.010)
+    assert pacer.rate == 100_000_000  # never above the ceiling
+    assert pacer.burst == 10_000_000  # a tenth of a second's worth
+
+
+def test_each_bookies_base_is_its_own_recent_least() -> None:
+    now = [0.0]
+    pacer = YieldingPacer(100_000_000, 1_000_000, 0.005, clock=lambda: now[0])
+    pacer.observe("near", 0.002)
+    pacer.observe("far", 0.080)  # a remote region's round trip is its base, not queueing
+    pacer.observe("far", 0.083)
+    assert pacer.cuts == 0 and pacer.base("far") == 0.080
+    pacer.observe("near", 0.012)
+    assert pacer.cuts == 1
+    now[0] += BASE_BUCKET_S * BASE_BUCKETS  # the old least is forgotten: the base moves up
+    pacer.observe("far", 0.090)
+    assert pacer.base("far") == 0.090
+    for i in range(BOOKIES_KEPT_MAX + 10):  # I10: bases of bookies long gone are let go
+        pacer.observe(f"b{i}", 0.001)
+    assert pacer.base("far") is None and pacer.base(f"b{BOOKIES_KEPT_MAX + 9}") == 0.001
+
+
+def test_the_settings_choose_a_fixed_or_a_yielding_pacer() -> None:
+    assert type(pacer_of(1000, 100, 0.0, clock=lambda: 0.0)) is Pacer
+    yielding = pacer_of(1000, 5000, 0.005, clock=lambda: 0.0)
+    assert isinstance(yielding, YieldingPacer) and yielding.floor == 1000  # floor <= ceiling
+
+
 def test_rebuild_settings_are_checked() -> None:
     problems: list[tuple[str, str]] = []
 
@@ -79,3 +142,8 @@ def test_rebuild_settings_are_checked() -> None:
     assert "ledgers_at_once = 0" in problems[-1][1]
     with pytest.raises(ConfigError, match="lost_bookie_delay_s"):
         RebuildSettings(lost_bookie_delay_s=-1)
+    with pytest.raises(ConfigError, match=r"yield_delay_s = -0.1 \(expected >= 0\)"):
+        RebuildSettings(yield_delay_s=-0.1)
+    assert parse_rebuild({"yield_delay_s": 0, "rate_min_bytes_s": 1}, Collect()) == RebuildSettings(
+        yield_delay_s=0.0, rate_min_bytes_s=1
+    )
