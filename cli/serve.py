@@ -150,7 +150,11 @@ async def serve_proxy(
             WriteProxy(
                 # an unreachable owner's lock goes with its session (the same timeout as ours)
                 OwnershipConfig(
-                    me, replication, topology.streams, takeover_wait_s=2 * session_timeout_s + 1
+                    me,
+                    replication,
+                    topology.streams,
+                    takeover_wait_s=2 * session_timeout_s + 1,
+                    lost_bookie_delay_s=topology.rebuild.lost_bookie_delay_s,
                 ),
                 store,
                 ledgers,

@@ -69,6 +69,10 @@ class OwnershipConfig:
     # How long a proxy waits for the lock of an owner its client could not reach (the owner's
     # ZooKeeper session ends and takes the lock); it then takes the stream at once.
     takeover_wait_s: float = 5.0
+    # A bookie missing from the registry this long is lost (topology.yaml's
+    # rebuild.lost_bookie_delay_s): an idle stream writing to it is released, so its segment
+    # completes and the rebuilders re-make the copies it held.
+    lost_bookie_delay_s: float = 60.0
 
 
 class Ownership:
@@ -356,6 +360,33 @@ class Ownership:
             log.info(
                 "released %d stream(s) idle for %g s", released, self.limits.stream_idle_release_s
             )
+        return released
+
+    async def release_on_lost_bookies(self) -> int:
+        """Releases the owned streams whose open ensemble names a lost bookie, with nothing
+        in flight; how many. A stream being written leaves a lost bookie by itself (its next
+        add fails there and its writer changes ensemble); an idle one would keep the entries
+        it wrote there one copy short until its idle release, since the rebuilders leave an
+        open ensemble to its writer. Released, its segment completes and is theirs to copy."""
+        now = asyncio.get_running_loop().time()
+        lost = {
+            bookie
+            for bookie, since in self._ledgers.down_since.items()
+            if now - since >= self.config.lost_bookie_delay_s
+        }
+        if not lost:
+            return 0
+        released = 0
+        for key, owned in list(self._owned.items()):
+            bookies = lost.intersection(owned.writer.open_bookies)
+            if not bookies or owned.inflight_bytes:
+                continue
+            try:
+                released += await self.release(*key)
+            except GlobelogError as err:
+                log.warning("releasing stream %s/%s off lost %s failed: %s", *key, bookies, err)
+            else:
+                log.info("released stream %s/%s: its open ensemble names lost %s", *key, bookies)
         return released
 
     async def release_all(self) -> None:

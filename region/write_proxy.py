@@ -72,6 +72,7 @@ HOPS_MAX = 2  # redirects one request may take before the proxies refuse it
 OWNER_TEXT_MAX = 512  # the `unreachable_owner` parameter: name@region
 RING_TIMEOUT_S = 10.0
 IDLE_CHECK_S = 30.0  # how often idle owned streams are looked for (at most)
+LOST_CHECK_S = 5.0  # how often owned streams writing to a lost bookie are looked for
 BASE = "/v1/namespaces/{ns}/streams"
 # Who may call what (docs/http-api.md, "Access"): every route has its rule.
 RULES: Rules = {
@@ -206,12 +207,23 @@ class WriteProxy:
             await self._drain.changed.wait()
 
     async def _release_idle(self, following: Callable[[], None]) -> None:
-        """Lets go of owned streams no request came for in `stream_idle_release_s`."""
+        """Lets go of owned streams no request came for in `stream_idle_release_s`, and of
+        idle ones whose open ensemble names a lost bookie."""
         following()
-        every_s = min(IDLE_CHECK_S, self.limits.stream_idle_release_s / 2)
+        loop = asyncio.get_running_loop()
+        idle_every_s = min(IDLE_CHECK_S, self.limits.stream_idle_release_s / 2)
+        lost_every_s = min(LOST_CHECK_S, max(0.1, self.config.lost_bookie_delay_s / 2))
+        idle_at = lost_at = loop.time()
         while True:
-            await asyncio.sleep(every_s)
-            await self.ownership.release_idle()
+            await asyncio.sleep(
+                max(0.0, min(idle_at + idle_every_s, lost_at + lost_every_s) - loop.time())
+            )
+            if loop.time() >= lost_at + lost_every_s:
+                lost_at = loop.time()
+                await self.ownership.release_on_lost_bookies()
+            if loop.time() >= idle_at + idle_every_s:
+                idle_at = loop.time()
+                await self.ownership.release_idle()
 
     def followers(self) -> list[FollowerStatus]:
         """Every background follower of this proxy, its ledger client's included."""

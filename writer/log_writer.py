@@ -182,6 +182,11 @@ class LogWriter:
         return self._state.next_seq
 
     @property
+    def open_bookies(self) -> tuple[str, ...]:
+        """The bookies the open ledger's next entries go to (its last ensemble)."""
+        return self._ledger.metadata.ensembles[-1].bookies
+
+    @property
     def failed(self) -> bool:
         """The writer failed or was fenced: every later write fails; open a new one."""
         return self._state.error is not None

@@ -84,6 +84,8 @@ class LedgerClient:
             LedgerMetrics.create(meter),
         )
         self._store = store
+        # known bookies neither writable nor read-only, and since when (the loop's clock)
+        self.down_since: dict[str, float] = {}
         self._membership = Follower(
             "bookie membership", self._follow_membership, on_failed=self._count_restart
         )
@@ -179,6 +181,12 @@ class LedgerClient:
         self.context.placement.update_membership(
             names - {"readonly"} - leaving, read_only | (names & leaving)
         )
+        now, up = self.context.clock(), names | read_only
+        self.down_since = {
+            b.bookie_id: self.down_since.get(b.bookie_id, now)
+            for b in self.context.placement.cluster.bookies
+            if b.bookie_id not in up
+        }
 
     async def _follow_membership(self, following: Callable[[], None]) -> None:
         """Keeps placement's writable/read-only view in step with bookie registrations and

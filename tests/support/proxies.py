@@ -43,10 +43,15 @@ async def _proxy(cluster: Cluster, region: str, kind: str, make: Any) -> AsyncIt
 
 
 def write_proxy(
-    cluster: Cluster, region: str, limits: ProxyLimits | None = None
+    cluster: Cluster,
+    region: str,
+    limits: ProxyLimits | None = None,
+    lost_bookie_delay_s: float = 60.0,
 ) -> Any:  # an async context manager giving a WriteProxy
     def make(me: ProxyInfo, store: MetaStore, ledgers: LedgerClient, host: str) -> WriteProxy:
-        config = OwnershipConfig(me, REPLICATION, cluster.topology.streams)
+        config = OwnershipConfig(
+            me, REPLICATION, cluster.topology.streams, lost_bookie_delay_s=lost_bookie_delay_s
+        )
         security = ProxySecurity.load(
             cluster.topology.security, store, limits or ProxyLimits(), issues=True, host=host
         )
