@@ -9,7 +9,8 @@ Two ways to set it:
   minute is its base (the round trip and a journal write with nothing queued), and anything
   above the base is queueing, which every writer of that bookie waits through too. Queueing
   above `yield_delay_s` cuts the rate by YIELD_CUT (at most once per CUT_EVERY_S); below it the
-  rate grows again by a twentieth of the ceiling per second. The rate stays between
+  rate grows by a twentieth of the ceiling per second (from the floor at the start: a worker
+  that starts among busy bookies should not arrive at full speed). The rate stays between
   `rate_min_bytes_s` (lost copies are re-made whatever the load: durability is at stake) and
   `rate_bytes_s`. The same delay-based yielding as LEDBAT's background transfers, on bytes
   per second instead of a window.
@@ -82,7 +83,6 @@ class YieldingPacer(Pacer):
         self._bases: dict[str, list[tuple[int, float]]] = {}  # bookie -> [(bucket, least s)]
         self._cut_at = float("-inf")
         self._grown_at = self._clock()
-        self._starting = True  # doubling each second until the first cut (a slow start)
 
     def base(self, bookie: str) -> float | None:
         buckets = self._bases.get(bookie)
@@ -96,17 +96,13 @@ class YieldingPacer(Pacer):
         if seconds - base > self.yield_delay_s:
             if now - self._cut_at >= CUT_EVERY_S:
                 self._cut_at = now
-                self._starting = False
                 self.cuts += 1
                 self._set_rate(self.rate * YIELD_CUT)
             self._grown_at = now
             return
         elapsed = min(1.0, max(0.0, now - self._grown_at))
         self._grown_at = now
-        if self._starting:
-            self._set_rate(self.rate * 2**elapsed)
-        else:
-            self._set_rate(self.rate + self.ceiling * GROWTH_PER_S * elapsed)
+        self._set_rate(self.rate + self.ceiling * GROWTH_PER_S * elapsed)
 
     def _set_rate(self, rate: float) -> None:
         self.rate = min(self.ceiling, max(self.floor, rate))

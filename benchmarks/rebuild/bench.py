@@ -75,10 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--foreground-rate", type=float, default=50.0, help="adds per second")
     parser.add_argument("--foreground-kb", type=int, default=1)
     parser.add_argument("--ledgers-at-once", type=int, default=4, help="per rebuilder")
-    parser.add_argument(
-        "--rate-mb-s", type=float, default=1000.0, help="per rebuilder: the most it copies at"
-    )
     defaults = RebuildSettings()
+    parser.add_argument(
+        "--rate-mb-s", type=float, default=defaults.rate_bytes_s / MB,
+        help="per rebuilder: the most it copies at",
+    )  # fmt: skip
     parser.add_argument(
         "--rate-min-mb-s", type=float, default=defaults.rate_min_bytes_s / MB,
         help="per rebuilder: the least it yields down to",
