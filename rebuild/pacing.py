@@ -26,6 +26,8 @@ CUT_EVERY_S = 0.25  # at most one cut per this long: one congestion episode, one
 GROWTH_PER_S = 0.05  # of the ceiling, added per second while queueing is below the target
 BASE_BUCKET_S = 10.0  # a bookie's base latency is the least of the last BASE_BUCKETS buckets
 BASE_BUCKETS = 6
+BATCH_BYTES_MAX = 4 * 1024 * 1024  # a batched read of a fixed pace (ledger.drivers.rebuild's)
+BATCH_BYTES_MIN = 64 * 1024  # ... and of a yielding one at its slowest (one entry at least)
 BOOKIES_KEPT_MAX = 4096  # base latencies kept (I10); past it, the least recently seen go
 
 
@@ -62,6 +64,10 @@ class Pacer:
     def observe(self, bookie: str, seconds: float) -> None:
         """A batch's first add to `bookie` took `seconds`: a fixed rate does not care."""
 
+    @property
+    def batch_bytes(self) -> int:
+        return BATCH_BYTES_MAX
+
 
 class YieldingPacer(Pacer):
     """A Pacer whose rate follows the queueing its adds see (module docstring)."""
@@ -83,6 +89,12 @@ class YieldingPacer(Pacer):
         self._bases: dict[str, list[tuple[int, float]]] = {}  # bookie -> [(bucket, least s)]
         self._cut_at = float("-inf")
         self._grown_at = self._clock()
+
+    @property
+    def batch_bytes(self) -> int:
+        """A tenth of a second's worth: the reads ahead of many ledgers starting at once at
+        a slow pace would otherwise be a burst of BATCH_BYTES_MAX each."""
+        return max(BATCH_BYTES_MIN, min(BATCH_BYTES_MAX, self.burst))
 
     def base(self, bookie: str) -> float | None:
         buckets = self._bases.get(bookie)

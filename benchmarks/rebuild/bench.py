@@ -100,6 +100,7 @@ class Samples:
     points: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     baseline: tuple[float, float] = (0.0, 0.0)  # the foreground alone, before any loss
+    full_check: tuple[int, float] = (0, 0.0)  # the auditor's full check: ledgers, seconds
 
     def between(self, start: float, end: float) -> list[float]:
         return sorted(ms for t, ms in self.points if start <= t < end)
@@ -343,6 +344,8 @@ async def bench(
         await UnderReplication(store).ensure_layout()
         say(f"fill: {args.ledgers} ledgers of {args.ledger_mb} MB in {args.entry_kb} KB entries")
         await fill(client, cluster, args, say)
+        samples.full_check = await _full_check(store, client)
+        say(f"full check: {samples.full_check[0]} ledgers in {samples.full_check[1]:.1f} s")
         stop = asyncio.Event()
         writer = asyncio.create_task(foreground(client, cluster, args, samples, stop))
         try:
@@ -386,6 +389,17 @@ async def bench(
     return report(args, cluster, samples, phases)
 
 
+async def _full_check(store: MetaStore, client: LedgerClient) -> tuple[int, float]:
+    """The auditor's full check over every ledger (each ensemble against the rule, each
+    ledger's last entries asked of its bookies), timed: (ledgers, seconds)."""
+    ledgers = len(await client.ledger_ids())
+    started = time.monotonic()
+    marked = await Auditor(store, client, RebuildSettings(), "bench-auditor").full_check(set())
+    if marked:
+        raise ConfigError(f"the full check marked {marked} ledgers of a healthy cluster")
+    return ledgers, time.monotonic() - started
+
+
 def report(
     args: argparse.Namespace, cluster: Cluster, samples: Samples, phases: list[Phase]
 ) -> str:
@@ -396,6 +410,8 @@ def report(
         "process on this machine, bookies fsync their journal",
         f"foreground: {args.foreground_rate:g} adds/s of {args.foreground_kb} KB from us-east; "
         f"before any loss p50 {percentile(before, 50):.1f} ms, p99 {percentile(before, 99):.1f} ms",
+        f"the auditor's full check (from us-east, nothing running beside it): "
+        f"{samples.full_check[0]} ledgers in {samples.full_check[1]:.1f} s",
         "",
         "| phase | lost bookie | ledgers | MB re-made | seconds | MB/s | foreground p50 / p99 during (ms) | p99 during / before | rule breaks after | ledgers still naming it |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -165,6 +165,12 @@ class Pace(Protocol):
 
     def observe(self, bookie: str, seconds: float) -> None: ...
 
+    @property
+    def batch_bytes(self) -> int:
+        """How many bytes one batched read may bring now (reads ahead are not paced: a slow
+        pace reads in small batches, so many ledgers at once do not read a burst)."""
+        ...
+
 
 class _NoPacing:
     async def __call__(self, size: int) -> None:
@@ -172,6 +178,10 @@ class _NoPacing:
 
     def observe(self, bookie: str, seconds: float) -> None:
         return None
+
+    @property
+    def batch_bytes(self) -> int:
+        return COPY_BATCH_BYTES
 
 
 no_pacing: Pace = _NoPacing()
@@ -362,7 +372,17 @@ async def copy_fragment(
 
     def read_from(index: int) -> asyncio.Task[list[tuple[int, bytes]]]:
         return asyncio.get_running_loop().create_task(
-            _read_batch(context, ledger_id, ensemble, quorum, wanted, index, codec, failed_sources)
+            _read_batch(
+                context,
+                ledger_id,
+                ensemble,
+                quorum,
+                wanted,
+                index,
+                codec,
+                failed_sources,
+                pace.batch_bytes,
+            )
         )
 
     copied_bytes = 0
@@ -430,6 +450,7 @@ async def _read_batch(
     index: int,
     codec: EntryCodec,
     failed_sources: set[str],
+    max_bytes: int = COPY_BATCH_BYTES,
 ) -> list[tuple[int, bytes]]:
     """Verified packets of `wanted[index]` and the wanted entries right after it that one
     source returns in one batched read; the nearest source holding the entry first, the next
@@ -445,9 +466,7 @@ async def _read_batch(
     for source in order:
         count = _span(wanted, index)
         try:
-            packets = await context.bookies.batch_read(
-                source, ledger_id, first, count, COPY_BATCH_BYTES
-            )
+            packets = await context.bookies.batch_read(source, ledger_id, first, count, max_bytes)
             verified = []
             for offset, packet in enumerate(packets):
                 codec.decode_entry(packet, first + offset)  # raises on a corrupt copy

@@ -101,6 +101,10 @@ def test_a_yielding_pacer_starts_low_grows_while_nothing_queues_and_cuts_when_it
         pacer.observe("b1", 0.010)
     assert pacer.rate == 100_000_000  # never above the ceiling
     assert pacer.burst == 10_000_000  # a tenth of a second's worth
+    assert pacer.batch_bytes == 4 * 1024 * 1024  # batched reads: at most the fixed pace's
+    slow = YieldingPacer(100_000_000, 1_000_000, 0.005, clock=lambda: now[0])
+    assert slow.batch_bytes == 100_000  # a tenth of a second's worth at the floor
+    assert YieldingPacer(10**8, 100_000, 0.005, clock=lambda: 0.0).batch_bytes == 64 * 1024
 
 
 def test_each_bookies_base_is_its_own_recent_least() -> None:
