@@ -6,8 +6,10 @@ Two ways to set it:
 - a rate that yields (`YieldingPacer`, `yield_delay_s` > 0): the rebuild is background work,
   so it slows down as soon as its own adds wait longer than they need to. Each batch sent to a
   replacement reports how long its first add took; the least that bookie took in the last
-  minute is its base (the round trip and a journal write with nothing queued), and anything
-  above the base is queueing, which every writer of that bookie waits through too. Queueing
+  minute is its base (the round trip and a journal write with nothing queued), and the least
+  of its last RECENT_SAMPLES adds above the base is queueing (the least, so that a WAN's
+  jitter on one add is not taken for a queue), which every writer of that bookie waits
+  through too. Queueing
   above `yield_delay_s` cuts the rate by YIELD_CUT (at most once per CUT_EVERY_S); below it the
   rate grows by a twentieth of the ceiling per second (from the floor at the start: a worker
   that starts among busy bookies should not arrive at full speed). The rate stays between
@@ -19,6 +21,7 @@ Two ways to set it:
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 YIELD_CUT = 0.7  # the rate is multiplied by this when queueing is above the target
@@ -28,6 +31,7 @@ BASE_BUCKET_S = 10.0  # a bookie's base latency is the least of the last BASE_BU
 BASE_BUCKETS = 6
 BATCH_BYTES_MAX = 4 * 1024 * 1024  # a batched read of a fixed pace (ledger.drivers.rebuild's)
 BATCH_BYTES_MIN = 64 * 1024  # ... and of a yielding one at its slowest (one entry at least)
+RECENT_SAMPLES = 4  # a bookie's queueing is read from the least of its last few adds (jitter)
 BOOKIES_KEPT_MAX = 4096  # base latencies kept (I10); past it, the least recently seen go
 
 
@@ -87,6 +91,7 @@ class YieldingPacer(Pacer):
         self.yield_delay_s = yield_delay_s
         self.cuts = 0
         self._bases: dict[str, list[tuple[int, float]]] = {}  # bookie -> [(bucket, least s)]
+        self._recent: dict[str, deque[float]] = {}  # bookie -> its last RECENT_SAMPLES
         self._cut_at = float("-inf")
         self._grown_at = self._clock()
 
@@ -105,7 +110,7 @@ class YieldingPacer(Pacer):
         self._remember(bookie, seconds, now)
         base = self.base(bookie)
         assert base is not None
-        if seconds - base > self.yield_delay_s:
+        if min(self._recent[bookie]) - base > self.yield_delay_s:
             if now - self._cut_at >= CUT_EVERY_S:
                 self._cut_at = now
                 self.cuts += 1
@@ -129,8 +134,13 @@ class YieldingPacer(Pacer):
         else:
             buckets.append((bucket, seconds))
         self._bases[bookie] = [(b, s) for b, s in buckets if b > bucket - BASE_BUCKETS]
+        recent = self._recent.pop(bookie, None) or deque(maxlen=RECENT_SAMPLES)
+        recent.append(seconds)
+        self._recent[bookie] = recent
         while len(self._bases) > BOOKIES_KEPT_MAX:
             del self._bases[next(iter(self._bases))]
+        while len(self._recent) > BOOKIES_KEPT_MAX:
+            del self._recent[next(iter(self._recent))]
 
 
 def pacer_of(

@@ -16,6 +16,7 @@ from rebuild.pacing import (
     BASE_BUCKETS,
     BOOKIES_KEPT_MAX,
     CUT_EVERY_S,
+    RECENT_SAMPLES,
     Pacer,
     YieldingPacer,
     pacer_of,
@@ -79,9 +80,13 @@ def test_a_yielding_pacer_starts_low_grows_while_nothing_queues_and_cuts_when_it
         now[0] += 1.0
         pacer.observe("b1", 0.010)
     assert pacer.rate == pytest.approx(31_000_000)
-    pacer.observe("b1", 0.014)  # 4 ms of queueing: under the 5 ms yield
+    for _ in range(RECENT_SAMPLES):
+        pacer.observe("b1", 0.014)  # 4 ms of queueing: under the 5 ms yield
     assert pacer.rate >= 31_000_000 and pacer.cuts == 0
-    pacer.observe("b1", 0.030)  # 20 ms queued: cut
+    for _ in range(RECENT_SAMPLES - 1):
+        pacer.observe("b1", 0.030)  # one add at 14 ms among the last few: jitter, not a queue
+    assert pacer.cuts == 0
+    pacer.observe("b1", 0.030)  # 20 ms queued on each of the last few: cut
     assert pacer.rate == pytest.approx(31_000_000 * 0.7) and pacer.cuts == 1
     pacer.observe("b1", 0.030)  # the same episode: one cut only
     assert pacer.cuts == 1
@@ -93,6 +98,8 @@ def test_a_yielding_pacer_starts_low_grows_while_nothing_queues_and_cuts_when_it
         pacer.observe("b1", 0.050)
     assert pacer.rate == 1_000_000
     rate = pacer.rate
+    for _ in range(RECENT_SAMPLES - 1):
+        pacer.observe("b1", 0.010)
     now[0] += 1.0
     pacer.observe("b1", 0.010)
     assert pacer.rate == pytest.approx(rate + 5_000_000)
@@ -114,7 +121,8 @@ def test_each_bookies_base_is_its_own_recent_least() -> None:
     pacer.observe("far", 0.080)  # a remote region's round trip is its base, not queueing
     pacer.observe("far", 0.083)
     assert pacer.cuts == 0 and pacer.base("far") == 0.080
-    pacer.observe("near", 0.012)
+    for _ in range(RECENT_SAMPLES):
+        pacer.observe("near", 0.012)
     assert pacer.cuts == 1
     now[0] += BASE_BUCKET_S * BASE_BUCKETS  # the old least is forgotten: the base moves up
     pacer.observe("far", 0.090)
