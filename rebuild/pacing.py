@@ -9,9 +9,8 @@ Two ways to set it:
   minute is its base (the round trip and a journal write with nothing queued), and the least
   of its last RECENT_SAMPLES adds above the base is queueing (the least, so that a WAN's
   jitter on one add is not taken for a queue), which every writer of that bookie waits
-  through too. Queueing
-  above `yield_delay_s` cuts the rate by YIELD_CUT (at most once per CUT_EVERY_S); below it the
-  rate grows by a twentieth of the ceiling per second (from the floor at the start: a worker
+  through too. Queueing above `yield_delay_s` cuts the rate by YIELD_CUT (at most once per
+  CUT_EVERY_S); below it the rate grows by a twentieth of the ceiling per second (from the floor at the start: a worker
   that starts among busy bookies should not arrive at full speed). The rate stays between
   `rate_min_bytes_s` (lost copies are re-made whatever the load: durability is at stake) and
   `rate_bytes_s`. The same delay-based yielding as LEDBAT's background transfers, on bytes
