@@ -410,9 +410,18 @@ async def copy_fragment(
             await asyncio.wait({reading})
         if not reading.cancelled():
             reading.exception()  # retrieved: raised above if it mattered
-    for entry_id in {wanted[0], wanted[-1]}:
+
+    async def check(entry_id: int) -> None:  # within the bookie request timeout
         response = await context.bookies.read_entry(target, ledger_id, entry_id)
         codec.decode_entry(response.body or b"", entry_id)  # raises unless intact
+
+    # the first and last read back at once; both end before a failure is raised as itself
+    checked = await asyncio.gather(
+        *(check(e) for e in {wanted[0], wanted[-1]}), return_exceptions=True
+    )
+    failed = next((c for c in checked if isinstance(c, BaseException)), None)
+    if failed is not None:
+        raise failed
     return len(wanted), copied_bytes
 
 
