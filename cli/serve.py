@@ -268,16 +268,7 @@ def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
     if args.metrics_address is not None:
         _host_port(args.metrics_address)  # checked before anything starts
     overrides = {
-        key: getattr(args, key)
-        for key in (
-            "lost_bookie_delay_s",
-            "check_interval_s",
-            "ledgers_at_once",
-            "rate_bytes_s",
-            "rate_min_bytes_s",
-            "yield_delay_s",
-        )
-        if getattr(args, key) is not None
+        key: getattr(args, key) for key in REBUILD_OVERRIDES if getattr(args, key) is not None
     }
     settings = dataclasses.replace(topology.rebuild, **overrides)
     logs.configure(args.log_format, service="rebuilder", proxy=name, region=args.region)

@@ -6,12 +6,13 @@ Two ways to set it:
 - a rate that yields (`YieldingPacer`, `yield_delay_s` > 0): the rebuild is background work,
   so it slows down as soon as its own adds wait longer than they need to. Each batch sent to a
   replacement reports how long its first add took; the least that bookie took in the last
-  minute is its base (the round trip and a journal write with nothing queued), and the least
-  of its last RECENT_SAMPLES adds above the base is queueing (the least, so that a WAN's
+  ten minutes is its base (the round trip and a journal write with nothing queued), and the
+  least of its last RECENT_SAMPLES adds above the base is queueing (the least, so that a WAN's
   jitter on one add is not taken for a queue), which every writer of that bookie waits
   through too. Queueing above `yield_delay_s` cuts the rate by YIELD_CUT (at most once per
-  CUT_EVERY_S); below it the rate grows by a twentieth of the ceiling per second (from the floor at the start: a worker
-  that starts among busy bookies should not arrive at full speed). The rate stays between
+  CUT_EVERY_S); below it the rate grows by a twentieth of the ceiling per second (from the
+  floor at the start: a worker that starts among busy bookies should not arrive at full
+  speed). The rate stays between
   `rate_min_bytes_s` (lost copies are re-made whatever the load: durability is at stake) and
   `rate_bytes_s`. The same delay-based yielding as LEDBAT's background transfers, on bytes
   per second instead of a window.
@@ -26,8 +27,10 @@ from collections.abc import Awaitable, Callable
 YIELD_CUT = 0.7  # the rate is multiplied by this when queueing is above the target
 CUT_EVERY_S = 0.25  # at most one cut per this long: one congestion episode, one cut
 GROWTH_PER_S = 0.05  # of the ceiling, added per second while queueing is below the target
-BASE_BUCKET_S = 10.0  # a bookie's base latency is the least of the last BASE_BUCKETS buckets
-BASE_BUCKETS = 6
+# a bookie's base latency is the least of the last BASE_BUCKETS buckets (ten minutes, as
+# LEDBAT's: a queue that lasts longer than the history would become the base)
+BASE_BUCKET_S = 60.0
+BASE_BUCKETS = 10
 BATCH_BYTES_MAX = 4 * 1024 * 1024  # a batched read of a fixed pace (ledger.drivers.rebuild's)
 BATCH_BYTES_MIN = 64 * 1024  # ... and of a yielding one at its slowest (one entry at least)
 RECENT_SAMPLES = 4  # a bookie's queueing is read from the least of its last few adds (jitter)

@@ -40,6 +40,7 @@ from writer.log_writer import LogWriter, WriterConfig
 log = logging.getLogger(__name__)
 KIND = "write"
 CLOSE_TIMEOUT_S = 30.0
+LOST_QUIET_S = 5.0  # a stream on a lost bookie is released once no request came for this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,13 +321,15 @@ class Ownership:
             log.warning("lost ownership of %s/%s with the ZooKeeper session", *key)
             PROXY_METRICS.ownership_changes.add(1, {"event": "lost"})
 
-    async def release(self, namespace: str, stream: str) -> bool:
-        """Closes this proxy's writer of the stream (its segment completed, lock released).
-        OutcomeUnknownError when the writer did not close in time (this proxy no longer
-        serves the stream either way)."""
-        owned = self._owned.pop((namespace, stream), None)
-        if owned is None:
+    async def release(self, namespace: str, stream: str, only: Owned | None = None) -> bool:
+        """Closes this proxy's writer of the stream (its segment completed, lock released);
+        with `only`, that writer only (not one that took the stream since). False when there
+        was none to close. OutcomeUnknownError when the writer did not close in time (this
+        proxy no longer serves the stream either way)."""
+        owned = self._owned.get((namespace, stream))
+        if owned is None or (only is not None and owned is not only):
             return False
+        del self._owned[(namespace, stream)]
         owned.idempotence.close()
         PROXY_METRICS.ownership_changes.add(1, {"event": "released"})
         try:
@@ -379,10 +382,13 @@ class Ownership:
         released = 0
         for key, owned in list(self._owned.items()):
             bookies = lost.intersection(owned.writer.open_bookies)
-            if not bookies or owned.inflight_bytes:
+            # a request may hold the writer before it counts its bytes in flight: only a
+            # stream no request came for in LOST_QUIET_S is let go
+            quiet = now - owned.used_at >= LOST_QUIET_S
+            if not bookies or owned.inflight_bytes or not quiet:
                 continue
             try:
-                released += await self.release(*key)
+                released += await self.release(*key, only=owned)
             except GlobelogError as err:
                 log.warning("releasing stream %s/%s off lost %s failed: %s", *key, bookies, err)
             else:

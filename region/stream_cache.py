@@ -91,6 +91,7 @@ class Waiters:
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
         self._ids = itertools.count()
         self._gave_up = 0
+        self.woken = 0  # polls woken, ever
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -115,12 +116,14 @@ class Waiters:
             _, _, woken = heapq.heappop(self._heap)
             if not woken.done():
                 woken.set_result(None)
+                self.woken += 1
 
     def wake_all(self) -> None:
         heap, self._heap, self._gave_up = self._heap, [], 0
         for _, _, woken in heap:
             if not woken.done():
                 woken.set_result(None)
+                self.woken += 1
 
 
 class StreamCache:

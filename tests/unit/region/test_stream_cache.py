@@ -252,6 +252,7 @@ async def test_a_record_wakes_only_the_long_polls_it_answers() -> None:
             break
         await asyncio.sleep(0)
     assert not any(poll.done() for poll in ahead) and len(cache.waiters) == 50
+    assert cache.waiters.woken == 1  # the poll at the tail only, whatever the records
     await cache.close()
     assert [await poll for poll in ahead] == [None] * 50  # served by readers of their own
     assert len(cache.waiters) == 0
