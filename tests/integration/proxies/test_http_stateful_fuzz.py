@@ -33,6 +33,8 @@ from tests.support.security import auth_headers, client_ssl_context
 EXAMPLES = int(os.environ.get("GLOBELOG_FUZZ_EXAMPLES", "12"))
 SENT = [0]  # requests sent (redirects followed count once)
 LATE = [0]  # canary reads answered empty at first (then asked again with a long wait)
+ENDED = [0]  # sequences ended with their canary read back whole
+PROGRESS_EVERY = 100  # sequences between progress lines (a long run shows how far it got)
 REGION = "us-east"
 NAMES = ["s0", "s1", "s2"]
 BAD_NAMES = ["bad name", "-x", "x" * 200, "%2e%2e", "a/b"]
@@ -242,6 +244,13 @@ class ProxyFuzz(RuleBasedStateMachine):
             assert records, f"the canary stops at {len(got)} of {len(self.acked)}"
             got += [_payload(r) for r in records]
         assert got == self.acked
+        ENDED[0] += 1
+        if ENDED[0] % PROGRESS_EVERY == 0:
+            print(
+                f"stateful fuzz: {ENDED[0]} sequences ended, canary whole; {SENT[0]} requests, "
+                f"every answer documented so far; {LATE[0]} late canary reads",
+                flush=True,
+            )
 
 
 def _payload(record: dict[str, Any]) -> bytes:
