@@ -48,6 +48,7 @@ from ledger.errors import LedgerUnauthorizedError, NoSuchLedgerMetadataError
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
+READ_ONLY = f"{AVAILABLE}/readonly"
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -172,11 +173,7 @@ class LedgerClient:
         """Registered bookies are writable, except read-only ones and those an operator is
         decommissioning: both still serve their copies, neither takes new ones."""
         names = set(await self._store.children(AVAILABLE))
-        read_only = (
-            set(await self._store.children(f"{AVAILABLE}/readonly"))
-            if "readonly" in names
-            else set()
-        )
+        read_only = set(await self._store.children(READ_ONLY)) if "readonly" in names else set()
         leaving = set(await self._store.children(DECOMMISSION_ZNODE))
         self.context.placement.update_membership(
             names - {"readonly"} - leaving, read_only | (names & leaving)
@@ -193,9 +190,10 @@ class LedgerClient:
         decommissions. A failed refresh fails the follower: its restart reads them afresh,
         where waiting for the next change would leave placement stale until a bookie comes
         or goes."""
-        await run_together(
-            *(self._follow_children(path, following) for path in (AVAILABLE, DECOMMISSION_ZNODE))
-        )
+        paths = [AVAILABLE, DECOMMISSION_ZNODE]
+        if await self._store.exists(READ_ONLY) is not None:  # a read-only bookie that dies
+            paths.append(READ_ONLY)  # leaves only here: it is down (`down_since`)
+        await run_together(*(self._follow_children(path, following) for path in paths))
 
     async def _follow_children(self, path: str, following: Callable[[], None]) -> None:
         async with contextlib.aclosing(self._store.watch_children(path)) as watch:
