@@ -4,6 +4,7 @@ auditor, and an estimate of the time left."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from global_meta import MetaStore
@@ -16,29 +17,38 @@ from ledger import (
 )
 from rebuild.service import read_rebuilders
 
+# marked ledgers looked up at once (their marker and metadata: two ZooKeeper reads each, on a
+# WAN a round trip each, so thousands marked would take minutes one by one)
+LOOKUPS_AT_ONCE = 16
+
 
 async def rebuild_status(store: MetaStore, client: LedgerClient) -> dict[str, Any]:
     under = UnderReplication(store)
     claims = await under.claimed()
-    ledgers = []
-    for ledger_id in await under.marked():
-        found = await under.read(ledger_id)
-        if found is None:
-            continue  # done meanwhile
-        marker, _ = found
-        entry: dict[str, Any] = {
-            "ledger_id": ledger_id,
-            "replicas": list(marker.replicas),
-            "marked_at_ms": marker.ctime_ms,
-            "claimed_by": claims.get(ledger_id),
-        }
-        try:
-            metadata = (await client.metadata(ledger_id)).metadata
-        except NoSuchLedgerMetadataError:
-            entry.update(entries=0, bytes=0, deferred_fragments=0, deleted=True)
-        else:
-            entry.update(pending_copies(metadata, marker.replicas))
-        ledgers.append(entry)
+    slots = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+
+    async def describe(ledger_id: int) -> dict[str, Any] | None:
+        async with slots:
+            found = await under.read(ledger_id)
+            if found is None:
+                return None  # done meanwhile
+            marker, _ = found
+            entry: dict[str, Any] = {
+                "ledger_id": ledger_id,
+                "replicas": list(marker.replicas),
+                "marked_at_ms": marker.ctime_ms,
+                "claimed_by": claims.get(ledger_id),
+            }
+            try:
+                metadata = (await client.metadata(ledger_id)).metadata
+            except NoSuchLedgerMetadataError:
+                entry.update(entries=0, bytes=0, deferred_fragments=0, deleted=True)
+            else:
+                entry.update(pending_copies(metadata, marker.replicas))
+            return entry
+
+    described = await asyncio.gather(*(describe(i) for i in await under.marked()))
+    ledgers = [entry for entry in described if entry is not None]
     rebuilders = await read_rebuilders(store)
     rate = sum(r.get("bytes_per_s", 0) for r in rebuilders)
     pending_bytes = sum(e["bytes"] for e in ledgers)
