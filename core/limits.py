@@ -52,6 +52,10 @@ class ProxyLimits:
     cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead
     cache_bytes_max: int = 1024 * MIB  # every read-ahead together
     cache_idle_s: float = 300.0  # a read-ahead no one read this long is closed
+    # a request that opens a reader (a read-ahead, a page from before it, a position's
+    # lookup) costs this many requests of its client's read quota: a reader is a ZooKeeper
+    # walk and bookie round trips, a page from the read-ahead a lookup in memory
+    reader_open_cost: int = 10
     # quotas, per client and namespace
     quota: Quota = field(default_factory=Quota)
     namespace_quotas: tuple[tuple[str, Quota], ...] = ()

@@ -241,7 +241,7 @@ class ReadProxy:
         seq = await self._start_seq(request, ns, stream, wait_s)
         if seq is None:
             return json_response({"records": [], "next_seq": None})
-        records = await self._page(ns, stream, seq, max_records, wait_s)
+        records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
         self._take_bytes(request, ns, records)
         next_seq = records[-1].seq + 1 if records else seq
         return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
@@ -253,7 +253,7 @@ class ReadProxy:
     async def _stream_tail(self, request: web.Request) -> web.StreamResponse:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         seq = _bounded(request, "from_seq", 0, 0, 2**62)
-        await self._cache(ns, stream, seq)  # errors (unknown stream) before the 200
+        await self._cache(ns, stream, seq, client_of(request))  # errors before the 200
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         token = request.get(TOKEN)
@@ -274,7 +274,7 @@ class ReadProxy:
                 client = client_of(request)
                 await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))
                 records = await self._page(
-                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S
+                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client
                 )
                 self._take_bytes(request, ns, records)
                 if records:
@@ -286,6 +286,11 @@ class ReadProxy:
         return response
 
     # -------------------------------------------------------------------------- helpers
+
+    def _opens_reader(self, client: str, ns: str) -> None:
+        """A reader is opened for the client: it costs `reader_open_cost` requests of its
+        quota (the one it was let in with included)."""
+        self.quotas.take_requests(client, ns, self.limits.reader_open_cost - 1)
 
     def _take_bytes(self, request: web.Request, ns: str, records: list[LogRecord]) -> None:
         size = sum(len(r.payload) for r in records)
@@ -319,6 +324,7 @@ class ReadProxy:
         if "from_seq" in request.query:
             return _bounded(request, "from_seq", 0, 0, 2**62)
         position = _position(request.query.get("from", "earliest"))
+        self._opens_reader(client_of(request), ns)
         reader = await LogReader.open(
             self._streams(ns), self._ledgers, stream, position, ReaderConfig()
         )
@@ -330,9 +336,9 @@ class ReadProxy:
         return None if first is None else first.seq
 
     async def _page(
-        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float
+        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float, client: str
     ) -> list[LogRecord]:
-        records = await self._page_of(ns, stream, seq, max_records, wait_s)
+        records = await self._page_of(ns, stream, seq, max_records, wait_s, client)
         if records:
             now_ms = time.time() * 1000
             labels = {"region": self.me.region}
@@ -343,9 +349,9 @@ class ReadProxy:
         return records
 
     async def _page_of(
-        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float
+        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float, client: str
     ) -> list[LogRecord]:
-        cache = await self._cache(ns, stream, seq)
+        cache = await self._cache(ns, stream, seq, client)
         if cache.covers(seq):
             began_s = asyncio.get_running_loop().time()
             with TRACER.start_as_current_span("globelog.read.cache") as span:
@@ -365,6 +371,7 @@ class ReadProxy:
             wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - began_s))
         PROXY_METRICS.cache_reads.add(1, {"result": "miss"})
         # Before what the cache holds: a reader of its own, for this page only.
+        self._opens_reader(client, ns)
         reader = await LogReader.open(
             self._streams(ns), self._ledgers, stream, Position(By.SEQ, seq), ReaderConfig()
         )
@@ -382,7 +389,7 @@ class ReadProxy:
                 size += len(record.payload)
         return within_page_bytes(records, self.limits.page_bytes_max)
 
-    async def _cache(self, ns: str, stream: str, seq: int) -> StreamCache:
+    async def _cache(self, ns: str, stream: str, seq: int, client: str) -> StreamCache:
         key = (ns, stream)
         cache = self._caches.get(key)
         if cache is not None and cache.started and not cache.gone and not _below(cache, seq):
@@ -400,6 +407,7 @@ class ReadProxy:
                     await self._close_cache(key)
                     cache = None
                 if cache is None:
+                    self._opens_reader(client, ns)
                     cache = StreamCache(
                         self._streams(ns),
                         self._ledgers,

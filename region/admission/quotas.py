@@ -106,6 +106,14 @@ class Quotas:
         PROXY_METRICS.quota_used.add(1, {"kind": self.kind, "unit": "requests"})
         self.take_bytes(client, namespace, size)
 
+    def take_requests(self, client: str, namespace: str, count: int) -> None:
+        """Takes `count` more requests of the client's quota (into debt if need be): what an
+        expensive request costs beyond the one it was let in with."""
+        if count <= 0:
+            return
+        self._buckets(client, namespace).requests -= count
+        PROXY_METRICS.quota_used.add(count, {"kind": self.kind, "unit": "requests"})
+
     def take_bytes(self, client: str, namespace: str, size: int) -> None:
         """Takes `size` bytes of the client's quota (into debt if need be)."""
         if size <= 0:

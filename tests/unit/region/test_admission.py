@@ -67,6 +67,19 @@ def test_bytes_go_into_debt_once_and_the_next_request_waits_it_out() -> None:
     assert table.wait_s("c", "ns") == pytest.approx(2.01)  # 10 + 2000 bytes of debt at 1000/s
 
 
+def test_an_expensive_request_takes_more_requests_of_the_quota() -> None:
+    clock = Clock()
+    table = quotas(clock, append_requests_per_s=10)
+    table.admit("c", "ns")
+    table.take_requests("c", "ns", 9)  # it opened a reader: 10 requests in all
+    with pytest.raises(QuotaExceededError) as refused:
+        table.admit("c", "ns")
+    assert refused.value.retry_after_s == pytest.approx(0.1)
+    table.take_requests("c", "ns", 0)  # nothing more: no change
+    clock.now += 0.101
+    table.admit("c", "ns")
+
+
 def test_the_table_is_bounded_and_drops_buckets_that_refilled() -> None:
     clock = Clock()
     table = quotas(clock, buckets_max=100, append_requests_per_s=5)
