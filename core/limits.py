@@ -42,6 +42,9 @@ class ProxyLimits:
     owned_streams_max: int = 10_000  # streams one write proxy owns at once
     stream_idle_release_s: float = 600.0  # an owned stream not written this long is released
     producer_acks_max: int = 500_000  # idempotent writes remembered over every stream (~300 B)
+    # a request that makes the proxy take a stream (its lock, the last segment's recovery, a
+    # new ledger, the producer table) costs this many requests of its client's append quota
+    stream_open_cost: int = 20
     # read proxy
     page_records_max: int = 10_000
     page_bytes_max: int = 4 * MIB  # a page's payloads (at least one record, whatever its size)

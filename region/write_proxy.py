@@ -502,8 +502,12 @@ class WriteProxy:
                 f"unreachable_owner is {len(unreachable)} characters; expected the owner "
                 f"(name@region) the client could not reach, 1..{OWNER_TEXT_MAX} characters"
             )
+        owned_before = self.ownership.owned_here(ns, stream) is not None
         resolved = await self.ownership.resolve(ns, stream, hop, unreachable)
         if isinstance(resolved, Owned):
+            if not owned_before:  # this request made the proxy take the stream
+                cost = self.limits.stream_open_cost - 1  # the one it was let in with included
+                self.quotas.take_requests(client_of(request), ns, cost)
             return resolved
         if hop >= HOPS_MAX:
             raise BadRequestError(

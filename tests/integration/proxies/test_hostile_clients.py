@@ -218,6 +218,39 @@ async def test_a_client_naming_producers_without_end_costs_only_its_own_stream(
             assert again.duplicate and again.seq == calm[seq].seq
 
 
+async def test_requests_that_open_readers_cost_more_of_the_read_quota(cluster: Cluster) -> None:
+    """A client opening read-aheads of many streams (each a ZooKeeper walk and bookie round
+    trips) pays `reader_open_cost` requests for each; one reading a stream it already has a
+    read-ahead for pays one."""
+    namespace = fresh_namespace()
+    quota = Quota(None, None, read_bytes_per_s=None, read_requests_per_s=20)
+    limits = ProxyLimits(quota=quota, reader_open_cost=10)
+    names = [f"s{i}" for i in range(8)]
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "eu-west", limits) as west,
+        client_session(subject_token("spreader")) as spreader,
+        client_session(subject_token("steady")) as steady,
+    ):
+        for name in names:
+            await env.streams.create_stream(name)
+            writer = await env.writer(name)
+            await writer.write(f"{name}-0".encode())
+            await writer.close()
+        base = f"{west.me.url}/v1/namespaces/{namespace}/streams"
+
+        async def read(http: aiohttp.ClientSession, name: str) -> int:
+            params = {"from_seq": "0", "wait_ms": "0"}
+            async with http.get(f"{base}/{name}/records", params=params) as answer:
+                return answer.status
+
+        # 20 requests a second: two or three read-aheads (at one request each, all 7 fit)
+        opened = await asyncio.gather(*(read(spreader, name) for name in names[1:]))
+        assert 1 <= opened.count(200) <= 3 and opened.count(429) == 7 - opened.count(200)
+        # one read-ahead opened (10), then pages from it (1 each): within 20 a second
+        assert [await read(steady, "s0") for _ in range(8)] == [200] * 8
+
+
 async def read_all(
     http: aiohttp.ClientSession, proxy: ReadProxy, namespace: str, stream: str
 ) -> list[bytes]:
