@@ -39,7 +39,7 @@ async def test_a_flooding_client_is_held_to_its_quota_and_others_are_served(
 ) -> None:
     flooded, calm = fresh_namespace(), fresh_namespace()
     quota = Quota(append_requests_per_s=20, append_bytes_per_s=None)
-    limits = ProxyLimits(quota=quota)
+    limits = ProxyLimits(quota=quota, stream_open_cost=1)  # the request rate alone
     async with (
         write_proxy(cluster, "us-east", limits) as east,
         client_session() as http,
@@ -73,7 +73,8 @@ async def test_the_quota_is_the_token_subjects_wherever_its_clients_connect_from
     cluster: Cluster,
 ) -> None:
     namespace = fresh_namespace()
-    limits = ProxyLimits(quota=Quota(append_requests_per_s=20, append_bytes_per_s=None))
+    quota = Quota(append_requests_per_s=20, append_bytes_per_s=None)
+    limits = ProxyLimits(quota=quota, stream_open_cost=1)  # the request rate alone
     flooder, neighbour = subject_token("flooder"), subject_token("neighbour")
     async with (
         write_proxy(cluster, "us-east", limits) as east,
@@ -100,6 +101,36 @@ async def test_the_quota_is_the_token_subjects_wherever_its_clients_connect_from
         assert neighbours == [200] * 5, "a budget of its own"
         assert 15 <= flooded.count(200) <= 30, "one budget for both connections of the subject"
         assert flooded.count(429) == 100 - flooded.count(200)
+
+
+async def test_requests_that_make_the_proxy_take_streams_cost_more(cluster: Cluster) -> None:
+    """Taking a stream (its lock, recovery, a new ledger) costs `stream_open_cost` requests: a
+    client writing to many streams it does not own is held back sooner than one writing on to
+    a stream the proxy owns."""
+    namespace = fresh_namespace()
+    quota = Quota(append_requests_per_s=40, append_bytes_per_s=None)
+    limits = ProxyLimits(quota=quota)  # stream_open_cost: 20, the default
+    async with (
+        write_proxy(cluster, "us-east", limits) as east,
+        client_session(subject_token("admin")) as admin,
+        client_session(subject_token("spreader")) as spreader,
+        client_session(subject_token("steady")) as steady,
+    ):
+        url = streams_url(east, namespace)
+        for i in range(9):
+            async with admin.put(f"{url}/s{i}") as created:
+                assert created.status == 201
+
+        async def post(http: aiohttp.ClientSession, name: str) -> int:
+            async with http.post(f"{url}/{name}/records", data=b"r") as answer:
+                return answer.status
+
+        # 8 let in at once (40 a second), then 8 x 20 taken as they end: 128 into debt
+        taken = await asyncio.gather(*(post(spreader, f"s{i}") for i in range(1, 9)))
+        assert taken.count(200) >= 1 and taken.count(429) == 8 - taken.count(200)
+        assert await post(spreader, "s1") == 429, "a stream the proxy owns: still in debt"
+        # one take (20), then writes to the stream it owns (1 each): within 40 a second
+        assert [await post(steady, "s0") for _ in range(15)] == [200] * 15
 
 
 async def test_slow_clients_fill_the_connections_and_the_one_served_goes_on(
