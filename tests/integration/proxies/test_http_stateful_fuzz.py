@@ -154,16 +154,7 @@ class ProxyFuzz(RuleBasedStateMachine):
         first = data.draw(st.integers(0, len(self.acked) - 1))
         answer = self.read("/canary/records", {"from_seq": str(first), "max": "50"})
         assert answer.status == 200, answer.body
-        records = answer.json()["records"]
-        if not records:
-            LATE[0] += 1
-            # An acknowledged record reaches the read proxy with the writer's next LAC (within
-            # the flush SLA) and the reader's long poll of a bookie; on a loaded machine that
-            # can outlast the default 1 s wait. It must come, though: asked again, waiting long.
-            query = {"from_seq": str(first), "max": "50", "wait_ms": "20000"}
-            answer = self.read("/canary/records", query)
-            assert answer.status == 200, answer.body
-            records = answer.json()["records"]
+        records = self.canary_page(first, answer)
         assert records and [r["seq"] for r in records] == list(range(first, first + len(records)))
 
     # ------------------------------------------------------------------ anything goes
@@ -235,12 +226,27 @@ class ProxyFuzz(RuleBasedStateMachine):
     def producer_state(self, name: str, producer: str) -> None:
         self.write("GET", f"/{name}/producers/{producer or '0'}")
 
+    def canary_page(self, first: int, answer: Answer) -> list[dict[str, Any]]:
+        """The records of a canary page asked for from `first`. An acknowledged record reaches
+        the read proxy with the writer's next LAC (within the flush SLA) and its reader's long
+        poll of a bookie, a new read-ahead's first record after its reader opens: on a loaded
+        machine that can outlast the request's wait. It must come, though: an empty page is
+        asked again, waiting 20 s (and counted)."""
+        assert answer.status == 200, answer.body
+        records: list[dict[str, Any]] = answer.json()["records"]
+        if not records:
+            LATE[0] += 1
+            query = {"from_seq": str(first), "max": "50", "wait_ms": "20000"}
+            answer = self.read("/canary/records", query)
+            assert answer.status == 200, answer.body
+            records = answer.json()["records"]
+        return records
+
     def teardown(self) -> None:
         got: list[bytes] = []
         while len(got) < len(self.acked):
-            answer = self.read("/canary/records", {"from_seq": str(len(got)), "wait_ms": "2000"})
-            assert answer.status == 200, answer.body
-            records = answer.json()["records"]
+            query = {"from_seq": str(len(got)), "wait_ms": "2000"}
+            records = self.canary_page(len(got), self.read("/canary/records", query))
             assert records, f"the canary stops at {len(got)} of {len(self.acked)}"
             got += [_payload(r) for r in records]
         assert got == self.acked
