@@ -37,6 +37,7 @@ from localcluster.tools import Tools
 from placement import Adherence, LocatedBookie, audit_ensemble
 from rebuild.auditor import TICK_S, Auditor
 from rebuild.bookies import bookie_list, decommission, ledgers_on
+from rebuild.pacing import Pacer
 from rebuild.status import rebuild_status
 from rebuild.worker import Worker
 from tests.support import security
@@ -48,6 +49,26 @@ PASSWORD = b"rebuild-secret"
 AVAILABLE = "/ledgers/available"
 REPLICATION = Replication(4, 4, 3, 2)
 ENTRIES = 120
+
+
+class HookedPace(Pacer):
+    """A worker's pace with a step of the test's before each batch is sent."""
+
+    def __init__(self, pace: Pacer, before: Callable[[int], Awaitable[None]]) -> None:
+        self.pace, self.before = pace, before
+
+    async def __call__(self, size: int) -> None:
+        await self.before(size)
+        await self.pace(size)
+
+    def observe(self, bookie: str, seconds: float) -> None:
+        self.pace.observe(bookie, seconds)
+
+    @property
+    def batch_bytes(self) -> int:
+        return self.pace.batch_bytes
+
+
 SETTINGS = RebuildSettings(lost_bookie_delay_s=0.0, retry_after_s=0.5, poll_interval_s=0.2)
 
 
@@ -246,7 +267,7 @@ async def test_a_worker_that_dies_mid_ledger_leaves_it_to_another(
             stalled.set()
             await asyncio.sleep(3600)
 
-        dying._pacer = stall  # type: ignore[assignment]
+        dying.pacer = HookedPace(dying.pacer, stall)
         task = asyncio.create_task(dying.rebuild(claim))
         await asyncio.wait_for(stalled.wait(), 30)
         task.cancel()
@@ -414,16 +435,14 @@ async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
         nearest = context.placement.read_order(
             [b for b in before if b != leaving], context.clock()
         )[0]
-        pacer = worker._pacer
         stopped: list[str] = []
 
-        async def stop_the_source(size: int) -> None:  # after the first batch was read
+        async def stop_the_source(_: int) -> None:  # after the first batch was read
             if not stopped:
                 stopped.append(nearest)
                 await controller.fault(cluster, tools, "pause", by_id[nearest])
-            await pacer(size)
 
-        worker._pacer = stop_the_source  # type: ignore[assignment]
+        worker.pacer = HookedPace(worker.pacer, stop_the_source)
         try:
             claim = await worker.claim(ledger_id)
             assert claim is not None
@@ -461,13 +480,11 @@ async def test_zookeeper_lost_mid_copy_ends_the_rebuild_within_its_bound(
                 worker = Worker(store, worker_client, SETTINGS, "cut-off-worker")
                 claim = await worker.claim(ledger_id)
                 assert claim is not None
-                pacer = worker._pacer
 
-                async def cut_then_pace(size: int) -> None:
+                async def cut(_: int) -> None:
                     relay.cut()
-                    await pacer(size)
 
-                worker._pacer = cut_then_pace  # type: ignore[assignment]
+                worker.pacer = HookedPace(worker.pacer, cut)
                 started = asyncio.get_running_loop().time()
                 with contextlib.suppress(GlobelogError):  # the release fails too: raised
                     assert await worker.rebuild(claim) is False

@@ -55,7 +55,7 @@ async def test_names_that_do_not_exist_leave_no_entry(monkeypatch: pytest.Monkey
     server = proxy(monkeypatch)
     for i in range(500):
         with pytest.raises(StreamNotFoundError):
-            await server._cache("ns", f"missing-{i}", 0)
+            await server._cache("ns", f"missing-{i}", 0, "client")
     assert server._starting == {} and server._caches == {}
 
 
@@ -64,7 +64,7 @@ async def test_concurrent_requests_share_one_start_and_leave_no_entry(
 ) -> None:
     server = proxy(monkeypatch)
     FakeCache.started_count = 0
-    starts = [asyncio.create_task(server._cache("ns", "s", 0)) for _ in range(20)]
+    starts = [asyncio.create_task(server._cache("ns", "s", 0, "client")) for _ in range(20)]
     await asyncio.sleep(0)
     assert list(server._starting) == [("ns", "s")] and server._starting[("ns", "s")].users == 20
     caches = await asyncio.gather(*starts)
@@ -98,9 +98,11 @@ async def test_a_read_ahead_started_far_ahead_moves_back_for_a_reader_from_befor
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = proxy(monkeypatch)
-    poisoned = await server._cache("ns", "s", 2**62)  # the stream's first request, far ahead
-    honest = await server._cache("ns", "s", 5)
+    poisoned = await server._cache(
+        "ns", "s", 2**62, "client"
+    )  # the stream's first request, far ahead
+    honest = await server._cache("ns", "s", 5, "client")
     assert poisoned.closed and honest.start_seq == 5, "holding nothing, it starts again at 5"
-    assert await server._cache("ns", "s", 2**62) is honest, "never moved forward"
+    assert await server._cache("ns", "s", 2**62, "client") is honest, "never moved forward"
     honest.holds_nothing = False
-    assert await server._cache("ns", "s", 0) is honest, "holding records, it stays"
+    assert await server._cache("ns", "s", 0, "client") is honest, "holding records, it stays"
