@@ -31,6 +31,7 @@ from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.read_handle import LedgerReader
 from ledger.drivers.rebuild import (
+    COPY_BATCH_BYTES,
     Fragment,
     LedgerRebuild,
     Pace,
@@ -60,6 +61,7 @@ from ledger.errors import (
 )
 
 __all__ = [
+    "COPY_BATCH_BYTES",
     "ENTRY_BYTES_MAX",
     "INVALID_ENTRY_ID",
     "LEDGERS_ROOT",

@@ -24,6 +24,8 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from ledger import COPY_BATCH_BYTES
+
 YIELD_CUT = 0.7  # the rate is multiplied by this when queueing is above the target
 CUT_EVERY_S = 0.25  # at most one cut per this long: one congestion episode, one cut
 GROWTH_PER_S = 0.05  # of the ceiling, added per second while queueing is below the target
@@ -31,7 +33,7 @@ GROWTH_PER_S = 0.05  # of the ceiling, added per second while queueing is below 
 # LEDBAT's: a queue that lasts longer than the history would become the base)
 BASE_BUCKET_S = 60.0
 BASE_BUCKETS = 10
-BATCH_BYTES_MAX = 4 * 1024 * 1024  # a batched read of a fixed pace (ledger.drivers.rebuild's)
+BATCH_BYTES_MAX = COPY_BATCH_BYTES  # a batched read of a fixed pace: the ledger copy's own
 BATCH_BYTES_MIN = 64 * 1024  # ... and of a yielding one at its slowest (one entry at least)
 RECENT_SAMPLES = 4  # a bookie's queueing is read from the least of its last few adds (jitter)
 BOOKIES_KEPT_MAX = 4096  # base latencies kept (I10); past it, the least recently seen go
