@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -63,13 +64,16 @@ def kazoo_login(login: ZkLogin | None, tls: ZkTls | None = None) -> dict[str, An
     return options
 
 
-def retry_dropped_logins(client: KazooClient) -> None:
+def retry_dropped_logins(client: KazooClient) -> threading.Event:
     """Two corrections to kazoo 2.11's SASL login. A connection that drops in the middle of
     the exchange is a dropped connection to retry, as any other (kazoo takes it for a refused
     login and gives its session up for good: a relay or a server going away at that moment
     would end a proxy's ownership). A login the server refuses (it answers that the session
     requires one) ends the client's attempts, as a refused login should, instead of killing
-    kazoo's connection thread with an error it does not expect there."""
+    kazoo's connection thread with an error it does not expect there. Returns an event set
+    once a server has refused the login: kazoo's own state moves on to CLOSED right after, and
+    a `start` that wakes late sees only a session that never came."""
+    refused = threading.Event()
     connection = client._connection
     authenticate = connection._authenticate_with_sasl
 
@@ -79,11 +83,14 @@ def retry_dropped_logins(client: KazooClient) -> None:
         except AuthFailedError as err:
             if isinstance(err.__cause__, ConnectionDropped):
                 raise ConnectionDropped(f"dropped during the SASL login to {host}") from err
+            refused.set()
             raise
         except SessionClosedRequireSaslError as err:
+            refused.set()
             raise AuthFailedError(f"{host} refused the SASL login") from err
 
     connection._authenticate_with_sasl = authenticate_or_drop
+    return refused
 
 
 def _discard(client: KazooClient) -> None:
@@ -235,21 +242,20 @@ class MetaStore:
             connection_retry={"max_tries": -1, "max_delay": 1.0},
             **kazoo_login(login),
         )
-        retry_dropped_logins(client)
+        refused = retry_dropped_logins(client)
         who = "anonymously" if login is None else f"as {login.user!r}"
         try:
             await asyncio.to_thread(client.start, connect_timeout_s)
             if login is not None:  # kazoo reports a session before the login is done
                 await asyncio.to_thread(_logged_in, client, connect_timeout_s)
-        except AuthFailedError as err:
+        except (AuthFailedError, KazooTimeoutError, KazooException) as err:
             await asyncio.to_thread(_discard, client)
-            raise errors.ConfigError(
-                f"ZooKeeper {hosts!r} refused a login {who}: its nodes "
-                "were started with another secret than this process's (`security.dir`, "
-                "zookeeper.password and zookeeper.jaas; docs/security.md)"
-            ) from err
-        except (KazooTimeoutError, KazooException) as err:
-            await asyncio.to_thread(_discard, client)
+            if isinstance(err, AuthFailedError) or refused.is_set():
+                raise errors.ConfigError(
+                    f"ZooKeeper {hosts!r} refused a login {who}: its nodes "
+                    "were started with another secret than this process's (`security.dir`, "
+                    "zookeeper.password and zookeeper.jaas; docs/security.md)"
+                ) from err
             raise errors.MetadataUnavailableError(
                 f"connect to ZooKeeper {hosts!r} {who}: no session within {connect_timeout_s} s"
             ) from err

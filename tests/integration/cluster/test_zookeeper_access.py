@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import datetime
 import ssl
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,25 @@ async def test_a_client_in_clear_or_without_the_deployments_certificates_gets_no
 
 
 async def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
+    wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex, DEPLOYMENT_TLS)
+    with pytest.raises(errors.ConfigError, match="refused a login as 'globelog'"):
+        await MetaStore.connect(cluster.topology.zk_connect, wrong, connect_timeout_s=4.0)
+
+
+async def test_a_refusal_seen_late_is_still_a_refusal(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kazoo reports the session, the server refuses the login, and the state moves on to
+    CLOSED, all before a loaded machine wakes the thread waiting in `start`: that thread sees
+    no session at all. It is still a refused login, not an unreachable ZooKeeper."""
+
+    def late_start(client: KazooClient, timeout: float = 15.0) -> None:
+        client.start_async()
+        time.sleep(1.5)  # the refusal and the close happen meanwhile
+        if not client.connected:
+            raise KazooTimeoutError("Connection time-out")
+
+    monkeypatch.setattr(KazooClient, "start", late_start)
     wrong = ZkLogin(ZK_USER, "not-the-deployment-secret-" + uuid.uuid4().hex, DEPLOYMENT_TLS)
     with pytest.raises(errors.ConfigError, match="refused a login as 'globelog'"):
         await MetaStore.connect(cluster.topology.zk_connect, wrong, connect_timeout_s=4.0)
