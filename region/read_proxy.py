@@ -71,6 +71,10 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
+# A page whose payloads pass this is encoded (base64, JSON) in a thread: a 4 MiB page is tens
+# of milliseconds of encoding, which on the event loop would hold every other client's
+# request for that long; in a thread the loop gets the interpreter back every switch interval.
+PAGE_ENCODE_INLINE_BYTES = 256 * 1024
 STREAM = "/v1/namespaces/{ns}/streams/{stream}"
 # Who may call what (docs/http-api.md, "Access"): every route has its rule.
 RULES: Rules = {
@@ -242,9 +246,12 @@ class ReadProxy:
         if seq is None:
             return json_response({"records": [], "next_seq": None})
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
-        self._take_bytes(request, ns, records)
+        size = self._take_bytes(request, ns, records)
         next_seq = records[-1].seq + 1 if records else seq
-        return json_response({"records": [_record(r) for r in records], "next_seq": next_seq})
+        if size <= PAGE_ENCODE_INLINE_BYTES:
+            return json_response(_page_body(records, next_seq))
+        body = await asyncio.to_thread(lambda: json.dumps(_page_body(records, next_seq)).encode())
+        return web.Response(body=body, content_type="application/json")
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         async with self._tails.slot():
@@ -292,9 +299,11 @@ class ReadProxy:
         quota (the one it was let in with included)."""
         self.quotas.take_requests(client, ns, self.limits.reader_open_cost - 1)
 
-    def _take_bytes(self, request: web.Request, ns: str, records: list[LogRecord]) -> None:
+    def _take_bytes(self, request: web.Request, ns: str, records: list[LogRecord]) -> int:
+        """Charges the records' payload bytes to the client's read quota; returns them."""
         size = sum(len(r.payload) for r in records)
         self.quotas.take_bytes(client_of(request), ns, size)
+        return size
 
     async def _sweep(self, following: Callable[[], None]) -> None:
         """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
@@ -455,6 +464,10 @@ def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
         if size > most and count > 0:
             return records[:count]
     return records
+
+
+def _page_body(records: list[LogRecord], next_seq: int) -> dict[str, Any]:
+    return {"records": [_record(r) for r in records], "next_seq": next_seq}
 
 
 def _record(record: LogRecord) -> dict[str, Any]:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import dataclasses
+import multiprocessing
 import os
 import random
 import time
@@ -40,7 +42,7 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError, GlobelogError
-from core.security.credentials import client_ssl
+from core.security.credentials import auth_headers, client_ssl, default_token
 from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from localcluster.controller import Cluster
@@ -50,6 +52,7 @@ from localcluster.tails import proxy_url
 from localcluster.tools import REPO_ROOT, find_tools
 from region.batch_format import CONTENT_TYPE
 from region.client import ProxyClient
+from region.client.tokens import issue_token
 
 REGION = "us-east"
 CANARY_PERIOD_S = 0.02
@@ -58,6 +61,7 @@ P99_FACTOR_MAX = 2.0
 KIB, MIB = 1024, 1024 * 1024
 STREAMS_READ = 1200  # past cache_streams_max (1000)
 STREAMS_OWNED = 300
+ATTACKER_OPS = ("read", "append", "create", "delete", "truncate")
 
 
 @dataclass
@@ -255,52 +259,106 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
-async def prepare(target: Target, progress: Callable[[str], None]) -> None:
-    """The attacker's streams: flood, quiet (one record), wide (64 records of 512 KiB),
-    m0..m{STREAMS_READ} (one record each), o0..o{STREAMS_OWNED}."""
+async def prepare(target: Target, attacks: list[str], progress: Callable[[str], None]) -> None:
+    """The attacker's streams: flood, quiet (one record), wide (64 records of 512 KiB), and
+    for the attacks that use them m0..m{STREAMS_READ} (one record each) and
+    o0..o{STREAMS_OWNED}."""
+    read = STREAMS_READ if "many-streams" in attacks else 0
+    owned = STREAMS_OWNED if "owned-streams" in attacks else 0
     async with ProxyClient([target.write_url], target.namespace, deadline_s=120) as client:
         for name in ("flood", "quiet", "wide"):
             await client.create(name)
         await client.write("quiet", b"q")
         for _ in range(8):
             await client.write_bulk("wide", [os.urandom(512 * KIB) for _ in range(8)])
-        progress(f"creating {STREAMS_READ + STREAMS_OWNED} streams")
-        for i in range(STREAMS_READ):
+        if read or owned:
+            progress(f"creating {read + owned} streams")
+        for i in range(read):
             await client.create(f"m{i}")
             await client.write(f"m{i}", b"m")
             if i % 200 == 199:
-                progress(f"  {i + 1} of {STREAMS_READ} streams to read made")
-        for i in range(STREAMS_OWNED):
+                progress(f"  {i + 1} of {read} streams to read made")
+        for i in range(owned):
             await client.create(f"o{i}")
 
 
-async def canary(
-    write_url: str, read_url: str, phase: Callable[[], Phase], stop: asyncio.Event
-) -> None:
+@dataclass(frozen=True)
+class Sample:
+    """One canary round: when it began (time.monotonic, which every process of this machine
+    shares), its write's latency and its read-back's, or the error that ended it."""
+
+    at: float
+    write_s: float | None = None
+    read_s: float | None = None
+    error: str | None = None
+
+
+async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[Sample]:
+    """Writes and reads back a record every CANARY_PERIOD_S until `stop` (an event shared
+    between processes) is set; `ready` is set once its stream exists."""
     namespace = f"canary{uuid.uuid4().hex[:6]}"
     pages = f"{read_url}/v1/namespaces/{namespace}/streams/c/records"
-    origin = time.monotonic()
+    samples: list[Sample] = []
     async with (
         ProxyClient([write_url], namespace, deadline_s=30) as client,
         operator_session() as http,
     ):
         await client.create("c")
+        ready.set()
         while not stop.is_set():
-            current = phase()
             began = time.monotonic()
+            write_s = None
             try:
                 acked = await client.write("c", b"canary")
                 written = time.monotonic()
-                current.writes.append((began - origin, written - began))
+                write_s = written - began
                 params = {"from_seq": str(acked.seq), "max": "1", "wait_ms": "5000"}
                 async with http.get(pages, params=params) as answer:
                     body = await answer.json()
                     if answer.status != 200 or not body.get("records"):
                         raise GlobelogError(f"read answered {answer.status}: {body}")
-                current.reads.append(time.monotonic() - written)
+                samples.append(Sample(began, write_s, time.monotonic() - written))
             except (GlobelogError, aiohttp.ClientError, TimeoutError) as err:
-                current.canary_errors[getattr(err, "code", type(err).__name__)] += 1
+                code = str(getattr(err, "code", type(err).__name__))
+                samples.append(Sample(began, write_s, None, code))
             await asyncio.sleep(CANARY_PERIOD_S)
+    return samples
+
+
+def canary_process(write_url: str, read_url: str, ready: Any, stop: Any, out: Any) -> None:
+    """The canary in a process of its own: the attacker's event loop, busy with thousands of
+    connections, would otherwise delay the canary's, and its latency would be the bench's
+    own rather than the proxies'."""
+    out.send(asyncio.run(canary(write_url, read_url, ready, stop)))
+
+
+def file_samples(samples: list[Sample], phases: list[Phase], origin: float) -> None:
+    """Each sample to the phase in force when it began (a phase lasts until the next one
+    starts, its settling time included)."""
+    starts = [origin + phase.started_s for phase in phases]
+    for sample in samples:
+        index = bisect.bisect_right(starts, sample.at) - 1
+        if index < 0:
+            continue
+        phase = phases[index]
+        if sample.write_s is not None:
+            phase.writes.append((sample.at - origin, sample.write_s))
+        if sample.read_s is not None:
+            phase.reads.append(sample.read_s)
+        if sample.error is not None:
+            phase.canary_errors[sample.error] += 1
+
+
+async def attacker_token(write_url: str, namespace: str) -> str | None:
+    """A token of the attacker's own subject, scoped to its namespace, when the deployment
+    has tokens: quotas are kept per subject, and an attacker that shared the canary's would
+    be throttling the canary with itself (with tokens off they are kept per client address
+    and namespace, and the two namespaces differ)."""
+    if default_token() is None:
+        return None
+    scope = {"namespaces": [namespace], "streams": ["*"], "ops": list(ATTACKER_OPS)}
+    issued = await issue_token([write_url], f"attacker-{namespace}", scope, ttl_s=6 * 3600)
+    return str(issued["token"])
 
 
 def rss_mib(pid: int) -> float:
@@ -330,17 +388,35 @@ async def bench_abuse(
     names = [group.write_proxies[0].name, group.read_proxies[0].name]
     state = load_state(cluster.data_dir)
     pids = {name: state[name].pid for name in names}
-    async with operator_session(aiohttp.ClientTimeout(total=60), limit=0) as http:
-        target = Target(write_url, read_url, f"abuse{uuid.uuid4().hex[:6]}", http)
+    namespace = f"abuse{uuid.uuid4().hex[:6]}"
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with (
+        operator_session(timeout, limit=0) as http,
+        aiohttp.ClientSession(
+            timeout=timeout,
+            headers=auth_headers(await attacker_token(write_url, namespace)),
+            connector=aiohttp.TCPConnector(ssl=client_ssl(), limit=0),
+        ) as attacker_http,
+    ):
         progress("preparing the attacker's streams")
-        await prepare(target, progress)
+        await prepare(Target(write_url, read_url, namespace, http), args.attacks, progress)
+        target = Target(write_url, read_url, namespace, attacker_http)
         phases = [Phase("baseline"), *(Phase(name) for name in args.attacks)]
         current = [phases[0]]
         stop = asyncio.Event()
-        watchers = [
-            asyncio.create_task(canary(write_url, read_url, lambda: current[0], stop)),
-            asyncio.create_task(watch_rss(pids, lambda: current[0], stop)),
-        ]
+        spawn = multiprocessing.get_context("spawn")
+        ready, stop_canary = spawn.Event(), spawn.Event()
+        received, sent = spawn.Pipe(duplex=False)
+        process = spawn.Process(
+            target=canary_process,
+            args=(write_url, read_url, ready, stop_canary, sent),
+            name="canary",
+            daemon=True,
+        )
+        process.start()
+        if not await asyncio.to_thread(ready.wait, 60):
+            raise GlobelogError("bench abuse: the canary's process did not start within 60 s")
+        watchers = [asyncio.create_task(watch_rss(pids, lambda: current[0], stop))]
         origin = time.monotonic()
         for phase in phases:
             current[0] = phase
@@ -362,7 +438,12 @@ async def bench_abuse(
             phase.answers = target.answers
             await asyncio.sleep(2)  # the proxies settle before the next phase
         stop.set()
+        stop_canary.set()
         await asyncio.gather(*watchers)
+        if not await asyncio.to_thread(received.poll, 60):
+            raise GlobelogError("bench abuse: the canary's process sent nothing within 60 s")
+        file_samples(received.recv(), phases, origin)
+        await asyncio.to_thread(process.join, 10)
     return report(cluster, phases, names, args)
 
 
@@ -379,8 +460,8 @@ def report(
         f"{args.seconds:.0f} s per phase, proxies with the topology's limits",
         f"process layout: one machine, {os.cpu_count()} cores: 3 ZooKeeper, "
         f"{len(cluster.topology.bookies)} bookies (journal fsync before every ack), toxiproxy, "
-        f"{len(cluster.topology.region_names) * 2} proxy processes, this process (attacker and "
-        "canary)",
+        f"{len(cluster.topology.region_names) * 2} proxy processes, this process (the attacker), "
+        "the canary's process",
         f"canary: a 6-byte record written through {names[0]} every {CANARY_PERIOD_S * 1000:.0f} ms, "
         f"read back through {names[1]}; goals: RSS < {RSS_CEILING_MIB} MiB per proxy, canary "
         f"p99 <= {P99_FACTOR_MAX:g}x baseline",
