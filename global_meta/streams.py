@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator
@@ -65,6 +66,14 @@ class StreamCounters:
     max_txid: int
     next_seq: int  # the sequence id of the record after the last completed segment
     counters_version: int
+
+    def after(self, completed: SegmentMetadata) -> StreamCounters:
+        """The counters once `completed` is written: past its records and txids."""
+        return dataclasses.replace(
+            self,
+            max_txid=max(self.max_txid, completed.last_txid),
+            next_seq=max(self.next_seq, completed.next_seq),
+        )
 
 
 class StreamMetaStore:
@@ -195,37 +204,50 @@ class StreamMetaStore:
             raise SegmentMetadataError(f"{path}: counters are malformed: {err}") from err
 
     async def start_segment(
-        self, stream: str, segment: SegmentMetadata, counters: StreamCounters, lock: OwnerLock
+        self,
+        stream: str,
+        segment: SegmentMetadata,
+        counters: StreamCounters,
+        lock: OwnerLock,
+        completing: tuple[VersionedSegment, SegmentMetadata] | None = None,
     ) -> VersionedSegment:
-        """Creates the in-progress segment, allocating its sequence, while `lock` is held."""
+        """Creates the in-progress segment, allocating its sequence, while `lock` is held.
+        With `completing` (the last segment and its completed metadata), completes that one
+        in the same multi-op: one ZooKeeper write, not two, between an owner's recovery (or a
+        roll's close) and its first write. `counters` are as read before that completion."""
         assert segment.sequence == counters.max_sequence + 1, (segment, counters)
         path = self.path(stream)
-        await self.store.commit(
-            [
-                Op("check", lock.path, version=0),
-                Op("set", f"{path}/segments", str(segment.sequence).encode(),
-                   version=counters.sequence_version),
-                Op("create", self.segment_path(stream, segment.sequence), encode_segment(segment)),
-            ]
-        )  # fmt: skip
+        ops = [Op("check", lock.path, version=0)]
+        if completing is not None:
+            ops += self._completion(stream, *completing, counters)
+        ops += [
+            Op("set", f"{path}/segments", str(segment.sequence).encode(),
+               version=counters.sequence_version),
+            Op("create", self.segment_path(stream, segment.sequence), encode_segment(segment)),
+        ]  # fmt: skip
+        await self.store.commit(ops)
         return VersionedSegment(segment, 0)
 
     async def complete_segment(
         self, stream: str, old: VersionedSegment, new: SegmentMetadata, lock: OwnerLock | None
     ) -> VersionedSegment:
         """Completes a segment: rewrites it and moves the counters past its records."""
-        path = self.segment_path(stream, new.sequence)
         counters = await self.counters(stream)
         ops = [] if lock is None else [Op("check", lock.path, version=0)]
-        ops.append(Op("set", path, encode_segment(new), version=old.version))
-        max_txid = max(counters.max_txid, new.last_txid)
-        next_seq = max(counters.next_seq, new.next_seq)
-        ops.append(
-            Op("set", f"{self.path(stream)}/counters", _counters(max_txid, next_seq),
-               version=counters.counters_version)
-        )  # fmt: skip
-        await self.store.commit(ops)
+        await self.store.commit(ops + self._completion(stream, old, new, counters))
         return VersionedSegment(new, old.version + 1)
+
+    def _completion(
+        self, stream: str, old: VersionedSegment, new: SegmentMetadata, counters: StreamCounters
+    ) -> list[Op]:
+        """The ops that complete `old` as `new` and move `counters` past it."""
+        moved = counters.after(new)
+        return [
+            Op("set", self.segment_path(stream, new.sequence), encode_segment(new),
+               version=old.version),
+            Op("set", f"{self.path(stream)}/counters", _counters(moved.max_txid, moved.next_seq),
+               version=counters.counters_version),
+        ]  # fmt: skip
 
     async def update_segment(
         self, stream: str, old: VersionedSegment, new: SegmentMetadata

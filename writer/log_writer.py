@@ -56,8 +56,8 @@ from writer.events import (
     WriterFailed,
     Written,
 )
-from writer.recovery import recover_segment
-from writer.segment_start import now_ms, start_segment
+from writer.recovery import recover_segment, recovered
+from writer.segment_start import Completing, now_ms, start_segment
 from writer.state import LogWriterState, Phase, SegmentStart
 
 log = logging.getLogger(__name__)
@@ -154,15 +154,29 @@ class LogWriter:
         lock: OwnerLock,
     ) -> LogWriter:
         segments = await streams.segments(stream)
-        for index, versioned in enumerate(segments):
+        # Only the last segment is normally in progress (a writer that died); one before it
+        # is left by a start that failed after creating the next.
+        for index, versioned in enumerate(segments[:-1]):
             if versioned.segment.is_in_progress:
                 segments[index] = await recover_segment(streams, ledgers, stream, versioned, lock)
-        if segments and segments[-1].segment.end_of_stream:
-            raise EndOfStreamError(
-                f"stream {stream!r} was sealed with an end of stream at {segments[-1].segment.last_dlsn}"
-            )
+
+        async def recover_last() -> Completing:
+            last = segments[-1] if segments else None
+            if last is not None and last.segment.is_in_progress:
+                completed = await recovered(ledgers, stream, last)
+                if not completed.end_of_stream:
+                    return last, completed
+                last = await streams.complete_segment(stream, last, completed, lock)
+            if last is not None and last.segment.end_of_stream:
+                raise EndOfStreamError(
+                    f"stream {stream!r} was sealed with an end of stream at "
+                    f"{last.segment.last_dlsn}"
+                )
+            return None
+
+        # the new segment's ledger is made while the last segment is recovered
         segment, ledger, max_txid = await start_segment(
-            streams, ledgers, stream, config.replication, config.region, lock
+            streams, ledgers, stream, config.replication, config.region, lock, recover_last
         )
         return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)
 
@@ -482,9 +496,13 @@ class LogWriter:
     # ---------------------------------------------------------------------- segments
 
     async def _roll(self, summary: SegmentSummary) -> None:
+        async def close_last() -> Completing:
+            await self._ledger.close()
+            return self._segment, self._completed(summary)
+
         async with asyncio.timeout(self.config.roll_timeout_s):
-            await self._complete(summary)
             config = self.config
+            # the next segment's ledger is made while this one's closes
             segment, ledger, _ = await start_segment(
                 self._streams,
                 self._ledgers,
@@ -492,6 +510,7 @@ class LogWriter:
                 config.replication,
                 config.region,
                 self._lock,
+                close_last,
             )
         self._segment, self._ledger = segment, ledger
         started = segment.segment
@@ -499,15 +518,17 @@ class LogWriter:
 
     async def _complete(self, summary: SegmentSummary) -> None:
         await self._ledger.close()
-        completed = self._segment.segment.completed(
+        self._segment = await self._streams.complete_segment(
+            self.stream, self._segment, self._completed(summary), self._lock
+        )
+
+    def _completed(self, summary: SegmentSummary) -> SegmentMetadata:
+        return self._segment.segment.completed(
             summary.last_txid,
             summary.last_dlsn,
             summary.record_count,
             now_ms(),
             summary.end_of_stream,
-        )
-        self._segment = await self._streams.complete_segment(
-            self.stream, self._segment, completed, self._lock
         )
 
     async def _close_segment(self, summary: SegmentSummary) -> None:

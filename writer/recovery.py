@@ -14,6 +14,7 @@ import time
 from core.dlsn import DLSN
 from core.entry_format import decode_entry, user_record_count
 from core.records import NO_POSITION
+from core.segments import SegmentMetadata
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerReader
 from writer.events import SegmentSummary
@@ -55,17 +56,19 @@ async def recover_segment(
     lock: OwnerLock,
 ) -> VersionedSegment:
     """Fences the in-progress segment's ledger, recovers it, and completes its metadata."""
+    completed = await recovered(ledgers, stream, versioned)
+    return await streams.complete_segment(stream, versioned, completed, lock)
+
+
+async def recovered(
+    ledgers: LedgerClient, stream: str, versioned: VersionedSegment
+) -> SegmentMetadata:
+    """Fences the in-progress segment's ledger and recovers it; the segment's completed
+    metadata, not written yet."""
     segment = versioned.segment
     assert segment.is_in_progress, segment
     reader = await ledgers.open(segment.ledger_id, recover_ledger=True)
     summary = await summarize(reader, segment.sequence)
-    completed = segment.completed(
-        summary.last_txid,
-        summary.last_dlsn,
-        summary.record_count,
-        int(time.time() * 1000),
-        summary.end_of_stream,
-    )
     log.info(
         "recovered segment",
         extra={
@@ -75,4 +78,10 @@ async def recover_segment(
             "records": summary.record_count,
         },
     )
-    return await streams.complete_segment(stream, versioned, completed, lock)
+    return segment.completed(
+        summary.last_txid,
+        summary.last_dlsn,
+        summary.record_count,
+        int(time.time() * 1000),
+        summary.end_of_stream,
+    )

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from core.errors import OwnerFencedError, OwnershipError
+from core.errors import EndOfStreamError, OwnerFencedError, OwnershipError
 from core.records import Record
 from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
@@ -162,3 +162,24 @@ async def test_a_writer_that_lost_its_ledger_to_a_new_owner_fails_every_write(
         reader = await west.reader("s", follow=False)
         async with reader:
             assert [r.payload async for r in reader] == [b"before", b"new"]
+
+
+async def test_a_sealed_streams_next_writer_gets_end_of_stream_and_leaves_no_ledger(
+    cluster: Cluster,
+) -> None:
+    """A new owner makes its segment's ledger while it recovers the last segment: when that
+    segment turns out sealed (or anything else ends the start), the ledger made meanwhile is
+    deleted, not left behind."""
+    async with stream_env(cluster, "us-east", fresh_namespace()) as env:
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        await writer.write(Record(b"last"))
+        await writer.mark_end_of_stream()
+        await writer.close()
+        ledgers_before = set(await env.ledgers.ledger_ids())
+        for _ in range(2):
+            with pytest.raises(EndOfStreamError):
+                await env.writer("s")
+        assert set(await env.ledgers.ledger_ids()) == ledgers_before
+        segments = await env.streams.segments("s")
+        assert [s.segment.is_in_progress for s in segments] == [False]
