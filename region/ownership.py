@@ -239,12 +239,9 @@ class Ownership:
             if elsewhere is None:
                 raise
             return elsewhere
-        try:
-            # A new owner starts a new write session: sessions of the previous owner are fenced.
-            session = await writer.mark_session()
-        except BaseException:
-            await writer.abandon()
-            raise
+        # A new owner starts a new write session: sessions of the previous owner are fenced.
+        # Its marker is not waited for: every write after it is acknowledged after it.
+        session = writer.start_session()
         streams_of = self.streams(key[0])
 
         async def producers() -> ProducerTable:
@@ -255,7 +252,8 @@ class Ownership:
         owned = self._owned[key] = Owned(
             writer, session, Idempotence(producers), used_at=asyncio.get_running_loop().time()
         )
-        log.info("took ownership of %s/%s (session %d)", *key, session)
+        took = ", ".join(f"{step} {seconds:.3f} s" for step, seconds in writer.open_steps.items())
+        log.info("took ownership of %s/%s (session %d): %s", *key, session, took)
         PROXY_METRICS.ownership_changes.add(1, {"event": "taken"})
         return owned
 

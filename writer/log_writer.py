@@ -124,6 +124,9 @@ class LogWriter:
         self._timer_at = 0.0
         self._finished: asyncio.Future[None] = self._loop.create_future()
         self._released = False
+        # how long each step of taking the stream took (s): its lock, the last segment's
+        # recovery, the new segment's start (LogWriter.open fills it)
+        self.open_steps: dict[str, float] = {}
         self._spawn(self._watch_session())
 
     # ---------------------------------------------------------------------------- open
@@ -134,12 +137,17 @@ class LogWriter:
     ) -> LogWriter:
         """Takes ownership of `stream` and starts a new segment; OwnershipError if another
         writer keeps it past `settings.lock_timeout_s`."""
+        clock = asyncio.get_running_loop().time
+        began = clock()
         async with asyncio.timeout(config.open_timeout_s):
             lock = await streams.acquire(
                 stream, config.owner, config.region, config.settings.lock_timeout_s
             )
+            steps = {"lock": clock() - began}
             try:
-                return await cls._take_over(streams, ledgers, stream, config, lock)
+                writer = await cls._take_over(streams, ledgers, stream, config, lock, steps)
+                writer.open_steps = steps
+                return writer
             except BaseException:
                 await asyncio.shield(streams.release(lock))
                 raise
@@ -152,7 +160,12 @@ class LogWriter:
         stream: str,
         config: WriterConfig,
         lock: OwnerLock,
+        steps: dict[str, float],
     ) -> LogWriter:
+        """Recovers what the last owner left and starts a segment; `steps` gets how long the
+        recovery and the start took (seconds)."""
+        clock = asyncio.get_running_loop().time
+        began = clock()
         segments = await streams.segments(stream)
         # Only the last segment is normally in progress (a writer that died); one before it
         # is left by a start that failed after creating the next.
@@ -164,6 +177,7 @@ class LogWriter:
             last = segments[-1] if segments else None
             if last is not None and last.segment.is_in_progress:
                 completed = await recovered(ledgers, stream, last)
+                steps["recovery"] = clock() - began
                 if not completed.end_of_stream:
                     return last, completed
                 last = await streams.complete_segment(stream, last, completed, lock)
@@ -178,6 +192,7 @@ class LogWriter:
         segment, ledger, max_txid = await start_segment(
             streams, ledgers, stream, config.replication, config.region, lock, recover_last
         )
+        steps["start"] = clock() - began - steps.get("recovery", 0.0)
         return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)
 
     # ----------------------------------------------------------------------------- API
@@ -293,6 +308,18 @@ class LogWriter:
         """Writes a session marker (a control record readers never see) once the writes before
         it landed; its txid, above every earlier one: the id of a new write session."""
         return (await self._control()).txid
+
+    def start_session(self) -> int:
+        """Writes a session marker without waiting for it; its txid, the new session's id.
+        Entries are acknowledged in order and a write that fails fails the writer, so no write
+        after the marker is acknowledged without it: the session is durable before anything
+        written in it is."""
+        write_id = self._state.mark_session(now_ms())
+        future: asyncio.Future[Written] = self._loop.create_future()
+        future.add_done_callback(_retrieve)  # its failure is every later write's
+        self._futures[write_id] = future
+        self._pump()
+        return self._state.last_txid
 
     async def heartbeat(self) -> Written:
         """Writes a control record (readers never see it) and waits for it: the writes before
@@ -592,3 +619,8 @@ class LogWriter:
 
 def _failure_kind(err: BaseException) -> FailureKind:
     return FailureKind.FENCED if isinstance(err, LedgerFencedError) else FailureKind.TRANSMIT
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

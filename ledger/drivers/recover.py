@@ -42,36 +42,73 @@ class _AlreadyClosedError(Exception):
     """The metadata turned out CLOSED: someone else finished the ledger."""
 
 
+class _EnsembleMovedError(Exception):
+    """The old writer changed the ensemble before IN_RECOVERY landed: recover that one."""
+
+    def __init__(self, versioned: VersionedMetadata) -> None:
+        super().__init__(f"ledger {versioned.ledger_id}: the ensemble changed during recovery")
+        self.versioned = versioned
+
+
+# Times a recovery starts again because the old writer moved the ensemble meanwhile: each
+# move needs a failed add of that writer, which fencing and IN_RECOVERY soon stop.
+ENSEMBLE_MOVES_MAX = 5
+
+
 async def recover(context: LedgerContext, versioned: VersionedMetadata) -> VersionedMetadata:
-    """Recovers the ledger unless it is closed; returns the CLOSED metadata."""
-    if versioned.metadata.state is LedgerState.CLOSED:
-        return versioned
+    """Recovers the ledger unless it is closed; returns the CLOSED metadata.
+
+    The metadata goes IN_RECOVERY while the bookies are fenced and read, not before them:
+    across regions a ZooKeeper write takes as long as the fence and the reads together, and
+    only the close depends on it. IN_RECOVERY stops the old writer's ensemble changes (its
+    compare-and-set fails); one that landed first shows in the metadata IN_RECOVERY is
+    written over, and the recovery starts again on the new ensemble, whose bookies it then
+    fences."""
 
     def start(metadata: LedgerMetadata) -> LedgerMetadata:
         if metadata.state is LedgerState.CLOSED:
             raise _AlreadyClosedError
         return dataclasses.replace(metadata, state=LedgerState.IN_RECOVERY)
 
-    try:
-        versioned = await update_metadata(context.metadata, versioned, start)
-    except _AlreadyClosedError:
-        context.metrics.recoveries.add(1, {"outcome": "already_closed"})
-        return await context.metadata.read(versioned.ledger_id)
-    try:
-        closed = await _Recovery(context, versioned).run()
-    except GlobelogError as err:
-        context.metrics.recoveries.add(1, {"outcome": err.code})
-        raise
-    context.metrics.recoveries.add(1, {"outcome": "closed"})
-    return closed
+    for _ in range(ENSEMBLE_MOVES_MAX):
+        if versioned.metadata.state is LedgerState.CLOSED:
+            return versioned
+        marking = asyncio.ensure_future(update_metadata(context.metadata, versioned, start))
+        try:
+            closed = await _Recovery(context, versioned, marking).run()
+        except _AlreadyClosedError:
+            context.metrics.recoveries.add(1, {"outcome": "already_closed"})
+            return await context.metadata.read(versioned.ledger_id)
+        except _EnsembleMovedError as moved:
+            versioned = moved.versioned
+            continue
+        except GlobelogError as err:
+            context.metrics.recoveries.add(1, {"outcome": err.code})
+            raise
+        finally:
+            # a recovery that failed early leaves the write to land (or fail) on its own
+            with contextlib.suppress(GlobelogError, _AlreadyClosedError, asyncio.CancelledError):
+                await asyncio.shield(marking)
+        context.metrics.recoveries.add(1, {"outcome": "closed"})
+        return closed
+    raise LedgerRecoveryError(
+        f"ledger {versioned.ledger_id}: its ensemble changed {ENSEMBLE_MOVES_MAX} times while "
+        "it was recovered"
+    )
 
 
 class _Recovery:
-    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+    def __init__(
+        self,
+        context: LedgerContext,
+        versioned: VersionedMetadata,
+        marking: asyncio.Future[VersionedMetadata],
+    ) -> None:
         metadata = versioned.metadata
         self.ledger_id = versioned.ledger_id
         self._context = context
         self._versioned = versioned
+        self._marking = marking  # the metadata going IN_RECOVERY
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
         self._key = master_key(metadata.password)
         self._ensemble = metadata.current_ensemble
@@ -217,7 +254,15 @@ class _Recovery:
             )
 
         try:
-            closed = await update_metadata(self._context.metadata, self._versioned, change)
+            marked = await self._marking
+        except (_AlreadyClosedError, GlobelogError) as err:
+            self._end(err)
+            return
+        if marked.metadata.ensembles != self._versioned.metadata.ensembles:
+            self._end(_EnsembleMovedError(marked))
+            return
+        try:
+            closed = await update_metadata(self._context.metadata, marked, change)
         except _AlreadyClosedError:
             closed = await self._context.metadata.read(self.ledger_id)
         except GlobelogError as err:
@@ -225,6 +270,12 @@ class _Recovery:
             return
         if not self._done.done():
             self._done.set_result(closed)
+
+    def _end(self, err: BaseException) -> None:
+        """Ends the run with `err` as it is (IN_RECOVERY could not be written, or was
+        written over something else than this recovery read)."""
+        if not self._done.done():
+            self._done.set_exception(err)
 
     def _fail(self, message: str) -> None:
         if not self._done.done():

@@ -8,7 +8,7 @@ IN_RECOVERY; this machine then:
    ensemble - 1), since earlier ensembles are complete and immutable;
 2. reads forward LAC+1, LAC+2, ... with fencing recovery reads (the TLA+-found fix: reads
    fence too) sent to the whole write set at once, ahead of the re-adds by a window that
-   starts at 1 and doubles with each recovered entry, up to `entries_in_flight_max`. One
+   starts at 2 and doubles with each recovered entry, up to `entries_in_flight_max`. One
    good copy recovers an entry; W - A + 1 denials prove it was never acknowledged and end
    the ledger just before it (later entries are dropped);
 3. re-adds each recovered entry in order with RECOVERY_ADD through an embedded `AddState`
@@ -112,9 +112,13 @@ class RecoveryState:
         )
         self._start_lac = INVALID_ENTRY_ID  # the LAC recovery starts from, once fenced
         self._next_read = 0  # the next entry to start reading
-        # Read-ahead starts at one entry (the tail after a crash is usually short: each read
-        # costs W requests) and doubles with every recovered entry, up to the configured max.
-        self._window = 1
+        # Read-ahead starts at two entries and doubles with every recovered entry, up to the
+        # configured max. The tail after a crash is usually short (each read costs W
+        # requests), but it is rarely empty: the last entry a writer sent is beyond the LAC
+        # its bookies know until a later entry carries it. Reading LAC+1 and LAC+2 at once
+        # finds that entry and the end in one round trip, not two (a WAN round trip off
+        # every owner failover).
+        self._window = min(2, self.config.entries_in_flight_max)
         self._next_resolve = 0  # the next entry to re-add (or find missing), in order
         self._first_missing: int | None = None  # read no further than this
         self._end: int | None = None  # the last entry of the ledger, once known

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from core.topology import Replication
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.drivers import context as context_module
+from ledger.drivers import recover as recover_module
+from ledger.drivers.context import with_ensemble
 from ledger.drivers.write_handle import LedgerWriter
 from localcluster import controller
 from localcluster.controller import Cluster
@@ -217,3 +221,43 @@ async def test_every_region_reads_what_one_region_wrote(cluster: Cluster, region
     async with ledger_client(cluster, region) as other:
         reader = await other.open(writer.ledger_id, PASSWORD)
         assert await reader.read_entries(0, 29) == [f"entry-{i}".encode() for i in range(30)]
+
+
+async def test_an_ensemble_change_before_in_recovery_lands_starts_the_recovery_again(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IN_RECOVERY is written beside the fencing, not before it: the old writer's ensemble
+    change can land first (it has not seen IN_RECOVERY yet). The recovery then starts again
+    on the new ensemble, fencing its bookies, and the ledger closes with that history."""
+    real_update = context_module.update_metadata
+    moved: list[LedgerMetadata] = []
+    runs: list[int] = []
+
+    async def old_writer_moves_first(store: Any, current: Any, change: Any) -> Any:
+        if not moved:  # the first write is the recovery's IN_RECOVERY: the writer wins
+            metadata = current.metadata
+            bookies = metadata.current_ensemble
+            replaced = client.context.replace(metadata, bookies, [bookies[0]])
+            changed = with_ensemble(metadata, Ensemble(5, replaced))
+            moved.append((await store.write(current, changed)).metadata)
+        return await real_update(store, current, change)
+
+    real_run = recover_module._Recovery.run
+
+    async def counted_run(self: Any) -> Any:
+        runs.append(len(self._versioned.metadata.ensembles))
+        return await real_run(self)
+
+    monkeypatch.setattr(recover_module, "update_metadata", old_writer_moves_first)
+    monkeypatch.setattr(recover_module._Recovery, "run", counted_run)
+    async with ledger_client(cluster, "us-west") as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        for i in range(5):
+            await writer.add(f"entry-{i}".encode())
+        await writer.abandon()
+        async with ledger_client(cluster, "eu-west") as recoverer:
+            reader = await recoverer.open(writer.ledger_id, PASSWORD, recover_ledger=True)
+            assert runs == [1, 2], runs  # once on the old ensemble, again on the moved one
+            assert reader.is_closed and reader.lac == 4
+            assert reader.metadata.ensembles[-1] == moved[0].ensembles[-1]
+            assert await reader.read_entries(0, 4) == [f"entry-{i}".encode() for i in range(5)]
