@@ -255,7 +255,8 @@ class LedgerClient:
         if versioned.metadata.password != password:
             raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
         if recover_ledger:
-            versioned = await recover(self.context, versioned)
+            versioned, tail = await recover(self.context, versioned)
+            return LedgerReader(self.context, versioned, known=tail)
         return LedgerReader(self.context, versioned)
 
     def _password(self, named: bytes | None) -> bytes:

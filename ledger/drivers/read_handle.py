@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Literal
 
 from core.errors import GlobelogError
@@ -68,8 +69,16 @@ METADATA_REFRESH_S = 1.0
 class LedgerReader:
     """Reads one ledger (open or closed). Use `await client.open(...)` to get one."""
 
-    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+    def __init__(
+        self,
+        context: LedgerContext,
+        versioned: VersionedMetadata,
+        known: Mapping[int, bytes] | None = None,
+    ) -> None:
+        """`known`: entries already read (by the recovery that closed the ledger), served
+        from memory by `read_entry` while within the LAC."""
         self.ledger_id = versioned.ledger_id
+        self._known = dict(known or {})
         self._context = context
         self._versioned = versioned
         metadata = versioned.metadata
@@ -194,6 +203,9 @@ class LedgerReader:
             raise ReadBeyondLacError(
                 f"ledger {self.ledger_id}: entry {entry_id} is beyond the LAC {self.lac}"
             )
+        known = self._known.get(entry_id)
+        if known is not None and entry_id <= self.lac:
+            return known
         try:
             return await self._read_entry_once(entry_id)
         except (EntryMissingError, EntryUnavailableError):

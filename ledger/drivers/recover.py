@@ -53,10 +53,17 @@ class _EnsembleMovedError(Exception):
 # Times a recovery starts again because the old writer moved the ensemble meanwhile: each
 # move needs a failed add of that writer, which fencing and IN_RECOVERY soon stop.
 ENSEMBLE_MOVES_MAX = 5
+# The last entries a recovery read, kept for its reader: a new stream owner reads the last
+# one or two (the segment's summary) right after, and each read would cross the WAN again.
+TAIL_KEPT = 4
 
 
-async def recover(context: LedgerContext, versioned: VersionedMetadata) -> VersionedMetadata:
-    """Recovers the ledger unless it is closed; returns the CLOSED metadata.
+async def recover(
+    context: LedgerContext, versioned: VersionedMetadata
+) -> tuple[VersionedMetadata, dict[int, bytes]]:
+    """Recovers the ledger unless it is closed; returns the CLOSED metadata and the last few
+    entries the recovery read (TAIL_KEPT at most, by entry id; those past the end included),
+    which its reader need not read again.
 
     The metadata goes IN_RECOVERY while the bookies are fenced and read, not before them:
     across regions a ZooKeeper write takes as long as the fence and the reads together, and
@@ -72,13 +79,14 @@ async def recover(context: LedgerContext, versioned: VersionedMetadata) -> Versi
 
     for _ in range(ENSEMBLE_MOVES_MAX):
         if versioned.metadata.state is LedgerState.CLOSED:
-            return versioned
+            return versioned, {}
         marking = asyncio.ensure_future(update_metadata(context.metadata, versioned, start))
+        recovery = _Recovery(context, versioned, marking)
         try:
-            closed = await _Recovery(context, versioned, marking).run()
+            closed = await recovery.run()
         except _AlreadyClosedError:
             context.metrics.recoveries.add(1, {"outcome": "already_closed"})
-            return await context.metadata.read(versioned.ledger_id)
+            return await context.metadata.read(versioned.ledger_id), {}
         except _EnsembleMovedError as moved:
             versioned = moved.versioned
             continue
@@ -90,7 +98,7 @@ async def recover(context: LedgerContext, versioned: VersionedMetadata) -> Versi
             with contextlib.suppress(GlobelogError, _AlreadyClosedError, asyncio.CancelledError):
                 await asyncio.shield(marking)
         context.metrics.recoveries.add(1, {"outcome": "closed"})
-        return closed
+        return closed, recovery.tail
     raise LedgerRecoveryError(
         f"ledger {versioned.ledger_id}: its ensemble changed {ENSEMBLE_MOVES_MAX} times while "
         "it was recovered"
@@ -121,6 +129,7 @@ class _Recovery:
         self._waiting: dict[str, int] = {}  # bookie -> requests sent and not answered yet
         self._bodies: dict[tuple[int, str], bytes] = {}  # (entry, bookie) -> payload, unchosen
         self._recovered: dict[int, bytes] = {}  # entries to re-add
+        self.tail: dict[int, bytes] = {}  # the last TAIL_KEPT entries read, by entry id
         self._done: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> VersionedMetadata:
@@ -164,7 +173,10 @@ class _Recovery:
             case SendRead():
                 self._runner.spawn(self._read(action))
             case CompleteRead():
-                self._recovered[action.entry_id] = self._bodies[(action.entry_id, action.bookie)]
+                body = self._bodies[(action.entry_id, action.bookie)]
+                self._recovered[action.entry_id] = self.tail[action.entry_id] = body
+                if len(self.tail) > TAIL_KEPT:
+                    del self.tail[min(self.tail)]
                 for key in [k for k in self._bodies if k[0] == action.entry_id]:
                     del self._bodies[key]
             case SendAdd():

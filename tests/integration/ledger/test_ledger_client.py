@@ -113,6 +113,9 @@ async def test_the_client_records_opentelemetry_metrics(cluster: Cluster) -> Non
         opened = await client.open(writer.ledger_id, PASSWORD, recover_ledger=True)
         assert await opened.read_entries(0, 19) == [f"m{i}".encode() for i in range(20)]
         assert await opened.read_entry(7) == b"m7"
+        # entry 19 was past the LAC (18, which it carried): the recovery read it, and its
+        # reader serves it from memory, with no read of its own
+        assert await opened.read_entry(19) == b"m19"
         with pytest.raises(LedgerFencedError):
             await writer.add(b"fenced")
     points = metric_points(reader)
