@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from core.errors import (
@@ -210,14 +210,16 @@ class StreamMetaStore:
         counters: StreamCounters,
         lock: OwnerLock,
         completing: tuple[VersionedSegment, SegmentMetadata] | None = None,
+        also: Sequence[Op] = (),
     ) -> VersionedSegment:
         """Creates the in-progress segment, allocating its sequence, while `lock` is held.
         With `completing` (the last segment and its completed metadata), completes that one
         in the same multi-op: one ZooKeeper write, not two, between an owner's recovery (or a
-        roll's close) and its first write. `counters` are as read before that completion."""
+        roll's close) and its first write. `counters` are as read before that completion; `also`: more ops of the same
+        multi-op (a recovered ledger's close)."""
         assert segment.sequence == counters.max_sequence + 1, (segment, counters)
         path = self.path(stream)
-        ops = [Op("check", lock.path, version=0)]
+        ops = [Op("check", lock.path, version=0), *also]
         if completing is not None:
             ops += self._completion(stream, *completing, counters)
         ops += [
@@ -229,11 +231,17 @@ class StreamMetaStore:
         return VersionedSegment(segment, 0)
 
     async def complete_segment(
-        self, stream: str, old: VersionedSegment, new: SegmentMetadata, lock: OwnerLock | None
+        self,
+        stream: str,
+        old: VersionedSegment,
+        new: SegmentMetadata,
+        lock: OwnerLock | None,
+        also: Sequence[Op] = (),
     ) -> VersionedSegment:
-        """Completes a segment: rewrites it and moves the counters past its records."""
+        """Completes a segment: rewrites it and moves the counters past its records (with
+        `also` in the same multi-op)."""
         counters = await self.counters(stream)
-        ops = [] if lock is None else [Op("check", lock.path, version=0)]
+        ops = [*also] if lock is None else [Op("check", lock.path, version=0), *also]
         await self.store.commit(ops + self._completion(stream, old, new, counters))
         return VersionedSegment(new, old.version + 1)
 

@@ -176,11 +176,11 @@ class LogWriter:
         async def recover_last() -> Completing:
             last = segments[-1] if segments else None
             if last is not None and last.segment.is_in_progress:
-                completed = await recovered(ledgers, stream, last)
+                completed, close = await recovered(ledgers, stream, last)
                 steps["recovery"] = clock() - began
                 if not completed.end_of_stream:
-                    return last, completed
-                last = await streams.complete_segment(stream, last, completed, lock)
+                    return last, completed, close
+                last = await streams.complete_segment(stream, last, completed, lock, close)
             if last is not None and last.segment.end_of_stream:
                 raise EndOfStreamError(
                     f"stream {stream!r} was sealed with an end of stream at "
@@ -525,7 +525,7 @@ class LogWriter:
     async def _roll(self, summary: SegmentSummary) -> None:
         async def close_last() -> Completing:
             await self._ledger.close()
-            return self._segment, self._completed(summary)
+            return self._segment, self._completed(summary), ()
 
         async with asyncio.timeout(self.config.roll_timeout_s):
             config = self.config

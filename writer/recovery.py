@@ -15,6 +15,7 @@ from core.dlsn import DLSN
 from core.entry_format import decode_entry, user_record_count
 from core.records import NO_POSITION
 from core.segments import SegmentMetadata
+from global_meta.store import Op
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerReader
 from writer.events import SegmentSummary
@@ -55,19 +56,22 @@ async def recover_segment(
     versioned: VersionedSegment,
     lock: OwnerLock,
 ) -> VersionedSegment:
-    """Fences the in-progress segment's ledger, recovers it, and completes its metadata."""
-    completed = await recovered(ledgers, stream, versioned)
-    return await streams.complete_segment(stream, versioned, completed, lock)
+    """Fences the in-progress segment's ledger, recovers it, and completes its metadata (the
+    ledger's close in the same multi-op)."""
+    completed, close = await recovered(ledgers, stream, versioned)
+    return await streams.complete_segment(stream, versioned, completed, lock, close)
 
 
 async def recovered(
     ledgers: LedgerClient, stream: str, versioned: VersionedSegment
-) -> SegmentMetadata:
-    """Fences the in-progress segment's ledger and recovers it; the segment's completed
-    metadata, not written yet."""
+) -> tuple[SegmentMetadata, tuple[Op, ...]]:
+    """Fences the in-progress segment's ledger and recovers it: the segment's completed
+    metadata and the op that closes the ledger, neither written yet. The two go into one
+    multi-op (the close alone is a ZooKeeper write across regions); until it commits, the
+    ledger stays IN_RECOVERY, which the next owner's recovery finishes."""
     segment = versioned.segment
     assert segment.is_in_progress, segment
-    reader = await ledgers.open(segment.ledger_id, recover_ledger=True)
+    reader, close = await ledgers.recover_for_commit(segment.ledger_id)
     summary = await summarize(reader, segment.sequence)
     log.info(
         "recovered segment",
@@ -78,10 +82,11 @@ async def recovered(
             "records": summary.record_count,
         },
     )
-    return segment.completed(
+    completed = segment.completed(
         summary.last_txid,
         summary.last_dlsn,
         summary.record_count,
         int(time.time() * 1000),
         summary.end_of_stream,
     )
+    return completed, () if close is None else (close,)

@@ -18,12 +18,14 @@ from core.errors import GlobelogError
 from core.segments import SegmentMetadata, SegmentState
 from core.streams import LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
 from core.topology import Replication
+from global_meta.store import Op
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerWriter
 
-# The last segment and its completed metadata, to complete with the next one's start; None
-# when there is nothing to complete.
-Completing = tuple[VersionedSegment, SegmentMetadata] | None
+# The last segment, its completed metadata and more ops to commit with them (the close of its
+# recovered ledger), to complete with the next one's start; None when there is nothing to
+# complete.
+Completing = tuple[VersionedSegment, SegmentMetadata, tuple[Op, ...]] | None
 
 
 def now_ms() -> int:
@@ -62,7 +64,8 @@ async def start_segment(
             created_ms=now_ms(),
             writer_region=region,
         )
-        versioned = await streams.start_segment(stream, segment, counters, lock, completing)
+        ending, also = (None, ()) if completing is None else (completing[:2], completing[2])
+        versioned = await streams.start_segment(stream, segment, counters, lock, ending, also)
     except BaseException:
         await asyncio.shield(_discard(ledgers, making))
         raise

@@ -24,6 +24,7 @@ from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.followers import Follower, FollowerStatus, run_together
+from global_meta.store import Op
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
@@ -255,9 +256,28 @@ class LedgerClient:
         if versioned.metadata.password != password:
             raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
         if recover_ledger:
-            versioned, tail = await recover(self.context, versioned)
-            return LedgerReader(self.context, versioned, known=tail)
+            recovered = await recover(self.context, versioned)
+            return LedgerReader(self.context, recovered.metadata, known=recovered.tail)
         return LedgerReader(self.context, versioned)
+
+    async def recover_for_commit(
+        self, ledger_id: int, password: bytes | None = None
+    ) -> tuple[LedgerReader, Op | None]:
+        """Fences and recovers the ledger as `open(recover_ledger=True)` does, but leaves its
+        close to the caller: the op that closes it, for the caller's own multi-op (None when
+        it was closed already), and a reader of the ledger as that op leaves it. Until the op
+        is committed the ledger stays IN_RECOVERY (a later recovery finishes it)."""
+        password = self._password(password)
+        versioned = await self.context.metadata.read(ledger_id)
+        if versioned.metadata.password != password:
+            raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
+        recovered = await recover(self.context, versioned, write_close=False)
+        closing = recovered.closing
+        if closing is None:
+            return LedgerReader(self.context, recovered.metadata, known=recovered.tail), None
+        op = self.context.metadata.write_op(recovered.metadata, closing)
+        closed = VersionedMetadata(ledger_id, closing, recovered.metadata.version + 1)
+        return LedgerReader(self.context, closed, known=recovered.tail), op
 
     def _password(self, named: bytes | None) -> bytes:
         if named is not None:

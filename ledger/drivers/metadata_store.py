@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from core import errors
 from global_meta import ANY_VERSION, MetaStore
+from global_meta.store import Op
 from ledger.codecs.metadata import (
     LEDGERS_ROOT,
     LedgerIdGenLayout,
@@ -156,6 +157,11 @@ class LedgerMetadataStore:
                 raise NoSuchLedgerMetadataError(f"ledger {current.ledger_id}: deleted") from err
             if stat.version > current.version and stored == data:
                 return VersionedMetadata(current.ledger_id, metadata, stat.version)  # it landed
+
+    def write_op(self, current: VersionedMetadata, metadata: LedgerMetadata) -> Op:
+        """`write`'s compare-and-set as one op of a caller's multi-op (`MetaStore.commit`)."""
+        path = ledger_path(current.ledger_id, self._root)
+        return Op("set", path, serialize_metadata(metadata), version=current.version)
 
     async def _write_once(
         self, current: VersionedMetadata, metadata: LedgerMetadata, path: str, data: bytes

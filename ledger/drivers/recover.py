@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
@@ -58,12 +59,24 @@ ENSEMBLE_MOVES_MAX = 5
 TAIL_KEPT = 4
 
 
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A recovery's outcome: the metadata as it left it (CLOSED; or, with the close left to
+    the caller, IN_RECOVERY and `closing` to write over it), and the last few entries it read
+    (TAIL_KEPT at most, by entry id; those past the end included), which a reader need not
+    read again."""
+
+    metadata: VersionedMetadata
+    tail: dict[int, bytes]
+    closing: LedgerMetadata | None = None
+
+
 async def recover(
-    context: LedgerContext, versioned: VersionedMetadata
-) -> tuple[VersionedMetadata, dict[int, bytes]]:
-    """Recovers the ledger unless it is closed; returns the CLOSED metadata and the last few
-    entries the recovery read (TAIL_KEPT at most, by entry id; those past the end included),
-    which its reader need not read again.
+    context: LedgerContext, versioned: VersionedMetadata, *, write_close: bool = True
+) -> Recovered:
+    """Recovers the ledger unless it is closed. Without `write_close`, the CLOSED metadata is
+    not written but returned (`Recovered.closing`), for the caller to write in a multi-op of
+    its own; until it does, the ledger stays IN_RECOVERY, which a later recovery finishes.
 
     The metadata goes IN_RECOVERY while the bookies are fenced and read, not before them:
     across regions a ZooKeeper write takes as long as the fence and the reads together, and
@@ -79,14 +92,14 @@ async def recover(
 
     for _ in range(ENSEMBLE_MOVES_MAX):
         if versioned.metadata.state is LedgerState.CLOSED:
-            return versioned, {}
+            return Recovered(versioned, {})
         marking = asyncio.ensure_future(update_metadata(context.metadata, versioned, start))
-        recovery = _Recovery(context, versioned, marking)
+        recovery = _Recovery(context, versioned, marking, write_close)
         try:
-            closed = await recovery.run()
+            ended = await recovery.run()
         except _AlreadyClosedError:
             context.metrics.recoveries.add(1, {"outcome": "already_closed"})
-            return await context.metadata.read(versioned.ledger_id), {}
+            return Recovered(await context.metadata.read(versioned.ledger_id), {})
         except _EnsembleMovedError as moved:
             versioned = moved.versioned
             continue
@@ -98,7 +111,7 @@ async def recover(
             with contextlib.suppress(GlobelogError, _AlreadyClosedError, asyncio.CancelledError):
                 await asyncio.shield(marking)
         context.metrics.recoveries.add(1, {"outcome": "closed"})
-        return closed, recovery.tail
+        return Recovered(ended, recovery.tail, recovery.closing)
     raise LedgerRecoveryError(
         f"ledger {versioned.ledger_id}: its ensemble changed {ENSEMBLE_MOVES_MAX} times while "
         "it was recovered"
@@ -111,12 +124,15 @@ class _Recovery:
         context: LedgerContext,
         versioned: VersionedMetadata,
         marking: asyncio.Future[VersionedMetadata],
+        write_close: bool = True,
     ) -> None:
         metadata = versioned.metadata
         self.ledger_id = versioned.ledger_id
         self._context = context
         self._versioned = versioned
         self._marking = marking  # the metadata going IN_RECOVERY
+        self._write_close = write_close
+        self.closing: LedgerMetadata | None = None  # the close left to the caller
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
         self._key = master_key(metadata.password)
         self._ensemble = metadata.current_ensemble
@@ -273,6 +289,11 @@ class _Recovery:
         if marked.metadata.ensembles != self._versioned.metadata.ensembles:
             self._end(_EnsembleMovedError(marked))
             return
+        if not self._write_close:
+            self.closing = change(marked.metadata)  # IN_RECOVERY, ours: not CLOSED
+            if not self._done.done():
+                self._done.set_result(marked)
+            return
         try:
             closed = await update_metadata(self._context.metadata, marked, change)
         except _AlreadyClosedError:
@@ -296,4 +317,4 @@ class _Recovery:
             )
 
 
-__all__ = ["recover"]
+__all__ = ["Recovered", "recover"]

@@ -11,11 +11,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from core.errors import EndOfStreamError, OwnerFencedError, OwnershipError
+from core.errors import (
+    EndOfStreamError,
+    MetadataUnavailableError,
+    OwnerFencedError,
+    OwnershipError,
+)
 from core.records import Record
+from global_meta.streams import StreamMetaStore
+from ledger.codecs.metadata import LedgerState
 from localcluster.controller import Cluster
 from tests.support.streams import fresh_namespace, stream_env
 
@@ -183,3 +191,38 @@ async def test_a_sealed_streams_next_writer_gets_end_of_stream_and_leaves_no_led
         assert set(await env.ledgers.ledger_ids()) == ledgers_before
         segments = await env.streams.segments("s")
         assert [s.segment.is_in_progress for s in segments] == [False]
+
+
+async def test_a_takeover_that_fails_at_its_commit_leaves_the_ledger_for_the_next_owner(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new owner closes the last segment's recovered ledger in the same multi-op that
+    completes the segment and starts the next. When that multi-op fails, nothing of it is
+    written: the ledger stays IN_RECOVERY and the segment in progress, and the next owner
+    recovers and closes both, every record kept."""
+    async with stream_env(cluster, "us-east", fresh_namespace()) as env:
+        await env.streams.create_stream("s")
+        first = await env.writer("s")
+        await first.write_bulk([f"r{i}".encode() for i in range(10)])
+        await first.abandon(release_lock=True)  # dies without completing its segment
+        [crashed] = await env.streams.segments("s")
+        real_start = StreamMetaStore.start_segment
+
+        async def refused(*args: Any, **kwargs: Any) -> Any:
+            raise MetadataUnavailableError("ZooKeeper went away at the commit (test)")
+
+        monkeypatch.setattr(StreamMetaStore, "start_segment", refused)
+        with pytest.raises(MetadataUnavailableError):
+            await env.writer("s")
+        left = await env.ledgers.metadata(crashed.segment.ledger_id)
+        assert left.metadata.state is LedgerState.IN_RECOVERY
+        assert [s.segment.is_in_progress for s in await env.streams.segments("s")] == [True]
+
+        monkeypatch.setattr(StreamMetaStore, "start_segment", real_start)
+        second = await env.writer("s")
+        await second.write(Record(b"after"))
+        await second.close()
+        closed = await env.ledgers.metadata(crashed.segment.ledger_id)
+        assert closed.metadata.state is LedgerState.CLOSED and closed.metadata.last_entry_id >= 0
+        records = await env.read_complete("s", 11)
+        assert [r.payload for r in records] == [f"r{i}".encode() for i in range(10)] + [b"after"]
