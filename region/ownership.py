@@ -241,7 +241,11 @@ class Ownership:
             return elsewhere
         # A new owner starts a new write session: sessions of the previous owner are fenced.
         # Its marker is not waited for: every write after it is acknowledged after it.
-        session = writer.start_session()
+        try:
+            session = writer.start_session()
+        except BaseException:
+            await writer.abandon()
+            raise
         streams_of = self.streams(key[0])
 
         async def producers() -> ProducerTable:

@@ -10,7 +10,7 @@ failover and off every roll.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -21,6 +21,8 @@ from core.topology import Replication
 from global_meta.store import Op
 from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerWriter
+
+log = logging.getLogger(__name__)
 
 # The last segment, its completed metadata and more ops to commit with them (the close of its
 # recovered ledger), to complete with the next one's start; None when there is nothing to
@@ -67,7 +69,7 @@ async def start_segment(
         ending, also = (None, ()) if completing is None else (completing[:2], completing[2])
         versioned = await streams.start_segment(stream, segment, counters, lock, ending, also)
     except BaseException:
-        await asyncio.shield(_discard(ledgers, making))
+        await asyncio.shield(_discard(streams, ledgers, stream, making))
         raise
     return versioned, ledger, after.max_txid
 
@@ -79,13 +81,30 @@ async def _new_ledger(
     return await ledgers.create(replication, custom_metadata=custom)
 
 
-async def _discard(ledgers: LedgerClient, making: asyncio.Future[LedgerWriter]) -> None:
+async def _discard(
+    streams: StreamMetaStore,
+    ledgers: LedgerClient,
+    stream: str,
+    making: asyncio.Future[LedgerWriter],
+) -> None:
     """A ledger made for a segment that did not start: abandoned and deleted (once made, if
-    it is still being made; nothing, if making it failed)."""
+    it is still being made; nothing, if making it failed). Unless a segment names it after
+    all: a multi-op whose answer was lost may have landed, and a started segment's ledger must
+    stay. When that cannot be told (ZooKeeper away), it stays too: a ledger no segment names
+    is only space, a segment whose ledger is gone is lost records."""
     try:
-        ledger = await asyncio.shield(making)  # a cancelled start still discards it whole
+        ledger = await making
     except (GlobelogError, asyncio.CancelledError, TimeoutError):
         return
-    await ledger.abandon()
-    with contextlib.suppress(GlobelogError):
+    try:
+        await ledger.abandon()
+        named = {s.segment.ledger_id for s in await streams.segments(stream)}
+    except GlobelogError as err:
+        log.warning("ledger %d of %s left in place: %s", ledger.ledger_id, stream, err)
+        return
+    if ledger.ledger_id in named:
+        return
+    try:
         await ledgers.delete(ledger.ledger_id)
+    except GlobelogError as err:
+        log.warning("ledger %d of %s not deleted: %s", ledger.ledger_id, stream, err)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from core.errors import GlobelogError
@@ -93,8 +94,8 @@ async def recover(
     for _ in range(ENSEMBLE_MOVES_MAX):
         if versioned.metadata.state is LedgerState.CLOSED:
             return Recovered(versioned, {})
-        marking = asyncio.ensure_future(update_metadata(context.metadata, versioned, start))
-        recovery = _Recovery(context, versioned, marking, write_close)
+        mark = functools.partial(update_metadata, context.metadata, versioned, start)
+        recovery = _Recovery(context, versioned, mark, write_close)
         try:
             ended = await recovery.run()
         except _AlreadyClosedError:
@@ -104,12 +105,16 @@ async def recover(
             versioned = moved.versioned
             continue
         except GlobelogError as err:
+            # A recovery that failed on the ensemble it read (its dead bookie, say) may have
+            # failed because the old writer had moved on from it: then it starts again.
+            moved_to = await recovery.moved_ensemble()
+            if moved_to is not None:
+                versioned = moved_to
+                continue
             context.metrics.recoveries.add(1, {"outcome": err.code})
             raise
         finally:
-            # a recovery that failed early leaves the write to land (or fail) on its own
-            with contextlib.suppress(GlobelogError, _AlreadyClosedError, asyncio.CancelledError):
-                await asyncio.shield(marking)
+            recovery.let_marking_go()
         context.metrics.recoveries.add(1, {"outcome": "closed"})
         return Recovered(ended, recovery.tail, recovery.closing)
     raise LedgerRecoveryError(
@@ -123,14 +128,15 @@ class _Recovery:
         self,
         context: LedgerContext,
         versioned: VersionedMetadata,
-        marking: asyncio.Future[VersionedMetadata],
+        mark: Callable[[], Awaitable[VersionedMetadata]],
         write_close: bool = True,
     ) -> None:
         metadata = versioned.metadata
         self.ledger_id = versioned.ledger_id
         self._context = context
         self._versioned = versioned
-        self._marking = marking  # the metadata going IN_RECOVERY
+        self._mark = mark  # writes IN_RECOVERY: started with the run, beside the fencing
+        self._marking: asyncio.Future[VersionedMetadata] | None = None
         self._write_close = write_close
         self.closing: LedgerMetadata | None = None  # the close left to the caller
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
@@ -149,6 +155,7 @@ class _Recovery:
         self._done: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> VersionedMetadata:
+        self._marking = asyncio.ensure_future(self._mark())
         self._runner.pump()
         timeout_s = self._context.config.recovery_timeout_s
         try:
@@ -242,7 +249,7 @@ class _Recovery:
 
     async def _add(self, action: SendAdd) -> None:
         payload = self._recovered.get(action.entry_id)
-        if payload is None:
+        if payload is None or await self._confirmed() is None:
             return
         body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
         try:
@@ -281,13 +288,8 @@ class _Recovery:
                 length=action.length,
             )
 
-        try:
-            marked = await self._marking
-        except (_AlreadyClosedError, GlobelogError) as err:
-            self._end(err)
-            return
-        if marked.metadata.ensembles != self._versioned.metadata.ensembles:
-            self._end(_EnsembleMovedError(marked))
+        marked = await self._confirmed()
+        if marked is None:
             return
         if not self._write_close:
             self.closing = change(marked.metadata)  # IN_RECOVERY, ours: not CLOSED
@@ -304,6 +306,40 @@ class _Recovery:
         if not self._done.done():
             self._done.set_result(closed)
 
+    async def _confirmed(self) -> VersionedMetadata | None:
+        """The metadata once IN_RECOVERY landed on the ensembles this run read; None, the run
+        ended, when it could not land or they had moved. Re-adds wait for it as the close
+        does: a re-add of a run that then starts again (to a replacement bookie this run
+        chose, say) would leave its LAC on bookies the next run reads."""
+        assert self._marking is not None, "not running"
+        try:
+            marked = await asyncio.shield(self._marking)
+        except (_AlreadyClosedError, GlobelogError) as err:
+            self._end(err)
+            return None
+        if marked.metadata.ensembles != self._versioned.metadata.ensembles:
+            self._end(_EnsembleMovedError(marked))
+            return None
+        return marked
+
+    async def moved_ensemble(self) -> VersionedMetadata | None:
+        """After a failed run: the metadata IN_RECOVERY was written over, when it holds other
+        ensembles than the run read (the old writer moved them first)."""
+        if self._marking is None:
+            return None
+        try:
+            marked = await asyncio.shield(self._marking)
+        except (_AlreadyClosedError, GlobelogError):
+            return None
+        moved = marked.metadata.ensembles != self._versioned.metadata.ensembles
+        return marked if moved else None
+
+    def let_marking_go(self) -> None:
+        """A run that ended before its IN_RECOVERY write did leaves it to land (or fail) on
+        its own, its outcome retrieved."""
+        if self._marking is not None and not self._marking.done():
+            self._marking.add_done_callback(_retrieve)
+
     def _end(self, err: BaseException) -> None:
         """Ends the run with `err` as it is (IN_RECOVERY could not be written, or was
         written over something else than this recovery read)."""
@@ -315,6 +351,11 @@ class _Recovery:
             self._done.set_exception(
                 LedgerRecoveryError(f"ledger {self.ledger_id}: recovery failed: {message}")
             )
+
+
+def _retrieve(future: asyncio.Future[VersionedMetadata]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["Recovered", "recover"]
