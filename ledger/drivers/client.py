@@ -251,10 +251,7 @@ class LedgerClient:
         """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner).
         `password` (by default the client's) must be the ledger's: bookies refuse a fence
         with another, and so does this client before asking them."""
-        password = self._password(password)
-        versioned = await self.context.metadata.read(ledger_id)
-        if versioned.metadata.password != password:
-            raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
+        versioned = await self._metadata_for(ledger_id, password)
         if recover_ledger:
             recovered = await recover(self.context, versioned)
             return LedgerReader(self.context, recovered.metadata, known=recovered.tail)
@@ -267,10 +264,7 @@ class LedgerClient:
         close to the caller: the op that closes it, for the caller's own multi-op (None when
         it was closed already), and a reader of the ledger as that op leaves it. Until the op
         is committed the ledger stays IN_RECOVERY (a later recovery finishes it)."""
-        password = self._password(password)
-        versioned = await self.context.metadata.read(ledger_id)
-        if versioned.metadata.password != password:
-            raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
+        versioned = await self._metadata_for(ledger_id, password)
         recovered = await recover(self.context, versioned, write_close=False)
         closing = recovered.closing
         if closing is None:
@@ -278,6 +272,15 @@ class LedgerClient:
         op = self.context.metadata.write_op(recovered.metadata, closing)
         closed = VersionedMetadata(ledger_id, closing, recovered.metadata.version + 1)
         return LedgerReader(self.context, closed, known=recovered.tail), op
+
+    async def _metadata_for(self, ledger_id: int, password: bytes | None) -> VersionedMetadata:
+        """The ledger's metadata, once `password` (by default the client's) is found to be
+        the ledger's."""
+        password = self._password(password)
+        versioned = await self.context.metadata.read(ledger_id)
+        if versioned.metadata.password != password:
+            raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
+        return versioned
 
     def _password(self, named: bytes | None) -> bytes:
         if named is not None:

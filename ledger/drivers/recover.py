@@ -311,13 +311,12 @@ class _Recovery:
         ended, when it could not land or they had moved. Re-adds wait for it as the close
         does: a re-add of a run that then starts again (to a replacement bookie this run
         chose, say) would leave its LAC on bookies the next run reads."""
-        assert self._marking is not None, "not running"
         try:
-            marked = await asyncio.shield(self._marking)
+            marked = await self._marked()
         except (_AlreadyClosedError, GlobelogError) as err:
             self._end(err)
             return None
-        if marked.metadata.ensembles != self._versioned.metadata.ensembles:
+        if self._moved(marked):
             self._end(_EnsembleMovedError(marked))
             return None
         return marked
@@ -328,11 +327,18 @@ class _Recovery:
         if self._marking is None:
             return None
         try:
-            marked = await asyncio.shield(self._marking)
+            marked = await self._marked()
         except (_AlreadyClosedError, GlobelogError):
             return None
-        moved = marked.metadata.ensembles != self._versioned.metadata.ensembles
-        return marked if moved else None
+        return marked if self._moved(marked) else None
+
+    async def _marked(self) -> VersionedMetadata:
+        """The IN_RECOVERY write's outcome (never cancelled by a waiter going away)."""
+        assert self._marking is not None, "not running"
+        return await asyncio.shield(self._marking)
+
+    def _moved(self, marked: VersionedMetadata) -> bool:
+        return marked.metadata.ensembles != self._versioned.metadata.ensembles
 
     def let_marking_go(self) -> None:
         """A run that ended before its IN_RECOVERY write did leaves it to land (or fail) on
