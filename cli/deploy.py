@@ -16,32 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import ssl
 import sys
 import time
 from pathlib import Path
 
+from console.health import deployment_status, under_replicated
 from core.errors import ConfigError, MetadataUnavailableError
 from core.routes import TOPOLOGY_ZNODE
-from core.security.credentials import bookie_tls, client_ssl, default_token
 from core.security.secrets import zk_login
 from core.topology import Topology
 from global_meta import MetaStore, tokens
 from ledger import (
     LEDGERS_ROOT,
-    BookieUnreachableError,
-    UnderReplication,
     init_cluster_metadata,
-    ping_bookie,
 )
 from localcluster import nodes
-from localcluster.metadata import publish, registered_bookies
-from localcluster.probes import DEGRADED, service_health, zookeeper_mode, zookeeper_tls
+from localcluster.metadata import publish
+from localcluster.probes import DEGRADED
 from placement import load_checked_topology
-from rebuild.service import read_rebuilders
 
 DEFAULT_DATA_DIR = Path("/var/lib/globelog")
-STATUS_PING_TIMEOUT_S = 2.0
 
 
 def add_arguments(
@@ -173,97 +167,6 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
-async def deployment_status(topology: Topology) -> list[dict[str, str]]:
-    """One row per node of the topology: kind, name, region, address, state, detail."""
-    modes = await asyncio.gather(
-        *(zookeeper_mode(n.client, zookeeper_tls(topology.security)) for n in topology.zookeeper)
-    )
-    rows = [
-        _row(
-            "zookeeper", n.name, n.region, n.client.address, mode is not None, mode or "not serving"
-        )
-        for n, mode in zip(topology.zookeeper, modes, strict=True)
-    ]
-    writable: set[str] | None = None
-    read_only: set[str] = set()
-    rebuild_rows: list[dict[str, str]] = []
-    if any(modes):  # with no server serving, a session could only time out
-        try:
-            async with await MetaStore.of(topology, connect_timeout_s=5.0) as store:
-                writable, read_only = await registered_bookies(store)
-                rebuild_rows = await _rebuild_rows(store)
-        except MetadataUnavailableError:
-            pass
-    to_bookies = bookie_tls(topology.security)
-    pings = await asyncio.gather(*(_ping(b.bookie_id, to_bookies) for b in topology.bookies))
-    for bookie, answer in zip(topology.bookies, pings, strict=True):
-        # A killed bookie stays registered until its ZooKeeper session expires: ask it too.
-        if writable is None:
-            registered = "registration unknown (no ZooKeeper session)"
-        elif bookie.bookie_id in writable:
-            registered = "registered writable"
-        elif bookie.bookie_id in read_only:
-            registered = "registered read-only"
-        else:
-            registered = "not registered"
-        ok = answer is not None and registered == "registered writable"
-        said = f"answers in {answer * 1000:.1f} ms" if answer is not None else "no answer"
-        rows.append(
-            _row(
-                "bookie", bookie.name, bookie.region, bookie.bookie_id, ok, f"{registered}, {said}"
-            )
-        )
-    proxies = [
-        (kind, proxy)
-        for region in topology.regions
-        for kind, listed in (
-            ("write-proxy", region.write_proxies),
-            ("read-proxy", region.read_proxies),
-        )
-        for proxy in listed
-    ]
-    token, tls = default_token(topology.security), client_ssl(topology.security)
-    answers = await asyncio.gather(
-        *(service_health(topology.proxy_url(p), token, tls) for _, p in proxies)
-    )
-    rows += [
-        _row(kind, p.name, p.region, p.endpoint.address, ok, detail)
-        for (kind, p), (ok, detail) in zip(proxies, answers, strict=True)
-    ]
-    return rows + rebuild_rows
-
-
-async def _rebuild_rows(store: MetaStore) -> list[dict[str, str]]:
-    """Each live rebuilder (its published status) and what is under-replicated."""
-    rows = []
-    for r in await read_rebuilders(store):
-        detail = (
-            f"{'auditor; ' if r.get('auditor') else ''}{r.get('ledgers_rebuilt', 0)} ledgers "
-            f"rebuilt, {r.get('bytes_per_s', 0) / 1e6:.1f} MB/s, in progress "
-            f"{len(r.get('in_progress', []))}"
-        )
-        rows.append(_row("rebuilder", str(r.get("name")), str(r.get("region")), "-", True, detail))
-    return rows
-
-
-async def under_replicated(topology: Topology) -> int | None:
-    """How many ledgers are marked under-replicated; None without ZooKeeper."""
-    try:
-        async with await MetaStore.of(topology, connect_timeout_s=5.0) as store:
-            return len(await UnderReplication(store).marked())
-    except MetadataUnavailableError:
-        return None
-
-
-def _row(kind: str, name: str, region: str, address: str, ok: bool, detail: str) -> dict[str, str]:
-    # a proxy that answers with followers not following is degraded: neither up nor down
-    state = "up" if ok else DEGRADED if detail.startswith(DEGRADED) else "down"
-    return {
-        "kind": kind, "name": name, "region": region, "address": address,
-        "state": state, "detail": detail,
-    }  # fmt: skip
-
-
 def run_status(args: argparse.Namespace) -> int:
     """Prints every node's state; exit 0 when all are up, 3 when some are not (down, or a
     proxy degraded: answering, with a follower not following, named with its cause)."""
@@ -290,10 +193,3 @@ def run_status(args: argparse.Namespace) -> int:
             + (f"; {degraded} {DEGRADED}" if degraded else "")
         )
     return 3 if down else 0
-
-
-async def _ping(address: str, tls: ssl.SSLContext | None) -> float | None:
-    try:
-        return await ping_bookie(address, timeout_s=STATUS_PING_TIMEOUT_S, tls=tls)
-    except BookieUnreachableError:
-        return None

@@ -1,4 +1,4 @@
-"""`globelog serve write-proxy|read-proxy --region R`: one proxy process, until SIGTERM or Ctrl-C.
+"""`globelog serve write-proxy|read-proxy|rebuilder|console --region R`: one proxy process, until SIGTERM or Ctrl-C.
 
 The proxy's name and port come from topology.yaml (the region's first write proxy unless
 --name picks another); it talks to the global ZooKeeper and to the bookies of its region's
@@ -19,7 +19,8 @@ from aiohttp import web
 from core.errors import ConfigError
 from core.rebuild_settings import RebuildSettings
 from core.routes import publish_topology
-from core.topology import Proxy, Topology
+from core.security.credentials import default_token
+from core.topology import Endpoint, Proxy, Topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session
 from ledger import LedgerClient, LedgerConfig
@@ -70,6 +71,20 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     read.add_argument("--zk-session-timeout-s", type=float, default=10.0)
     read.add_argument("--log-format", choices=["json", "text"], default="json")
     _tracing_arguments(read)
+    console = kinds.add_parser("console", help="the web console, in --region")
+    console.add_argument("--region", required=True)
+    console.add_argument("--name", default=None, help="which of the region's consoles")
+    console.add_argument("--topology", type=Path, default=None)
+    console.add_argument(
+        "--listen", default=None, metavar="HOST:PORT", help="default: the topology's address"
+    )
+    console.add_argument("--zk-session-timeout-s", type=float, default=10.0)
+    console.add_argument(
+        "--hide-payloads", default="", metavar="NS,...", help="namespaces whose payloads are hidden"
+    )
+    console.add_argument("--failover-runs", type=Path, default=None, metavar="DIR")
+    console.add_argument("--audit-log", type=Path, default=Path("console-audit.jsonl"))
+    console.add_argument("--log-format", choices=["json", "text"], default="json")
     rebuilder = kinds.add_parser(
         "rebuilder", help="an auditor candidate and a rebuild worker of --region"
     )
@@ -190,7 +205,7 @@ def _stop_on_signals() -> asyncio.Event:
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--metrics-address {address!r}: expected HOST:PORT, as 127.0.0.1:9400")
+        raise ConfigError(f"{address!r}: expected HOST:PORT, as 127.0.0.1:9400")
     return host, int(port)
 
 
@@ -280,10 +295,47 @@ def run_rebuilder(args: argparse.Namespace, topology: Topology) -> int:
     return 0
 
 
+def run_console(args: argparse.Namespace, topology: Topology) -> int:
+    from console.server import ConsoleSettings, serve_console
+
+    if args.region not in topology.region_names:
+        raise ConfigError(
+            f"--region {args.region!r}: expected one of {list(topology.region_names)}"
+        )
+    listed = topology.region(args.region).consoles
+    chosen = [c for c in listed if args.name is None or c.name == args.name]
+    if args.listen is not None:
+        host, port = _host_port(args.listen)
+        name = args.name or f"console-{args.region}"
+        console = Proxy(name, args.region, Endpoint(host, port))
+    elif chosen:
+        console = chosen[0]
+    else:
+        raise ConfigError(
+            f"--name {args.name!r}: the consoles of {args.region} are "
+            f"{[c.name for c in listed]}; or give --listen HOST:PORT"
+        )
+    hidden = frozenset(ns.strip() for ns in args.hide_payloads.split(",") if ns.strip())
+    settings = ConsoleSettings(console.name, args.region, hidden, args.failover_runs)
+    logs.configure(args.log_format, service="console", proxy=console.name, region=args.region)
+    install_prometheus("globelog-console", args.region, console.name)
+
+    async def main() -> None:
+        await serve_console(
+            topology, console, settings, args.audit_log, args.zk_session_timeout_s,
+            _stop_on_signals(), default_token(topology.security),
+        )  # fmt: skip
+
+    event_loop.run(main())
+    return 0
+
+
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     topology = load_checked_topology(args.topology or default_topology)
     if args.kind == "rebuilder":
         return run_rebuilder(args, topology)
+    if args.kind == "console":
+        return run_console(args, topology)
     kind = "write" if args.kind == "write-proxy" else "read"
     proxy = pick_proxy(topology, args.region, args.name, kind)
     logs.configure(args.log_format, service=args.kind, proxy=proxy.name, region=proxy.region)

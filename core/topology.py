@@ -65,6 +65,7 @@ class Region:
     racks: tuple[Rack, ...]
     write_proxies: tuple[Proxy, ...]
     read_proxies: tuple[Proxy, ...]
+    consoles: tuple[Proxy, ...] = ()  # web consoles (`globelog serve console`)
 
     @property
     def bookies(self) -> tuple[Bookie, ...]:
@@ -151,6 +152,7 @@ class Topology:
             found += [(f"bookie {b.name}", b.endpoint.host) for b in region.bookies]
             for kind, proxies in (("write", region.write_proxies), ("read", region.read_proxies)):
                 found += [(f"{kind} proxy {p.name}", p.endpoint.host) for p in proxies]
+            found += [(f"console {c.name}", c.endpoint.host) for c in region.consoles]
         if self.wan is not None:
             found.append(("wan.toxiproxy", self.wan.toxiproxy.host))
         return found
@@ -165,8 +167,12 @@ class Topology:
 
     @property
     def proxy_hosts(self) -> tuple[str, ...]:
-        """Every host a proxy of the topology runs on."""
-        hosts = {p.endpoint.host for r in self.regions for p in r.write_proxies + r.read_proxies}
+        """Every host a proxy (or a console) of the topology runs on."""
+        hosts = {
+            p.endpoint.host
+            for r in self.regions
+            for p in r.write_proxies + r.read_proxies + r.consoles
+        }
         return tuple(sorted(hosts))
 
     @property

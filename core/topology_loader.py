@@ -399,7 +399,7 @@ def region_loss_warning(topology: Topology) -> str | None:
     return f"{message}; add bookies (at least two per region) or regions"
 
 
-REGION_KEYS = {"name", "racks", "write_proxies", "read_proxies"}
+REGION_KEYS = {"name", "racks", "write_proxies", "read_proxies", "consoles"}
 ENDPOINT_KEYS = {"name", "host", "port"}
 
 
@@ -418,8 +418,11 @@ def _parse_regions(node: Any, p: _Problems) -> list[Region]:
         racks = _parse_racks(m.get("racks"), f"{path}.racks", p, name or "?")
         writers = _parse_proxies(m.get("write_proxies"), f"{path}.write_proxies", p, name or "?")
         readers = _parse_proxies(m.get("read_proxies", []), f"{path}.read_proxies", p, name or "?")
+        consoles = _parse_proxies(m.get("consoles", []), f"{path}.consoles", p, name or "?", 0)
         if name is not None:
-            regions.append(Region(name, tuple(racks), tuple(writers), tuple(readers)))
+            regions.append(
+                Region(name, tuple(racks), tuple(writers), tuple(readers), tuple(consoles))
+            )
     return regions
 
 
@@ -445,9 +448,11 @@ def _parse_racks(node: Any, path: str, p: _Problems, region: str) -> list[Rack]:
     return racks
 
 
-def _parse_proxies(node: Any, path: str, p: _Problems, region: str) -> list[Proxy]:
+def _parse_proxies(
+    node: Any, path: str, p: _Problems, region: str, min_len: int = 1
+) -> list[Proxy]:
     proxies = []
-    for i, item in enumerate(p.seq(node, path, min_len=1)):
+    for i, item in enumerate(p.seq(node, path, min_len=min_len)):
         endpoint = _parse_endpoint(item, f"{path}[{i}]", p)
         if endpoint is not None:
             proxies.append(Proxy(endpoint[0], region, endpoint[1]))
@@ -591,7 +596,7 @@ def _check_unique_addresses(
                 where = f"regions[{ri}].racks[{ki}].bookies[{bi}]"
                 claim(bookie.endpoint.address, where)
                 claim(bookie.name, where, "name")
-        for kind in ("write_proxies", "read_proxies"):
+        for kind in ("write_proxies", "read_proxies", "consoles"):
             for pi, proxy in enumerate(getattr(region, kind)):
                 where = f"regions[{ri}].{kind}[{pi}]"
                 claim(proxy.endpoint.address, where)

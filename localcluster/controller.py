@@ -218,7 +218,10 @@ async def _proxy_health(cluster: Cluster, name: str) -> tuple[bool, str]:
     """The health of the topology's proxy `name`, asked as the operator."""
     topology = cluster.topology
     proxy = next(
-        p for r in topology.regions for p in r.write_proxies + r.read_proxies if p.name == name
+        p
+        for r in topology.regions
+        for p in r.write_proxies + r.read_proxies + r.consoles
+        if p.name == name
     )
     security = topology.security
     return await service_health(
@@ -278,7 +281,10 @@ def down(cluster: Cluster, purge: bool = False) -> list[str]:
     """Stops exactly the processes this data dir's state lists; `purge` removes the data."""
     records = load_records(cluster)
     # services first (they release their streams), then bookies, the WAN, ZooKeeper last
-    rank = {"write-proxy": 0, "read-proxy": 0, "rebuilder": 0, "bookie": 1, "toxiproxy": 2}
+    rank = {
+        "console": 0, "write-proxy": 0, "read-proxy": 0, "rebuilder": 0, "bookie": 1,
+        "toxiproxy": 2,
+    }  # fmt: skip
     order = sorted(records.values(), key=lambda r: rank.get(r.kind, 3))
     stopped = []
     for record in order:
@@ -355,7 +361,7 @@ async def _health(
         if bookie_id in registered[0]:
             return True, "registered writable"
         return False, "registered read-only" if bookie_id in registered[1] else "not registered"
-    if record.kind in ("write-proxy", "read-proxy"):
+    if record.kind in ("write-proxy", "read-proxy", "console"):
         return await _proxy_health(cluster, record.name)
     if record.kind == "zk-relay":
         return await _port_open(record.ports[0])
@@ -425,7 +431,7 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
     save_records(cluster, records)
-    if record.kind in ("write-proxy", "read-proxy", "rebuilder"):
+    if record.kind in ("write-proxy", "read-proxy", "rebuilder", "console"):
         await wait_services(cluster, [spec])
     elif record.kind == "toxiproxy":
         await _wait_toxiproxy(cluster)

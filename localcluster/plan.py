@@ -23,7 +23,9 @@ class ProcessSpec:
     """One process of the cluster: what to write before starting it and how to start it."""
 
     name: str
-    kind: str  # "zookeeper" | "zk-relay" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy"
+    # "zookeeper" | "zk-relay" | "bookie" | "toxiproxy" | "write-proxy" | "read-proxy" |
+    # "rebuilder" | "console"
+    kind: str
     argv: tuple[str, ...]
     log: Path
     files: dict[Path, str] = field(default_factory=dict, hash=False)
@@ -196,4 +198,25 @@ def plan_services(topology: Topology, topology_path: Path, data_dir: Path) -> li
         )
         for proxy in proxies
     ]
-    return proxies + [rebuilder_spec(topology_path, r.name, data_dir) for r in topology.regions]
+    consoles = [
+        console_spec(topology_path, console, data_dir)
+        for region in topology.regions
+        for console in region.consoles
+    ]
+    rebuilders = [rebuilder_spec(topology_path, r.name, data_dir) for r in topology.regions]
+    return proxies + rebuilders + consoles
+
+
+def console_spec(topology_path: Path, console: Proxy, data_dir: Path) -> ProcessSpec:
+    """A region's web console (`globelog serve console`): failover runs are looked for under
+    the data dir, its audit log is kept there."""
+    argv = (
+        sys.executable, "-m", "cli.main", "serve", "console", "--region", console.region,
+        "--name", console.name, "--topology", str(topology_path),
+        "--failover-runs", str(data_dir / "failover-runs"),
+        "--audit-log", str(data_dir / "logs" / f"{console.name}-audit.jsonl"),
+    )  # fmt: skip
+    log = data_dir / "logs" / f"{console.name}.log"
+    return ProcessSpec(
+        console.name, "console", argv, log, {}, console.region, (console.endpoint.port,)
+    )

@@ -27,7 +27,7 @@ KILL_SETTLE_TIMEOUT_S = 10.0
 START_PHASES = (
     ("zookeeper", "zk-relay"),
     ("bookie",),
-    ("write-proxy", "read-proxy", "rebuilder"),
+    ("write-proxy", "read-proxy", "rebuilder", "console"),
 )
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # globelog's one set-up step: installs everything `make demo` and `make test` need, idempotently.
-#   - Debian packages: zookeeper (server jars), libslf4j-java, iproute2 (the multi-host test)
+#   - Debian packages: zookeeper (server jars), libslf4j-java, iproute2 (the multi-host test),
+#     chromium and chromium-driver (the console's browser tests)
 #   - Apache BookKeeper server jars (pinned) resolved by Maven into .cache/
 #   - Apache DistributedLog's library (the same release) into .cache/, for `bench dl`
 #   - toxiproxy (pinned) built with `go install` into .cache/bin
@@ -21,15 +22,18 @@ as_root() {
 }
 
 debian_packages() {
+  local packages="zookeeper libslf4j-java iproute2 chromium chromium-driver"
   if [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] &&
-    command -v ip >/dev/null; then
+    command -v ip >/dev/null && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
     return
   fi
-  say "installing Debian packages: zookeeper libslf4j-java iproute2"
+  say "installing Debian packages: $packages"
   export DEBIAN_FRONTEND=noninteractive
-  as_root apt-get install -y -q zookeeper libslf4j-java iproute2 >/dev/null 2>&1 || {
+  # shellcheck disable=SC2086 # one word per package
+  as_root apt-get install -y -q $packages >/dev/null 2>&1 || {
     as_root apt-get update -q >/dev/null
-    as_root apt-get install -y -q zookeeper libslf4j-java iproute2 >/dev/null
+    # shellcheck disable=SC2086
+    as_root apt-get install -y -q $packages >/dev/null
   }
 }
 

@@ -115,13 +115,15 @@ class LedgerMetadataStore:
         except errors.NodeExistsError as err:
             raise LedgerExistsError(f"ledger {ledger_id} already exists at {path}") from err
 
-    async def read(self, ledger_id: int) -> VersionedMetadata:
+    async def read(self, ledger_id: int, synced: bool = True) -> VersionedMetadata:
         """The ledger's latest metadata: synced first, since this client's ZooKeeper server
         (its region's) may not have seen a creation, an ensemble change or a close made
-        through another region's server yet."""
+        through another region's server yet. `synced=False` skips that round trip to the
+        leader, for views that may lag by what the region's server has not yet seen."""
         path = ledger_path(ledger_id, self._root)
         try:
-            await self._store.sync(path)
+            if synced:
+                await self._store.sync(path)
             data, stat = await self._store.get(path)
         except errors.NoNodeError as err:
             raise NoSuchLedgerMetadataError(f"ledger {ledger_id}: no metadata at {path}") from err

@@ -75,8 +75,21 @@ ALLOWED: dict[str, set[str]] = {
         "placement",
         "core",
     },
+    # the web console: an operator's view over every layer, and the proxies' HTTP pieces
+    "console": {
+        "localcluster",
+        "region",
+        "rebuild",
+        "writer",
+        "reader",
+        "ledger",
+        "global_meta",
+        "placement",
+        "core",
+    },
     # the composition root: the `globelog` command's parsing and dispatch
     "cli": {
+        "console",
         "demo",
         "benchmarks",
         "localcluster",

@@ -39,7 +39,7 @@ from verify.live.finals import library_final_reads, proxy_final_reads
 from verify.live.nemesis import FAULT_KINDS, REBUILD_FAULT_KINDS, nemesis
 from verify.live.rebuilt import settle_rebuilding
 from verify.live.recorder import Recorder, owned, supervised
-from verify.live.summary import latency_split, tail_coverage, timeline
+from verify.live.summary import fault_spans, latency_split, tail_coverage, timeline
 from verify.live.workload import Frontier, produce, tail
 
 __all__ = ["FAULT_KINDS", "REBUILD_FAULT_KINDS", "RunConfig", "failover_run"]
@@ -50,6 +50,7 @@ PROGRESS_EVERY_S = 15.0  # how often a run says how far its workload is
 CATCH_UP_S = 10.0  # the tailing readers' time to reach the acknowledged end once sends stop
 # the rebuilders' time to re-make what the faults left a copy short before the final audit
 SETTLE_REBUILD_S = 120.0
+REPORTED_ANOMALIES_MAX = 100  # in report.json; the history has every one
 
 
 @dataclass
@@ -200,6 +201,13 @@ def _write_report(cfg: RunConfig, history: list[Op], report: CheckReport) -> Non
                 "valid": report.valid,
                 "operations": report.operations,
                 "unavailability_s": report.unavailability_s,
+                # for the console: what a reader of the report wants without the history
+                "faults": [
+                    {"start_s": round(a, 3), "end_s": round(b, 3), "kind": kind}
+                    for a, b, kind in fault_spans(history)
+                ],
+                "anomalies": [a.describe() for a in report.anomalies[:REPORTED_ANOMALIES_MAX]],
+                "anomalies_total": len(report.anomalies),
             },
             indent=1,
         )

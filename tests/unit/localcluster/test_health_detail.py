@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.deploy import _row
+from console.health import row as _row
 from localcluster.probes import HEALTH_NAMES_MAX, _not_following
 
 

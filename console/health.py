@@ -1,0 +1,134 @@
+"""Every node of a deployment, up or down: what `globelog status` prints and the console's
+overview shows. Each probe has a bound; a node that does not answer within it is down."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+from core.errors import MetadataUnavailableError
+from core.security.credentials import bookie_tls, client_ssl, default_token
+from core.topology import Topology
+from global_meta import MetaStore
+from ledger import BookieUnreachableError, UnderReplication, ping_bookie
+from localcluster.metadata import registered_bookies
+from localcluster.probes import DEGRADED, service_health, zookeeper_mode, zookeeper_tls
+from rebuild.service import read_rebuilders
+
+STATUS_PING_TIMEOUT_S = 2.0
+STATUS_SESSION_TIMEOUT_S = 5.0
+
+Row = dict[str, str]
+
+
+async def deployment_status(
+    topology: Topology, store: MetaStore | None = None, token: str | None = None
+) -> list[Row]:
+    """One row per node of the topology: kind, name, region, address, state, detail. With
+    `store`, registrations are read through it (else through a session of its own); proxies
+    are asked for their health with `token` (default: this host's, `default_token`)."""
+    modes = await asyncio.gather(
+        *(zookeeper_mode(n.client, zookeeper_tls(topology.security)) for n in topology.zookeeper)
+    )
+    rows = [
+        row(
+            "zookeeper", n.name, n.region, n.client.address, mode is not None, mode or "not serving"
+        )
+        for n, mode in zip(topology.zookeeper, modes, strict=True)
+    ]
+    writable: set[str] | None = None
+    read_only: set[str] = set()
+    rebuild_rows: list[Row] = []
+    if any(modes):  # with no server serving, a session could only time out
+        try:
+            if store is not None:
+                writable, read_only, rebuild_rows = await _registrations(store)
+            else:
+                async with await MetaStore.of(
+                    topology, connect_timeout_s=STATUS_SESSION_TIMEOUT_S
+                ) as own:
+                    writable, read_only, rebuild_rows = await _registrations(own)
+        except MetadataUnavailableError:
+            pass
+    to_bookies = bookie_tls(topology.security)
+    pings = await asyncio.gather(*(_ping(b.bookie_id, to_bookies) for b in topology.bookies))
+    for bookie, answer in zip(topology.bookies, pings, strict=True):
+        # A killed bookie stays registered until its ZooKeeper session expires: ask it too.
+        if writable is None:
+            registered = "registration unknown (no ZooKeeper session)"
+        elif bookie.bookie_id in writable:
+            registered = "registered writable"
+        elif bookie.bookie_id in read_only:
+            registered = "registered read-only"
+        else:
+            registered = "not registered"
+        ok = answer is not None and registered == "registered writable"
+        said = f"answers in {answer * 1000:.1f} ms" if answer is not None else "no answer"
+        rows.append(
+            row("bookie", bookie.name, bookie.region, bookie.bookie_id, ok, f"{registered}, {said}")
+        )
+    proxies = [
+        (kind, proxy)
+        for region in topology.regions
+        for kind, listed in (
+            ("write-proxy", region.write_proxies),
+            ("read-proxy", region.read_proxies),
+        )
+        for proxy in listed
+    ]
+    if token is None:
+        token = default_token(topology.security)
+    tls = client_ssl(topology.security)
+    answers = await asyncio.gather(
+        *(service_health(topology.proxy_url(p), token, tls) for _, p in proxies)
+    )
+    rows += [
+        row(kind, p.name, p.region, p.endpoint.address, ok, detail)
+        for (kind, p), (ok, detail) in zip(proxies, answers, strict=True)
+    ]
+    return rows + rebuild_rows
+
+
+async def _registrations(store: MetaStore) -> tuple[set[str], set[str], list[Row]]:
+    writable, read_only = await registered_bookies(store)
+    return writable, read_only, await _rebuild_rows(store)
+
+
+async def _rebuild_rows(store: MetaStore) -> list[Row]:
+    """Each live rebuilder (its published status)."""
+    rows = []
+    for r in await read_rebuilders(store):
+        detail = (
+            f"{'auditor; ' if r.get('auditor') else ''}{r.get('ledgers_rebuilt', 0)} ledgers "
+            f"rebuilt, {r.get('bytes_per_s', 0) / 1e6:.1f} MB/s, in progress "
+            f"{len(r.get('in_progress', []))}"
+        )
+        rows.append(row("rebuilder", str(r.get("name")), str(r.get("region")), "-", True, detail))
+    return rows
+
+
+async def under_replicated(topology: Topology) -> int | None:
+    """How many ledgers are marked under-replicated; None without ZooKeeper."""
+    try:
+        async with await MetaStore.of(
+            topology, connect_timeout_s=STATUS_SESSION_TIMEOUT_S
+        ) as store:
+            return len(await UnderReplication(store).marked())
+    except MetadataUnavailableError:
+        return None
+
+
+def row(kind: str, name: str, region: str, address: str, ok: bool, detail: str) -> Row:
+    # a proxy that answers with followers not following is degraded: neither up nor down
+    state = "up" if ok else DEGRADED if detail.startswith(DEGRADED) else "down"
+    return {
+        "kind": kind, "name": name, "region": region, "address": address,
+        "state": state, "detail": detail,
+    }  # fmt: skip
+
+
+async def _ping(address: str, tls: ssl.SSLContext | None) -> float | None:
+    try:
+        return await ping_bookie(address, timeout_s=STATUS_PING_TIMEOUT_S, tls=tls)
+    except BookieUnreachableError:
+        return None

@@ -1,0 +1,248 @@
+"""Records through the proxies, as every client reads them: the console asks its region's read
+proxy (and, for changes, its write proxy) with the signed-in user's own token, so a proxy
+refuses what the user may not do whatever the console shows.
+
+    page(...)     one page from a position (seq, txid, DLSN, time, earliest)
+    search(...)   records whose payload contains a text, over a bounded range
+    export(...)   a range as JSON Lines, streamed
+    tail(...)     records as they arrive, streamed (at most TAILS_MAX at once)
+
+Every call has a deadline; a proxy's error answer is passed on as it came (its status and
+its JSON), so the page shows the proxy's own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from core.errors import BadRequestError, OverCapacityError
+
+PAGE_RECORDS_MAX = 500  # a browser page
+SEARCH_SCAN_DEFAULT = 10_000
+SEARCH_SCAN_MAX = 100_000
+SEARCH_MATCHES_MAX = 100
+SEARCH_TEXT_CHARS_MAX = 200
+EXPORT_RECORDS_MAX = 100_000
+TAILS_MAX = 16
+REQUEST_TIMEOUT_S = 15.0
+SCAN_PAGE = 1000  # records per proxy page while searching or exporting
+PROXY_PAGE_MAX = 10_000  # the read proxy's own page limit
+END_SCAN_MAX = 200_000  # records read to find a stream's end (a live tail's start)
+FIRST_WAIT_MS = 1000  # a scan's first page waits this long for a cold read-ahead
+HIDDEN = "(hidden: this namespace's payloads are not shown)"
+
+
+@dataclass
+class ProxyAnswerError(Exception):
+    """A proxy's error answer, passed on to the browser as it came."""
+
+    status: int
+    body: bytes
+
+    def __str__(self) -> str:
+        return f"proxy answered {self.status}: {self.body[:300].decode(errors='replace')}"
+
+
+def position_query(position: str) -> dict[str, str]:
+    """The read proxy's query for a position the user typed: a plain number is a sequence id;
+    `seq:N`, `txid:T`, `dlsn:S.E.T` (or `S.E.T`), `time:MS` (epoch milliseconds), `earliest`."""
+    text = position.strip()
+    if text in ("", "earliest"):
+        return {"from": "earliest"}
+    if text.isdigit():
+        return {"from_seq": text}
+    kind, _, value = text.partition(":")
+    if kind == "seq" and value.isdigit():
+        return {"from_seq": value}
+    if kind in ("txid", "dlsn", "time") and value:
+        return {"from": f"{kind}:{value}"}
+    if text.count(".") == 2 and all(p.isdigit() for p in text.split(".")):
+        return {"from": f"dlsn:{text}"}
+    raise BadRequestError(
+        f"position {position!r:.80}: expected a sequence id (42 or seq:42), txid:T, "
+        "dlsn:S.E.T, time:MS (epoch milliseconds) or earliest"
+    )
+
+
+def bounded(value: str | None, name: str, default: int, most: int) -> int:
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or not 1 <= int(value) <= most:
+        raise BadRequestError(f"{name}={value!r:.40}: expected a whole number 1..{most}")
+    return int(value)
+
+
+def payload_bytes(record: dict[str, Any]) -> bytes:
+    if "payload_b64" in record:
+        return base64.b64decode(record["payload_b64"])
+    return str(record.get("payload", "")).encode()
+
+
+class ProxyRelay:
+    def __init__(self, read_url: str, write_url: str, tls: ssl.SSLContext | bool) -> None:
+        self.read_url = read_url
+        self.write_url = write_url
+        self._tls = tls
+        self._http: aiohttp.ClientSession | None = None
+        self._tails = 0
+
+    async def start(self) -> None:
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=None),
+            connector=aiohttp.TCPConnector(ssl=self._tls, limit=64),
+        )
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        assert self._http is not None, "ProxyRelay used before start()"
+        return self._http
+
+    @staticmethod
+    def _stream_path(namespace: str, stream: str) -> str:
+        return f"/v1/namespaces/{quote(namespace, safe='')}/streams/{quote(stream, safe='')}"
+
+    async def _get_json(self, url: str, token: str | None, query: dict[str, str]) -> Any:
+        async with (
+            asyncio.timeout(REQUEST_TIMEOUT_S),
+            self.http.get(url, params=query, headers=_auth(token)) as answer,
+        ):
+            body = await answer.read()
+            if answer.status != 200:
+                raise ProxyAnswerError(answer.status, body)
+            return json.loads(body)
+
+    async def page(
+        self,
+        token: str | None,
+        namespace: str,
+        stream: str,
+        query: dict[str, str],
+        count: int,
+        wait_ms: int = FIRST_WAIT_MS,
+    ) -> dict[str, Any]:
+        """One page; the proxy waits up to `wait_ms` for its first record (a stream not yet
+        read in this region has its read-ahead started by this very request)."""
+        url = self.read_url + self._stream_path(namespace, stream) + "/records"
+        found: dict[str, Any] = await self._get_json(
+            url, token, {**query, "max": str(count), "wait_ms": str(wait_ms)}
+        )
+        return found
+
+    async def end(
+        self, token: str | None, namespace: str, stream: str, start: int
+    ) -> dict[str, Any]:
+        """The sequence id after the stream's last readable record, read from `start` (the
+        first record of its in-progress segment) over at most END_SCAN_MAX records."""
+        next_seq, scanned = start, 0
+        query = {"from_seq": str(start)}
+        wait_ms = FIRST_WAIT_MS
+        while scanned < END_SCAN_MAX:
+            page = await self.page(token, namespace, stream, query, PROXY_PAGE_MAX, wait_ms)
+            records = page.get("records", [])
+            if not records:
+                return {"next_seq": next_seq, "scanned": scanned, "complete": True}
+            scanned += len(records)
+            next_seq = int(page["next_seq"])
+            query, wait_ms = {"from_seq": str(next_seq)}, 0
+        return {"next_seq": next_seq, "scanned": scanned, "complete": False}
+
+    async def scan(
+        self, token: str | None, namespace: str, stream: str, query: dict[str, str], most: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Records from `query`'s position on, at most `most`, until the stream's end."""
+        seen = 0
+        wait_ms = FIRST_WAIT_MS
+        while seen < most:
+            count = min(SCAN_PAGE, most - seen)
+            page = await self.page(token, namespace, stream, query, count, wait_ms)
+            wait_ms = 0
+            records = page.get("records", [])
+            if not records:
+                return
+            for record in records:
+                yield record
+            seen += len(records)
+            query = {"from_seq": str(page["next_seq"])}
+
+    async def search(
+        self,
+        token: str | None,
+        namespace: str,
+        stream: str,
+        query: dict[str, str],
+        text: str,
+        scan: int,
+    ) -> dict[str, Any]:
+        if not text or len(text) > SEARCH_TEXT_CHARS_MAX:
+            raise BadRequestError(
+                f"contains={text!r:.40}: expected 1..{SEARCH_TEXT_CHARS_MAX} characters"
+            )
+        needle = text.encode()
+        matches: list[dict[str, Any]] = []
+        scanned = 0
+        last_seq = None
+        async for record in self.scan(token, namespace, stream, query, scan):
+            scanned += 1
+            last_seq = record["seq"]
+            if needle in payload_bytes(record):
+                matches.append(record)
+                if len(matches) >= SEARCH_MATCHES_MAX:
+                    break
+        return {
+            "contains": text,
+            "scanned": scanned,
+            "last_scanned_seq": last_seq,
+            "matches": matches,
+            "complete": len(matches) < SEARCH_MATCHES_MAX and scanned < scan,
+        }
+
+    async def tail(
+        self, token: str | None, namespace: str, stream: str, from_seq: int
+    ) -> AsyncGenerator[bytes, None]:
+        """The read proxy's tail, line by line, for as long as the caller reads."""
+        if self._tails >= TAILS_MAX:
+            raise OverCapacityError(f"{TAILS_MAX} live tails are open on this console; try later")
+        self._tails += 1
+        try:
+            url = self.read_url + self._stream_path(namespace, stream) + "/tail"
+            async with self.http.get(
+                url, params={"from_seq": str(from_seq)}, headers=_auth(token)
+            ) as answer:
+                if answer.status != 200:
+                    raise ProxyAnswerError(answer.status, await answer.read())
+                async for line in answer.content:
+                    yield line
+        finally:
+            self._tails -= 1
+
+    async def change(
+        self, token: str | None, method: str, namespace: str, stream: str, suffix: str,
+        query: dict[str, str],
+    ) -> Any:  # fmt: skip
+        """A change through the write proxy (redirects to the owner followed)."""
+        url = self.write_url + self._stream_path(namespace, stream) + suffix
+        async with (
+            asyncio.timeout(REQUEST_TIMEOUT_S),
+            self.http.request(method, url, params=query, headers=_auth(token)) as answer,
+        ):
+            body = await answer.read()
+            if answer.status not in (200, 201):
+                raise ProxyAnswerError(answer.status, body)
+            return json.loads(body)
+
+
+def _auth(token: str | None) -> dict[str, str]:
+    return {} if token is None else {"Authorization": f"Bearer {token}"}

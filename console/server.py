@@ -1,0 +1,473 @@
+"""`globelog serve console --region R`: the web console's HTTP server (docs/console.md).
+
+Routes and what each needs (`RULES`; a route without a rule stops the console at start):
+
+    GET  /                      overview                       observe
+    GET  /api/overview          its data, refreshed by the page observe
+    GET  /streams[?ns&filter]   a namespace's streams          read (per namespace)
+    GET  /streams/{ns}/{stream} a stream: segments, ensembles  read
+    GET  /api/streams/{ns}/{stream}/records|search|export|tail read (through the read proxy)
+    POST /api/streams/{ns}/{stream}/release|truncate, DELETE /api/streams/{ns}/{stream}
+                                changes (through the write proxy)  admin + the change's op
+    GET  /runs, /runs/{run}, /runs/{run}/timeline.png  failover runs  observe
+    GET  /audit                 the audit log                  admin
+    GET  /v1/health, /metrics   the console itself             observe
+    GET|POST /signin, POST /signout, GET /static/{name}        anyone
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from console import pages
+from console.access import (
+    CHANGE_HEADER,
+    COOKIE,
+    PUBLIC,
+    TOKEN_KEY,
+    ConsoleAccess,
+    Need,
+    Rules,
+    check_rules,
+    is_api,
+)
+from console.overview import Overview
+from console.records import (
+    EXPORT_RECORDS_MAX,
+    HIDDEN,
+    PAGE_RECORDS_MAX,
+    SEARCH_SCAN_DEFAULT,
+    SEARCH_SCAN_MAX,
+    ProxyAnswerError,
+    ProxyRelay,
+    bounded,
+    position_query,
+)
+from console.runs import FailoverRuns
+from console.streams import StreamViews
+from core.answers import ANSWERS
+from core.errors import BadRequestError, ForbiddenError, GlobelogError, NotFoundError
+from core.security.credentials import client_ssl
+from core.topology import Proxy, Topology
+from global_meta import MetaStore
+from region.http_errors import answered_code, error_response, json_response
+from region.observability.telemetry import metrics_handler
+from region.security.service import ProxySecurity
+
+log = logging.getLogger(__name__)
+
+STATIC_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
+SEGMENTS_SHOWN = 100  # segment rows per stream page (the timeline shows all)
+
+RULES: Rules = {
+    ("GET", "/"): Need("observe"),
+    ("GET", "/api/overview"): Need("observe"),
+    ("GET", "/streams"): Need("read"),  # namespaces the token may not read are left out
+    ("GET", "/api/streams"): Need("read"),
+    ("GET", "/streams/{ns}/{stream}"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/records"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/search"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/export"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/tail"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/end"): Need("read", "stream"),
+    ("POST", "/api/streams/{ns}/{stream}/release"): Need("admin", "stream", change=True),
+    ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
+    ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
+    ("GET", "/runs"): Need("observe"),
+    ("GET", "/runs/{run}"): Need("observe"),
+    ("GET", "/runs/{run}/timeline.png"): Need("observe"),
+    ("GET", "/audit"): Need("admin"),
+    ("GET", "/v1/health"): Need("observe"),
+    ("GET", "/metrics"): Need("observe"),
+    ("GET", "/signin"): PUBLIC,
+    ("POST", "/signin"): PUBLIC,
+    ("POST", "/signout"): PUBLIC,
+    ("GET", "/static/{name}"): PUBLIC,
+}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class ConsoleSettings:
+    name: str
+    region: str
+    hide_payloads: frozenset[str] = frozenset()  # namespaces whose payloads are not shown
+    failover_runs: Path | None = None
+
+
+class Console:
+    def __init__(
+        self,
+        topology: Topology,
+        settings: ConsoleSettings,
+        store: MetaStore,
+        security: ProxySecurity,
+        audit_log: Path,
+        token: str | None,
+    ) -> None:
+        self.topology = topology
+        self.settings = settings
+        self.security = security
+        self.access = ConsoleAccess(security.gate, audit_log, topology.security.tls)
+        self.overview = Overview(topology, store, settings.region, token)
+        self.views = StreamViews(store, topology.replication.min_regions_for_durability)
+        region = topology.region(settings.region)
+        self.relay = ProxyRelay(
+            topology.proxy_url(region.read_proxies[0]),
+            topology.proxy_url(region.write_proxies[0]),
+            client_ssl(topology.security),
+        )
+        self.runs = FailoverRuns(settings.failover_runs)
+
+    # ------------------------------------------------------------------ app
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._errors, self.access.middleware(RULES)], client_max_size=64 * 1024
+        )
+        r = app.router
+        r.add_get("/", self._overview_page)
+        r.add_get("/api/overview", self._overview_api)
+        r.add_get("/streams", self._streams_page)
+        r.add_get("/api/streams", self._streams_api)
+        r.add_get("/streams/{ns}/{stream}", self._stream_page)
+        r.add_get("/api/streams/{ns}/{stream}", self._stream_api)
+        r.add_get("/api/streams/{ns}/{stream}/records", self._records)
+        r.add_get("/api/streams/{ns}/{stream}/search", self._search)
+        r.add_get("/api/streams/{ns}/{stream}/export", self._export)
+        r.add_get("/api/streams/{ns}/{stream}/tail", self._tail)
+        r.add_get("/api/streams/{ns}/{stream}/end", self._end)
+        r.add_post("/api/streams/{ns}/{stream}/release", self._release)
+        r.add_post("/api/streams/{ns}/{stream}/truncate", self._truncate)
+        r.add_delete("/api/streams/{ns}/{stream}", self._delete)
+        r.add_get("/runs", self._runs_page)
+        r.add_get("/runs/{run}", self._run_page)
+        r.add_get("/runs/{run}/timeline.png", self._run_timeline)
+        r.add_get("/audit", self._audit_page)
+        r.add_get("/v1/health", self._health)
+        r.add_get("/metrics", metrics_handler)
+        r.add_get("/signin", self._signin_page)
+        r.add_post("/signin", self._signin)
+        r.add_post("/signout", self._signout)
+        r.add_get("/static/{name}", self._static)
+        check_rules(app, RULES)
+        return app
+
+    async def start(self) -> None:
+        await self.security.start()
+        await self.relay.start()
+        self.overview.follower.start()
+
+    async def stop(self) -> None:
+        await self.overview.follower.stop()
+        await self.relay.stop()
+        await self.security.stop()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """API errors as the proxies' JSON; page errors as a page saying the same."""
+        try:
+            return await handler(request)
+        except ProxyAnswerError as answer:
+            if is_api(request):
+                return web.Response(
+                    status=answer.status, body=answer.body, content_type="application/json"
+                )
+            return _page(pages.error(answer.status, "proxy", str(answer), request.get(TOKEN_KEY)),
+                         answer.status)  # fmt: skip
+        except GlobelogError as err:
+            if is_api(request) or request.method != "GET":
+                return error_response(err)
+            status = ANSWERS[answered_code(err)].status
+            return _page(pages.error(status, err.code, str(err), request.get(TOKEN_KEY)), status)
+        except web.HTTPException:
+            raise
+        except Exception as err:
+            log.error("%s %s failed", request.method, request.path, exc_info=err)
+            if is_api(request):
+                return json_response({"code": "internal", "message": repr(err)}, status=500)
+            return _page(pages.error(500, "internal", repr(err), request.get(TOKEN_KEY)), 500)
+
+    # ------------------------------------------------------------------ pages
+
+    async def _overview_page(self, request: web.Request) -> web.Response:
+        return _page(pages.overview(self.overview.snapshot, request[TOKEN_KEY]))
+
+    async def _overview_api(self, request: web.Request) -> web.Response:
+        snapshot = self.overview.snapshot
+        return json_response({**snapshot, "html": pages.overview_body(snapshot)})
+
+    async def _streams_page(self, request: web.Request) -> web.Response:
+        token = request[TOKEN_KEY]
+        namespaces = await self.views.namespaces(token)
+        ns = request.query.get("ns") or (namespaces[0] if namespaces else None)
+        listing = None
+        if ns is not None:
+            listing = await self.views.list_streams(token, ns, request.query.get("filter", ""))
+        return _page(pages.streams(namespaces, listing, token))
+
+    async def _streams_api(self, request: web.Request) -> web.Response:
+        token = request[TOKEN_KEY]
+        ns = request.query.get("ns")
+        if ns is None:
+            return json_response({"namespaces": await self.views.namespaces(token)})
+        listing = await self.views.list_streams(token, ns, request.query.get("filter", ""))
+        return json_response(listing)
+
+    async def _stream_page(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        started = time.perf_counter()
+        view = await self.views.stream(ns, name)
+        first = bounded(request.query.get("segments_from"), "segments_from", 0, 10**9) if (
+            request.query.get("segments_from") not in (None, "", "0")
+        ) else 0  # fmt: skip
+        html = pages.stream(
+            view, request[TOKEN_KEY], int(time.time() * 1000), ns in self.settings.hide_payloads,
+            first, SEGMENTS_SHOWN,
+        )  # fmt: skip
+        answer = _page(html)
+        answer.headers["Server-Timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return answer
+
+    async def _stream_api(self, request: web.Request) -> web.Response:
+        return json_response(
+            await self.views.stream(request.match_info["ns"], request.match_info["stream"])
+        )
+
+    # ------------------------------------------------------------------ records
+
+    def _raw_token(self, request: web.Request) -> str | None:
+        if self.access.gate is None:
+            return None
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer "):
+            return header.removeprefix("Bearer ").strip()
+        return request.cookies.get(COOKIE)
+
+    def _shown(self, ns: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if ns not in self.settings.hide_payloads:
+            return records
+        return [
+            {k: v for k, v in r.items() if k not in ("payload", "payload_b64")}
+            | {"payload": HIDDEN}
+            for r in records
+        ]
+
+    async def _records(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        query = position_query(request.query.get("from", "earliest"))
+        count = bounded(request.query.get("max"), "max", 100, PAGE_RECORDS_MAX)
+        started = time.perf_counter()
+        page = await self.relay.page(self._raw_token(request), ns, name, query, count)
+        page["records"] = self._shown(ns, page.get("records", []))
+        answer = json_response(page)
+        answer.headers["Server-Timing"] = f"proxy;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return answer
+
+    async def _search(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        if ns in self.settings.hide_payloads:
+            raise ForbiddenError(f"payloads of namespace {ns!r} are hidden: search is off there")
+        query = position_query(request.query.get("from", "earliest"))
+        scan = bounded(request.query.get("scan"), "scan", SEARCH_SCAN_DEFAULT, SEARCH_SCAN_MAX)
+        found = await self.relay.search(
+            self._raw_token(request), ns, name, query, request.query.get("contains", ""), scan
+        )
+        return json_response(found)
+
+    async def _export(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        query = position_query(request.query.get("from", "earliest"))
+        most = bounded(request.query.get("max"), "max", EXPORT_RECORDS_MAX, EXPORT_RECORDS_MAX)
+        token = self._raw_token(request)
+        records = self.relay.scan(token, ns, name, query, most)
+        first = await anext(records, None)  # a refusal is still answered as an error
+        answer = web.StreamResponse(
+            headers={
+                "Content-Type": "application/x-ndjson",
+                "Content-Disposition": f'attachment; filename="{name}.jsonl"',
+            }
+        )
+        await answer.prepare(request)
+        if first is not None:
+            await answer.write(json.dumps(self._shown(ns, [first])[0]).encode() + b"\n")
+            async for record in records:
+                await answer.write(json.dumps(self._shown(ns, [record])[0]).encode() + b"\n")
+        await answer.write_eof()
+        return answer
+
+    async def _end(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        counters = await self.views.counters(ns, name)
+        found = await self.relay.end(self._raw_token(request), ns, name, counters.next_seq)
+        return json_response(found)
+
+    async def _tail(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        raw = request.query.get("from_seq", "0")
+        if not raw.isdigit():
+            raise BadRequestError(f"from_seq={raw!r:.40}: expected a sequence id")
+        token = request[TOKEN_KEY]
+        lines = self.relay.tail(self._raw_token(request), ns, name, int(raw))
+        first = await anext(lines, None)
+        answer = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await answer.prepare(request)
+        try:
+            line = first
+            while line is not None:
+                if self.access.gate is not None:
+                    self.access.gate.still_valid(token)
+                if line.strip():
+                    record = json.loads(line)
+                    shown = self._shown(ns, [record])[0] if "seq" in record else record
+                    await answer.write(json.dumps(shown).encode() + b"\n")
+                line = await anext(lines, None)
+        except (ConnectionResetError, GlobelogError):
+            pass  # the browser went away, or the token ended: the tail ends
+        finally:
+            await lines.aclose()
+        return answer
+
+    # ------------------------------------------------------------------ changes
+
+    async def _release(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        return json_response(
+            await self.relay.change(self._raw_token(request), "POST", ns, name, "/release", {})
+        )
+
+    async def _truncate(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        to = request.query.get("to", "")
+        return json_response(
+            await self.relay.change(
+                self._raw_token(request), "POST", ns, name, "/truncate", {"to": to}
+            )
+        )
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        return json_response(
+            await self.relay.change(self._raw_token(request), "DELETE", ns, name, "", {})
+        )
+
+    # ------------------------------------------------------------------ runs, audit, misc
+
+    async def _runs_page(self, request: web.Request) -> web.Response:
+        configured = self.runs.folder is not None
+        return _page(pages.runs(self.runs.listing(), request[TOKEN_KEY], configured))
+
+    async def _run_page(self, request: web.Request) -> web.Response:
+        return _page(pages.run(self.runs.run(request.match_info["run"]), request[TOKEN_KEY]))
+
+    async def _run_timeline(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(self.runs.timeline(request.match_info["run"]))
+
+    async def _audit_page(self, request: web.Request) -> web.Response:
+        return _page(pages.audit(self.access.audit.newest(), request[TOKEN_KEY]))
+
+    async def _health(self, request: web.Request) -> web.Response:
+        status = self.overview.follower.status()
+        return json_response(
+            {
+                "name": self.settings.name,
+                "region": self.settings.region,
+                "state": "serving",
+                "overview_at_ms": self.overview.snapshot.get("at_ms"),
+                "followers": {status.name: {"state": status.state.value}},
+            }
+        )
+
+    async def _signin_page(self, request: web.Request) -> web.Response:
+        return _page(pages.signin())
+
+    async def _signin(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        raw = form.get("token")
+        if not isinstance(raw, str):
+            return _page(pages.signin("no token given"), 400)
+        try:
+            token, answer = self.access.sign_in(raw)
+        except GlobelogError as err:
+            log.info("console sign-in refused from %s: %s", request.remote, err)
+            return _page(pages.signin(f"token refused: {err}"), 401)
+        log.info("console sign-in: %s (token %s) from %s", token.subject, token.token_id,
+                 request.remote)  # fmt: skip
+        raise answer
+
+    async def _signout(self, request: web.Request) -> web.Response:
+        answer = web.HTTPSeeOther("/signin")
+        answer.del_cookie(COOKIE, path="/")
+        raise answer
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        kind = STATIC_FILES.get(name)
+        if kind is None:
+            raise NotFoundError(f"no static file {name!r:.80}")
+        body = resources.files("console").joinpath("static", name).read_bytes()
+        return web.Response(body=body, content_type=kind, headers={"Cache-Control": "no-cache"})
+
+
+def _page(html: str, status: int = 200) -> web.Response:
+    return web.Response(
+        text=html,
+        status=status,
+        content_type="text/html",
+        headers={
+            # nothing from elsewhere: scripts, styles and images from the console only
+            "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+            "style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        },
+    )
+
+
+async def serve_console(
+    topology: Topology,
+    console: Proxy,
+    settings: ConsoleSettings,
+    audit_log: Path,
+    session_timeout_s: float,
+    stop: asyncio.Event,
+    token: str | None = None,
+) -> None:
+    """Runs the console until `stop` is set."""
+    host, port = console.endpoint.host, console.endpoint.port
+    async with await MetaStore.of(
+        topology, console.region, session_timeout_s=session_timeout_s
+    ) as store:
+        security = ProxySecurity.load(
+            topology.security, store, topology.limits, issues=False, host=host
+        )
+        server = Console(topology, settings, store, security, audit_log, token)
+        await server.start()
+        runner = web.AppRunner(server.app(), access_log=None)
+        try:
+            await runner.setup()
+            await web.TCPSite(runner, host, port, ssl_context=security.ssl).start()
+            print(
+                f"console {console.name} ({console.region}) serving at "
+                f"{topology.security.scheme}://{host}:{port}",
+                flush=True,
+            )
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+            await server.stop()
+
+
+__all__ = ["CHANGE_HEADER", "RULES", "Console", "ConsoleSettings", "serve_console"]

@@ -1,0 +1,191 @@
+// globelog console: refreshes the overview and browses a stream's records. Every value from
+// the server is put into the page as text (textContent), never as markup, except the
+// overview's fragment, which the server renders escaped.
+"use strict";
+
+const page = document.body.dataset.page;
+
+function when(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ") : "-";
+}
+
+function payloadText(record, view) {
+  if (record.payload === undefined && record.payload_b64 === undefined) return "";
+  let bytes;
+  if (record.payload_b64 !== undefined) {
+    bytes = Uint8Array.from(atob(record.payload_b64), (c) => c.charCodeAt(0));
+  } else {
+    bytes = new TextEncoder().encode(record.payload);
+  }
+  if (view === "hex") {
+    return Array.from(bytes.slice(0, 4096), (b) => b.toString(16).padStart(2, "0")).join(" ");
+  }
+  const text = record.payload !== undefined ? record.payload : "(binary, " + bytes.length + " bytes: use hex)";
+  if (view === "json") {
+    try {
+      return JSON.stringify(JSON.parse(text), null, 2);
+    } catch (err) {
+      return "(not JSON) " + text;
+    }
+  }
+  return text;
+}
+
+function refreshOverview() {
+  const box = document.getElementById("overview");
+  const age = document.getElementById("as-of");
+  fetch("/api/overview", { credentials: "same-origin" })
+    .then((answer) => (answer.ok ? answer.json() : Promise.reject(answer.status)))
+    .then((snapshot) => {
+      box.innerHTML = snapshot.html;
+      age.textContent = when(snapshot.at_ms);
+    })
+    .catch((status) => {
+      age.textContent = "(refresh failed: " + status + ")";
+    });
+}
+
+function streamPage() {
+  const root = document.getElementById("stream");
+  const api = root.dataset.api;
+  const body = document.querySelector("#records-table tbody");
+  const status = document.getElementById("status");
+  const view = document.getElementById("view");
+  let tailing = null;
+
+  function row(record, first) {
+    const tr = document.createElement("tr");
+    tr.dataset.seq = record.seq;
+    const cells = [record.seq, record.dlsn, record.txid, when(record.write_time_ms), record.region];
+    for (const value of cells) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      tr.appendChild(td);
+    }
+    const td = document.createElement("td");
+    const pre = document.createElement("pre");
+    pre.textContent = payloadText(record, view.value);
+    td.appendChild(pre);
+    tr.appendChild(td);
+    if (first) body.prepend(tr);
+    else body.appendChild(tr);
+  }
+
+  function show(records, note) {
+    body.textContent = "";
+    records.forEach((r) => row(r, false));
+    status.textContent = note;
+  }
+
+  async function getJson(url) {
+    const answer = await fetch(url, { credentials: "same-origin" });
+    const found = await answer.json();
+    if (!answer.ok) throw new Error(found.code + ": " + found.message);
+    return found;
+  }
+
+  function from() {
+    return encodeURIComponent(document.getElementById("from").value.trim() || "earliest");
+  }
+
+  getJson(api + "/end")
+    .then((end) => {
+      document.getElementById("end").textContent = end.next_seq + (end.complete ? "" : "+");
+    })
+    .catch((err) => {
+      document.getElementById("end").textContent = "? (" + err + ")";
+    });
+  document.getElementById("go").addEventListener("click", async () => {
+    try {
+      const found = await getJson(api + "/records?max=100&from=" + from());
+      show(found.records, found.records.length + " record(s); next seq " + found.next_seq);
+    } catch (err) {
+      status.textContent = String(err);
+    }
+  });
+  const search = document.getElementById("search");
+  if (search) {
+    search.addEventListener("click", async () => {
+      const text = encodeURIComponent(document.getElementById("contains").value);
+      status.textContent = "searching…";
+      try {
+        const found = await getJson(api + "/search?from=" + from() + "&contains=" + text);
+        show(found.matches, found.matches.length + " match(es) in " + found.scanned + " record(s) scanned" +
+          (found.complete ? "" : " (stopped early: narrow the range)"));
+      } catch (err) {
+        status.textContent = String(err);
+      }
+    });
+  }
+  document.getElementById("from").addEventListener("change", () => {
+    document.getElementById("export").href = api + "/export?from=" + from();
+  });
+  document.getElementById("tail").addEventListener("click", async (event) => {
+    if (tailing) {
+      tailing.abort();
+      tailing = null;
+      event.target.textContent = "live tail";
+      return;
+    }
+    tailing = new AbortController();
+    event.target.textContent = "stop tail";
+    body.textContent = "";
+    status.textContent = "finding the stream's end…";
+    try {
+      const end = await getJson(api + "/end");
+      const fromSeq = String(end.next_seq);
+      document.getElementById("end").textContent = fromSeq;
+      status.textContent = "tailing from seq " + fromSeq + "…";
+      const answer = await fetch(api + "/tail?from_seq=" + encodeURIComponent(fromSeq), {
+        credentials: "same-origin", signal: tailing.signal,
+      });
+      if (!answer.ok) {
+        const found = await answer.json();
+        throw new Error(found.code + ": " + found.message);
+      }
+      const reader = answer.body.getReader();
+      const decoder = new TextDecoder();
+      let buffered = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffered += decoder.decode(value, { stream: true });
+        const lines = buffered.split("\n");
+        buffered = lines.pop();
+        for (const line of lines) {
+          if (!line.trim()) continue;
+          const record = JSON.parse(line);
+          if (record.seq !== undefined) row(record, true);
+        }
+        status.textContent = "tailing: " + body.children.length + " new record(s)";
+      }
+      status.textContent = "tail ended";
+    } catch (err) {
+      if (err.name !== "AbortError") status.textContent = String(err);
+    }
+  });
+  for (const button of document.querySelectorAll("#actions button[data-action]")) {
+    button.addEventListener("click", async () => {
+      const action = button.dataset.action;
+      let url = api + (action === "delete" ? "" : "/" + action);
+      if (action === "truncate") {
+        url += "?to=" + encodeURIComponent(document.getElementById("truncate-to").value.trim());
+      }
+      if (!window.confirm("Really " + action + " " + api.replace("/api/streams/", "") + "?")) return;
+      const result = document.getElementById("action-result");
+      const answer = await fetch(url, {
+        method: action === "delete" ? "DELETE" : "POST",
+        credentials: "same-origin",
+        headers: { "X-Globelog-Console": "1" },
+      });
+      const found = await answer.json();
+      result.textContent = answer.ok ? JSON.stringify(found) : found.code + ": " + found.message;
+    });
+  }
+}
+
+if (page === "overview") {
+  setInterval(refreshOverview, 1000);
+} else if (page === "stream") {
+  streamPage();
+}
