@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 
 STATIC_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
 SEGMENTS_SHOWN = 100  # segment rows per stream page (the timeline shows all)
+TAIL_CHECK_S = 1.0  # how often a live tail looks whether its browser is still there
+STOP_GRACE_S = 3.0  # requests still running when the console stops get this long
 
 RULES: Rules = {
     ("GET", "/"): Need("observe"),
@@ -321,22 +323,34 @@ class Console:
             raise BadRequestError(f"from_seq={raw!r:.40}: expected a sequence id")
         token = request[TOKEN_KEY]
         lines = self.relay.tail(self._raw_token(request), ns, name, int(raw))
-        first = await anext(lines, None)
+        first = await anext(lines, None)  # a refusal is still answered as an error
         answer = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await answer.prepare(request)
-        try:
-            line = first
+
+        async def pump(line: bytes | None) -> None:
             while line is not None:
-                if self.access.gate is not None:
-                    self.access.gate.still_valid(token)
                 if line.strip():
                     record = json.loads(line)
                     shown = self._shown(ns, [record])[0] if "seq" in record else record
                     await answer.write(json.dumps(shown).encode() + b"\n")
                 line = await anext(lines, None)
-        except (ConnectionResetError, GlobelogError):
-            pass  # the browser went away, or the token ended: the tail ends
+
+        # The relay waits on the proxy; this waits on the browser: a tail whose browser went
+        # away (or whose token expired or was revoked) ends within TAIL_CHECK_S, records or not.
+        pumping = asyncio.ensure_future(pump(first))
+        try:
+            while not pumping.done():
+                await asyncio.wait({pumping}, timeout=TAIL_CHECK_S)
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                if self.access.gate is not None:
+                    self.access.gate.still_valid(token)
+        except GlobelogError as err:
+            log.info("tail of %s/%s ended: %s", ns, name, err)
         finally:
+            pumping.cancel()
+            await asyncio.gather(pumping, return_exceptions=True)
             await lines.aclose()
         return answer
 
@@ -455,7 +469,7 @@ async def serve_console(
         )
         server = Console(topology, settings, store, security, audit_log, token)
         await server.start()
-        runner = web.AppRunner(server.app(), access_log=None)
+        runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=STOP_GRACE_S)
         try:
             await runner.setup()
             await web.TCPSite(runner, host, port, ssl_context=security.ssl).start()
