@@ -18,6 +18,7 @@ from benchmarks import harness as bench_ledger_options
 from benchmarks import reads as bench_reads
 from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
+from benchmarks.console import bench as bench_console
 from benchmarks.proxies import abuse as bench_abuse
 from benchmarks.proxies import throughput as bench_proxy
 from benchmarks.rebuild import bench as bench_rebuild
@@ -71,6 +72,7 @@ BENCHES: dict[str, tuple[str, Any]] = {
     "reads": ("catch-up reads of a ledger, beside BookKeeper's Java read benchmark", bench_reads),
     "dl": ("globelog's library beside DistributedLog's on the same bookies", bench_dl),
     "spark": ("the globelog data source's read throughput against a Parquet scan", bench_spark),
+    "console": ("the web console's server time for its heaviest pages", bench_console),
 }  # fmt: skip
 
 

@@ -5,7 +5,6 @@ Nothing is fetched from anywhere but the console itself."""
 from __future__ import annotations
 
 import datetime
-import json
 from html import escape
 from typing import Any
 from urllib.parse import quote
@@ -74,12 +73,29 @@ def signin(message: str = "") -> str:
     return layout("Sign in", body, None, "signin")
 
 
-def overview(snapshot: dict[str, Any], token: Token) -> str:
-    data = escape(json.dumps(snapshot))
+def overview(
+    snapshot: dict[str, Any], token: Token, bookies: list[tuple[str, str]] | None = None
+) -> str:
     body = (
         f'<p class="age">as of <span id="as-of">{_e(_when(snapshot.get("at_ms")))}</span></p>'
-        f'<div id="overview" data-snapshot="{data}">{overview_body(snapshot)}</div>'
+        f'<div id="overview">{overview_body(snapshot)}</div>'
     )
+    if bookies and token.scope.allows("admin"):
+        options = "".join(
+            f'<option value="{_e(name)}">{_e(name)} ({_e(region)})</option>'
+            for name, region in bookies
+        )
+        body += (
+            '<section id="actions"><h2>Decommission a bookie (admin)</h2><p>Its copies are '
+            "re-made elsewhere by the rebuilders and no new copy goes to it; "
+            "<code>globelog bookie list</code> says when it holds nothing.</p>"
+            f'<select id="bookie">{options}</select> '
+            '<button type="button" data-action="decommission" data-url="/api/bookies/{bookie}'
+            '/decommission" data-method="POST" class="danger">decommission</button> '
+            '<button type="button" data-action="take back the decommission of" '
+            'data-url="/api/bookies/{bookie}/decommission?undo=1" data-method="POST">undo</button>'
+            ' <span id="action-result"></span></section>'
+        )
     return layout("Overview", body, token, "overview")
 
 
@@ -255,13 +271,23 @@ def stream(
         )
     failing = view["ensembles_failing_rule"]
     actions = ""
+    base = f"/api/streams/{quote(ns, safe='')}/{quote(name, safe='')}"
     if can_admin:
+        regions = "".join(f"<option>{_e(r)}</option>" for r in view["regions"])
         actions = (
             '<section id="actions"><h2>Changes (admin)</h2>'
-            '<button type="button" data-action="release" id="act-release">release ownership</button> '
+            f'<button type="button" data-action="release" data-url="{_e(base)}/release" '
+            'data-method="POST" id="act-release">release ownership</button> '
             '<input id="truncate-to" placeholder="DLSN, e.g. 3.0.0" size=12>'
-            '<button type="button" data-action="truncate" id="act-truncate">truncate before</button> '
-            '<button type="button" data-action="delete" id="act-delete" class="danger">delete stream</button>'
+            f'<button type="button" data-action="truncate" data-url="{_e(base)}/truncate'
+            '?to={truncate-to}" data-method="POST" id="act-truncate">truncate before</button> '
+            f'<select id="drain-region">{regions}</select>'
+            f'<button type="button" data-action="drain" data-url="{_e(base)}/drain'
+            '?region={drain-region}" data-method="POST" id="act-drain">drain in region</button>'
+            f'<button type="button" data-action="undrain" data-url="{_e(base)}/drain'
+            '?region={drain-region}&amp;undo=1" data-method="POST" id="act-undrain">undo</button> '
+            f'<button type="button" data-action="delete" data-url="{_e(base)}" '
+            'data-method="DELETE" id="act-delete" class="danger">delete stream</button> '
             '<span id="action-result"></span></section>'
         )
     search = (
@@ -269,7 +295,6 @@ def stream(
         if hidden
         else '<input id="contains" placeholder="text to find"><button type="button" id="search">search</button>'
     )
-    base = f"/api/streams/{quote(ns, safe='')}/{quote(name, safe='')}"
     body = (
         f'<div id="stream" data-api="{_e(base)}" data-hidden="{int(hidden)}">'
         f"<p>owner <b id=owner>{_e(view['owner'] or '(none)')}</b>, "
@@ -288,7 +313,9 @@ def stream(
         '<select id="view"><option>text</option><option>hex</option><option>json</option>'
         '</select> <button type="button" id="go">show</button> '
         f'{search} <a id="export" href="{_e(base)}/export?from=earliest">export (JSON Lines)</a> '
-        '<button type="button" id="tail">live tail</button></form>'
+        '<button type="button" id="tail">live tail</button> '
+        '<button type="button" id="lag">delivery lag per region (5 s)</button></form>'
+        '<table id="lag-table"></table>'
         '<p id="status"></p><table id="records-table"><thead><tr><th>seq</th><th>dlsn</th>'
         "<th>txid</th><th>written</th><th>region</th><th>payload</th></tr></thead>"
         "<tbody></tbody></table></div>"

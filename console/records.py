@@ -17,6 +17,7 @@ import asyncio
 import base64
 import json
 import ssl
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -227,6 +228,58 @@ class ProxyRelay:
                     yield line
         finally:
             self._tails -= 1
+
+    async def delivery_lag(
+        self,
+        token: str | None,
+        namespace: str,
+        stream: str,
+        from_seq: int,
+        readers: dict[str, str],
+        seconds: int,
+    ) -> dict[str, dict[str, Any]]:
+        """Tails the stream from `from_seq` in every region's read proxy for `seconds`: for
+        each, how long after its write each record arrived (this host's clock against the
+        writer's; both NTP-kept in a deployment)."""
+
+        async def one(url: str) -> dict[str, Any]:
+            lags: list[float] = []
+            path = url + self._stream_path(namespace, stream) + "/tail"
+            try:
+                async with (
+                    asyncio.timeout(seconds),
+                    self.http.get(
+                        path, params={"from_seq": str(from_seq)}, headers=_auth(token)
+                    ) as answer,
+                ):
+                    if answer.status != 200:
+                        return {"error": f"{answer.status}: {(await answer.read())[:200]!r}"}
+                    async for line in answer.content:
+                        if line.strip():
+                            record = json.loads(line)
+                            if "write_time_ms" in record:
+                                lags.append(time.time() * 1000 - record["write_time_ms"])
+            except TimeoutError:
+                pass  # the measurement's end
+            except aiohttp.ClientError as err:
+                return {"error": repr(err)[:200], "records": len(lags)}
+            lags.sort()
+            if not lags:
+                return {"records": 0}
+            return {
+                "records": len(lags),
+                "p50_ms": round(lags[len(lags) // 2], 1),
+                "max_ms": round(lags[-1], 1),
+            }
+
+        if self._tails + len(readers) > TAILS_MAX:
+            raise OverCapacityError(f"{TAILS_MAX} live tails are open on this console; try later")
+        self._tails += len(readers)
+        try:
+            answers = await asyncio.gather(*(one(url) for url in readers.values()))
+        finally:
+            self._tails -= len(readers)
+        return dict(zip(readers, answers, strict=True))
 
     async def change(
         self, token: str | None, method: str, namespace: str, stream: str, suffix: str,

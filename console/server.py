@@ -60,6 +60,8 @@ from core.errors import BadRequestError, ForbiddenError, GlobelogError, NotFound
 from core.security.credentials import client_ssl
 from core.topology import Proxy, Topology
 from global_meta import MetaStore
+from rebuild.bookies import decommission
+from region.drain import set_drained
 from region.http_errors import answered_code, error_response, json_response
 from region.observability.telemetry import metrics_handler
 from region.security.service import ProxySecurity
@@ -68,6 +70,7 @@ log = logging.getLogger(__name__)
 
 STATIC_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
 SEGMENTS_SHOWN = 100  # segment rows per stream page (the timeline shows all)
+LAG_SECONDS_MAX = 30  # a delivery-lag measurement tails every region for at most this
 TAIL_CHECK_S = 1.0  # how often a live tail looks whether its browser is still there
 STOP_GRACE_S = 3.0  # requests still running when the console stops get this long
 
@@ -86,6 +89,9 @@ RULES: Rules = {
     ("POST", "/api/streams/{ns}/{stream}/release"): Need("admin", "stream", change=True),
     ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
     ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
+    ("POST", "/api/streams/{ns}/{stream}/drain"): Need("admin", "stream", change=True),
+    ("GET", "/api/streams/{ns}/{stream}/lag"): Need("read", "stream"),
+    ("POST", "/api/bookies/{bookie}/decommission"): Need("admin", change=True),
     ("GET", "/runs"): Need("observe"),
     ("GET", "/runs/{run}"): Need("observe"),
     ("GET", "/runs/{run}/timeline.png"): Need("observe"),
@@ -132,6 +138,7 @@ class Console:
             client_ssl(topology.security),
         )
         self.runs = FailoverRuns(settings.failover_runs)
+        self._store = store
 
     # ------------------------------------------------------------------ app
 
@@ -154,6 +161,9 @@ class Console:
         r.add_post("/api/streams/{ns}/{stream}/release", self._release)
         r.add_post("/api/streams/{ns}/{stream}/truncate", self._truncate)
         r.add_delete("/api/streams/{ns}/{stream}", self._delete)
+        r.add_post("/api/streams/{ns}/{stream}/drain", self._drain)
+        r.add_get("/api/streams/{ns}/{stream}/lag", self._lag)
+        r.add_post("/api/bookies/{bookie}/decommission", self._decommission)
         r.add_get("/runs", self._runs_page)
         r.add_get("/runs/{run}", self._run_page)
         r.add_get("/runs/{run}/timeline.png", self._run_timeline)
@@ -205,7 +215,8 @@ class Console:
     # ------------------------------------------------------------------ pages
 
     async def _overview_page(self, request: web.Request) -> web.Response:
-        return _page(pages.overview(self.overview.snapshot, request[TOKEN_KEY]))
+        bookies = [(b.name, b.region) for b in self.topology.bookies]
+        return _page(pages.overview(self.overview.snapshot, request[TOKEN_KEY], bookies))
 
     async def _overview_api(self, request: web.Request) -> web.Response:
         snapshot = self.overview.snapshot
@@ -376,6 +387,46 @@ class Console:
         return json_response(
             await self.relay.change(self._raw_token(request), "DELETE", ns, name, "", {})
         )
+
+    async def _drain(self, request: web.Request) -> web.Response:
+        """Stops (or, with undo=1, lets again) a region's write proxies take the stream."""
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        region = request.query.get("region", "")
+        if region not in self.topology.region_names:
+            raise BadRequestError(
+                f"region={region!r:.40}: expected one of {list(self.topology.region_names)}"
+            )
+        undo = request.query.get("undo") in ("1", "true")
+        changed = await set_drained(self._store, region, ns, name, not undo)
+        return json_response({"region": region, "drained": not undo, "changed": changed})
+
+    async def _decommission(self, request: web.Request) -> web.Response:
+        """Marks a bookie decommissioned (its copies are re-made elsewhere, nothing new goes
+        to it), or with undo=1 takes the mark back."""
+        wanted = request.match_info["bookie"]
+        found = [b for b in self.topology.bookies if wanted in (b.name, b.bookie_id)]
+        if not found:
+            names = [b.name for b in self.topology.bookies]
+            raise NotFoundError(f"no bookie {wanted!r:.80} in the topology; bookies: {names}")
+        undo = request.query.get("undo") in ("1", "true")
+        await decommission(self._store, found[0].bookie_id, undo=undo)
+        return json_response({"bookie": found[0].name, "decommissioned": not undo})
+
+    async def _lag(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        seconds = bounded(request.query.get("seconds"), "seconds", 5, LAG_SECONDS_MAX)
+        token = self._raw_token(request)
+        counters = await self.views.counters(ns, name)
+        end = await self.relay.end(token, ns, name, counters.next_seq)
+        readers = {
+            r.name: self.topology.proxy_url(r.read_proxies[0])
+            for r in self.topology.regions
+            if r.read_proxies
+        }
+        found = await self.relay.delivery_lag(
+            token, ns, name, int(end["next_seq"]), readers, seconds
+        )
+        return json_response({"from_seq": end["next_seq"], "seconds": seconds, "regions": found})
 
     # ------------------------------------------------------------------ runs, audit, misc
 

@@ -130,6 +130,12 @@ async def demo(topology_path: Path, data_dir: Path) -> None:
                 f"  every proxy endpoint demands a token and speaks HTTPS only; the operator's "
                 f"token is {security.admin_token}"
             )
+        for region in cluster.topology.regions:
+            for console in region.consoles:
+                print(
+                    f"  web console ({console.region}): {cluster.topology.proxy_url(console)} "
+                    "(sign in with the operator's token; it runs until the demo ends)"
+                )
         await show_status(cluster)
 
         step("WAN: median GET_BOOKIE_INFO round trip between regions (one-way latency x2 + bookie)")

@@ -164,17 +164,46 @@ function streamPage() {
       if (err.name !== "AbortError") status.textContent = String(err);
     }
   });
+  document.getElementById("lag").addEventListener("click", async () => {
+    const table = document.getElementById("lag-table");
+    status.textContent = "tailing the stream in every region for 5 s…";
+    try {
+      const found = await getJson(api + "/lag?seconds=5");
+      table.textContent = "";
+      const head = table.insertRow();
+      for (const title of ["region", "records seen", "delivery lag p50", "max"]) {
+        const th = document.createElement("th");
+        th.textContent = title;
+        head.appendChild(th);
+      }
+      for (const [region, lag] of Object.entries(found.regions)) {
+        const tr = table.insertRow();
+        tr.dataset.region = region;
+        const cells = lag.error
+          ? [region, lag.error, "", ""]
+          : [region, lag.records, lag.p50_ms === undefined ? "-" : lag.p50_ms + " ms",
+             lag.max_ms === undefined ? "-" : lag.max_ms + " ms"];
+        for (const value of cells) tr.insertCell().textContent = value;
+      }
+      status.textContent = "delivery lag measured from seq " + found.from_seq;
+    } catch (err) {
+      status.textContent = String(err);
+    }
+  });
+}
+
+// Change buttons: data-url may name inputs as {id}; each asks for confirmation and sends the
+// console's header, which another site's form cannot.
+function actionButtons() {
   for (const button of document.querySelectorAll("#actions button[data-action]")) {
     button.addEventListener("click", async () => {
-      const action = button.dataset.action;
-      let url = api + (action === "delete" ? "" : "/" + action);
-      if (action === "truncate") {
-        url += "?to=" + encodeURIComponent(document.getElementById("truncate-to").value.trim());
-      }
-      if (!window.confirm("Really " + action + " " + api.replace("/api/streams/", "") + "?")) return;
+      const url = button.dataset.url.replace(/\{([a-z-]+)\}/g, (_, id) =>
+        encodeURIComponent(document.getElementById(id).value.trim()));
+      const what = button.dataset.action + " " + decodeURIComponent(url.split("?")[0]);
+      if (!window.confirm("Really " + what + "?")) return;
       const result = document.getElementById("action-result");
       const answer = await fetch(url, {
-        method: action === "delete" ? "DELETE" : "POST",
+        method: button.dataset.method,
         credentials: "same-origin",
         headers: { "X-Globelog-Console": "1" },
       });
@@ -184,6 +213,7 @@ function streamPage() {
   }
 }
 
+actionButtons();
 if (page === "overview") {
   setInterval(refreshOverview, 1000);
 } else if (page === "stream") {

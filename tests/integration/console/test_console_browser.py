@@ -240,6 +240,19 @@ async def test_the_live_tail_shows_a_new_record_within_two_seconds(
         shown_s = time.monotonic() - written
         assert shown_s <= TAIL_SHOWN_WITHIN_S
         assert "third, written while tailing" in await page.inner_text("#records-table tbody")
+
+        # delivery lag per region: every region's read proxy tailed while records are written
+        await page.click("#tail")  # stops the tail
+        await page.click("#lag")
+        await asyncio.sleep(2.0)  # the console has found the end and opened the tails
+        await write_records(services, namespace, "live", [f"lag {i}".encode() for i in range(5)])
+        await expect(page.locator("#status")).to_contain_text(
+            "delivery lag measured", timeout=15_000
+        )
+        for region in ("us-east", "us-west", "eu-west"):
+            cells = page.locator(f"#lag-table tr[data-region='{region}'] td")
+            assert int(await cells.nth(1).inner_text()) >= 1, region
+            assert (await cells.nth(2).inner_text()).endswith(" ms")
     assert errors == []
 
 

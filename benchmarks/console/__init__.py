@@ -1,0 +1,1 @@
+"""`globelog bench console`: the web console's server time (bench.py)."""

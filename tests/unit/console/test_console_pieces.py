@@ -1,0 +1,254 @@
+"""The console's pieces without a cluster: positions typed by a user, its route rules, the
+access middleware (sign-in redirect, 401/403, the change header, the audit log), escaping of
+what it shows, and failover run names."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from console import access, pages
+from console.access import CHANGE_HEADER, COOKIE, PUBLIC, AuditLog, ConsoleAccess, Need
+from console.records import position_query
+from console.runs import FailoverRuns
+from console.server import RULES, Console, ConsoleSettings
+from core.errors import BadRequestError, ConfigError, NotFoundError
+from core.security.tokens import Scope, issue, new_signing_key
+from placement import load_checked_topology
+from region.http_errors import error_middleware
+from region.security.gate import Gate
+from region.security.service import ProxySecurity
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    ("typed", "query"),
+    [
+        ("", {"from": "earliest"}),
+        ("earliest", {"from": "earliest"}),
+        ("42", {"from_seq": "42"}),
+        ("seq:7", {"from_seq": "7"}),
+        ("txid:100", {"from": "txid:100"}),
+        ("dlsn:3.1.0", {"from": "dlsn:3.1.0"}),
+        ("3.1.0", {"from": "dlsn:3.1.0"}),
+        ("time:1795777488074", {"from": "time:1795777488074"}),
+    ],
+)
+def test_a_typed_position_becomes_the_read_proxys_query(typed: str, query: dict[str, str]) -> None:
+    assert position_query(typed) == query
+
+
+@pytest.mark.parametrize("typed", ["-1", "seq:x", "yesterday", "1.2", "txid:"])
+def test_a_position_that_is_none_of_them_is_refused_saying_what_is_expected(typed: str) -> None:
+    with pytest.raises(BadRequestError, match="expected a sequence id") as refused:
+        position_query(typed)
+    assert repr(typed)[:20] in str(refused.value)
+
+
+def test_every_route_of_the_console_has_a_rule_and_every_change_is_marked() -> None:
+    topology = load_checked_topology(REPO / "topology.yaml")
+    security = ProxySecurity(None, None, None, None, None, topology.limits)  # type: ignore[arg-type]
+    console = Console(
+        topology,
+        ConsoleSettings("c", "us-east"),
+        None,
+        security,
+        Path("/nonexistent"),
+        None,  # type: ignore[arg-type]
+    )
+    app = console.app()  # ConfigError if a route had no rule
+    methods = {route.method for route in app.router.routes()}
+    assert {"GET", "POST", "DELETE"} <= methods
+    for (method, path), need in RULES.items():
+        if need is PUBLIC:
+            assert path in ("/signin", "/signout", "/static/{name}"), path
+        elif method in ("POST", "DELETE"):
+            assert need.change, (method, path)
+        else:
+            assert not need.change, (method, path)
+
+
+def test_a_route_without_a_rule_stops_the_console() -> None:
+    app = web.Application()
+
+    async def new(_: web.Request) -> web.Response:
+        return web.Response()
+
+    app.router.add_get("/new", new)
+    with pytest.raises(ConfigError, match=r"routes without a rule \[\('GET', '/new'\)\]"):
+        access.check_rules(app, {("GET", "/"): Need("observe")})
+
+
+def _token(key: Any, ops: list[str], namespaces: list[str] | None = None) -> str:
+    scope = Scope.parse({"namespaces": namespaces or ["*"], "streams": ["*"], "ops": ops})
+    return issue(key, "someone", scope, time.time(), 600)[0]
+
+
+async def _client(tmp_path: Path) -> tuple[TestClient[Any, Any], Any, ConsoleAccess]:
+    key = new_signing_key()
+    gate = Gate(key.public_key(), frozenset)
+    guard = ConsoleAccess(gate, tmp_path / "audit.jsonl", secure_cookie=False)
+    rules = {
+        ("GET", "/"): Need("observe"),
+        ("GET", "/api/x"): Need("observe"),
+        ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
+        ("GET", "/signin"): PUBLIC,
+    }
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.json_response({"done": True})
+
+    app = web.Application(middlewares=[error_middleware, guard.middleware(rules)])
+    app.router.add_get("/", ok)
+    app.router.add_get("/api/x", ok)
+    app.router.add_post("/api/streams/{ns}/{stream}/truncate", ok)
+    app.router.add_get("/signin", ok)
+    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    return client, key, guard
+
+
+async def test_without_a_token_a_page_sends_to_sign_in_and_the_api_answers_401(
+    tmp_path: Path,
+) -> None:
+    client, key, _ = await _client(tmp_path)
+    async with client:
+        page = await client.get("/", allow_redirects=False)
+        assert (page.status, page.headers["Location"]) == (303, "/signin")
+        api = await client.get("/api/x")
+        assert api.status == 401
+        assert (await api.json())["code"] == "unauthenticated"
+        assert (await client.get("/signin")).status == 200
+        other_key = _token(new_signing_key(), ["observe"])
+        assert (
+            await client.get("/api/x", headers={"Authorization": f"Bearer {other_key}"})
+        ).status == 401
+        client.session.cookie_jar.update_cookies({COOKIE: _token(key, ["observe"])})
+        assert (await client.get("/api/x")).status == 200
+
+
+async def test_a_change_needs_admin_the_changes_own_op_and_the_consoles_header_and_is_audited(
+    tmp_path: Path,
+) -> None:
+    client, key, guard = await _client(tmp_path)
+    url = "/api/streams/ns1/s/truncate"
+    async with client:
+        admin_only = {"Authorization": f"Bearer {_token(key, ['admin'])}"}
+        both = {"Authorization": f"Bearer {_token(key, ['admin', 'truncate'])}"}
+        truncate_only = {"Authorization": f"Bearer {_token(key, ['truncate'])}"}
+        elsewhere = {"Authorization": f"Bearer {_token(key, ['admin', 'truncate'], ['ns2'])}"}
+        assert (await client.post(url, headers=both)).status == 403  # no console header
+        for refused in (admin_only, truncate_only, elsewhere):
+            answer = await client.post(url, headers={**refused, CHANGE_HEADER: "1"})
+            assert answer.status == 403
+        answer = await client.post(url, headers={**both, CHANGE_HEADER: "1"})
+        assert answer.status == 200
+    entries = guard.audit.newest()
+    assert [e["outcome"] for e in entries] == [
+        "ok",
+        "forbidden",
+        "forbidden",
+        "forbidden",
+        "forbidden",
+    ]
+    assert entries[0]["target"] == {"namespace": "ns1", "stream": "s", "ns": "ns1"}
+    assert entries[0]["action"] == "POST /api/streams/{ns}/{stream}/truncate"
+    assert "X-Globelog-Console" in entries[-1]["detail"]
+
+
+def test_the_audit_log_rotates_past_its_bound_and_shows_the_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(access, "AUDIT_BYTES_MAX", 300)
+    log = AuditLog(tmp_path / "audit.jsonl")
+    for i in range(20):
+        log.write({"action": f"a{i}"})
+    assert (tmp_path / "audit.jsonl.1").exists()
+    assert (tmp_path / "audit.jsonl").stat().st_size < 600
+    newest = log.newest(3)
+    assert [e["action"] for e in newest] == ["a19", "a18", "a17"]
+    with (tmp_path / "audit.jsonl").open("a") as file:
+        file.write("not json\n")
+    assert log.newest(1) == [{"unparsed": "not json"}]
+
+
+def test_what_the_console_shows_is_escaped() -> None:
+    key = new_signing_key()
+    token = issue(key, "me", Scope.everything(), time.time(), 600)[1]
+    listing = {
+        "namespace": "ns",
+        "filter": '"><script>',
+        "matching": 1,
+        "shown": 1,
+        "streams": [
+            {
+                "stream": "<script>alert(1)</script>",
+                "records_completed": 1,
+                "in_progress": 0,
+                "bytes_completed": 10,
+                "segments": 1,
+                "owner": "<i>x</i>",
+                "writes_per_s": None,
+            }
+        ],
+    }
+    html = pages.streams(["ns"], listing, token)
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<i>x</i>" not in html
+    assert '"><script>' not in html
+
+
+def _stream_view() -> dict[str, Any]:
+    segment = {
+        "sequence": 1, "state": "completed", "ledger_id": 5, "first_seq": 0, "record_count": 3,
+        "created_ms": 1000, "completed_ms": 2000, "writer_region": "us-east",
+        "ledger": {
+            "ledger_id": 5, "state": "CLOSED", "quorum": "4/4/3", "min_regions_for_durability": 2,
+            "length": 30, "ensembles": [{
+                "first_entry_id": 0, "adherence": "fail", "audit": "one region only",
+                "bookies": [{"bookie": "b1", "name": "bk1", "region": "us-east", "rack": "a"}],
+            }],
+        },
+    }  # fmt: skip
+    return {
+        "namespace": "ns", "stream": "s", "owner": None, "records_completed": 3,
+        "segments": [segment], "ensembles_failing_rule": 1, "regions": ["us-east", "eu-west"],
+    }  # fmt: skip
+
+
+def test_a_read_only_token_gets_no_change_control_and_an_admin_does() -> None:
+    key = new_signing_key()
+    reader = issue(
+        key, "r", Scope.parse({"namespaces": ["*"], "streams": ["*"], "ops": ["read"]}),
+        time.time(), 600,
+    )[1]  # fmt: skip
+    admin = issue(key, "a", Scope.everything(), time.time(), 600)[1]
+    shown = pages.stream(_stream_view(), reader, 3000, False, 0, 100)
+    assert 'id="actions"' not in shown and "data-action" not in shown
+    assert "1 ensemble(s) breaking" in shown and 'class="ens fail"' in shown
+    assert 'id="actions"' in pages.stream(_stream_view(), admin, 3000, False, 0, 100)
+    hidden = pages.stream(_stream_view(), admin, 3000, True, 0, 100)
+    assert 'id="contains"' not in hidden and "search is off" in hidden
+
+
+def test_a_failover_run_is_found_by_its_name_only(tmp_path: Path) -> None:
+    run = tmp_path / "run-7"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps({"valid": True, "operations": {"send": 3}}))
+    (tmp_path / "secret").mkdir()
+    runs = FailoverRuns(tmp_path)
+    assert [r["name"] for r in runs.listing()] == ["run-7"]
+    assert runs.run("run-7")["valid"] is True
+    for name in ("../run-7", "secret", "run-7/../../etc", ""):
+        with pytest.raises(NotFoundError):
+            runs.run(name)
+    with pytest.raises(NotFoundError, match=r"no timeline\.png"):
+        runs.timeline("run-7")
+    assert FailoverRuns(None).listing() == []
