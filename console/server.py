@@ -61,6 +61,7 @@ from core.security.credentials import client_ssl
 from core.topology import Proxy, Topology
 from global_meta import MetaStore
 from rebuild.bookies import decommission
+from region.admission.listener import Listener, body_deadline
 from region.drain import set_drained
 from region.http_errors import answered_code, error_response, json_response
 from region.observability.telemetry import metrics_handler
@@ -72,7 +73,7 @@ STATIC_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
 SEGMENTS_SHOWN = 100  # segment rows per stream page (the timeline shows all)
 LAG_SECONDS_MAX = 30  # a delivery-lag measurement tails every region for at most this
 TAIL_CHECK_S = 1.0  # how often a live tail looks whether its browser is still there
-STOP_GRACE_S = 3.0  # requests still running when the console stops get this long
+WRITE_TIMEOUT_S = 30.0  # a browser that stops reading an export or a tail is let go
 
 RULES: Rules = {
     ("GET", "/"): Need("observe"),
@@ -86,6 +87,7 @@ RULES: Rules = {
     ("GET", "/api/streams/{ns}/{stream}/export"): Need("read", "stream"),
     ("GET", "/api/streams/{ns}/{stream}/tail"): Need("read", "stream"),
     ("GET", "/api/streams/{ns}/{stream}/end"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/audit"): Need("read", "stream"),
     ("POST", "/api/streams/{ns}/{stream}/release"): Need("admin", "stream", change=True),
     ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
     ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
@@ -158,6 +160,7 @@ class Console:
         r.add_get("/api/streams/{ns}/{stream}/export", self._export)
         r.add_get("/api/streams/{ns}/{stream}/tail", self._tail)
         r.add_get("/api/streams/{ns}/{stream}/end", self._end)
+        r.add_get("/api/streams/{ns}/{stream}/audit", self._audit)
         r.add_post("/api/streams/{ns}/{stream}/release", self._release)
         r.add_post("/api/streams/{ns}/{stream}/truncate", self._truncate)
         r.add_delete("/api/streams/{ns}/{stream}", self._delete)
@@ -242,10 +245,10 @@ class Console:
     async def _stream_page(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["stream"]
         started = time.perf_counter()
-        view = await self.views.stream(ns, name)
         first = bounded(request.query.get("segments_from"), "segments_from", 0, 10**9) if (
             request.query.get("segments_from") not in (None, "", "0")
         ) else 0  # fmt: skip
+        view = await self.views.stream(ns, name, slice(first, first + SEGMENTS_SHOWN))
         html = pages.stream(
             view, request[TOKEN_KEY], int(time.time() * 1000), ns in self.settings.hide_payloads,
             first, SEGMENTS_SHOWN,
@@ -315,11 +318,15 @@ class Console:
         )
         await answer.prepare(request)
         if first is not None:
-            await answer.write(json.dumps(self._shown(ns, [first])[0]).encode() + b"\n")
+            await _send(answer, json.dumps(self._shown(ns, [first])[0]).encode() + b"\n")
             async for record in records:
-                await answer.write(json.dumps(self._shown(ns, [record])[0]).encode() + b"\n")
+                await _send(answer, json.dumps(self._shown(ns, [record])[0]).encode() + b"\n")
         await answer.write_eof()
         return answer
+
+    async def _audit(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        return json_response(await self.views.audit(ns, name))
 
     async def _end(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["stream"]
@@ -343,7 +350,7 @@ class Console:
                 if line.strip():
                     record = json.loads(line)
                     shown = self._shown(ns, [record])[0] if "seq" in record else record
-                    await answer.write(json.dumps(shown).encode() + b"\n")
+                    await _send(answer, json.dumps(shown).encode() + b"\n")
                 line = await anext(lines, None)
 
         # The relay waits on the proxy; this waits on the browser: a tail whose browser went
@@ -459,7 +466,8 @@ class Console:
         return _page(pages.signin())
 
     async def _signin(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        async with body_deadline(request, self.topology.limits):
+            form = await request.post()
         raw = form.get("token")
         if not isinstance(raw, str):
             return _page(pages.signin("no token given"), 400)
@@ -484,6 +492,12 @@ class Console:
             raise NotFoundError(f"no static file {name!r:.80}")
         body = resources.files("console").joinpath("static", name).read_bytes()
         return web.Response(body=body, content_type=kind, headers={"Cache-Control": "no-cache"})
+
+
+async def _send(answer: web.StreamResponse, data: bytes) -> None:
+    """Writes to a browser, which must take it within WRITE_TIMEOUT_S (I8)."""
+    async with asyncio.timeout(WRITE_TIMEOUT_S):
+        await answer.write(data)
 
 
 def _page(html: str, status: int = 200) -> web.Response:
@@ -520,10 +534,10 @@ async def serve_console(
         )
         server = Console(topology, settings, store, security, audit_log, token)
         await server.start()
-        runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=STOP_GRACE_S)
+        # the proxies' listener: a connection cap, header and TLS handshake deadlines
+        listener = Listener(server.app(), topology.limits)
         try:
-            await runner.setup()
-            await web.TCPSite(runner, host, port, ssl_context=security.ssl).start()
+            await listener.start(host, port, security.ssl)
             print(
                 f"console {console.name} ({console.region}) serving at "
                 f"{topology.security.scheme}://{host}:{port}",
@@ -531,7 +545,7 @@ async def serve_console(
             )
             await stop.wait()
         finally:
-            await runner.cleanup()
+            await listener.stop()
             await server.stop()
 
 

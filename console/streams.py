@@ -4,7 +4,10 @@ segments, each with its ledger's ensembles placed by region and rack and audited
 durability rule (I6).
 
 Ledger metadata is read without a sync (a view may lag its region's ZooKeeper server by a
-moment); at most READS_AT_ONCE reads are in flight. A listing names at most
+moment); at most READS_AT_ONCE reads are in flight. Completed segments and closed ledgers are
+kept (at most SEGMENTS_CACHED_MAX and LEDGERS_CACHED_MAX, least recently shown dropped first)
+and read again once older than FRESH_S: a truncation, an archive or a rebuild's new ensemble
+shows within that; in-progress segments and open ledgers are read every time. A listing names at most
 STREAMS_LISTED_MAX streams (those whose names contain the filter, in name order).
 """
 
@@ -20,12 +23,11 @@ from core.errors import BadRequestError, NoNodeError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.security.tokens import Token
 from global_meta import MetaStore
-from global_meta.streams import ROOT, StreamCounters, StreamMetaStore
+from global_meta.streams import ROOT, StreamCounters, StreamMetaStore, VersionedSegment
 from ledger import (
     MIN_REGIONS_KEY,
     LedgerMetadataStore,
     LedgerState,
-    NoSuchLedgerMetadataError,
     VersionedMetadata,
 )
 from placement import LocatedBookie, audit_ensemble
@@ -35,6 +37,10 @@ READS_AT_ONCE = 64
 STREAMS_LISTED_MAX = 500
 FILTER_CHARS_MAX = 200
 RATES_KEPT = 10_000  # streams whose last count is kept for a write rate
+AUDIT_NAMED_MAX = 50  # failing segments an audit names (all are counted)
+FRESH_S = 10.0  # a completed segment's or closed ledger's metadata is read again after this
+SEGMENTS_CACHED_MAX = 50_000
+LEDGERS_CACHED_MAX = 50_000
 PUBLISHED_FOR_S = 5.0  # the published topology (bookie locations) is read again after this
 
 T = TypeVar("T")
@@ -53,6 +59,17 @@ class StreamViews:
             collections.OrderedDict()
         )
         self._published: tuple[float, PublishedTopology] | None = None
+        self._views: collections.OrderedDict[
+            tuple[int, int], tuple[PublishedTopology, dict[str, Any]]
+        ] = collections.OrderedDict()
+        # completed segments and closed ledgers change rarely (truncation, archiving, a
+        # rebuild's new ensemble): re-read once older than FRESH_S
+        self._segment_cache: collections.OrderedDict[
+            tuple[str, str], dict[str, tuple[float, VersionedSegment]]
+        ] = collections.OrderedDict()
+        self._ledger_cache: collections.OrderedDict[int, tuple[float, VersionedMetadata]] = (
+            collections.OrderedDict()
+        )
 
     async def _bounded(self, work: Awaitable[T]) -> T:
         async with self._slots:
@@ -91,19 +108,21 @@ class StreamViews:
     async def _row(self, streams: StreamMetaStore, stream: str) -> dict[str, Any] | None:
         try:
             segments, counters, owner = await asyncio.gather(
-                self._bounded(streams.segments(stream)),
+                self._segments(streams, stream),
                 self._bounded(streams.counters(stream)),
                 self._bounded(streams.owner(stream)),
             )
         except Exception as err:  # noqa: BLE001 - deleted meanwhile, or malformed: one row says so
             return {"stream": stream, "error": f"{type(err).__name__}: {err}"}
-        ledgers = await asyncio.gather(
-            *(
-                self._metadata(v.segment.ledger_id)
-                for v in segments
-                if not v.segment.ledger_deleted and not v.segment.is_in_progress
+        ledgers = (
+            await self._metadata_of(
+                [
+                    v.segment.ledger_id
+                    for v in segments
+                    if not v.segment.ledger_deleted and not v.segment.is_in_progress
+                ]
             )
-        )
+        ).values()
         records = counters.next_seq
         now = self._clock()
         key = (streams.namespace, stream)
@@ -126,11 +145,55 @@ class StreamViews:
             "last_write_region": segments[-1].segment.writer_region if segments else None,
         }
 
-    async def _metadata(self, ledger_id: int) -> VersionedMetadata | None:
+    async def _metadata_of(self, ledger_ids: list[int]) -> dict[int, VersionedMetadata]:
+        """Many ledgers' metadata: closed ones from the cache while fresh, the rest in one
+        batch of reads."""
+        now = self._clock()
+        found: dict[int, VersionedMetadata] = {}
+        wanted = []
+        for ledger_id in ledger_ids:
+            kept = self._ledger_cache.get(ledger_id)
+            if kept is not None and now - kept[0] <= FRESH_S:
+                self._ledger_cache.move_to_end(ledger_id)
+                found[ledger_id] = kept[1]
+            else:
+                wanted.append(ledger_id)
+        batch = await self._bounded(self._ledgers.read_many(wanted))
+        for ledger_id, read in zip(wanted, batch, strict=True):
+            if read is None:
+                self._ledger_cache.pop(ledger_id, None)
+                continue
+            found[ledger_id] = read
+            if read.metadata.state is LedgerState.CLOSED:
+                self._ledger_cache[ledger_id] = (now, read)
+        while len(self._ledger_cache) > LEDGERS_CACHED_MAX:
+            self._ledger_cache.popitem(last=False)
+        return found
+
+    async def _segments(self, streams: StreamMetaStore, stream: str) -> list[VersionedSegment]:
+        """Every segment of the stream, oldest first: completed ones from the cache while
+        fresh, the others read."""
         try:
-            return await self._bounded(self._ledgers.read(ledger_id, synced=False))
-        except NoSuchLedgerMetadataError:
-            return None
+            names = await self._store.children(f"{streams.path(stream)}/segments")
+        except NoNodeError as err:
+            raise streams.not_found(stream) from err
+        key = (streams.namespace, stream)
+        kept = self._segment_cache.pop(key, {})
+        now = self._clock()
+        stale = [
+            name
+            for name in names
+            if name not in kept
+            or kept[name][1].segment.is_in_progress
+            or now - kept[name][0] > FRESH_S
+        ]
+        read = await self._bounded(streams.segments_named(stream, stale))
+        fresh = {n: kept[n] for n in names if n in kept and n not in stale}
+        fresh.update({n: (now, v) for n, v in zip(stale, read, strict=True) if v is not None})
+        self._segment_cache[key] = fresh
+        while sum(len(c) for c in self._segment_cache.values()) > SEGMENTS_CACHED_MAX:
+            self._segment_cache.popitem(last=False)
+        return sorted((v for _, v in fresh.values()), key=lambda v: v.segment.sequence)
 
     async def locations(self) -> PublishedTopology:
         now = self._clock()
@@ -142,48 +205,87 @@ class StreamViews:
     async def counters(self, namespace: str, stream: str) -> StreamCounters:
         return await StreamMetaStore(self._store, namespace).counters(stream)
 
-    async def stream(self, namespace: str, stream: str) -> dict[str, Any]:
-        """Every segment of the stream with its ledger's ensembles, placed and audited."""
+    async def stream(
+        self, namespace: str, stream: str, rows: slice | None = None
+    ) -> dict[str, Any]:
+        """Every segment of the stream (`segments`, oldest first), and `rows`: the segments
+        of the `rows` slice of the newest-first order (all when None), each with its
+        ledger's ensembles placed and audited. The audit of every ledger is `audit`'s."""
         streams = StreamMetaStore(self._store, namespace)
         await streams.require(stream)
         segments, counters, owner, published = await asyncio.gather(
-            streams.segments(stream), streams.counters(stream), streams.owner(stream),
+            self._segments(streams, stream), streams.counters(stream), streams.owner(stream),
             self.locations(),
         )  # fmt: skip
-        located = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
-        ledgers = await asyncio.gather(
-            *(self._metadata(v.segment.ledger_id) for v in segments if not v.segment.ledger_deleted)
+        newest_first = segments[::-1]
+        chosen = newest_first if rows is None else newest_first[rows]
+        by_id = await self._metadata_of(
+            [v.segment.ledger_id for v in chosen if not v.segment.ledger_deleted]
         )
-        by_id = {m.ledger_id: m for m in ledgers if m is not None}
-        described = []
-        failing = 0
-        for versioned in segments:
-            segment = versioned.segment
-            entry = describe_segment(segment)
-            metadata = by_id.get(segment.ledger_id)
-            entry["ledger"] = (
-                None if metadata is None else self._ledger_view(metadata, located, published)
-            )
-            if metadata is not None:
-                failing += sum(e["adherence"] == "fail" for e in entry["ledger"]["ensembles"])
-            described.append(entry)
+        shown = []
+        for versioned in chosen:
+            entry = describe_segment(versioned.segment)
+            metadata = by_id.get(versioned.segment.ledger_id)
+            entry["ledger"] = None if metadata is None else self._ledger_view(metadata, published)
+            shown.append(entry)
         return {
             "namespace": namespace,
             "stream": stream,
             "owner": owner,
             "records_completed": counters.next_seq,
             "max_txid": counters.max_txid,
-            "segments": described,
-            "ensembles_failing_rule": failing,
+            "segments": [describe_segment(v.segment) for v in segments],
+            "rows": shown,
             "regions": list(published.regions),
         }
 
+    async def audit(self, namespace: str, stream: str) -> dict[str, Any]:
+        """The placement audit of every ensemble of every segment's ledger."""
+        streams = StreamMetaStore(self._store, namespace)
+        await streams.require(stream)
+        segments, published = await asyncio.gather(
+            self._segments(streams, stream), self.locations()
+        )
+        by_id = await self._metadata_of(
+            [v.segment.ledger_id for v in segments if not v.segment.ledger_deleted]
+        )
+        ensembles, failing = 0, []
+        for versioned in segments:
+            metadata = by_id.get(versioned.segment.ledger_id)
+            if metadata is None:
+                continue
+            view = self._ledger_view(metadata, published)
+            ensembles += len(view["ensembles"])
+            bad = sum(e["adherence"] == "fail" for e in view["ensembles"])
+            if bad:
+                failing.append({"segment": versioned.segment.sequence, "ensembles": bad})
+        return {
+            "ledgers": len(by_id),
+            "ensembles": ensembles,
+            "ensembles_failing_rule": sum(f["ensembles"] for f in failing),
+            "failing_segments": failing[:AUDIT_NAMED_MAX],
+        }
+
     def _ledger_view(
-        self,
-        versioned: VersionedMetadata,
-        located: list[LocatedBookie],
-        published: PublishedTopology,
+        self, versioned: VersionedMetadata, published: PublishedTopology
     ) -> dict[str, Any]:
+        """The ledger's ensembles placed and audited (kept per metadata version while the
+        published bookie locations stay the same)."""
+        key = (versioned.ledger_id, versioned.version)
+        kept = self._views.get(key)
+        if kept is not None and kept[0] == published:
+            self._views.move_to_end(key)
+            return kept[1]
+        view = self._audited(versioned, published)
+        self._views[key] = (published, view)
+        while len(self._views) > LEDGERS_CACHED_MAX:
+            self._views.popitem(last=False)
+        return view
+
+    def _audited(
+        self, versioned: VersionedMetadata, published: PublishedTopology
+    ) -> dict[str, Any]:
+        located = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
         md = versioned.metadata
         stored = dict(md.custom_metadata).get(MIN_REGIONS_KEY)
         min_regions = int(stored.decode()) if stored else self._min_regions

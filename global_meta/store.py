@@ -20,6 +20,9 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionClosedRequireSaslError,
 )
+from kazoo.exceptions import (
+    NoNodeError as ZkNoNodeError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import make_acl
@@ -367,6 +370,54 @@ class MetaStore:
     async def get(self, path: str) -> tuple[bytes, NodeStat]:
         data, stat = await self._await("get", path, lambda: self._client.get_async(path))
         return bytes(data or b""), NodeStat.of(stat)
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, NodeStat] | None]:
+        """Every node's data and stat, None for a node that does not exist; the reads are all
+        sent at once and the caller is woken once, when the last answer came (thousands of
+        small reads cost the loop one wake-up, not one each). Bounded by the op timeout as a
+        whole; any error but a missing node fails the batch."""
+        if not paths:
+            return []
+        if self._without_session:
+            raise errors.MetadataUnavailableError(
+                f"get of {len(paths)} nodes: no ZooKeeper session (reconnecting)"
+            )
+        future: asyncio.Future[None] = self._loop.create_future()
+        results: list[Any] = [None] * len(paths)
+        left = [len(paths)]
+        lock = threading.Lock()
+
+        def settled(index: int) -> Callable[[Any], None]:
+            def keep(result: Any) -> None:
+                results[index] = result
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    self._loop.call_soon_threadsafe(
+                        lambda: None if future.done() else future.set_result(None)
+                    )
+
+            return keep
+
+        try:
+            for i, path in enumerate(paths):
+                self._client.get_async(path).rawlink(settled(i))
+            async with asyncio.timeout(self._op_timeout_s):
+                await future
+        except (KazooException, TimeoutError) as err:
+            raise translate(err, "get", f"{paths[0]} and {len(paths) - 1} more") from err
+        found: list[tuple[bytes, NodeStat] | None] = []
+        for path, result in zip(paths, results, strict=True):
+            try:
+                data, stat = result.get_nowait()
+            except ZkNoNodeError:
+                found.append(None)
+                continue
+            except KazooException as err:
+                raise translate(err, "get", path) from err
+            found.append((bytes(data or b""), NodeStat.of(stat)))
+        return found
 
     async def exists(self, path: str) -> NodeStat | None:
         stat = await self._await("exists", path, lambda: self._client.exists_async(path))

@@ -161,6 +161,23 @@ class StreamMetaStore:
         found = await asyncio.gather(*(self._segment(stream, n) for n in names))
         return sorted((s for s in found if s is not None), key=lambda v: v.segment.sequence)
 
+    async def segments_named(
+        self, stream: str, names: Sequence[str]
+    ) -> list[VersionedSegment | None]:
+        """The segments of these znode names in one batch of reads (None: deleted)."""
+        base = f"{self.path(stream)}/segments"
+        found = await self.store.get_many([f"{base}/{name}" for name in names])
+        read: list[VersionedSegment | None] = []
+        for name, item in zip(names, found, strict=True):
+            if item is None:
+                read.append(None)
+                continue
+            segment = decode_segment(item[0], f"{base}/{name}")
+            if f"{segment.sequence:018d}" != name:
+                raise SegmentMetadataError(f"{base}/{name}: holds segment {segment.sequence}")
+            read.append(VersionedSegment(segment, item[1].version))
+        return read
+
     async def segment(self, stream: str, sequence: int) -> VersionedSegment | None:
         """One segment's metadata, or None when it does not exist (not yet, or deleted)."""
         return await self._segment(stream, f"{sequence:018d}")

@@ -5,8 +5,10 @@ then the owner releases the stream, so the next write starts a new segment on a 
 and a stream of --records records are written through the write proxies; then the console's
 stream page (every segment, with its ledger's ensembles read and audited; rows for the newest
 100) and a 500-record page of its record browser (read through the region's read proxy) are
-asked for --samples times each. Server time is what the console's own `Server-Timing` header
-says; the round trip as the client saw it is printed beside it.
+asked for --samples times each, after one warming ask. The stream page is also asked cold:
+each time after the console's cache of completed segments and closed ledgers aged out, so
+every segment's and ledger's metadata is read from ZooKeeper again. Server time is what the
+console's own `Server-Timing` header says; the round trip as the client saw it is beside it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from region.client import ProxyClient
 SEGMENTS_MAX = 5000
 RECORDS_PER_BULK = 100
 BROWSER_PAGE = 500
+COLD_SAMPLES = 5
+CACHE_AGED_S = 11.0  # past the console's FRESH_S: every completed segment is read again
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segments", type=int, default=1000, help="segments of the long stream")
     parser.add_argument("--records", type=int, default=2000, help="records of the browsed stream")
     parser.add_argument("--samples", type=int, default=20, help="requests per page")
+    parser.add_argument(
+        "--namespace", default=None, help="reuse this namespace's streams when already written"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,26 +75,36 @@ def run(args: argparse.Namespace) -> int:
         args.use_running,
         tools,
         progress,
-        lambda c: bench_console(c, args.segments, args.records, args.samples, progress),
+        lambda c: bench_console(
+            c, args.segments, args.records, args.samples, progress, args.namespace
+        ),
     )
     return 0
 
 
 async def bench_console(
-    cluster: Cluster, segments: int, records: int, samples: int, progress: Callable[[str], None]
+    cluster: Cluster,
+    segments: int,
+    records: int,
+    samples: int,
+    progress: Callable[[str], None],
+    namespace: str | None = None,
 ) -> str:
     topology = cluster.topology
     region = next(r for r in topology.regions if r.consoles)
     console = topology.proxy_url(region.consoles[0])
     writer = topology.proxy_url(region.write_proxies[0])
-    namespace = f"console{uuid.uuid4().hex[:6]}"
+    namespace = namespace or f"console{uuid.uuid4().hex[:6]}"
     async with (
         ProxyClient([writer], namespace, deadline_s=60) as client,
         operator_session(aiohttp.ClientTimeout(total=120)) as http,
     ):
-        await client.create("long")
+        existing = set(await client.list_streams())
+        have = int((await client.describe("long"))["segments"]) if "long" in existing else 0
+        if "long" not in existing:
+            await client.create("long")
         started = time.monotonic()
-        for i in range(segments):
+        for i in range(have, segments):
             await client.write("long", f"segment {i}".encode())
             async with http.post(
                 f"{writer}/v1/namespaces/{namespace}/streams/long/release"
@@ -95,8 +112,9 @@ async def bench_console(
                 answer.raise_for_status()
             if (i + 1) % 100 == 0:
                 progress(f"{i + 1}/{segments} segments ({time.monotonic() - started:.0f} s)")
-        await client.create("wide")
-        for first in range(0, records, RECORDS_PER_BULK):
+        if "wide" not in existing:
+            await client.create("wide")
+        for first in range(0 if "wide" not in existing else records, records, RECORDS_PER_BULK):
             count = min(RECORDS_PER_BULK, records - first)
             await client.write_bulk(
                 "wide", [f'{{"n": {first + i}, "text": "record {first + i}"}}'.encode()
@@ -107,9 +125,28 @@ async def bench_console(
         records_page = (
             f"{console}/api/streams/{namespace}/wide/records?from=earliest&max={BROWSER_PAGE}"
         )
-        rows = []
+        rows: list[tuple[str, list[float], list[float]]] = []
+        audit = f"{console}/api/streams/{namespace}/long/audit"
+        progress(f"the stream page cold: {COLD_SAMPLES} asks, each once the cache aged out")
+        page_cold: tuple[list[float], list[float]] = ([], [])
+        audit_cold: tuple[list[float], list[float]] = ([], [])
+        for _ in range(COLD_SAMPLES):  # the page, then its audit (every ledger read again)
+            for into, url, timing in (
+                (page_cold, stream_page, "render"),
+                (audit_cold, audit, None),
+            ):
+                server, seen = await _ask(http, url, timing, 1, 0.0, warm_up=False)
+                into[0].extend(server)
+                into[1].extend(seen)
+            await asyncio.sleep(CACHE_AGED_S)
+        rows.append(
+            (f"stream page, {segments} segments, cold", sorted(page_cold[0]), sorted(page_cold[1]))
+        )
+        rows.append(("its audit of every ledger, cold", sorted(audit_cold[0]),
+                     sorted(audit_cold[1])))  # fmt: skip
         for what, url, timing in (
-            (f"stream page, {segments} segments", stream_page, "render"),
+            (f"stream page, {segments} segments, warm", stream_page, "render"),
+            ("its audit of every ledger, warm", audit, None),
             (f"record page, {BROWSER_PAGE} records", records_page, "proxy"),
             ("overview (from its last round)", f"{console}/api/overview", None),
         ):
@@ -139,10 +176,18 @@ async def bench_console(
 
 
 async def _ask(
-    http: aiohttp.ClientSession, url: str, timing: str | None, samples: int
+    http: aiohttp.ClientSession,
+    url: str,
+    timing: str | None,
+    samples: int,
+    pause_s: float = 0.0,
+    warm_up: bool = True,
 ) -> tuple[list[float], list[float]]:
+    """(server times, client round trips) in ms, sorted; the first answer is left out when
+    `warm_up` (it fills the console's caches), and each ask waits `pause_s` first."""
     server, seen = [], []
-    for _ in range(samples + 1):  # the first warms the caches and is not counted
+    for _ in range(samples + int(warm_up)):
+        await asyncio.sleep(pause_s)
         started = time.perf_counter()
         async with http.get(url) as answer:
             await answer.read()
@@ -151,5 +196,5 @@ async def _ask(
         seen.append((time.perf_counter() - started) * 1000)
         if timing is not None and header.startswith(f"{timing};dur="):
             server.append(float(header.split("dur=", 1)[1]))
-        await asyncio.sleep(0)
-    return sorted(server[1:]), sorted(seen[1:])
+    skip = int(warm_up)
+    return sorted(server[skip:]), sorted(seen[skip:])

@@ -88,6 +88,18 @@ function streamPage() {
     return encodeURIComponent(document.getElementById("from").value.trim() || "earliest");
   }
 
+  getJson(api + "/audit")
+    .then((audit) => {
+      const box = document.getElementById("audit");
+      const failing = audit.ensembles_failing_rule;
+      box.textContent = failing + " ensemble(s) breaking the durability rule (of " + audit.ensembles +
+        " in " + audit.ledgers + " ledgers)" +
+        (failing ? ": segments " + audit.failing_segments.map((f) => f.segment).join(", ") : "");
+      box.className = failing ? "bad" : "ok";
+    })
+    .catch((err) => {
+      document.getElementById("audit").textContent = "audit failed: " + err;
+    });
   getJson(api + "/end")
     .then((end) => {
       document.getElementById("end").textContent = end.next_seq + (end.complete ? "" : "+");

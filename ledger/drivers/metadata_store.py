@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -128,6 +128,15 @@ class LedgerMetadataStore:
         except errors.NoNodeError as err:
             raise NoSuchLedgerMetadataError(f"ledger {ledger_id}: no metadata at {path}") from err
         return VersionedMetadata(ledger_id, parse_metadata(data), stat.version)
+
+    async def read_many(self, ledger_ids: Sequence[int]) -> list[VersionedMetadata | None]:
+        """Many ledgers' metadata in one batch of reads, unsynced (`read(synced=False)`);
+        None for a ledger without metadata."""
+        found = await self._store.get_many([ledger_path(i, self._root) for i in ledger_ids])
+        return [
+            None if item is None else VersionedMetadata(i, parse_metadata(item[0]), item[1].version)
+            for i, item in zip(ledger_ids, found, strict=True)
+        ]
 
     async def write(
         self, current: VersionedMetadata, metadata: LedgerMetadata

@@ -189,7 +189,7 @@ async def test_pages_render_and_the_record_browser_finds_by_seq_time_and_content
 
         await page.goto(f"{console.url}/streams/{namespace}/orders")
         assert await page.locator("#segments tr[data-segment]").count() >= 1
-        assert "0 ensemble(s) breaking" in await page.inner_text("#audit")
+        await expect(page.locator("#audit")).to_contain_text("0 ensemble(s) breaking")
         await expect(page.locator("#end")).to_have_text("20")
         assert await first_row_seq(page, "17") == 17
         assert await first_row_seq(page, f"seq:{acked[3].seq}") == acked[3].seq

@@ -42,6 +42,20 @@ async def test_versioned_compare_and_set(store: MetaStore) -> None:
     assert (await store.get("/segment"))[0] == b"v1"
 
 
+async def test_a_batch_of_reads_answers_each_node_in_order_and_none_for_a_missing_one(
+    store: MetaStore,
+) -> None:
+    assert await store.get_many([]) == []
+    for i in range(300):
+        await store.create(f"/many-{i:03d}", f"v{i}".encode())
+    paths = [f"/many-{i:03d}" for i in range(300)]
+    found = await store.get_many([*paths[:150], "/missing", *paths[150:]])
+    assert found[150] is None
+    read = [item for item in found if item is not None]
+    assert [data for data, _ in read] == [f"v{i}".encode() for i in range(300)]
+    assert all(stat.version == 0 for _, stat in read)
+
+
 async def test_errors_are_translated(store: MetaStore) -> None:
     with pytest.raises(errors.NoNodeError, match="get '/missing': no such node"):
         await store.get("/missing")
