@@ -25,7 +25,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from core.errors import ConfigError, ForbiddenError, GlobelogError, UnauthenticatedError
-from core.security.tokens import OPS, Scope, Token
+from core.security.tokens import OPS, Scope, Token, bearer
+from core.streams import check_name
 from region.security.gate import Gate, rule_key
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 COOKIE = "globelog_console"
 CHANGE_HEADER = "X-Globelog-Console"
 TOKEN_KEY = web.RequestKey("console_token", Token)
+RAW_TOKEN_KEY = web.RequestKey("console_raw_token", str)  # as verified: what the proxies get
+SAME_SITE_FETCHES = ("same-origin", "none")  # Sec-Fetch-Site values a sign-in may come with
 AUDIT_BYTES_MAX = 16 * 1024 * 1024  # the audit log is rotated (one old file kept) past this
 AUDIT_SHOWN_MAX = 200  # entries the audit page shows, newest first
 SIGNIN_TOKEN_BYTES_MAX = 8 * 1024
@@ -48,7 +51,10 @@ class Need:
     marks a route that changes something (admin, the console's header, the audit log)."""
 
     op: str
-    on: str = "proxy"  # "proxy" | "namespace" | "stream"
+    # "proxy": the op, whatever the token's names; "cluster": the op with every namespace
+    # and stream in scope (a change to the whole deployment: a bookie's decommission, the
+    # audit log of everyone's changes); "namespace" / "stream": the path's
+    on: str = "proxy"
     change: bool = False
 
     def __post_init__(self) -> None:
@@ -68,6 +74,38 @@ def check_rules(app: web.Application, rules: Rules) -> None:
         raise ConfigError(f"console rules: routes without a rule {missing}; unused {unused}")
 
 
+NAMED = ("namespace", "stream")
+
+
+def covers_everything(scope: Scope) -> bool:
+    """Whether the scope names every namespace and every stream (patterns `*`)."""
+    return "" in scope.namespaces.prefixes and "" in scope.streams.prefixes
+
+
+def require(token: Token, op: str, on: str, namespace: str | None, stream: str | None) -> None:
+    """ForbiddenError unless `token` may do `op` as a rule `on` asks."""
+    token.require(op, namespace, stream)
+    if on == "cluster" and not covers_everything(token.scope):
+        raise ForbiddenError(
+            f"token {token.token_id} of {token.subject!r} may {op} only some namespaces or "
+            f"streams ({token.scope.claim()}); this acts on the whole deployment and needs "
+            "every one (namespaces and streams `*`)"
+        )
+
+
+def same_site(request: web.Request) -> None:
+    """ForbiddenError for a sign-in or sign-out another site's page sent (login CSRF): the
+    browser names where a request comes from (Sec-Fetch-Site, Origin)."""
+    fetch = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if fetch is not None and fetch not in SAME_SITE_FETCHES:
+        raise ForbiddenError(f"a sign-in from another site ({fetch}) is refused")
+    if origin is not None and origin != "null":
+        expected = f"{request.scheme}://{request.host}"
+        if origin != expected:
+            raise ForbiddenError(f"a sign-in from {origin!r:.100} is refused; expected {expected}")
+
+
 def is_api(request: web.Request) -> bool:
     return request.path.startswith("/api/")
 
@@ -81,14 +119,18 @@ class ConsoleAccess:
         self._secure = secure_cookie
 
     def token_of(self, request: web.Request) -> Token:
-        """The request's verified token: its Authorization header, else the sign-in cookie."""
+        """The request's verified token: its Authorization header, else the sign-in cookie.
+        The raw token verified is kept at request[RAW_TOKEN_KEY], so the proxies are sent
+        exactly the token checked here."""
         if self.gate is None:
             return OPEN
         header = request.headers.get("Authorization")
         if header is None:
             cookie = request.cookies.get(COOKIE)
             header = None if cookie is None else f"Bearer {cookie}"
-        return self.gate.authenticate(header)
+        token = self.gate.authenticate(header)
+        request[RAW_TOKEN_KEY] = bearer(header)
+        return token
 
     def sign_in(self, raw: str) -> tuple[Token, web.HTTPSeeOther]:
         """Checks `raw` and answers with the cookie that keeps it; UnauthenticatedError if the
@@ -124,11 +166,16 @@ class ConsoleAccess:
                 if is_api(request) or request.method != "GET":
                     raise
                 raise web.HTTPSeeOther("/signin") from None
-            namespace = request.match_info.get("ns") if need.on != "proxy" else None
+            namespace = request.match_info.get("ns") if need.on in NAMED else None
             stream = request.match_info.get("stream") if need.on == "stream" else None
+            # a name the proxies would refuse is refused here too, before it reaches a path
+            if "ns" in request.match_info:
+                check_name(request.match_info["ns"], "namespace")
+            if "stream" in request.match_info:
+                check_name(request.match_info["stream"])
             request[TOKEN_KEY] = token
             if not need.change:
-                token.require(need.op, namespace, stream)
+                require(token, need.op, need.on, namespace, stream)
                 return await handler(request)
             return await self._change(request, handler, token, need, namespace, stream)
 
@@ -158,14 +205,19 @@ class ConsoleAccess:
                     f"a change through the console needs the header {CHANGE_HEADER}: 1 "
                     "(the console's own page sends it; another site's form cannot)"
                 )
-            token.require("admin", namespace, stream)
-            token.require(need.op, namespace, stream)
+            require(token, "admin", need.on, namespace, stream)
+            require(token, need.op, need.on, namespace, stream)
             answer = await handler(request)
         except GlobelogError as err:
             self.audit.write({**entry, "outcome": err.code, "detail": str(err)[:500]})
             raise
         except web.HTTPException as err:
             self.audit.write({**entry, "outcome": f"http {err.status}"})
+            raise
+        except BaseException as err:  # a proxy's refusal, a timeout (the outcome unknown), ...
+            status = getattr(err, "status", None)
+            outcome = f"proxy {status}" if status else f"{type(err).__name__} (outcome unknown)"
+            self.audit.write({**entry, "outcome": outcome, "detail": str(err)[:500]})
             raise
         self.audit.write({**entry, "outcome": "ok", "status": answer.status})
         return answer

@@ -14,8 +14,8 @@ import collections
 import logging
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from console.health import deployment_status
 from core.errors import NoNodeError
@@ -28,9 +28,11 @@ from global_meta.streams import ROOT, StreamMetaStore
 from ledger import BookieUnreachableError, UnderReplication, ping_bookie
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ROUND_EVERY_S = 1.0
 ROUND_TIMEOUT_S = 4.0
+PART_TIMEOUT_S = 3.5  # each part of a round (node probes, WAN pings, ...)
 WAN_PING_TIMEOUT_S = 1.5
 WAN_PINGS = 3  # per bookie and round; the median is shown
 OWNERS_EVERY_ROUNDS = 3  # owners are polled every third round (three reads per stream)
@@ -76,14 +78,14 @@ class Overview:
             await asyncio.sleep(max(0.0, ROUND_EVERY_S - (time.monotonic() - started)))
 
     async def round(self) -> dict[str, Any]:
-        nodes, wan, under = await asyncio.gather(
-            deployment_status(self.topology, self._store, self._token),
-            self.wan(),
-            self._under_replicated(),
+        # each part has its own bound and its own fallback: one part failing (the
+        # under-replication walk while ZooKeeper is away) does not freeze the others
+        nodes, wan, under, _ = await asyncio.gather(
+            _part("nodes", deployment_status(self.topology, self._store, self._token), []),
+            _part("wan", self.wan(), []),
+            _part("under-replication", self._under_replicated(), {"ledgers": None}),
+            _part("owners", self._poll_owners_now(), None),
         )
-        if self._rounds % OWNERS_EVERY_ROUNDS == 0:
-            await self._poll_owners()
-        self._rounds += 1
         regions = []
         for region in self.topology.regions:
             mine = [n for n in nodes if n["region"] == region.name]
@@ -137,6 +139,11 @@ class Overview:
             )
         return found
 
+    async def _poll_owners_now(self) -> None:
+        self._rounds += 1
+        if self._rounds % OWNERS_EVERY_ROUNDS == 1:
+            await self._poll_owners()
+
     async def _under_replicated(self) -> dict[str, Any]:
         under = UnderReplication(self._store)
         marked = await under.marked()
@@ -170,6 +177,16 @@ class Overview:
                     }
                 )
         self._owners = dict(zip(watched, owners, strict=True))
+
+
+async def _part(what: str, work: Awaitable[T], fallback: T) -> T:
+    """`work` within PART_TIMEOUT_S; `fallback` (and a log line) if it fails or runs over."""
+    try:
+        async with asyncio.timeout(PART_TIMEOUT_S):
+            return await work
+    except Exception as err:  # noqa: BLE001 - shown as unknown on the page, said in the log
+        log.warning("overview: %s failed: %r", what, err)
+        return fallback
 
 
 def _region_state(nodes: list[dict[str, str]]) -> str:

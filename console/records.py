@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import ssl
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from core.errors import BadRequestError, OverCapacityError
+from core.errors import BadRequestError, OverCapacityError, ProxyUnreachableError
 
 PAGE_RECORDS_MAX = 500  # a browser page
 SEARCH_SCAN_DEFAULT = 10_000
@@ -38,6 +39,7 @@ REQUEST_TIMEOUT_S = 15.0
 SCAN_PAGE = 1000  # records per proxy page while searching or exporting
 PROXY_PAGE_MAX = 10_000  # the read proxy's own page limit
 END_SCAN_MAX = 200_000  # records read to find a stream's end (a live tail's start)
+READ_BUFFER_BYTES = 4 * 1024 * 1024
 FIRST_WAIT_MS = 1000  # a scan's first page waits this long for a cold read-ahead
 HIDDEN = "(hidden: this namespace's payloads are not shown)"
 
@@ -59,14 +61,14 @@ def position_query(position: str) -> dict[str, str]:
     text = position.strip()
     if text in ("", "earliest"):
         return {"from": "earliest"}
-    if text.isdigit():
+    if _number(text):
         return {"from_seq": text}
     kind, _, value = text.partition(":")
-    if kind == "seq" and value.isdigit():
+    if kind == "seq" and _number(value):
         return {"from_seq": value}
     if kind in ("txid", "dlsn", "time") and value:
         return {"from": f"{kind}:{value}"}
-    if text.count(".") == 2 and all(p.isdigit() for p in text.split(".")):
+    if text.count(".") == 2 and all(_number(p) for p in text.split(".")):
         return {"from": f"dlsn:{text}"}
     raise BadRequestError(
         f"position {position!r:.80}: expected a sequence id (42 or seq:42), txid:T, "
@@ -74,10 +76,14 @@ def position_query(position: str) -> dict[str, str]:
     )
 
 
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdecimal()
+
+
 def bounded(value: str | None, name: str, default: int, most: int) -> int:
     if value is None or value == "":
         return default
-    if not value.isdigit() or not 1 <= int(value) <= most:
+    if not _number(value) or not 1 <= int(value) <= most:
         raise BadRequestError(f"{name}={value!r:.40}: expected a whole number 1..{most}")
     return int(value)
 
@@ -100,6 +106,8 @@ class ProxyRelay:
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=None),
             connector=aiohttp.TCPConnector(ssl=self._tls, limit=64),
+            # a tail's line holds one record: up to 1 MiB of payload, base64 in JSON
+            read_bufsize=READ_BUFFER_BYTES,
         )
 
     async def stop(self) -> None:
@@ -116,14 +124,15 @@ class ProxyRelay:
         return f"/v1/namespaces/{quote(namespace, safe='')}/streams/{quote(stream, safe='')}"
 
     async def _get_json(self, url: str, token: str | None, query: dict[str, str]) -> Any:
-        async with (
-            asyncio.timeout(REQUEST_TIMEOUT_S),
-            self.http.get(url, params=query, headers=_auth(token)) as answer,
-        ):
-            body = await answer.read()
-            if answer.status != 200:
-                raise ProxyAnswerError(answer.status, body)
-            return json.loads(body)
+        with unreachable(url):
+            async with (
+                asyncio.timeout(REQUEST_TIMEOUT_S),
+                self.http.get(url, params=query, headers=_auth(token)) as answer,
+            ):
+                body = await answer.read()
+                if answer.status != 200:
+                    raise ProxyAnswerError(answer.status, body)
+                return json.loads(body)
 
     async def page(
         self,
@@ -210,22 +219,30 @@ class ProxyRelay:
             "complete": len(matches) < SEARCH_MATCHES_MAX and scanned < scan,
         }
 
+    @contextlib.asynccontextmanager
     async def tail(
         self, token: str | None, namespace: str, stream: str, from_seq: int
-    ) -> AsyncGenerator[bytes, None]:
-        """The read proxy's tail, line by line, for as long as the caller reads."""
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The read proxy's tail, once its answer's head came (within REQUEST_TIMEOUT_S);
+        the caller reads its lines for as long as it wants (at most TAILS_MAX at once)."""
         if self._tails >= TAILS_MAX:
             raise OverCapacityError(f"{TAILS_MAX} live tails are open on this console; try later")
         self._tails += 1
+        url = self.read_url + self._stream_path(namespace, stream) + "/tail"
         try:
-            url = self.read_url + self._stream_path(namespace, stream) + "/tail"
-            async with self.http.get(
-                url, params={"from_seq": str(from_seq)}, headers=_auth(token)
-            ) as answer:
+            with unreachable(url):
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    answer = await self.http.get(
+                        url, params={"from_seq": str(from_seq)}, headers=_auth(token)
+                    )
+            try:
                 if answer.status != 200:
-                    raise ProxyAnswerError(answer.status, await answer.read())
-                async for line in answer.content:
-                    yield line
+                    with unreachable(url):
+                        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                            raise ProxyAnswerError(answer.status, await answer.read())
+                yield answer
+            finally:
+                answer.close()
         finally:
             self._tails -= 1
 
@@ -261,7 +278,7 @@ class ProxyRelay:
                                 lags.append(time.time() * 1000 - record["write_time_ms"])
             except TimeoutError:
                 pass  # the measurement's end
-            except aiohttp.ClientError as err:
+            except Exception as err:  # noqa: BLE001 - one region's failure is its row's
                 return {"error": repr(err)[:200], "records": len(lags)}
             lags.sort()
             if not lags:
@@ -287,14 +304,27 @@ class ProxyRelay:
     ) -> Any:  # fmt: skip
         """A change through the write proxy (redirects to the owner followed)."""
         url = self.write_url + self._stream_path(namespace, stream) + suffix
-        async with (
-            asyncio.timeout(REQUEST_TIMEOUT_S),
-            self.http.request(method, url, params=query, headers=_auth(token)) as answer,
-        ):
-            body = await answer.read()
-            if answer.status not in (200, 201):
-                raise ProxyAnswerError(answer.status, body)
-            return json.loads(body)
+        with unreachable(url):
+            async with (
+                asyncio.timeout(REQUEST_TIMEOUT_S),
+                self.http.request(method, url, params=query, headers=_auth(token)) as answer,
+            ):
+                body = await answer.read()
+                if answer.status not in (200, 201):
+                    raise ProxyAnswerError(answer.status, body)
+                return json.loads(body)
+
+
+@contextlib.contextmanager
+def unreachable(url: str) -> Iterator[None]:
+    """A proxy that does not answer (refused, reset, no answer within the bound, not JSON)
+    as the retriable `proxy_unreachable`, not an internal error."""
+    try:
+        yield
+    except TimeoutError as err:
+        raise ProxyUnreachableError(f"{url}: no answer in {REQUEST_TIMEOUT_S:g} s") from err
+    except (aiohttp.ClientError, ValueError) as err:
+        raise ProxyUnreachableError(f"{url}: {err!r:.300}") from err
 
 
 def _auth(token: str | None) -> dict[str, str]:

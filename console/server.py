@@ -18,6 +18,7 @@ Routes and what each needs (`RULES`; a route without a rule stops the console at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -34,12 +35,15 @@ from console.access import (
     CHANGE_HEADER,
     COOKIE,
     PUBLIC,
+    RAW_TOKEN_KEY,
     TOKEN_KEY,
     ConsoleAccess,
     Need,
     Rules,
     check_rules,
+    covers_everything,
     is_api,
+    same_site,
 )
 from console.overview import Overview
 from console.records import (
@@ -60,6 +64,7 @@ from core.errors import BadRequestError, ForbiddenError, GlobelogError, NotFound
 from core.security.credentials import client_ssl
 from core.topology import Proxy, Topology
 from global_meta import MetaStore
+from global_meta.streams import StreamMetaStore
 from rebuild.bookies import decommission
 from region.admission.listener import Listener, body_deadline
 from region.drain import set_drained
@@ -93,11 +98,11 @@ RULES: Rules = {
     ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
     ("POST", "/api/streams/{ns}/{stream}/drain"): Need("admin", "stream", change=True),
     ("GET", "/api/streams/{ns}/{stream}/lag"): Need("read", "stream"),
-    ("POST", "/api/bookies/{bookie}/decommission"): Need("admin", change=True),
+    ("POST", "/api/bookies/{bookie}/decommission"): Need("admin", "cluster", change=True),
     ("GET", "/runs"): Need("observe"),
     ("GET", "/runs/{run}"): Need("observe"),
     ("GET", "/runs/{run}/timeline.png"): Need("observe"),
-    ("GET", "/audit"): Need("admin"),
+    ("GET", "/audit"): Need("admin", "cluster"),
     ("GET", "/v1/health"): Need("observe"),
     ("GET", "/metrics"): Need("observe"),
     ("GET", "/signin"): PUBLIC,
@@ -218,8 +223,11 @@ class Console:
     # ------------------------------------------------------------------ pages
 
     async def _overview_page(self, request: web.Request) -> web.Response:
+        token = request[TOKEN_KEY]
         bookies = [(b.name, b.region) for b in self.topology.bookies]
-        return _page(pages.overview(self.overview.snapshot, request[TOKEN_KEY], bookies))
+        if not (token.scope.allows("admin") and covers_everything(token.scope)):
+            bookies = []  # a decommission acts on every namespace's copies
+        return _page(pages.overview(self.overview.snapshot, token, bookies))
 
     async def _overview_api(self, request: web.Request) -> web.Response:
         snapshot = self.overview.snapshot
@@ -265,12 +273,8 @@ class Console:
     # ------------------------------------------------------------------ records
 
     def _raw_token(self, request: web.Request) -> str | None:
-        if self.access.gate is None:
-            return None
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            return header.removeprefix("Bearer ").strip()
-        return request.cookies.get(COOKIE)
+        """The token the gate verified for this request (None with tokens off)."""
+        return request.get(RAW_TOKEN_KEY)
 
     def _shown(self, ns: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if ns not in self.settings.hide_payloads:
@@ -317,10 +321,16 @@ class Console:
             }
         )
         await answer.prepare(request)
-        if first is not None:
-            await _send(answer, json.dumps(self._shown(ns, [first])[0]).encode() + b"\n")
-            async for record in records:
-                await _send(answer, json.dumps(self._shown(ns, [record])[0]).encode() + b"\n")
+        try:
+            if first is not None:
+                await _send(answer, json.dumps(self._shown(ns, [first])[0]).encode() + b"\n")
+                async for record in records:
+                    await _send(answer, json.dumps(self._shown(ns, [record])[0]).encode() + b"\n")
+        except Exception as err:  # noqa: BLE001 - the answer has begun: it can only be cut
+            await _cut(request, answer, err)
+            return answer
+        finally:
+            await records.aclose()
         await answer.write_eof()
         return answer
 
@@ -337,39 +347,41 @@ class Console:
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["stream"]
         raw = request.query.get("from_seq", "0")
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdecimal()):
             raise BadRequestError(f"from_seq={raw!r:.40}: expected a sequence id")
         token = request[TOKEN_KEY]
-        lines = self.relay.tail(self._raw_token(request), ns, name, int(raw))
-        first = await anext(lines, None)  # a refusal is still answered as an error
-        answer = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await answer.prepare(request)
+        async with self.relay.tail(self._raw_token(request), ns, name, int(raw)) as upstream:
+            # the proxy's refusal was answered above as an error; from here the answer streams
+            answer = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await answer.prepare(request)
 
-        async def pump(line: bytes | None) -> None:
-            while line is not None:
-                if line.strip():
-                    record = json.loads(line)
-                    shown = self._shown(ns, [record])[0] if "seq" in record else record
-                    await _send(answer, json.dumps(shown).encode() + b"\n")
-                line = await anext(lines, None)
+            async def pump() -> None:
+                while line := await upstream.content.readline():
+                    if line.strip():
+                        record = json.loads(line)
+                        shown = self._shown(ns, [record])[0] if "seq" in record else record
+                        await _send(answer, json.dumps(shown).encode() + b"\n")
 
-        # The relay waits on the proxy; this waits on the browser: a tail whose browser went
-        # away (or whose token expired or was revoked) ends within TAIL_CHECK_S, records or not.
-        pumping = asyncio.ensure_future(pump(first))
-        try:
-            while not pumping.done():
-                await asyncio.wait({pumping}, timeout=TAIL_CHECK_S)
-                transport = request.transport
-                if transport is None or transport.is_closing():
-                    break
-                if self.access.gate is not None:
-                    self.access.gate.still_valid(token)
-        except GlobelogError as err:
-            log.info("tail of %s/%s ended: %s", ns, name, err)
-        finally:
-            pumping.cancel()
-            await asyncio.gather(pumping, return_exceptions=True)
-            await lines.aclose()
+            # The pump waits on the proxy, this on the browser: a tail whose browser went
+            # away (or whose token expired or was revoked) ends within TAIL_CHECK_S, records
+            # or not.
+            pumping = asyncio.ensure_future(pump())
+            try:
+                while not pumping.done():
+                    await asyncio.wait({pumping}, timeout=TAIL_CHECK_S)
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        break
+                    if self.access.gate is not None:
+                        self.access.gate.still_valid(token)
+                if pumping.done() and not pumping.cancelled() and pumping.exception():
+                    await _cut(request, answer, pumping.exception())  # type: ignore[arg-type]
+                    return answer
+            except GlobelogError as err:
+                log.info("tail of %s/%s ended: %s", ns, name, err)
+            finally:
+                pumping.cancel()
+                await asyncio.gather(pumping, return_exceptions=True)
         return answer
 
     # ------------------------------------------------------------------ changes
@@ -404,6 +416,7 @@ class Console:
                 f"region={region!r:.40}: expected one of {list(self.topology.region_names)}"
             )
         undo = request.query.get("undo") in ("1", "true")
+        await StreamMetaStore(self._store, ns).require(name)
         changed = await set_drained(self._store, region, ns, name, not undo)
         return json_response({"region": region, "drained": not undo, "changed": changed})
 
@@ -466,6 +479,7 @@ class Console:
         return _page(pages.signin())
 
     async def _signin(self, request: web.Request) -> web.Response:
+        same_site(request)
         async with body_deadline(request, self.topology.limits):
             form = await request.post()
         raw = form.get("token")
@@ -481,6 +495,7 @@ class Console:
         raise answer
 
     async def _signout(self, request: web.Request) -> web.Response:
+        same_site(request)
         answer = web.HTTPSeeOther("/signin")
         answer.del_cookie(COOKIE, path="/")
         raise answer
@@ -492,6 +507,22 @@ class Console:
             raise NotFoundError(f"no static file {name!r:.80}")
         body = resources.files("console").joinpath("static", name).read_bytes()
         return web.Response(body=body, content_type=kind, headers={"Cache-Control": "no-cache"})
+
+
+async def _cut(request: web.Request, answer: web.StreamResponse, err: BaseException) -> None:
+    """An error after a streamed answer began: one last line says what happened, and the
+    connection is closed without the chunked end, so the download is seen to fail."""
+    if isinstance(err, ConnectionResetError):
+        return  # the browser went away
+    log.info("%s %s cut short: %r", request.method, request.path, err)
+    code = err.code if isinstance(err, GlobelogError) else "internal"
+    line = json.dumps({"code": code, "message": str(err)[:500], "cut_short": True})
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            await answer.write(line.encode() + b"\n")
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
 
 
 async def _send(answer: web.StreamResponse, data: bytes) -> None:

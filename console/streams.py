@@ -4,7 +4,8 @@ segments, each with its ledger's ensembles placed by region and rack and audited
 durability rule (I6).
 
 Ledger metadata is read without a sync (a view may lag its region's ZooKeeper server by a
-moment); at most READS_AT_ONCE reads are in flight. Completed segments and closed ledgers are
+moment); at most READS_AT_ONCE single reads and BATCHES_AT_ONCE batches (MetaStore.get_many,
+in chunks) are in flight. Completed segments and closed ledgers are
 kept (at most SEGMENTS_CACHED_MAX and LEDGERS_CACHED_MAX, least recently shown dropped first)
 and read again once older than FRESH_S: a truncation, an archive or a rebuild's new ensemble
 shows within that; in-progress segments and open ledgers are read every time. A listing names at most
@@ -38,6 +39,7 @@ STREAMS_LISTED_MAX = 500
 FILTER_CHARS_MAX = 200
 RATES_KEPT = 10_000  # streams whose last count is kept for a write rate
 AUDIT_NAMED_MAX = 50  # failing segments an audit names (all are counted)
+BATCHES_AT_ONCE = 2  # batched reads in flight (each at most MetaStore's GET_MANY_CHUNK)
 FRESH_S = 10.0  # a completed segment's or closed ledger's metadata is read again after this
 SEGMENTS_CACHED_MAX = 50_000
 LEDGERS_CACHED_MAX = 50_000
@@ -48,7 +50,11 @@ T = TypeVar("T")
 
 class StreamViews:
     def __init__(
-        self, store: MetaStore, min_regions_default: int, clock: Callable[[], float] = time.time
+        self,
+        store: MetaStore,
+        min_regions_default: int,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._ledgers = LedgerMetadataStore(store)
@@ -59,6 +65,9 @@ class StreamViews:
             collections.OrderedDict()
         )
         self._published: tuple[float, PublishedTopology] | None = None
+        self._segments_cached = 0  # kept segments, a stream with none counted as one
+        self._monotonic = monotonic  # cache ages: a wall clock stepped back must not keep them
+        self._batches = asyncio.Semaphore(BATCHES_AT_ONCE)
         self._views: collections.OrderedDict[
             tuple[int, int], tuple[PublishedTopology, dict[str, Any]]
         ] = collections.OrderedDict()
@@ -148,7 +157,7 @@ class StreamViews:
     async def _metadata_of(self, ledger_ids: list[int]) -> dict[int, VersionedMetadata]:
         """Many ledgers' metadata: closed ones from the cache while fresh, the rest in one
         batch of reads."""
-        now = self._clock()
+        now = self._monotonic()
         found: dict[int, VersionedMetadata] = {}
         wanted = []
         for ledger_id in ledger_ids:
@@ -158,7 +167,8 @@ class StreamViews:
                 found[ledger_id] = kept[1]
             else:
                 wanted.append(ledger_id)
-        batch = await self._bounded(self._ledgers.read_many(wanted))
+        async with self._batches:
+            batch = await self._ledgers.read_many(wanted)
         for ledger_id, read in zip(wanted, batch, strict=True):
             if read is None:
                 self._ledger_cache.pop(ledger_id, None)
@@ -172,31 +182,42 @@ class StreamViews:
 
     async def _segments(self, streams: StreamMetaStore, stream: str) -> list[VersionedSegment]:
         """Every segment of the stream, oldest first: completed ones from the cache while
-        fresh, the others read."""
+        fresh, the others read (in batches)."""
         try:
             names = await self._store.children(f"{streams.path(stream)}/segments")
         except NoNodeError as err:
             raise streams.not_found(stream) from err
         key = (streams.namespace, stream)
-        kept = self._segment_cache.pop(key, {})
-        now = self._clock()
-        stale = [
-            name
-            for name in names
-            if name not in kept
-            or kept[name][1].segment.is_in_progress
-            or now - kept[name][0] > FRESH_S
-        ]
-        read = await self._bounded(streams.segments_named(stream, stale))
-        fresh = {n: kept[n] for n in names if n in kept and n not in stale}
+        kept = self._forget(key)
+        now = self._monotonic()
+        fresh: dict[str, tuple[float, VersionedSegment]] = {}
+        stale: list[str] = []
+        for name in names:
+            held = kept.get(name)
+            if held is None or held[1].segment.is_in_progress or now - held[0] > FRESH_S:
+                stale.append(name)
+            else:
+                fresh[name] = held
+        async with self._batches:
+            read = await streams.segments_named(stream, stale)
         fresh.update({n: (now, v) for n, v in zip(stale, read, strict=True) if v is not None})
-        self._segment_cache[key] = fresh
-        while sum(len(c) for c in self._segment_cache.values()) > SEGMENTS_CACHED_MAX:
-            self._segment_cache.popitem(last=False)
+        if len(fresh) <= SEGMENTS_CACHED_MAX:  # a stream larger than the cache is not kept
+            self._segment_cache[key] = fresh
+            self._segments_cached += max(1, len(fresh))
+            while self._segments_cached > SEGMENTS_CACHED_MAX:
+                self._forget(next(iter(self._segment_cache)))
         return sorted((v for _, v in fresh.values()), key=lambda v: v.segment.sequence)
 
+    def _forget(self, key: tuple[str, str]) -> dict[str, tuple[float, VersionedSegment]]:
+        """Takes a stream's kept segments out of the cache (empty if none were kept)."""
+        kept = self._segment_cache.pop(key, None)
+        if kept is None:
+            return {}
+        self._segments_cached -= max(1, len(kept))
+        return kept
+
     async def locations(self) -> PublishedTopology:
-        now = self._clock()
+        now = self._monotonic()
         if self._published is None or now - self._published[0] > PUBLISHED_FOR_S:
             data, _ = await self._store.get(TOPOLOGY_ZNODE)
             self._published = (now, decode_published(data, TOPOLOGY_ZNODE))

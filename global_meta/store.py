@@ -36,6 +36,7 @@ from global_meta.watch import Mailbox
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
+GET_MANY_CHUNK = 500  # reads one get_many sends at once (and waits for within the op timeout)
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
 # A client without any server for this many session timeouts gives its session up. One would
 # be enough for a server cut off from the quorum, but a leader election also leaves every
@@ -372,10 +373,16 @@ class MetaStore:
         return bytes(data or b""), NodeStat.of(stat)
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, NodeStat] | None]:
-        """Every node's data and stat, None for a node that does not exist; the reads are all
-        sent at once and the caller is woken once, when the last answer came (thousands of
-        small reads cost the loop one wake-up, not one each). Bounded by the op timeout as a
-        whole; any error but a missing node fails the batch."""
+        """Every node's data and stat, None for a node that does not exist. The reads go in
+        chunks of GET_MANY_CHUNK, each sent at once, the caller woken once per chunk (a
+        thousand small reads cost the loop a few wake-ups, not one each), each chunk within
+        the op timeout; any error but a missing node fails the call."""
+        found: list[tuple[bytes, NodeStat] | None] = []
+        for first in range(0, len(paths), GET_MANY_CHUNK):
+            found += await self._get_chunk(paths[first : first + GET_MANY_CHUNK])
+        return found
+
+    async def _get_chunk(self, paths: Sequence[str]) -> list[tuple[bytes, NodeStat] | None]:
         if not paths:
             return []
         if self._without_session:

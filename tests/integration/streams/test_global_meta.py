@@ -46,13 +46,13 @@ async def test_a_batch_of_reads_answers_each_node_in_order_and_none_for_a_missin
     store: MetaStore,
 ) -> None:
     assert await store.get_many([]) == []
-    for i in range(300):
-        await store.create(f"/many-{i:03d}", f"v{i}".encode())
-    paths = [f"/many-{i:03d}" for i in range(300)]
-    found = await store.get_many([*paths[:150], "/missing", *paths[150:]])
-    assert found[150] is None
+    count = 700  # more than one chunk (GET_MANY_CHUNK)
+    await asyncio.gather(*(store.create(f"/many-{i:03d}", f"v{i}".encode()) for i in range(count)))
+    paths = [f"/many-{i:03d}" for i in range(count)]
+    found = await store.get_many([*paths[:550], "/missing", *paths[550:]])
+    assert found[550] is None
     read = [item for item in found if item is not None]
-    assert [data for data, _ in read] == [f"v{i}".encode() for i in range(300)]
+    assert [data for data, _ in read] == [f"v{i}".encode() for i in range(count)]
     assert all(stat.version == 0 for _, stat in read)
 
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from console import access, pages
 from console.access import CHANGE_HEADER, COOKIE, PUBLIC, AuditLog, ConsoleAccess, Need
-from console.records import position_query
+from console.records import ProxyAnswerError, position_query
 from console.runs import FailoverRuns
 from console.server import RULES, Console, ConsoleSettings
 from core.errors import BadRequestError, ConfigError, NotFoundError
@@ -100,16 +100,23 @@ async def _client(tmp_path: Path) -> tuple[TestClient[Any, Any], Any, ConsoleAcc
         ("GET", "/api/x"): Need("observe"),
         ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
         ("GET", "/signin"): PUBLIC,
+        ("POST", "/api/bookies/{bookie}/decommission"): Need("admin", "cluster", change=True),
+        ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
     }
 
     async def ok(_: web.Request) -> web.Response:
         return web.json_response({"done": True})
+
+    async def refused_by_proxy(_: web.Request) -> web.Response:
+        raise ProxyAnswerError(404, b'{"code": "stream_not_found"}')
 
     app = web.Application(middlewares=[error_middleware, guard.middleware(rules)])
     app.router.add_get("/", ok)
     app.router.add_get("/api/x", ok)
     app.router.add_post("/api/streams/{ns}/{stream}/truncate", ok)
     app.router.add_get("/signin", ok)
+    app.router.add_post("/api/bookies/{bookie}/decommission", ok)
+    app.router.add_delete("/api/streams/{ns}/{stream}", refused_by_proxy)
     client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     return client, key, guard
@@ -252,3 +259,29 @@ def test_a_failover_run_is_found_by_its_name_only(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match=r"no timeline\.png"):
         runs.timeline("run-7")
     assert FailoverRuns(None).listing() == []
+
+
+async def test_a_deployment_wide_change_needs_every_namespace_and_names_are_checked(
+    tmp_path: Path,
+) -> None:
+    client, key, guard = await _client(tmp_path)
+    change = {CHANGE_HEADER: "1"}
+    async with client:
+        team = {"Authorization": f"Bearer {_token(key, ['admin'], ['team-a*'])}", **change}
+        answer = await client.post("/api/bookies/bk1/decommission", headers=team)
+        assert answer.status == 403
+        assert "whole deployment" in (await answer.json())["message"]
+        everyone = {"Authorization": f"Bearer {_token(key, ['admin'])}", **change}
+        assert (await client.post("/api/bookies/bk1/decommission", headers=everyone)).status == 200
+        # a name the proxies would refuse never reaches a path (%2F decodes to "/")
+        both = {"Authorization": f"Bearer {_token(key, ['admin', 'truncate'], ['team-a*'])}"}
+        bad = await client.post(
+            "/api/streams/team-a~payments%2Fx/orders/truncate", headers={**both, **change}
+        )
+        assert bad.status == 400
+        assert (await bad.json())["code"] == "invalid_stream_name"
+        # a change the proxy refused is audited with the proxy's status
+        deleter = {"Authorization": f"Bearer {_token(key, ['admin', 'delete'])}", **change}
+        assert (await client.delete("/api/streams/ns1/s", headers=deleter)).status == 500
+    outcomes = [e["outcome"] for e in guard.audit.newest()]
+    assert outcomes[0] == "proxy 404" and "ok" in outcomes and "forbidden" in outcomes
