@@ -93,6 +93,7 @@ RULES: Rules = {
     ("GET", "/api/streams/{ns}/{stream}/tail"): Need("read", "stream"),
     ("GET", "/api/streams/{ns}/{stream}/end"): Need("read", "stream"),
     ("GET", "/api/streams/{ns}/{stream}/audit"): Need("read", "stream"),
+    ("GET", "/api/streams/{ns}/{stream}/timeline"): Need("read", "stream"),
     ("POST", "/api/streams/{ns}/{stream}/release"): Need("admin", "stream", change=True),
     ("POST", "/api/streams/{ns}/{stream}/truncate"): Need("truncate", "stream", change=True),
     ("DELETE", "/api/streams/{ns}/{stream}"): Need("delete", "stream", change=True),
@@ -166,6 +167,7 @@ class Console:
         r.add_get("/api/streams/{ns}/{stream}/tail", self._tail)
         r.add_get("/api/streams/{ns}/{stream}/end", self._end)
         r.add_get("/api/streams/{ns}/{stream}/audit", self._audit)
+        r.add_get("/api/streams/{ns}/{stream}/timeline", self._timeline)
         r.add_post("/api/streams/{ns}/{stream}/release", self._release)
         r.add_post("/api/streams/{ns}/{stream}/truncate", self._truncate)
         r.add_delete("/api/streams/{ns}/{stream}", self._delete)
@@ -258,7 +260,7 @@ class Console:
         ) else 0  # fmt: skip
         view = await self.views.stream(ns, name, slice(first, first + SEGMENTS_SHOWN))
         html = pages.stream(
-            view, request[TOKEN_KEY], int(time.time() * 1000), ns in self.settings.hide_payloads,
+            view, request[TOKEN_KEY], ns in self.settings.hide_payloads,
             first, SEGMENTS_SHOWN,
         )  # fmt: skip
         answer = _page(html)
@@ -332,6 +334,14 @@ class Console:
         finally:
             await records.aclose()
         await answer.write_eof()
+        return answer
+
+    async def _timeline(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["stream"]
+        started = time.perf_counter()
+        segments = await self.views.timeline(ns, name)
+        answer = json_response({"now_ms": int(time.time() * 1000), "segments": segments})
+        answer.headers["Server-Timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
         return answer
 
     async def _audit(self, request: web.Request) -> web.Response:

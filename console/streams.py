@@ -116,7 +116,7 @@ class StreamViews:
 
     async def _row(self, streams: StreamMetaStore, stream: str) -> dict[str, Any] | None:
         try:
-            segments, counters, owner = await asyncio.gather(
+            (segments, _), counters, owner = await asyncio.gather(
                 self._segments(streams, stream),
                 self._bounded(streams.counters(stream)),
                 self._bounded(streams.owner(stream)),
@@ -180,13 +180,18 @@ class StreamViews:
             self._ledger_cache.popitem(last=False)
         return found
 
-    async def _segments(self, streams: StreamMetaStore, stream: str) -> list[VersionedSegment]:
-        """Every segment of the stream, oldest first: completed ones from the cache while
-        fresh, the others read (in batches)."""
+    async def _segments(
+        self, streams: StreamMetaStore, stream: str, wanted: slice | None = None
+    ) -> tuple[list[VersionedSegment], int]:
+        """The stream's segments, oldest first (those of the `wanted` slice of the
+        newest-first order; all when None), and how many it has: completed ones from the
+        cache while fresh, the others read (in batches)."""
         try:
             names = await self._store.children(f"{streams.path(stream)}/segments")
         except NoNodeError as err:
             raise streams.not_found(stream) from err
+        chosen = names if wanted is None else names[::-1][wanted]
+        chosen_set = set(chosen)
         key = (streams.namespace, stream)
         kept = self._forget(key)
         now = self._monotonic()
@@ -194,9 +199,11 @@ class StreamViews:
         stale: list[str] = []
         for name in names:
             held = kept.get(name)
-            if held is None or held[1].segment.is_in_progress or now - held[0] > FRESH_S:
+            if name in chosen_set and (
+                held is None or held[1].segment.is_in_progress or now - held[0] > FRESH_S
+            ):
                 stale.append(name)
-            else:
+            elif held is not None:
                 fresh[name] = held
         async with self._batches:
             read = await streams.segments_named(stream, stale)
@@ -206,7 +213,8 @@ class StreamViews:
             self._segments_cached += max(1, len(fresh))
             while self._segments_cached > SEGMENTS_CACHED_MAX:
                 self._forget(next(iter(self._segment_cache)))
-        return sorted((v for _, v in fresh.values()), key=lambda v: v.segment.sequence)
+        found = [fresh[name][1] for name in chosen if name in fresh]
+        return sorted(found, key=lambda v: v.segment.sequence), len(names)
 
     def _forget(self, key: tuple[str, str]) -> dict[str, tuple[float, VersionedSegment]]:
         """Takes a stream's kept segments out of the cache (empty if none were kept)."""
@@ -229,17 +237,16 @@ class StreamViews:
     async def stream(
         self, namespace: str, stream: str, rows: slice | None = None
     ) -> dict[str, Any]:
-        """Every segment of the stream (`segments`, oldest first), and `rows`: the segments
-        of the `rows` slice of the newest-first order (all when None), each with its
-        ledger's ensembles placed and audited. The audit of every ledger is `audit`'s."""
+        """The segments of the `rows` slice of the newest-first order (all when None), each
+        with its ledger's ensembles placed and audited, and how many segments there are.
+        Every segment on a timeline is `timeline`'s; the audit of every ledger `audit`'s."""
         streams = StreamMetaStore(self._store, namespace)
         await streams.require(stream)
-        segments, counters, owner, published = await asyncio.gather(
-            self._segments(streams, stream), streams.counters(stream), streams.owner(stream),
-            self.locations(),
+        (segments, total), counters, owner, published = await asyncio.gather(
+            self._segments(streams, stream, rows), streams.counters(stream),
+            streams.owner(stream), self.locations(),
         )  # fmt: skip
-        newest_first = segments[::-1]
-        chosen = newest_first if rows is None else newest_first[rows]
+        chosen = segments[::-1]
         by_id = await self._metadata_of(
             [v.segment.ledger_id for v in chosen if not v.segment.ledger_deleted]
         )
@@ -255,16 +262,33 @@ class StreamViews:
             "owner": owner,
             "records_completed": counters.next_seq,
             "max_txid": counters.max_txid,
-            "segments": [describe_segment(v.segment) for v in segments],
+            "segments_total": total,
             "rows": shown,
             "regions": list(published.regions),
         }
+
+    async def timeline(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        """Every segment, oldest first: what the timeline draws."""
+        streams = StreamMetaStore(self._store, namespace)
+        segments, _ = await self._segments(streams, stream)
+        return [
+            {
+                "sequence": v.segment.sequence,
+                "state": v.segment.state.value,
+                "ledger_id": v.segment.ledger_id,
+                "created_ms": v.segment.created_ms,
+                "completed_ms": v.segment.completed_ms or None,
+                "records": None if v.segment.is_in_progress else v.segment.record_count,
+                "writer_region": v.segment.writer_region,
+            }
+            for v in segments
+        ]
 
     async def audit(self, namespace: str, stream: str) -> dict[str, Any]:
         """The placement audit of every ensemble of every segment's ledger."""
         streams = StreamMetaStore(self._store, namespace)
         await streams.require(stream)
-        segments, published = await asyncio.gather(
+        (segments, _), published = await asyncio.gather(
             self._segments(streams, stream), self.locations()
         )
         by_id = await self._metadata_of(

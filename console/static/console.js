@@ -88,6 +88,11 @@ function streamPage() {
     return encodeURIComponent(document.getElementById("from").value.trim() || "earliest");
   }
 
+  getJson(api + "/timeline")
+    .then((found) => drawTimeline(found.segments, found.now_ms))
+    .catch((err) => {
+      document.getElementById("timeline-note").textContent = "timeline failed: " + err;
+    });
   getJson(api + "/audit")
     .then((audit) => {
       const box = document.getElementById("audit");
@@ -202,6 +207,47 @@ function streamPage() {
       status.textContent = String(err);
     }
   });
+}
+
+// The segments on one time axis, four lanes so that short ones stay visible; each bar's
+// tooltip names its segment, ledger, writer region and records.
+function drawTimeline(segments, nowMs) {
+  const box = document.getElementById("timeline-box");
+  const note = document.getElementById("timeline-note");
+  if (!segments.length) {
+    note.textContent = "no segments";
+    return;
+  }
+  const svgNs = "http://www.w3.org/2000/svg";
+  const width = 1000;
+  const start = Math.min(...segments.map((s) => s.created_ms));
+  const end = Math.max(start + 1, ...segments.map((s) => s.completed_ms || nowMs));
+  const scale = width / (end - start);
+  const svg = document.createElementNS(svgNs, "svg");
+  svg.id = "timeline";
+  svg.setAttribute("viewBox", "0 0 " + width + " 36");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", "60");
+  segments.forEach((s, i) => {
+    const rect = document.createElementNS(svgNs, "rect");
+    rect.setAttribute("x", ((s.created_ms - start) * scale).toFixed(1));
+    rect.setAttribute("y", String((i % 4) * 9));
+    rect.setAttribute("width", Math.max(2, ((s.completed_ms || nowMs) - s.created_ms) * scale).toFixed(1));
+    rect.setAttribute("height", "8");
+    rect.setAttribute("class", "seg " + s.state);
+    rect.dataset.segment = s.sequence;
+    const title = document.createElementNS(svgNs, "title");
+    title.textContent = "segment " + s.sequence + " (" + s.state + "), ledger " + s.ledger_id +
+      ", written from " + s.writer_region + ", " + (s.records === null ? "being written" : s.records + " records");
+    rect.appendChild(title);
+    svg.appendChild(rect);
+  });
+  box.replaceChildren(svg);
+  const axis = document.createElement("p");
+  axis.className = "axis";
+  axis.textContent = segments.length + " segments, " + when(start) + " … " + when(end);
+  box.appendChild(axis);
 }
 
 // Change buttons: data-url may name inputs as {id}; each asks for confirmation and sends the

@@ -156,6 +156,15 @@ async def write_records(
         return [await client.write(stream, p) for p in payloads]
 
 
+async def release(cluster: Cluster, namespace: str, stream: str) -> None:
+    proxy = cluster.topology.proxy_url(cluster.topology.region("us-east").write_proxies[0])
+    async with (
+        client_session() as http,
+        http.post(f"{proxy}/v1/namespaces/{namespace}/streams/{stream}/release") as answer,
+    ):
+        assert answer.status == 200, await answer.text()
+
+
 async def first_row_seq(page: Page, position: str) -> int:
     await page.evaluate("document.querySelector('#status').textContent = ''")
     await page.fill("#from", position)
@@ -170,6 +179,7 @@ async def test_pages_render_and_the_record_browser_finds_by_seq_time_and_content
     namespace = fresh_namespace()
     before = [f"order {i} widget-{i}".encode() for i in range(10)]
     await write_records(services, namespace, "orders", before)
+    await release(services, namespace, "orders")  # the next writes go to a second segment
     await asyncio.sleep(0.3)
     cut_ms = int(time.time() * 1000)
     await asyncio.sleep(0.3)
@@ -188,8 +198,11 @@ async def test_pages_render_and_the_record_browser_finds_by_seq_time_and_content
         await page.screenshot(path=str(shots / "console-streams.png"), full_page=True)
 
         await page.goto(f"{console.url}/streams/{namespace}/orders")
-        assert await page.locator("#segments tr[data-segment]").count() >= 1
+        assert await page.locator("#segments tr[data-segment]").count() == 2
         await expect(page.locator("#audit")).to_contain_text("0 ensemble(s) breaking")
+        await expect(page.locator("#timeline rect")).to_have_count(
+            await page.locator("#segments tr[data-segment]").count()
+        )
         await expect(page.locator("#end")).to_have_text("20")
         assert await first_row_seq(page, "17") == 17
         assert await first_row_seq(page, f"seq:{acked[3].seq}") == acked[3].seq
