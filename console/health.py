@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 
 from core.errors import MetadataUnavailableError
 from core.security.credentials import bookie_tls, client_ssl, default_token
@@ -17,6 +18,7 @@ from rebuild.service import read_rebuilders
 
 STATUS_PING_TIMEOUT_S = 2.0
 STATUS_SESSION_TIMEOUT_S = 5.0
+REBUILDER_SILENT_MIN_S = 5.0
 
 Row = dict[str, str]
 
@@ -27,6 +29,8 @@ async def deployment_status(
     """One row per node of the topology: kind, name, region, address, state, detail. With
     `store`, registrations are read through it (else through a session of its own); proxies
     are asked for their health with `token` (default: this host's, `default_token`)."""
+    # a rebuilder reports every report_interval_s: three missed reports and it is down
+    silent = max(REBUILDER_SILENT_MIN_S, 3 * topology.rebuild.report_interval_s)
     modes = await asyncio.gather(
         *(zookeeper_mode(n.client, zookeeper_tls(topology.security)) for n in topology.zookeeper)
     )
@@ -42,12 +46,12 @@ async def deployment_status(
     if any(modes):  # with no server serving, a session could only time out
         try:
             if store is not None:
-                writable, read_only, rebuild_rows = await _registrations(store)
+                writable, read_only, rebuild_rows = await _registrations(store, silent)
             else:
                 async with await MetaStore.of(
                     topology, connect_timeout_s=STATUS_SESSION_TIMEOUT_S
                 ) as own:
-                    writable, read_only, rebuild_rows = await _registrations(own)
+                    writable, read_only, rebuild_rows = await _registrations(own, silent)
         except MetadataUnavailableError:
             pass
     to_bookies = bookie_tls(topology.security)
@@ -89,21 +93,29 @@ async def deployment_status(
     return rows + rebuild_rows
 
 
-async def _registrations(store: MetaStore) -> tuple[set[str], set[str], list[Row]]:
+async def _registrations(
+    store: MetaStore, silent_after_s: float
+) -> tuple[set[str], set[str], list[Row]]:
     writable, read_only = await registered_bookies(store)
-    return writable, read_only, await _rebuild_rows(store)
+    return writable, read_only, await _rebuild_rows(store, silent_after_s)
 
 
-async def _rebuild_rows(store: MetaStore) -> list[Row]:
-    """Each live rebuilder (its published status)."""
+async def _rebuild_rows(store: MetaStore, silent_after_s: float) -> list[Row]:
+    """Each rebuilder whose status node exists; down once it has not reported for
+    `silent_after_s` (its node stays until its session expires)."""
     rows = []
+    now_ms = time.time() * 1000
     for r in await read_rebuilders(store):
+        age_s = (now_ms - r.get("published_ms", now_ms)) / 1000
         detail = (
             f"{'auditor; ' if r.get('auditor') else ''}{r.get('ledgers_rebuilt', 0)} ledgers "
             f"rebuilt, {r.get('bytes_per_s', 0) / 1e6:.1f} MB/s, in progress "
             f"{len(r.get('in_progress', []))}"
         )
-        rows.append(row("rebuilder", str(r.get("name")), str(r.get("region")), "-", True, detail))
+        ok = age_s <= silent_after_s
+        if not ok:
+            detail = f"silent for {age_s:.0f} s; last said: {detail}"
+        rows.append(row("rebuilder", str(r.get("name")), str(r.get("region")), "-", ok, detail))
     return rows
 
 

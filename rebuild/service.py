@@ -170,7 +170,7 @@ class Rebuilder:
 
 
 async def read_rebuilders(store: MetaStore) -> list[dict[str, Any]]:
-    """Every live rebuilder's published status."""
+    """Every live rebuilder's published status, with `published_ms`: when it last came."""
     try:
         names = await store.children(REBUILDERS_ZNODE)
     except errors.NoNodeError:
@@ -178,11 +178,13 @@ async def read_rebuilders(store: MetaStore) -> list[dict[str, Any]]:
     found = []
     for name in names:
         try:
-            data, _ = await store.get(f"{REBUILDERS_ZNODE}/{name}")
+            data, stat = await store.get(f"{REBUILDERS_ZNODE}/{name}")
         except errors.NoNodeError:
             continue
         try:
-            found.append(json.loads(data))
+            # when ZooKeeper last took it: a rebuilder that stopped reporting (its process
+            # paused, its region cut off) keeps its node until its session expires
+            found.append({**json.loads(data), "published_ms": stat.modified_ms})
         except ValueError:
             log.warning("rebuilder %s published an unreadable status: %r", name, data[:100])
     return found
