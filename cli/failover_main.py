@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -39,7 +40,13 @@ def add_failover_commands(commands: argparse._SubParsersAction[argparse.Argument
     runner.add_argument(
         "--rate", type=float, default=20.0, help="sends/s per region, spread over the streams"
     )
-    runner.add_argument("--out", type=Path, default=Path("failover-run"))
+    runner.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the history, report and plot go (default: the data dir's "
+        "failover-runs/run-UTCTIME-seedN, where the web console lists them)",
+    )
     add_simulate_command(actions)
     checker = actions.add_parser("check", help="run the checker alone on a history file")
     checker.add_argument("history", type=Path)
@@ -90,6 +97,9 @@ def _run(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"globelog failover run: {line}", file=sys.stderr, flush=True)
 
+    if args.out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        args.out = data_dir / "failover-runs" / f"run-{stamp}-seed{args.seed}"
     cfg = RunConfig(args.seed, seconds, faults, args.rate, out=args.out)
     progress(f"namespace {cfg.namespace}; history in {args.out}")
 

@@ -219,6 +219,9 @@ def test_the_package_runs_from_its_wheel_not_from_the_checkout(deployment: Deplo
     out = deployment.python("app-us-east", code)
     site = str(deployment.home / "install" / "site")
     assert out.split() and all(path.startswith(site) for path in out.split()), out
+    # the console's script and style ship in the wheel: nothing is fetched at run time
+    static = deployment.home / "install" / "site" / "console" / "static"
+    assert (static / "console.js").is_file() and (static / "console.css").is_file()
 
 
 def test_hosts_are_separate_and_named(deployment: Deployment) -> None:

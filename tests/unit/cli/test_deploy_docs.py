@@ -44,7 +44,7 @@ def _node_for(unit: str) -> str:
 
 def test_the_docs_and_units_name_commands() -> None:
     assert len(commands_in_docs()) >= 8
-    assert len(commands_in_units()) == 5
+    assert len(commands_in_units()) == 6
 
 
 @pytest.mark.parametrize("command", commands_in_docs() + commands_in_units())
