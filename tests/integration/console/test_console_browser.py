@@ -173,6 +173,20 @@ async def first_row_seq(page: Page, position: str) -> int:
     return int(await page.locator("#records-table tbody tr").first.get_attribute("data-seq") or -1)
 
 
+async def visit_runs_and_audit(browser: Browser, page: Page, url: str, shots: Path) -> None:
+    """The failover runs, a run with its timeline, the audit log, and the sign-in page."""
+    await page.goto(url + "/runs")
+    await page.screenshot(path=str(shots / "console-runs.png"), full_page=True)
+    await page.click("text=run-1")
+    assert await page.locator("#timeline-png").evaluate("img => img.naturalWidth") > 0
+    await page.screenshot(path=str(shots / "console-run.png"), full_page=True)
+    await page.goto(url + "/audit")
+    assert await page.locator("#audit").count() == 1
+    signin = await (await browser.new_context(ignore_https_errors=True)).new_page()
+    await signin.goto(url + "/")
+    await signin.screenshot(path=str(shots / "console-signin.png"))
+
+
 async def test_pages_render_and_the_record_browser_finds_by_seq_time_and_content(
     services: Cluster, tmp_path: Path
 ) -> None:
@@ -223,12 +237,7 @@ async def test_pages_render_and_the_record_browser_finds_by_seq_time_and_content
         lines = (await export.text()).splitlines()
         assert [json.loads(line)["payload"].encode() for line in lines] == before + after
 
-        await page.goto(console.url + "/runs")
-        await page.click("text=run-1")
-        assert await page.locator("#timeline-png").evaluate("img => img.naturalWidth") > 0
-        await page.screenshot(path=str(shots / "console-run.png"), full_page=True)
-        await page.goto(console.url + "/audit")
-        assert await page.locator("#audit").count() == 1
+        await visit_runs_and_audit(browser, page, console.url, shots)
     assert errors == []
 
 
@@ -327,6 +336,9 @@ async def test_a_read_only_token_sees_no_change_control_and_a_forged_one_is_refu
         assert refused and refused[0]["outcome"] == "forbidden"
         assert done and done[0]["target"]["stream"] == "s"
         await admin.goto(console.url + "/audit")
+        await admin.screenshot(
+            path=str(screenshots(tmp_path) / "console-audit.png"), full_page=True
+        )
         assert "POST /api/streams/{ns}/{stream}/release" in await admin.inner_text("#audit")
     assert errors == []
 
