@@ -425,8 +425,7 @@ async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
     leaving_service: Leave,
 ) -> None:  # fmt: skip
     """The nearest surviving copy is read first; paused after the first batch, its next read
-    ends at the bookie request timeout (I8), or earlier when a speculative read of another
-    copy answers first, and the copy goes on from another one."""
+    ends at the bookie request timeout (I8) and the copy goes on from another one."""
     marked = await leaving_ledger(client, paused, leaving_service, 0)
     ledger_id, payloads = marked.ledger_id, marked.payloads
     before, leaving = marked.before, marked.bookie
@@ -453,8 +452,9 @@ async def test_a_source_that_stops_answering_mid_copy_is_left_for_another_copy(
         finally:
             await controller.fault(cluster, tools, "resume", by_id[nearest])
     assert stopped == [nearest]
-    # Bounded whichever way the stalled read ended: waited out (the request timeout), or
-    # overtaken by a speculative read of another copy (seen on a loaded machine: 0.8 s)
+    # Bounded whichever way it went: the next batch's read waited out the request timeout, or
+    # (a race of the test's, seen on a loaded machine: 0.8 s) that batch had already been read
+    # ahead, while the first was being added, before the hook paused its source
     assert took < REQUEST_TIMEOUT_S + 15, took
     after = (await client.metadata(ledger_id)).metadata.ensembles[0].bookies
     assert leaving not in after and nearest in after
