@@ -190,10 +190,9 @@ class ConsoleAccess:
         namespace: str | None,
         stream: str | None,
     ) -> web.StreamResponse:
-        target = {"namespace": namespace, "stream": stream, **request.match_info}
         entry = {
             "action": f"{request.method} {request.match_info.route.resource.canonical}",  # type: ignore[union-attr]
-            "target": {k: v for k, v in target.items() if v is not None},
+            "target": dict(request.match_info),  # ns and stream, or bookie
             "query": dict(request.query),
             "subject": token.subject,
             "token_id": token.token_id,

@@ -341,10 +341,17 @@ def run(report: dict[str, Any], token: Token) -> str:
     return layout(f"Failover run {name}", body, token, "runs")
 
 
+def _target(target: Any) -> str:
+    """An audit entry's target as a path: `ns/stream`, or the bookie."""
+    if isinstance(target, dict):
+        return "/".join(str(v) for v in target.values())
+    return "" if target is None else str(target)
+
+
 def audit(entries: list[dict[str, Any]], token: Token) -> str:
     rows = "".join(
         f"<tr><td>{_e(_when(e.get('at_ms')))}</td><td>{_e(e.get('subject'))}</td>"
-        f"<td>{_e(e.get('action'))}</td><td>{_e(e.get('target'))}</td>"
+        f"<td>{_e(e.get('action'))}</td><td>{_e(_target(e.get('target')))}</td>"
         f"<td>{_e(e.get('outcome'))}</td><td>{_e(e.get('detail', ''))}</td></tr>"
         for e in entries
     )

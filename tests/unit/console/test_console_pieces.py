@@ -165,7 +165,7 @@ async def test_a_change_needs_admin_the_changes_own_op_and_the_consoles_header_a
         "forbidden",
         "forbidden",
     ]
-    assert entries[0]["target"] == {"namespace": "ns1", "stream": "s", "ns": "ns1"}
+    assert entries[0]["target"] == {"ns": "ns1", "stream": "s"}
     assert entries[0]["action"] == "POST /api/streams/{ns}/{stream}/truncate"
     assert "X-Globelog-Console" in entries[-1]["detail"]
 
