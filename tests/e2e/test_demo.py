@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_cluster_cli import globelog, processes_mentioning
-from tests.support.topologies import REGIONS, write_topology
+from tests.support.topologies import REGIONS, free_ports, write_topology
 
 # The demo takes 2-4 minutes on two busy cores: cluster up, the ledger part, a minute of
 # faults, the catch-up (bounded at 90 s by the demo itself), Spark and cluster down.
@@ -48,7 +48,7 @@ def server_logs(data: Path) -> str:
 # Spark and browser tests the story has taken over five minutes
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 60)
 def test_the_demo_tells_its_whole_story(tmp_path: Path) -> None:
-    topology = write_topology(tmp_path)
+    topology = with_console(write_topology(tmp_path))
     data = tmp_path / "cluster-demo"
     try:
         done = run_demo(topology, data)
@@ -74,6 +74,8 @@ def test_the_demo_tells_its_whole_story(tmp_path: Path) -> None:
     assert failover is not None, shown
     assert 0 < float(failover[2]) < FAILOVER_S_MAX
     assert "durability audit passed" in out, shown
+    console = re.search(r"web console \(us-east\): (https://\S+)", out)
+    assert console is not None, shown  # the local cluster started it, the demo says where
 
     picture = re.search(r"the story in a picture: (\S+)", out)
     assert picture is not None, shown
@@ -93,6 +95,18 @@ def test_the_demo_tells_its_whole_story(tmp_path: Path) -> None:
     # The libraries' logs stay out of the story.
     assert "Connection dropped" not in out + done.stderr
     assert "kazoo" not in out + done.stderr
+
+
+def with_console(topology: Path) -> Path:
+    """The topology with a web console in us-east, as the shipped topology.yaml has."""
+    document = yaml.safe_load(topology.read_text())
+    base = document["wan"]["listen_port_base"]
+    (port,) = free_ports(1)
+    while base <= port < base + 1000:  # never a port the WAN routes take
+        (port,) = free_ports(1)
+    document["regions"][0]["consoles"] = [{"name": "console-us-east", "port": port}]
+    topology.write_text(yaml.safe_dump(document, sort_keys=False))
+    return topology
 
 
 def test_the_demo_refuses_ports_another_cluster_holds(tmp_path: Path) -> None:
