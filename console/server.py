@@ -168,9 +168,11 @@ class Console:
         r.add_get("/api/streams/{ns}/{stream}/end", self._end)
         r.add_get("/api/streams/{ns}/{stream}/audit", self._audit)
         r.add_get("/api/streams/{ns}/{stream}/timeline", self._timeline)
-        r.add_post("/api/streams/{ns}/{stream}/release", self._release)
-        r.add_post("/api/streams/{ns}/{stream}/truncate", self._truncate)
-        r.add_delete("/api/streams/{ns}/{stream}", self._delete)
+        r.add_post("/api/streams/{ns}/{stream}/release", self._through_proxy("POST", "/release"))
+        r.add_post(
+            "/api/streams/{ns}/{stream}/truncate", self._through_proxy("POST", "/truncate", "to")
+        )
+        r.add_delete("/api/streams/{ns}/{stream}", self._through_proxy("DELETE", ""))
         r.add_post("/api/streams/{ns}/{stream}/drain", self._drain)
         r.add_get("/api/streams/{ns}/{stream}/lag", self._lag)
         r.add_post("/api/bookies/{bookie}/decommission", self._decommission)
@@ -396,26 +398,17 @@ class Console:
 
     # ------------------------------------------------------------------ changes
 
-    async def _release(self, request: web.Request) -> web.Response:
-        ns, name = request.match_info["ns"], request.match_info["stream"]
-        return json_response(
-            await self.relay.change(self._raw_token(request), "POST", ns, name, "/release", {})
-        )
+    def _through_proxy(self, method: str, suffix: str, *params: str) -> Handler:
+        """A change the write proxy makes (`method` on the stream's path + `suffix`, with
+        the request's `params`), asked with the user's own token."""
 
-    async def _truncate(self, request: web.Request) -> web.Response:
-        ns, name = request.match_info["ns"], request.match_info["stream"]
-        to = request.query.get("to", "")
-        return json_response(
-            await self.relay.change(
-                self._raw_token(request), "POST", ns, name, "/truncate", {"to": to}
-            )
-        )
+        async def change(request: web.Request) -> web.Response:
+            ns, name = request.match_info["ns"], request.match_info["stream"]
+            query = {p: request.query.get(p, "") for p in params}
+            token = self._raw_token(request)
+            return json_response(await self.relay.change(token, method, ns, name, suffix, query))
 
-    async def _delete(self, request: web.Request) -> web.Response:
-        ns, name = request.match_info["ns"], request.match_info["stream"]
-        return json_response(
-            await self.relay.change(self._raw_token(request), "DELETE", ns, name, "", {})
-        )
+        return change
 
     async def _drain(self, request: web.Request) -> web.Response:
         """Stops (or, with undo=1, lets again) a region's write proxies take the stream."""

@@ -13,13 +13,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from console import access, pages
+from console import access, pages, records
+from console import streams as streams_module
 from console.access import CHANGE_HEADER, COOKIE, PUBLIC, AuditLog, ConsoleAccess, Need
-from console.records import ProxyAnswerError, position_query
+from console.records import ProxyAnswerError, ProxyRelay, position_query
 from console.runs import FailoverRuns
 from console.server import RULES, Console, ConsoleSettings
-from core.errors import BadRequestError, ConfigError, NotFoundError
+from core.errors import BadRequestError, ConfigError, NotFoundError, OverCapacityError
 from core.security.tokens import Scope, issue, new_signing_key
+from core.segments import SegmentMetadata, SegmentState, encode_segment
+from global_meta.store import NodeStat
+from global_meta.streams import ROOT, StreamMetaStore
 from placement import load_checked_topology
 from region.http_errors import error_middleware
 from region.security.gate import Gate
@@ -285,3 +289,54 @@ async def test_a_deployment_wide_change_needs_every_namespace_and_names_are_chec
         assert (await client.delete("/api/streams/ns1/s", headers=deleter)).status == 500
     outcomes = [e["outcome"] for e in guard.audit.newest()]
     assert outcomes[0] == "proxy 404" and "ok" in outcomes and "forbidden" in outcomes
+
+
+async def test_live_tails_past_their_cap_are_refused_and_a_refusal_frees_no_slot() -> None:
+    relay = ProxyRelay("https://127.0.0.1:1", "https://127.0.0.1:1", False)
+    relay._tails = records.TAILS_MAX
+    with pytest.raises(OverCapacityError, match=f"{records.TAILS_MAX} live tails"):
+        async with relay.tail(None, "ns", "s", 0):
+            pass
+    assert relay._tails == records.TAILS_MAX
+
+
+class _Segments:
+    """A metadata store holding streams of segments: what StreamViews reads."""
+
+    def __init__(self, streams: dict[str, int]) -> None:
+        self.reads = 0
+        self.nodes: dict[str, bytes] = {}
+        for stream, count in streams.items():
+            for seq in range(1, count + 1):
+                segment = SegmentMetadata(seq, seq, SegmentState.COMPLETED, 0, 0, 1000, "us-east")
+                path = f"{ROOT}/ns/streams/{stream}/segments/{seq:018d}"
+                self.nodes[path] = encode_segment(segment)
+
+    async def children(self, path: str) -> list[str]:
+        return sorted(p.rsplit("/", 1)[1] for p in self.nodes if p.rsplit("/", 1)[0] == path)
+
+    async def get_many(self, paths: list[str]) -> list[tuple[bytes, NodeStat] | None]:
+        self.reads += len(paths)
+        return [(self.nodes[p], NodeStat(0, 0, 0, 0, 0, 0, 0)) for p in paths]
+
+
+async def test_the_segment_cache_keeps_at_most_its_bound_and_reads_again_once_aged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams_module, "SEGMENTS_CACHED_MAX", 10)
+    store = _Segments({"a": 4, "b": 4, "c": 4, "big": 11})
+    now = [0.0]
+    views = streams_module.StreamViews(store, 2, monotonic=lambda: now[0])  # type: ignore[arg-type]
+    meta = StreamMetaStore(store, "ns")  # type: ignore[arg-type]
+    for name in ("a", "b", "c", "big"):
+        found, total = await views._segments(meta, name)
+        assert len(found) == total
+        assert views._segments_cached <= 10
+    assert ("ns", "big") not in views._segment_cache  # larger than the whole cache: not kept
+    assert ("ns", "a") not in views._segment_cache  # the least recently shown went first
+    reads = store.reads
+    await views._segments(meta, "c")
+    assert store.reads == reads  # fresh: from the cache
+    now[0] += streams_module.FRESH_S + 1
+    await views._segments(meta, "c")
+    assert store.reads == reads + 4  # aged: read again
