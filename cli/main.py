@@ -28,6 +28,7 @@ from cli import (
     failover_main,
     reach,
     rebuild_main,
+    region_main,
     security_main,
     serve,
     spark_main,
@@ -47,7 +48,12 @@ from core.security.credentials import (
     read_token_file,
 )
 from core.topology import Topology
-from core.topology_loader import load_topology, region_loss_summary, region_loss_warning
+from core.topology_loader import (
+    load_topology,
+    region_loss_summary,
+    region_loss_warning,
+    zookeeper_warning,
+)
 from localcluster import controller, processes, regions, wan
 from localcluster.controller import Cluster
 from localcluster.tools import REPO_ROOT, find_tools
@@ -118,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     failover_main.add_failover_commands(commands)
     serve.add_arguments(commands)
     rebuild_main.add_arguments(commands)
+    region_main.add_arguments(commands)
     security_main.add_arguments(commands)
     deploy.add_arguments(commands, default_topology_path())
 
@@ -341,9 +348,9 @@ def _run_ledger(args: argparse.Namespace) -> int:
 
 def _print_region_loss(topology: Topology) -> None:
     print(region_loss_summary(topology))
-    warning = region_loss_warning(topology)
-    if warning is not None:
-        print(f"globelog: {warning}", file=sys.stderr)
+    for warning in (region_loss_warning(topology), zookeeper_warning(topology)):
+        if warning is not None:
+            print(f"globelog: {warning}", file=sys.stderr)
 
 
 def _adopt_token(args: argparse.Namespace) -> None:
@@ -386,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return deploy.run_status(args)
         if args.command == "serve":
             return serve.run(args, default_topology_path())
+        if args.command == "region":
+            return region_main.run(args, default_topology_path())
         if args.command in ("rebuild", "bookie"):
             return rebuild_main.run(args, default_topology_path())
         if args.command == "failover":

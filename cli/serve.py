@@ -18,7 +18,6 @@ from aiohttp import web
 
 from core.errors import ConfigError
 from core.rebuild_settings import RebuildSettings
-from core.routes import publish_topology
 from core.security.credentials import default_token
 from core.topology import Endpoint, Proxy, Topology
 from global_meta import MetaStore
@@ -152,7 +151,7 @@ async def serve_proxy(
         await LedgerClient.connect(store, ledger_config) as ledgers,
     ):
         # give the session up only when cut off from most regions, not during an election
-        store.isolation_check = cut_off_check(publish_topology(topology), proxy.region)
+        store.isolation_check = cut_off_check(lambda: ledgers.published, proxy.region)
         security = ProxySecurity.load(
             topology.security,
             store,

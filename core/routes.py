@@ -8,12 +8,13 @@ ZooKeeper nodes only, so ZooKeeper's quorum traffic is what pays the WAN, as in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import MetadataError
-from core.topology import Endpoint, Topology
+from core.topology import Endpoint, Replication, Topology
 
 TOPOLOGY_ZNODE = "/globelog/topology"  # where `cluster up` publishes it for every client
 PUBLISHED_FORMAT_VERSION = 1
@@ -124,12 +125,40 @@ class PublishedBookie:
 
 @dataclass(frozen=True, slots=True)
 class PublishedTopology:
-    """What every client reads from ZooKeeper: bookie locations and per-region addresses."""
+    """What every client reads from ZooKeeper: bookie locations and per-region addresses,
+    the replication new ledgers take, and the regions being drained (no new copies there).
+
+    `globelog region add|remove` republishes it while the system runs (membership/); a
+    document without `replication` or `drained` (written before they existed) has none.
+    """
 
     name: str
     regions: tuple[str, ...]
     bookies: tuple[PublishedBookie, ...]
     addresses: dict[str, dict[str, str]]  # region -> bookie id -> "host:port" to dial
+    replication: Replication | None = None  # new ledgers' E/W/A and rule; None: the file's
+    drained: tuple[str, ...] = ()  # regions that take no new copies (a removal under way)
+
+    def without_region(self, region: str) -> PublishedTopology:
+        """This publication with `region`, its bookies and its dial addresses gone; the other
+        regions keep their addresses (an emulated WAN's ports included)."""
+        gone = {b.bookie_id for b in self.bookies if b.region == region}
+        addresses = {
+            r: {b: a for b, a in t.items() if b not in gone} for r, t in self.addresses.items()
+        }
+        return PublishedTopology(
+            self.name,
+            tuple(r for r in self.regions if r != region),
+            tuple(b for b in self.bookies if b.region != region),
+            {r: table for r, table in addresses.items() if r != region},
+            self.replication,
+            tuple(r for r in self.drained if r != region),
+        )
+
+    def draining(self, region: str, drained: bool = True) -> PublishedTopology:
+        """This publication with `region` drained (or no longer drained)."""
+        others = tuple(r for r in self.drained if r != region)
+        return dataclasses.replace(self, drained=(*others, region) if drained else others)
 
     def address(self, from_region: str, bookie_id: str) -> str:
         """The address a client in `from_region` dials for `bookie_id` (direct if unknown)."""
@@ -142,7 +171,7 @@ class PublishedTopology:
         return None
 
 
-def publish_topology(topology: Topology) -> PublishedTopology:
+def publish_topology(topology: Topology, drained: tuple[str, ...] = ()) -> PublishedTopology:
     routes = {
         (r.from_region, r.upstream.address): r.listen.address
         for r in plan_routes(topology)
@@ -157,11 +186,18 @@ def publish_topology(topology: Topology) -> PublishedTopology:
     bookies = tuple(
         PublishedBookie(b.bookie_id, b.name, b.region, b.rack) for b in topology.bookies
     )
-    return PublishedTopology(topology.name, topology.region_names, bookies, addresses)
+    return PublishedTopology(
+        topology.name,
+        topology.region_names,
+        bookies,
+        addresses,
+        topology.replication,
+        tuple(r for r in drained if r in topology.region_names),
+    )
 
 
 def encode_published(published: PublishedTopology) -> bytes:
-    document = {
+    document: dict[str, Any] = {
         "format_version": PUBLISHED_FORMAT_VERSION,
         "name": published.name,
         "regions": list(published.regions),
@@ -170,7 +206,10 @@ def encode_published(published: PublishedTopology) -> bytes:
             for b in published.bookies
         ],
         "addresses": published.addresses,
+        "drained": list(published.drained),
     }
+    if published.replication is not None:
+        document["replication"] = dataclasses.asdict(published.replication)
     return json.dumps(document, sort_keys=True, indent=1).encode()
 
 
@@ -193,8 +232,21 @@ def decode_published(data: bytes, where: str) -> PublishedTopology:
             str(region): {str(k): str(v) for k, v in table.items()}
             for region, table in document["addresses"].items()
         }
+        replication = document.get("replication")
         return PublishedTopology(
-            str(document["name"]), tuple(document["regions"]), bookies, addresses
+            str(document["name"]),
+            tuple(str(r) for r in document["regions"]),
+            bookies,
+            addresses,
+            None if replication is None else _replication(replication),
+            tuple(str(r) for r in document.get("drained", ())),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise MetadataError(f"{where}: not a published topology: {err!r}") from err
+
+
+def _replication(value: Any) -> Replication:
+    numbers = [value[f.name] for f in dataclasses.fields(Replication)]
+    if not all(type(n) is int and n > 0 for n in numbers):
+        raise ValueError(f"replication {value!r}: expected positive integers")
+    return Replication(*numbers)

@@ -471,17 +471,31 @@ def _parse_endpoint(node: Any, path: str, p: _Problems) -> tuple[str, Endpoint] 
     return name, Endpoint(host, port)
 
 
-ZK_KEYS = {"name", "region", "host", "client_port", "peer_port", "election_port"}
+ZK_KEYS = {"id", "name", "region", "host", "client_port", "peer_port", "election_port"}
+SERVER_ID_MAX = 255  # ZooKeeper's myid range
+SERVER_ID = f"an integer 1..{SERVER_ID_MAX}"
+
+
+def _server_id(value: Any) -> int | None:
+    return number if (number := _positive_int(value)) and number <= SERVER_ID_MAX else None
+
+
+def zookeeper_warning(topology: Topology) -> str | None:
+    """A warning for an even number of ZooKeeper nodes (allowed: adding a region passes
+    through one), which survives no more losses than one node fewer."""
+    count = len(topology.zookeeper)
+    if count % 2 or count == 0:
+        return None
+    return (
+        f"warning: {count} ZooKeeper nodes survive the loss of {count // 2 - 1}, as "
+        f"{count - 1} would; an odd number makes every node count"
+    )
 
 
 def _parse_zookeeper(node: Any, p: _Problems, regions: set[str]) -> list[ZkNode]:
     nodes: list[ZkNode] = []
     items = p.seq(node, "zookeeper", min_len=1)
-    if len(items) % 2 == 0 and items:
-        p.add(
-            "zookeeper",
-            f"expected an odd number of nodes (a majority must survive), got {len(items)}",
-        )
+    ids: set[int] = set()
     for i, item in enumerate(items):
         path = f"zookeeper[{i}]"
         m = p.mapping(item, path, ZK_KEYS)
@@ -499,7 +513,14 @@ def _parse_zookeeper(node: Any, p: _Problems, regions: set[str]) -> list[ZkNode]
             continue
         assert name is not None and region is not None and host is not None
         client, peer, election = (int(x) for x in ports if x is not None)
-        nodes.append(ZkNode(name, region, i + 1, Endpoint(host, client), peer, election))
+        # its myid: given (kept when others leave: membership/plans.py), else its place
+        server_id = p.get(m, "id", path, _server_id, SERVER_ID, default=i + 1)
+        if server_id in ids:
+            p.add(f"{path}.id", f"duplicate server id {server_id}")
+        if server_id is None or server_id in ids:
+            continue
+        ids.add(server_id)
+        nodes.append(ZkNode(name, region, server_id, Endpoint(host, client), peer, election))
     return nodes
 
 

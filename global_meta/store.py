@@ -45,6 +45,7 @@ SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones ar
 # surviving regions give its streams up at each election.
 GIVE_UP_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
+ENSEMBLE_CONFIG_ZNODE = "/zookeeper/config"  # ZooKeeper's own record of its members
 
 
 def kazoo_login(login: ZkLogin | None, tls: ZkTls | None = None) -> dict[str, Any]:
@@ -127,6 +128,29 @@ class SessionState(enum.Enum):
 class SessionEvent:
     state: SessionState
     session_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleConfig:
+    """ZooKeeper's dynamic configuration: each voting member's server spec by its id."""
+
+    servers: dict[int, str]  # id -> "host:peer:election:role;client"
+    version: str  # hex, as ZooKeeper writes it
+
+    @classmethod
+    def parse(cls, data: bytes) -> EnsembleConfig:
+        servers: dict[int, str] = {}
+        version = ""
+        for line in data.decode(errors="replace").splitlines():
+            key, _, value = line.strip().partition("=")
+            if key.startswith("server.") and key[7:].isdigit():
+                servers[int(key[7:])] = value
+            elif key == "version":
+                version = value
+        return cls(servers, version)
+
+    def host_of(self, server_id: int) -> str:
+        return self.servers[server_id].split(":", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +495,30 @@ class MetaStore:
                 )
                 raise failure from result
         return [NodeStat.of(r) if isinstance(r, ZnodeStat) else r for r in results]
+
+    # -- the ensemble's own membership (ZooKeeper's dynamic reconfiguration) ------------------
+
+    async def ensemble(self) -> EnsembleConfig:
+        """The ensemble's voting members as ZooKeeper has them now (`/zookeeper/config`)."""
+        await self.sync(ENSEMBLE_CONFIG_ZNODE)
+        data, _ = await self.get(ENSEMBLE_CONFIG_ZNODE)
+        return EnsembleConfig.parse(data)
+
+    async def reconfig(
+        self, joining: Sequence[str] = (), leaving: Sequence[int] = ()
+    ) -> EnsembleConfig:
+        """Adds the `joining` servers (`server.N=host:peer:election[:role][;client]` specs) and
+        removes the `leaving` server ids in one reconfiguration; the new membership. Needs
+        ZooKeeper's super user (docs/security.md) and a quorum of both old and new members."""
+        assert joining or leaving, "an empty reconfiguration is a programming error"
+        data, _ = await self._await(
+            "reconfig",
+            ENSEMBLE_CONFIG_ZNODE,
+            lambda: self._client.reconfig_async(
+                ",".join(joining) or None, ",".join(map(str, leaving)) or None, None, -1
+            ),
+        )
+        return EnsembleConfig.parse(data)
 
     # -- watches and session events -----------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.security.secrets import zk_jaas_file
+from core.security.secrets import ZK_USER, zk_jaas_file
 from core.security.settings import LEDGER_ROLE, SecuritySettings
 from core.topology import Bookie, Topology, ZkNode
 from core.topology_loader import is_loopback
@@ -82,7 +82,7 @@ def zoo_cfg(
         f"syncLimit={timings.sync_limit_ticks}",
         f"maxSessionTimeout={timings.max_session_ms}",
         f"dataDir={zk_dir(data_dir, node) / 'data'}",
-        *_client_port(topology.security, node),
+        *_client_port(topology, node),
         "admin.enableServer=false",
         f"4lw.commands.whitelist={four_letter_words}",
         # keep three snapshots and their logs, purged hourly
@@ -94,6 +94,14 @@ def zoo_cfg(
         "enforce.auth.enabled=true",
         "enforce.auth.schemes=sasl",
     ]
+    if topology.wan is None:
+        # A deployment's members join and leave by dynamic reconfiguration (`globelog region
+        # add|remove`), which only ZooKeeper's super user may run: the deployment's login
+        # (zoo.cfg passes keys it does not know on as `zookeeper.*` system properties). Not in
+        # the local cluster: there each node dials its peers through its own region's WAN
+        # routes, and with reconfiguration on a follower takes the leader's view of them,
+        # its own election address included, which is a route's listener it cannot bind.
+        lines += ["reconfigEnabled=true", f"superUser={ZK_USER}"]
     if len(topology.zookeeper) > 1:
         lines += _quorum_tls(topology.security, node)
         for peer in topology.zookeeper:
@@ -102,12 +110,34 @@ def zoo_cfg(
     return "\n".join(lines) + "\n"
 
 
-def _client_port(security: SecuritySettings, node: ZkNode) -> list[str]:
+LOOPBACK_PORT_OFFSET = 10000
+
+
+def loopback_client_port(node: ZkNode) -> int:
+    """The node's plain client port on 127.0.0.1 (TLS on; see `_client_port`)."""
+    return node.client.port + LOOPBACK_PORT_OFFSET
+
+
+def _client_port(topology: Topology, node: ZkNode) -> list[str]:
     """The node's client port: with TLS on, TLS only (Netty), its host's certificate, and
     clients' certificates of the deployment's CA demanded."""
+    security = topology.security
     if not security.tls:
         return [f"clientPort={node.client.port}", f"clientPortAddress={node.client.host}"]
+    # A deployment's node also listens in clear on loopback only: ZooKeeper's reconfiguration
+    # re-binds a joining node's plain client port to the one its member spec names, and needs
+    # one to re-bind (membership.changes.server_spec names this one, so nothing moves). The
+    # local cluster emulates a WAN and never adds a region (docs/cluster.md): it has none.
+    loopback = (
+        []
+        if topology.wan is not None
+        else [
+            f"clientPort={loopback_client_port(node)}",
+            "clientPortAddress=127.0.0.1",
+        ]
+    )
     return [
+        *loopback,
         f"secureClientPort={node.client.port}",
         f"secureClientPortAddress={node.client.host}",
         "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",

@@ -83,6 +83,13 @@ class PlacementState:
     def update_membership(self, writable: Iterable[str], read_only: Iterable[str]) -> None:
         self.cluster = self.cluster.with_membership(writable, read_only)
 
+    def set_drained_regions(self, regions: Iterable[str]) -> None:
+        """Exactly `regions` are drained (the published topology's list); unknown ones are
+        ignored: a region the client has no bookie of takes no copy anyway."""
+        wanted = set(regions) & set(self.cluster.regions)
+        for region in set(self.cluster.drained_regions) | wanted:
+            self.cluster = self.cluster.with_drained(region, region in wanted)
+
     def drain_region(self, region: str, drained: bool = True) -> None:
         """No new copies go to a drained region; replacements move copies out of it."""
         if region not in self.cluster.regions:

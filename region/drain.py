@@ -1,6 +1,7 @@
 """Draining: an operator tells one region's write proxies to stop taking a stream's writes.
 
     /globelog/drain/<region>/<namespace>~<stream>     one znode per drained stream
+    /globelog/drain/<region>/whole-region              every stream (a region's removal)
 
 A region's proxies watch their region's folder: a drained stream they own is released (its
 segment completed, its lock freed) and its requests are redirected to a write proxy of
@@ -20,12 +21,30 @@ from global_meta.followers import Follower, FollowerStatus
 
 ROOT = "/globelog/drain"
 SEPARATOR = "~"  # never in a namespace or stream name
+WHOLE_REGION = "whole-region"  # no SEPARATOR: never a stream's znode
 log = logging.getLogger(__name__)
 
 
 def drain_path(region: str, namespace: str = "", stream: str = "") -> str:
     base = f"{ROOT}/{region}"
     return f"{base}/{namespace}{SEPARATOR}{stream}" if stream else base
+
+
+async def set_region_drained(store: MetaStore, region: str, drained: bool) -> bool:
+    """Drains (or undrains) every stream in `region`; False when it already was (or was not)."""
+    path = f"{drain_path(region)}/{WHOLE_REGION}"
+    try:
+        if drained:
+            await store.create(path, b"", make_parents=True)
+        else:
+            await store.delete(path, version=-1)
+    except (NodeExistsError, NoNodeError):
+        return False
+    return True
+
+
+async def region_drained(store: MetaStore, region: str) -> bool:
+    return await store.exists(f"{drain_path(region)}/{WHOLE_REGION}") is not None
 
 
 async def set_drained(
@@ -55,6 +74,7 @@ class DrainWatch:
         self._store = store
         self.region = region
         self.drained: frozenset[tuple[str, str]] = frozenset()
+        self.whole_region = False  # every stream of the region drained
         self.changed = asyncio.Event()
         self._follower = Follower(f"drained streams of {region}", self._follow, on_failed=on_failed)
 
@@ -73,6 +93,7 @@ class DrainWatch:
                 following()
                 pairs = (name.split(SEPARATOR, 1) for name in names if SEPARATOR in name)
                 self.drained = frozenset((ns, stream) for ns, stream in pairs)
+                self.whole_region = WHOLE_REGION in names
                 self.changed.set()
 
     async def stop(self) -> None:

@@ -20,12 +20,14 @@ PING_TIMEOUT_S = 1.0
 
 
 def cut_off_check(
-    topology: PublishedTopology, region: str, timeout_s: float = PING_TIMEOUT_S
+    current: Callable[[], PublishedTopology], region: str, timeout_s: float = PING_TIMEOUT_S
 ) -> Callable[[], Awaitable[bool]]:
     """A check for MetaStore.isolation_check: True when fewer than a majority of regions
-    answer (a bookie of each other region is pinged, all at once, for `timeout_s`)."""
+    answer (a bookie of each other region is pinged, all at once, for `timeout_s`).
+    `current` gives the newest published topology: regions join and leave."""
 
     async def cut_off() -> bool:
+        topology = current()
         others = [r for r in topology.regions if r != region]
         reached = await asyncio.gather(*(_reaches(topology, region, r, timeout_s) for r in others))
         return (1 + sum(reached)) * 2 <= len(topology.regions)

@@ -29,6 +29,7 @@ from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
+from region.drain import region_drained
 from region.idempotence import Idempotence, rebuild_table
 from region.observability.telemetry import PROXY_METRICS
 from region.observability.tracing import TRACER
@@ -95,6 +96,7 @@ class Ownership:
         self._owned: dict[tuple[str, str], Owned] = {}
         self._opening: dict[tuple[str, str], asyncio.Task[Owned | Redirect]] = {}
         self.drained: frozenset[tuple[str, str]] = frozenset()  # kept by the proxy's watch
+        self.region_drained = False  # every stream drained here (the region is leaving)
 
     def streams(self, namespace: str) -> StreamMetaStore:
         streams = self._namespaces.get(namespace)
@@ -124,7 +126,7 @@ class Ownership:
         ends (no polling by the client); another live owner is redirected to as usual.
         """
         key = (namespace, stream)
-        if key in self.drained:
+        if self.is_drained(key):
             return await self._elsewhere_than_here(key)
         owned = self._owned.get(key)
         if owned is not None:
@@ -271,8 +273,8 @@ class Ownership:
         if owner is not None and not owner.owner.endswith(f"@{self.config.me.region}"):
             return owner
         for region in await self._store.children(PROXIES_ROOT):
-            if region == self.config.me.region:
-                continue
+            if region == self.config.me.region or await region_drained(self._store, region):
+                continue  # a leaving region would send the stream straight back
             try:
                 names = await self._store.children(proxy_path(region, KIND))
             except NoNodeError:
@@ -288,12 +290,15 @@ class Ownership:
             "of another region is alive"
         )
 
+    def is_drained(self, key: tuple[str, str]) -> bool:
+        return self.region_drained or key in self.drained
+
     async def release_drained(self) -> None:
         """Releases every owned stream that is now drained here. A release that fails is
         logged and, once the others were tried, the first failure is raised: the drain
         follower shows it, restarting, and its restart applies the drains again."""
         failures: list[GlobelogError] = []
-        for key in [k for k in self._owned if k in self.drained]:
+        for key in [k for k in self._owned if self.is_drained(k)]:
             try:
                 await self.release(*key)
             except GlobelogError as err:
@@ -368,33 +373,46 @@ class Ownership:
         return released
 
     async def release_on_lost_bookies(self) -> int:
-        """Releases the owned streams whose open ensemble names a lost bookie, with nothing
-        in flight; how many. A stream being written leaves a lost bookie by itself (its next
-        add fails there and its writer changes ensemble); an idle one would keep the entries
-        it wrote there one copy short until its idle release, since the rebuilders leave an
-        open ensemble to its writer. Released, its segment completes and is theirs to copy."""
+        """Moves owned streams off lost and leaving bookies; how many it released.
+
+        A stream being written leaves a lost bookie by itself (its next add fails there and its
+        writer changes ensemble); an idle one would keep the entries it wrote there one copy
+        short until its idle release, since the rebuilders leave an open ensemble to its
+        writer. Released, its segment completes and is theirs to copy. A bookie an operator
+        decommissions (a region's removal decommissions all of its bookies) still answers, so
+        a busy stream's writer never leaves it by itself: its segment is rolled, and the next
+        one is placed without it."""
         now = asyncio.get_running_loop().time()
         lost = {
             bookie
             for bookie, since in self._ledgers.down_since.items()
             if now - since >= self.config.lost_bookie_delay_s
         }
-        if not lost:
+        leaving = self._ledgers.leaving
+        if not lost and not leaving:
             return 0
         released = 0
         for key, owned in list(self._owned.items()):
-            bookies = lost.intersection(owned.writer.open_bookies)
+            open_bookies = set(owned.writer.open_bookies)
+            bookies = (lost | leaving) & open_bookies
             # a request may hold the writer before it counts its bytes in flight: only a
             # stream no request came for in LOST_QUIET_S is let go
             quiet = now - owned.used_at >= LOST_QUIET_S
-            if not bookies or owned.inflight_bytes or not quiet:
+            if not bookies:
+                continue
+            if owned.inflight_bytes or not quiet:
+                if leaving & open_bookies and self._ledgers.can_place(
+                    self._ledgers.replication_for_new(self.config.replication)
+                ):
+                    log.info("rolling stream %s/%s off leaving %s", *key, leaving & open_bookies)
+                    owned.writer.roll_now()
                 continue
             try:
                 released += await self.release(*key, only=owned)
             except GlobelogError as err:
-                log.warning("releasing stream %s/%s off lost %s failed: %s", *key, bookies, err)
+                log.warning("releasing stream %s/%s off %s failed: %s", *key, bookies, err)
             else:
-                log.info("released stream %s/%s: its open ensemble names lost %s", *key, bookies)
+                log.info("released stream %s/%s: its open ensemble names %s", *key, bookies)
         return released
 
     async def release_all(self) -> None:

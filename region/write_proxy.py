@@ -202,6 +202,7 @@ class WriteProxy:
         while True:
             self._drain.changed.clear()
             self.ownership.drained = self._drain.drained
+            self.ownership.region_drained = self._drain.whole_region
             await self.ownership.release_drained()
             following()
             await self._drain.changed.wait()

@@ -57,7 +57,13 @@ class WriterFailed:
     reason: str
 
 
-WriterEvent = Ticked | EntryAcked | EntryFailed | SegmentStarted | WriterFailed
+@dataclass(frozen=True, slots=True)
+class RollRequested:
+    """Start the next segment now (its ensemble placed afresh): the open one names a bookie
+    that is leaving. An empty segment does not roll: it has nothing to move."""
+
+
+WriterEvent = Ticked | EntryAcked | EntryFailed | SegmentStarted | WriterFailed | RollRequested
 
 # --------------------------------------------------------------------------------- actions
 

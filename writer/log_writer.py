@@ -46,6 +46,7 @@ from writer.events import (
     EntryFailed,
     FailureKind,
     FailWrites,
+    RollRequested,
     RollSegment,
     SegmentStarted,
     SegmentSummary,
@@ -214,6 +215,12 @@ class LogWriter:
     def open_bookies(self) -> tuple[str, ...]:
         """The bookies the open ledger's next entries go to (its last ensemble)."""
         return self._ledger.metadata.ensembles[-1].bookies
+
+    def roll_now(self) -> None:
+        """Starts the next segment once the entries in flight are acknowledged: its ensemble
+        is placed afresh (away from bookies that are leaving). Nothing happens to an empty
+        segment or one already rolling or closing."""
+        self._feed(RollRequested())
 
     @property
     def failed(self) -> bool:

@@ -78,7 +78,8 @@ async def _new_ledger(
     ledgers: LedgerClient, stream: str, sequence: int, replication: Replication
 ) -> LedgerWriter:
     custom = ((LEDGER_STREAM_KEY, stream.encode()), (LEDGER_SEGMENT_KEY, str(sequence).encode()))
-    return await ledgers.create(replication, custom_metadata=custom)
+    # a replication republished with the regions (membership/) wins over the writer's own
+    return await ledgers.create(ledgers.replication_for_new(replication), custom_metadata=custom)
 
 
 async def _discard(

@@ -55,6 +55,7 @@ from writer.events import (
     EntryFailed,
     FailureKind,
     FailWrites,
+    RollRequested,
     RollSegment,
     SegmentStarted,
     SegmentSummary,
@@ -387,6 +388,9 @@ class LogWriterState:
                 self._on_segment_started(event)
             case Ticked():
                 self._on_tick()
+            case RollRequested():
+                if self._phase is Phase.OPEN and (self._acked_entry >= 0 or self._in_flight):
+                    self._begin_roll()
 
     # --------------------------------------------------------------------------- events
 

@@ -46,7 +46,14 @@ from ledger.drivers.recover import recover
 from ledger.drivers.telemetry import LedgerMetrics
 from ledger.drivers.write_handle import LedgerWriter
 from ledger.errors import LedgerUnauthorizedError, NoSuchLedgerMetadataError
-from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
+from placement import (
+    ClientLocation,
+    ClusterView,
+    LocatedBookie,
+    PlacementConfig,
+    PlacementError,
+    PlacementState,
+)
 
 AVAILABLE = f"{LEDGERS_ROOT}/available"
 READ_ONLY = f"{AVAILABLE}/readonly"
@@ -77,6 +84,7 @@ class LedgerClient:
         placement = PlacementState(
             cluster, PlacementConfig(ClientLocation(config.region, config.rack))
         )
+        placement.set_drained_regions(published.drained)
         self.context = LedgerContext(
             LedgerMetadataStore(store),
             bookies,
@@ -88,6 +96,7 @@ class LedgerClient:
         self._store = store
         # known bookies neither writable nor read-only, and since when (the loop's clock)
         self.down_since: dict[str, float] = {}
+        self.leaving: frozenset[str] = frozenset()  # bookies an operator decommissions
         self._membership = Follower(
             "bookie membership", self._follow_membership, on_failed=self._count_restart
         )
@@ -136,18 +145,26 @@ class LedgerClient:
     def _count_restart(self, status: FollowerStatus) -> None:
         self.context.metrics.follower_restarts.add(1, {"follower": status.name})
 
-    def _apply_topology(self, published: PublishedTopology) -> None:
+    def _apply_topology(self, published: PublishedTopology) -> bool:
         if self.context.config.region not in published.regions:
             log.error(
                 "ignored a republished topology without this client's region %r (regions %s)",
                 self.context.config.region,
                 list(published.regions),
             )
-            return
+            return False
         self.published = published
         self.context.placement.update_locations(
             LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies
         )
+        self.context.placement.set_drained_regions(published.drained)
+        return True
+
+    def replication_for_new(self, configured: Replication) -> Replication:
+        """The replication of a ledger made now: the published one when the topology carries
+        one (`globelog region add` may change it with the region count: ledgers made
+        after the change take it, earlier ones keep theirs), else `configured`."""
+        return self.published.replication or configured
 
     async def _follow_topology(self, following: Callable[[], None]) -> None:
         """Picks up a republished topology (`globelog init` after adding a bookie): its
@@ -162,8 +179,7 @@ class LedgerClient:
                 except MetadataError as err:  # keep the last good one
                     log.error("ignored an unreadable republished topology: %s", err)
                     continue
-                if published != self.published:
-                    self._apply_topology(published)
+                if published != self.published and self._apply_topology(published):
                     log.info(
                         "topology %r republished: %d bookies",
                         published.name,
@@ -176,6 +192,7 @@ class LedgerClient:
         names = set(await self._store.children(AVAILABLE))
         read_only = set(await self._store.children(READ_ONLY)) if "readonly" in names else set()
         leaving = set(await self._store.children(DECOMMISSION_ZNODE))
+        self.leaving = frozenset(leaving)
         self.context.placement.update_membership(
             names - {"readonly"} - leaving, read_only | (names & leaving)
         )
@@ -217,6 +234,14 @@ class LedgerClient:
         await self.close()
 
     # ---------------------------------------------------------------------------- ledgers
+
+    def can_place(self, replication: Replication) -> bool:
+        """Whether a new ledger with `replication` could be placed now (nothing is made)."""
+        try:
+            self.context.placement.new_ensemble(replication, now_s=self.context.clock())
+        except PlacementError:
+            return False
+        return True
 
     async def create(
         self,

@@ -9,6 +9,7 @@ installed by itself (no source checkout on the path, nothing from the local laun
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -360,3 +362,249 @@ def test_without_namespaces_the_test_fails_and_says_why(
     message = str(caught.value)
     assert "cannot create one here (`ip netns add` exited 1: mount --make-shared" in message
     assert "it needs root or CAP_SYS_ADMIN and CAP_NET_ADMIN" in message
+
+
+NEW_REGION = "ap-south"
+REGION_FILE = """\
+# the region that joins: its racks, bookies, proxies and ZooKeeper node
+region:
+  name: ap-south
+  racks:
+    - name: rack-a
+      bookies: [{{name: bk-ap-south-a, host: bk-a.ap-south.{d}, port: 3181}}]
+    - name: rack-b
+      bookies: [{{name: bk-ap-south-b, host: bk-b.ap-south.{d}, port: 3181}}]
+  write_proxies: [{{name: wp-ap-south, host: proxy.ap-south.{d}, port: 8080}}]
+  read_proxies: [{{name: rp-ap-south, host: proxy.ap-south.{d}, port: 8081}}]
+zookeeper:
+  - {{name: zk-ap-south, region: ap-south, host: zk.ap-south.{d}, client_port: 2181,
+     peer_port: 2888, election_port: 3888}}
+"""
+LIVE_WRITER = """\
+import os, sys, time
+stop = sys.argv[1]
+i = 0
+while not os.path.exists(stop):
+    print(f"live-{i}", flush=True)
+    i += 1
+    time.sleep(0.05)
+"""
+STAMPER = (
+    "import sys, time\nfor line in sys.stdin:\n    print(time.time(), line, end='', flush=True)\n"
+)
+
+
+def region_cli(d: Deployment, *args: str) -> tuple[int, str]:
+    done = d.net.run("app-us-east", [d.globelog, "region", *args], d.env, timeout_s=600)
+    out = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+    return done.returncode, out
+
+
+def start_region_hosts(d: Deployment, tools: Tools, region: str) -> None:
+    """The joining region's ZooKeeper node, bookies, proxies and rebuilder, each started with
+    the per-role commands from the merged topology file."""
+    logs, topology = d.home / "logs", load_topology(Path(d.env["GLOBELOG_TOPOLOGY"]))
+    for name in (f"bk-{region}-a", f"bk-{region}-b"):
+        data = d.home / "hosts" / name
+        conf = data / "bk.conf"
+        d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
+        _, _, value = conf.with_suffix(".env").read_text().strip().partition("=")
+        d.net.start(
+            name,
+            [tools.java, *BOOKIE_JVM, *value.strip('"').split(), "-cp",
+             tools.bookkeeper_classpath, "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
+            logs / f"{name}.log", d.env,
+        )  # fmt: skip
+    for kind in ("write-proxy", "read-proxy"):
+        d.net.start(
+            f"proxy-{region}",
+            [d.globelog, "serve", kind, "--region", region, "--log-format", "text"],
+            logs / f"{kind}-{region}.log", d.env,
+        )  # fmt: skip
+    d.net.start(
+        f"proxy-{region}",
+        [d.globelog, "serve", "rebuilder", "--region", region, "--log-format", "text"],
+        logs / f"rebuilder-{region}.log", d.env,
+    )  # fmt: skip
+    assert topology.region(region).bookies
+
+
+def segments_of(d: Deployment, host: str, region: str, stream: str) -> list[dict[str, Any]]:
+    return json.loads(d.cli(host, "segments", stream, "--region", region, "--json"))
+
+
+def read_all(d: Deployment, host: str, region: str, stream: str, limit: int) -> list[str]:
+    out = d.cli(host, "read", stream, "--region", region, "--from-start", "--limit", str(limit),
+                "--json")  # fmt: skip
+    return [json.loads(x)["payload"] for x in out.splitlines() if x.strip()]
+
+
+@dataclass
+class LiveWriter:
+    """A producer writing one line every 50 ms through `globelog write` on an app host; each
+    acknowledgement is stamped with the time it came."""
+
+    process: subprocess.Popen[bytes]
+    acks: Path
+    stop: Path
+
+    @classmethod
+    def start(cls, d: Deployment, region: str, stream: str) -> LiveWriter:
+        host, stop, acks = f"app-{region}", d.home / f"stop-{stream}", d.home / f"{stream}.acks"
+        d.cli(host, "stream", "create", stream, "--region", region)
+        pipeline = (f"{sys.executable} -c '{LIVE_WRITER.replace('live-', stream + '-')}' {stop} | "
+                    f"{d.globelog} write {stream} --region {region} | "
+                    f"{sys.executable} -c \"{STAMPER}\" > {acks}")  # fmt: skip
+        process = subprocess.Popen(d.net.argv(host, ["sh", "-c", pipeline]), env=d.env,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        return cls(process, acks, stop)
+
+    def finish(self) -> tuple[int, float]:
+        """Stops the producer; how many writes were acknowledged, and the longest time
+        between two acknowledgements."""
+        self.stop.write_text("")
+        self.process.wait(timeout=120)
+        times = [float(line.split(" ", 1)[0]) for line in self.acks.read_text().splitlines()]
+        return len(times), max(b - a for a, b in itertools.pairwise(times))
+
+
+def join_new_region(d: Deployment, tools: Tools) -> None:
+    """ap-south's hosts, its file merged into the topology, its ZooKeeper node joined by
+    reconfiguration, its bookies and proxies registered: three runs of `region add`."""
+    logs = d.home / "logs"
+    d.net.add_host(f"zk-{NEW_REGION}", (f"zk.{NEW_REGION}.{DOMAIN}",))
+    for rack in ("a", "b"):
+        d.net.add_host(f"bk-{NEW_REGION}-{rack}", (f"bk-{rack}.{NEW_REGION}.{DOMAIN}",))
+    d.net.add_host(f"proxy-{NEW_REGION}", (f"proxy.{NEW_REGION}.{DOMAIN}",))
+    d.net.add_host(f"app-{NEW_REGION}", (f"app.{NEW_REGION}.{DOMAIN}",))
+    d.net.write_hosts_files()
+    region_file = d.home / "ap-south.yaml"
+    region_file.write_text(REGION_FILE.format(d=DOMAIN))
+    code, out = region_cli(d, "add", "--from", str(region_file))
+    assert code == 3 and "zk-ap-south does not answer" in out, out
+    topology = load_topology(Path(d.env["GLOBELOG_TOPOLOGY"]))
+    assert NEW_REGION in topology.region_names
+    d.cli("app-us-east", "security", "init")  # certificates for the new hosts
+    data = d.home / "hosts" / f"zk-{NEW_REGION}"
+    d.cli(f"zk-{NEW_REGION}", "config", "zookeeper", f"zk-{NEW_REGION}", "--data-dir", str(data),
+          "--write", str(data / "zoo.cfg"))  # fmt: skip
+    d.net.start(
+        f"zk-{NEW_REGION}",
+        [tools.java, "-Xmx256m", "-XX:+UseSerialGC", nodes.java_login_flag(topology), "-cp",
+         tools.zookeeper_classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+         str(data / "zoo.cfg")],
+        logs / f"zk-{NEW_REGION}.log", d.env,
+    )  # fmt: skip
+    d.wait("zk-ap-south serving", lambda: status(d)["zk-ap-south"]["state"] == "up")
+    code, out = region_cli(d, "add", NEW_REGION, "--wait-s", "0")
+    assert code == 3 and "published done" in out and "bk-ap-south-a" in out, out
+    start_region_hosts(d, tools, NEW_REGION)
+    code, out = region_cli(d, "add", NEW_REGION, "--wait-s", "120")
+    assert code == 0 and "region ap-south is in service" in out, out
+
+
+def remove_step_by_step(d: Deployment, region: str) -> None:
+    """Each run stops after one step (as if interrupted there); the next goes on."""
+    code, out = region_cli(d, "remove", region, "--check")
+    assert code == 0, out
+    steps = ["checked", "placement-stopped", "ownership-moved", "copies-moved",
+             "zookeeper-left", "published", "file-written"]  # fmt: skip
+    for step in steps:
+        code, out = region_cli(d, "remove", region, "--until", step, "--wait-s", "300")
+        assert code == 0 and f"{step} done" in out, (step, out)
+    assert f"region {region} is removed" in out, out  # the last step finished it
+    code, out = region_cli(d, "remove", region)
+    assert code == 0 and f"region {region} was removed already" in out, out
+
+
+def remove_killing_the_first_run(d: Deployment, region: str) -> None:
+    """The first run is killed while it waits for the copies to move; the second finishes."""
+    removal_log = d.home / f"remove-{region}.log"
+    with removal_log.open("wb") as out_file:
+        first = subprocess.Popen(
+            d.net.argv("app-us-east", [d.globelog, "region", "remove", region]),
+            stdout=out_file, stderr=subprocess.STDOUT, env=d.env, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        while "copies-moved ..." not in removal_log.read_text():
+            assert first.poll() is None and time.monotonic() < deadline, removal_log.read_text()
+            time.sleep(0.2)
+        first.kill()
+        first.wait(timeout=10)
+    code, out = region_cli(d, "remove", region)
+    assert code == 0 and f"region {region} is removed" in out, out
+    assert "checked ..." not in out  # resumed: the steps done are not run again
+
+
+def test_a_region_joins_and_two_leave_while_writes_go_on(deployment: Deployment) -> None:
+    """After us-west's loss (the test above): ap-south joins, the lost us-west is removed one
+    step per run, then eu-west is removed while producers write (one of them to a stream
+    eu-west owns), its first run killed mid-step. Then eu-west's hosts are killed: every
+    record reads back in ap-south and every ensemble is on us-east and ap-south."""
+    d = deployment
+    for region in ("us-east", "eu-west"):  # the rebuilders that re-make the leaving copies
+        d.net.start(f"proxy-{region}", [d.globelog, "serve", "rebuilder", "--region", region,
+                                        "--log-format", "text"],
+                    d.home / "logs" / f"rebuilder-{region}.log", d.env)  # fmt: skip
+    join_new_region(d, find_tools())
+    # new segments place copies in ap-south (a writer in us-east: us-west is down)
+    d.cli("app-us-east", "stream", "create", "joined", "--region", "us-east")
+    d.cli("app-us-east", "write", "joined", "--region", "us-east",
+          stdin=b"".join(f"joined-{i}\n".encode() for i in range(50)))  # fmt: skip
+    last = segments_of(d, "app-ap-south", NEW_REGION, "joined")[-1]["ensembles"][-1]
+    assert NEW_REGION in {b["region"] for b in last["bookies"]}, last
+    assert last["audit"] == "meets_strict", last
+    remove_step_by_step(d, "us-west")
+    writers = {"live": LiveWriter.start(d, "us-east", "live"),
+               "leaving": LiveWriter.start(d, "eu-west", "leaving")}  # fmt: skip
+    try:
+        time.sleep(3)
+        remove_killing_the_first_run(d, "eu-west")
+        time.sleep(2)
+    finally:
+        written = {name: writer.finish() for name, writer in writers.items()}
+    logs = d.home / "logs"
+    # the stream eu-west owned moved to another region; the one written from us-east rolled
+    # its segment off eu-west's bookie instead of waiting for its next natural roll
+    assert (
+        "released drained stream default/leaving" in (logs / "write-proxy-eu-west.log").read_text()
+    )
+    assert (
+        "rolling stream default/live off leaving" in (logs / "write-proxy-us-east.log").read_text()
+    )
+    for name, (count, longest) in written.items():
+        print(f"stream {name}: {count} writes acknowledged, longest time between two "
+              f"acknowledgements while eu-west was removed: {longest:.2f} s")  # fmt: skip
+        assert count > 50, (name, count)
+    # nothing of eu-west is needed any more: its hosts killed, every record reads back
+    gone = ("zk-eu-west", "bk-eu-west-a", "bk-eu-west-b", "proxy-eu-west", "app-eu-west")
+    for host in gone:
+        d.net.kill_host(host)
+    d.lost = d.lost | set(gone)
+    for name, (count, _) in written.items():
+        records = read_all(d, "app-ap-south", NEW_REGION, name, count + 10)
+        assert records == [f"{name}-{i}" for i in range(count)], (name, records[-3:])
+    assert read_all(d, "app-ap-south", NEW_REGION, "orders", 210) == [
+        f"order-{i}" for i in range(200)
+    ]
+    assert read_all(d, "app-ap-south", NEW_REGION, "payments", 210) == [
+        f"payment-{i}" for i in range(200)
+    ]
+    d.cli("app-us-east", "write", "live", "--region", "us-east", stdin=b"after-0\n")
+    for stream in ("orders", "payments", "joined", "live", "leaving"):
+        for segment in segments_of(d, "app-ap-south", NEW_REGION, stream):
+            for ensemble in segment["ensembles"]:
+                regions = {b["region"] for b in ensemble["bookies"]}
+                assert regions == {"us-east", NEW_REGION}, (stream, ensemble)
+                assert ensemble["audit"] != "fail", (stream, ensemble)
+    report = json.loads(region_cli(d, "status", "--json")[1])
+    changes, members = report["changes"], report["zookeeper"]
+    assert {(c["kind"], c["region"]) for c in changes} == {
+        ("add", NEW_REGION), ("remove", "us-west"), ("remove", "eu-west")
+    }  # fmt: skip
+    assert all(c["finished_ms"] for c in changes), changes
+    assert sorted(members) == ["1", "4"], members  # ZooKeeper: us-east's node and ap-south's
+    # removing either region left would break the rule: refused, saying why
+    code, out = region_cli(d, "remove", NEW_REGION)
+    assert code == 2 and "cannot be kept over the 1 region(s) left" in out, out
+    assert "Add a region first" in out, out

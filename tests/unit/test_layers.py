@@ -88,7 +88,17 @@ ALLOWED: dict[str, set[str]] = {
         "core",
     },
     # the composition root: the `globelog` command's parsing and dispatch
+    "membership": {
+        "localcluster",
+        "region",
+        "rebuild",
+        "ledger",
+        "global_meta",
+        "placement",
+        "core",
+    },
     "cli": {
+        "membership",
         "console",
         "demo",
         "benchmarks",

@@ -296,7 +296,8 @@ async def test_the_isolation_check_tells_the_isolated_region_from_the_others(
     others reaches no bookie of theirs (cut off); the others still reach each other (an
     election is all their ZooKeeper servers are going through)."""
     published = publish_topology(cluster.topology)
-    east, west = cut_off_check(published, "us-east"), cut_off_check(published, "us-west")
+    east = cut_off_check(lambda: published, "us-east")
+    west = cut_off_check(lambda: published, "us-west")
     assert not await east() and not await west()
     await regions.isolate(cluster, "us-east")
     try:

@@ -68,9 +68,13 @@ def test_config_zookeeper_names_every_peer_by_host(
     assert main(["config", "zookeeper", "zk-us-west", "--topology", str(path),
                  "--data-dir", str(data)]) == 0  # fmt: skip
     cfg = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if "=" in line)
-    # TLS only (the deployment's default): no port in clear, the host's own certificate
+    # TLS only on the network (the deployment's default), the host's own certificate; the
+    # plain port reconfiguration needs listens on loopback alone
     assert cfg["secureClientPortAddress"] == f"zk-us-west.{DOMAIN}"
-    assert cfg["secureClientPort"] == "2181" and "clientPort" not in cfg
+    assert cfg["secureClientPort"] == "2181"
+    assert (cfg["clientPort"], cfg["clientPortAddress"]) == ("12181", "127.0.0.1")
+    # members join and leave by reconfiguration, which the deployment's login may run
+    assert (cfg["reconfigEnabled"], cfg["superUser"]) == ("true", "globelog")
     assert cfg["ssl.keyStore.location"].endswith(f"hosts/zk-us-west.{DOMAIN}.bundle.pem")
     assert cfg["enforce.auth.enabled"] == "true" and cfg["enforce.auth.schemes"] == "sasl"
     assert cfg["dataDir"] == str(data / "zookeeper" / "zk-us-west" / "data")

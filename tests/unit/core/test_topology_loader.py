@@ -158,7 +158,8 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     ("regions[0].racks", "rack-a", "regions[0].racks: expected a list, got 'rack-a'"),
     ("regions[2].write_proxies", DELETE, "regions[2].write_proxies: expected a list, got None"),
-    ("zookeeper[1]", DELETE, "zookeeper: expected an odd number of nodes"),
+    ("zookeeper[1].id", 1, "zookeeper[1].id: duplicate server id 1"),
+    ("zookeeper[0].id", 0, "zookeeper[0].id: expected an integer 1..255, got 0"),
     (
         "zookeeper[0].client_port",
         0,

@@ -1,0 +1,599 @@
+"""Adding and removing a region while the system runs: checked steps, each recorded in
+ZooKeeper as it completes, so a command that stops (killed, refused, out of time) is run
+again and goes on from the first step not done.
+
+    /globelog/regions/<region>    {"kind": "add"|"remove", "steps": {step: done_ms}, ...}
+
+Every step is also safe to run twice: it looks at the system before it acts (a drain already
+there, a ZooKeeper member already gone), so a command killed between acting and recording
+repeats nothing harmful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core import errors
+from core.rebuild_settings import DECOMMISSION_ZNODE
+from core.routes import PublishedTopology, publish_topology
+from core.topology import Topology
+from core.topology_loader import parse_topology
+from global_meta import MetaStore
+from global_meta.streams import ROOT as NAMESPACES_ROOT
+from global_meta.streams import StreamMetaStore
+from ledger import MIN_REGIONS_KEY, LedgerClient, VersionedMetadata
+from localcluster.metadata import read_published, registered_bookies, write_published
+from localcluster.nodes import loopback_client_port
+from localcluster.probes import zookeeper_mode
+from membership.plans import HEADER, Plan, plan_remove, write_topology
+from membership.safety import Facts, LedgerView, Report, removal_findings
+from rebuild.bookies import decommission
+from rebuild.service import read_rebuilders
+from region.drain import set_region_drained
+from region.registry import proxy_path
+
+ROOT = "/globelog/regions"
+RECORD_FORMAT_VERSION = 1
+ADD_STEPS = ("merged", "zookeeper-joined", "published", "registered")
+REMOVE_STEPS = (
+    "checked",
+    "placement-stopped",
+    "ownership-moved",
+    "copies-moved",
+    "zookeeper-left",
+    "published",
+    "file-written",
+)
+PROGRESS_EVERY_S = 5.0
+POLL_S = 1.0
+PUBLISH_ATTEMPTS = 8  # compare-and-set retries of a republication racing another
+log = logging.getLogger(__name__)
+
+DONE, STOPPED, REFUSED = 0, 3, 2  # exit codes: finished, stopped (run again), refused
+
+
+@dataclass(slots=True)
+class ChangeRecord:
+    kind: str
+    region: str
+    steps: dict[str, int] = field(default_factory=dict)
+    started_ms: int = 0
+    finished_ms: int | None = None
+    forced: bool = False
+    version: int = -1  # the znode's; -1 before it exists
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return ADD_STEPS if self.kind == "add" else REMOVE_STEPS
+
+    def done(self, step: str) -> bool:
+        return step in self.steps
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "format_version": RECORD_FORMAT_VERSION,
+                "kind": self.kind,
+                "region": self.region,
+                "steps": self.steps,
+                "started_ms": self.started_ms,
+                "finished_ms": self.finished_ms,
+                "forced": self.forced,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, version: int, where: str) -> ChangeRecord:
+        try:
+            doc = json.loads(data)
+            return cls(
+                str(doc["kind"]),
+                str(doc["region"]),
+                {str(k): int(v) for k, v in doc["steps"].items()},
+                int(doc["started_ms"]),
+                None if doc.get("finished_ms") is None else int(doc["finished_ms"]),
+                bool(doc.get("forced", False)),
+                version,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise errors.MetadataError(f"{where}: not a region change record: {err!r}") from err
+
+    def describe(self) -> list[str]:
+        head = f"{self.kind} {self.region}: " + (
+            "finished" if self.finished_ms is not None else "under way (run the command again)"
+        )
+        lines = [head + (" (forced past the safety check)" if self.forced else "")]
+        for step in self.order:
+            at = self.steps.get(step)
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at / 1000)) if at else None
+            lines.append(
+                f"  {'done' if at else 'to do':6} {step}" + (f"  {when} UTC" if when else "")
+            )
+        return lines
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def read_record(store: MetaStore, region: str) -> ChangeRecord | None:
+    path = f"{ROOT}/{region}"
+    try:
+        await store.sync(path)
+        data, stat = await store.get(path)
+    except errors.NoNodeError:
+        return None
+    return ChangeRecord.decode(data, stat.version, path)
+
+
+async def read_records(store: MetaStore) -> list[ChangeRecord]:
+    try:
+        names = await store.children(ROOT)
+    except errors.NoNodeError:
+        return []
+    found = [await read_record(store, name) for name in sorted(names)]
+    return [r for r in found if r is not None]
+
+
+async def _save(store: MetaStore, record: ChangeRecord) -> None:
+    path = f"{ROOT}/{record.region}"
+    if record.version < 0:
+        await store.create(path, record.encode(), make_parents=True)
+        record.version = 0
+    else:
+        record.version = (await store.set(path, record.encode(), version=record.version)).version
+
+
+@dataclass(slots=True)
+class Change:
+    """What every step of a change works with: the operator's session (to ZooKeeper nodes
+    that stay), a ledger client, the topology file and how to report."""
+
+    store: MetaStore
+    ledgers: LedgerClient
+    topology_path: Path
+    topology: Topology  # the file as it was read at the start
+    say: Callable[[str], None]
+    wait_s: float
+    zk_tls: ssl.SSLContext | None
+
+    async def wait_for(
+        self, what: str, left: Callable[[], Awaitable[list[str]]], wait_s: float | None = None
+    ) -> bool:
+        """Polls `left` (what is still to happen) until it is empty (True) or `wait_s` is over
+        (False), saying what is left every PROGRESS_EVERY_S."""
+        deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
+        said = 0.0
+        while True:
+            remaining = await left()
+            if not remaining:
+                return True
+            now = time.monotonic()
+            if now >= deadline:
+                self.say(f"  {what}: still {len(remaining)} left: {', '.join(remaining[:8])}")
+                return False
+            if now - said >= PROGRESS_EVERY_S:
+                self.say(f"  {what}: {len(remaining)} left: {', '.join(remaining[:8])}")
+                said = now
+            await asyncio.sleep(POLL_S)
+
+    async def republish(self, change: Callable[[PublishedTopology], PublishedTopology]) -> None:
+        for _ in range(PUBLISH_ATTEMPTS):
+            current = await read_published(self.store)
+            if current is None:
+                raise errors.ConfigError("no published topology: run `globelog init` first")
+            published, version = current
+            wanted = change(published)
+            if wanted == published:
+                return
+            try:
+                await write_published(self.store, wanted, version)
+                return
+            except errors.BadVersionError:
+                continue
+        raise errors.MetadataError(
+            f"the published topology changed under {PUBLISH_ATTEMPTS} attempts to republish it"
+        )
+
+
+# ------------------------------------------------------------------------------ removal
+
+
+async def gather_facts(change: Change, region: str) -> Facts:
+    """What the safety checker needs, read from the running system."""
+    current = await read_published(change.store)
+    if current is None:
+        raise errors.ConfigError("no published topology: run `globelog init` first")
+    published = current[0]
+    writable, read_only = await registered_bookies(change.store)
+    leaving = await _decommissioned(change.store)
+    ledgers: list[LedgerView] = []
+
+    async def keep(versioned: VersionedMetadata) -> None:
+        metadata = versioned.metadata
+        custom = dict(metadata.custom_metadata)
+        rule = custom.get(MIN_REGIONS_KEY)
+        ledgers.append(
+            LedgerView(
+                versioned.ledger_id,
+                tuple(tuple(e.bookies) for e in metadata.ensembles),
+                metadata.write_quorum,
+                int(rule) if rule is not None else 1,
+            )
+        )
+
+    await change.ledgers.visit_ledgers(keep)
+    config = await change.store.ensemble()
+    node_region = {n.server_id: n.region for n in change.topology.zookeeper}
+    host_region = {n.client.host: n.region for n in change.topology.zookeeper}
+    members = {
+        sid: node_region.get(sid, host_region.get(config.host_of(sid), "?"))
+        for sid in config.servers
+    }
+    serving = set()
+    for node in change.topology.zookeeper:
+        if node.server_id in members and await zookeeper_mode(node.client, change.zk_tls):
+            serving.add(node.server_id)
+    proxies = {}
+    for name in published.regions:
+        try:
+            proxies[name] = len(await change.store.children(proxy_path(name, "write")))
+        except errors.NoNodeError:
+            proxies[name] = 0
+    return Facts(
+        published,
+        published.replication or change.topology.replication,
+        frozenset(writable | read_only),
+        frozenset(writable - leaving),
+        tuple(ledgers),
+        members,
+        frozenset(serving),
+        proxies,
+    )
+
+
+async def _decommissioned(store: MetaStore) -> set[str]:
+    try:
+        return set(await store.children(DECOMMISSION_ZNODE))
+    except errors.NoNodeError:
+        return set()
+
+
+async def check_removal(change: Change, region: str) -> Report:
+    return removal_findings(await gather_facts(change, region), region)
+
+
+async def remove_region(
+    change: Change, region: str, *, force: bool = False, until: str | None = None
+) -> int:
+    """Runs (or resumes) the removal of `region`; an exit code (DONE, STOPPED, REFUSED)."""
+    record = await read_record(change.store, region)
+    if record is None or record.kind != "remove" or record.finished_ms is not None:
+        if record is not None and record.kind == "remove" and record.finished_ms is not None:
+            change.say(f"region {region} was removed already")
+            return DONE
+        version = -1 if record is None else record.version
+        record = ChangeRecord("remove", region, started_ms=_now_ms(), version=version)
+    bookies = [b for b in change.topology.bookies if b.region == region]
+    ids = {b.bookie_id for b in bookies}
+    steps: dict[str, Callable[[], Awaitable[bool]]] = {
+        "checked": lambda: _checked(change, region, record, force),
+        "placement-stopped": lambda: _placement_stopped(change, region),
+        "ownership-moved": lambda: _ownership_moved(change, region),
+        "copies-moved": lambda: _copies_moved(change, ids),
+        "zookeeper-left": lambda: _zookeeper_left(change, region),
+        "published": lambda: _published_without(change, region),
+        "file-written": lambda: _file_written(change, region),
+    }
+    code = await _run(change, record, steps, until)
+    if code == DONE and record.finished_ms is not None:
+        hosts = sorted(
+            {b.endpoint.host for b in bookies}
+            | {n.client.host for n in change.topology.zookeeper if n.region == region}
+            | {
+                p.endpoint.host
+                for r in change.topology.regions
+                if r.name == region
+                for p in r.write_proxies + r.read_proxies + r.consoles
+            }
+        )
+        change.say(
+            f"region {region} is removed: no read or write needs it. Its hosts may be "
+            f"switched off: {', '.join(hosts)}"
+        )
+    return code
+
+
+async def _run(
+    change: Change,
+    record: ChangeRecord,
+    steps: dict[str, Callable[[], Awaitable[bool]]],
+    until: str | None,
+) -> int:
+    if until is not None and until not in steps:
+        raise errors.ConfigError(f"--until {until!r}: expected one of {list(steps)}")
+    for step, run in steps.items():
+        if record.done(step):
+            continue
+        change.say(f"{record.kind} {record.region}: {step} ...")
+        try:
+            done = await run()
+        except _RefusedError as refused:
+            change.say(str(refused))
+            return REFUSED
+        if not done:
+            change.say(
+                f"{record.kind} {record.region}: stopped at {step}; run the command again to "
+                "go on from there"
+            )
+            return STOPPED
+        record.steps[step] = _now_ms()
+        await _save(change.store, record)
+        change.say(f"{record.kind} {record.region}: {step} done")
+        if step == until and step != list(steps)[-1]:
+            change.say(f"stopped after {step} as asked (--until); run again without it to go on")
+            return DONE
+    record.finished_ms = _now_ms()
+    await _save(change.store, record)
+    return DONE
+
+
+class _RefusedError(Exception):
+    pass
+
+
+async def _checked(change: Change, region: str, record: ChangeRecord, force: bool) -> bool:
+    report = await check_removal(change, region)
+    for line in report.lines():
+        change.say(f"  {line}")
+    if not report.safe:
+        if not force:
+            raise _RefusedError(
+                f"removing {region} refused by the safety check (nothing was changed); "
+                "--force goes on regardless"
+            )
+        record.forced = True
+        change.say(f"  going on regardless (--force): {len(report.refusals)} refusal(s)")
+    return True
+
+
+async def _placement_stopped(change: Change, region: str) -> bool:
+    """Every ledger client stops placing new copies in the region (and a replacement moves a
+    copy out of it) once it reads the republication."""
+    await change.republish(
+        lambda p: p.draining(region) if region in p.regions and region not in p.drained else p
+    )
+    return True
+
+
+async def streams_owned_in(store: MetaStore, region: str) -> list[str]:
+    """Every stream whose ownership lock a proxy of `region` holds ("namespace/stream")."""
+    try:
+        namespaces = await store.children(NAMESPACES_ROOT)
+    except errors.NoNodeError:
+        return []
+    owned = []
+    for namespace in namespaces:
+        streams = StreamMetaStore(store, namespace)
+        try:
+            names = await streams.list_streams()
+        except errors.NoNodeError:
+            continue
+        for name in names:
+            owner = await streams.owner(name)
+            if owner is not None and owner.endswith(f"@{region}"):
+                owned.append(f"{namespace}/{name}")
+    return owned
+
+
+async def _ownership_moved(change: Change, region: str) -> bool:
+    """The region's write proxies release every stream and send its writers to another
+    region's proxies, which take the streams (as `globelog stream drain` does for one)."""
+    await set_region_drained(change.store, region, True)
+    return await change.wait_for(
+        f"streams owned in {region}", lambda: streams_owned_in(change.store, region)
+    )
+
+
+async def ledgers_naming(ledgers: LedgerClient, bookies: set[str]) -> list[str]:
+    """The ledgers whose metadata still names one of `bookies` in any ensemble."""
+    found: list[str] = []
+
+    async def look(versioned: VersionedMetadata) -> None:
+        metadata = versioned.metadata
+        if any(b in bookies for e in metadata.ensembles for b in e.bookies):
+            found.append(str(versioned.ledger_id))
+
+    await ledgers.visit_ledgers(look)
+    return sorted(found, key=int)
+
+
+async def _copies_moved(change: Change, bookies: set[str]) -> bool:
+    """Each of the region's bookies is decommissioned: the auditor marks every ledger with a
+    copy there, the rebuilders of every region re-make those copies elsewhere, and writers
+    roll segments still open on them. Done when no ledger names them."""
+    for bookie_id in sorted(bookies):
+        await decommission(change.store, bookie_id)
+    if not await read_rebuilders(change.store):
+        change.say(
+            "  no rebuilder is running: nothing will copy; start `globelog serve rebuilder "
+            "--region R` in a region that stays (docs/deploy.md)"
+        )
+    return await change.wait_for(
+        "ledgers with copies on the region's bookies",
+        lambda: ledgers_naming(change.ledgers, bookies),
+    )
+
+
+async def _zookeeper_left(change: Change, region: str) -> bool:
+    leaving = [n.server_id for n in change.topology.zookeeper if n.region == region]
+    config = await change.store.ensemble()
+    still = [sid for sid in leaving if sid in config.servers]
+    if still:
+        config = await change.store.reconfig(leaving=still)
+        change.say(f"  ZooKeeper members now: {sorted(config.servers)}")
+    return True
+
+
+async def _published_without(change: Change, region: str) -> bool:
+    await change.republish(lambda p: p.without_region(region) if region in p.regions else p)
+    return True
+
+
+async def _file_written(change: Change, region: str) -> bool:
+    text = change.topology_path.read_text()
+    if region not in _region_names(text):
+        return True
+    plan = plan_remove(text, region)
+    kept = write_topology(
+        change.topology_path,
+        plan.text,
+        HEADER.format(what=f"region {region} removed", verb="remove", when=time.ctime()),
+    )
+    change.say(
+        f"  wrote {change.topology_path} without {region} (the previous file is {kept}); "
+        "copy it to every host"
+    )
+    return True
+
+
+def _region_names(text: str) -> list[str]:
+    return list(parse_topology(text, "topology").region_names)
+
+
+# ------------------------------------------------------------------------------- addition
+
+
+async def add_region(change: Change, plan: Plan, *, until: str | None = None) -> int:
+    """Runs (or resumes) joining the region of `plan` to the running system."""
+    region = plan.region
+    record = await read_record(change.store, region)
+    if record is None or record.kind != "add" or record.finished_ms is not None:
+        if record is not None and record.kind == "add" and record.finished_ms is not None:
+            change.say(f"region {region} was added already")
+            return DONE
+        version = -1 if record is None else record.version
+        record = ChangeRecord("add", region, started_ms=_now_ms(), version=version)
+    steps: dict[str, Callable[[], Awaitable[bool]]] = {
+        "merged": lambda: _merged(change, plan),
+        "zookeeper-joined": lambda: _zookeeper_joined(change, plan),
+        "published": lambda: _published_with(change, plan),
+        "registered": lambda: _registered(change, plan),
+    }
+    code = await _run(change, record, steps, until)
+    if code == DONE and record.finished_ms is not None:
+        change.say(f"region {region} is in service: new ensembles may place copies there")
+    return code
+
+
+async def _merged(change: Change, plan: Plan) -> bool:
+    if plan.region in _region_names(change.topology_path.read_text()):
+        return True
+    kept = write_topology(
+        change.topology_path,
+        plan.text,
+        HEADER.format(what=f"region {plan.region} added", verb="add", when=time.ctime()),
+    )
+    change.say(
+        f"  wrote {change.topology_path} with {plan.region} (the previous file is {kept}); "
+        "copy it to every host, the new region's included"
+    )
+    return True
+
+
+def server_spec(topology: Topology, server_id: int) -> str:
+    """A joining node's member spec; its client part is the plain port the node listens on
+    (with TLS on, the loopback one: ZooKeeper re-binds a node's client port to its spec's)."""
+    node = next(n for n in topology.zookeeper if n.server_id == server_id)
+    client = (
+        f"127.0.0.1:{loopback_client_port(node)}" if topology.security.tls else node.client.address
+    )
+    return (
+        f"server.{node.server_id}={node.client.host}:{node.peer_port}:{node.election_port}"
+        f":participant;{client}"
+    )
+
+
+async def _zookeeper_joined(change: Change, plan: Plan) -> bool:
+    nodes = [n for n in plan.after.zookeeper if n.region == plan.region]
+    config = await change.store.ensemble()
+    joining = []
+    for node in nodes:
+        if node.server_id in config.servers:
+            continue
+        if await zookeeper_mode(node.client, change.zk_tls) is None:
+            change.say(
+                f"  ZooKeeper node {node.name} does not answer at {node.client.address}: start "
+                f"it (`globelog config zookeeper {node.name} --data-dir D --write D/zoo.cfg`, "
+                "then ZooKeeper's QuorumPeerMain with that file; docs/deploy.md)"
+            )
+            return False
+        joining.append(server_spec(plan.after, node.server_id))
+    if joining:
+        config = await change.store.reconfig(joining=joining)
+        change.say(f"  ZooKeeper members now: {sorted(config.servers)}")
+
+    async def not_voting() -> list[str]:
+        modes = [(n, await zookeeper_mode(n.client, change.zk_tls)) for n in nodes]
+        return [n.name for n, mode in modes if mode not in ("leader", "follower")]
+
+    return await change.wait_for("ZooKeeper nodes voting", not_voting, wait_s=60.0)
+
+
+async def _published_with(change: Change, plan: Plan) -> bool:
+    changed_replication = plan.after.replication != plan.before.replication
+
+    def joined(current: PublishedTopology) -> PublishedTopology:
+        wanted = publish_topology(plan.after, current.drained)
+        replication = wanted.replication if changed_replication else current.replication
+        return PublishedTopology(
+            wanted.name,
+            wanted.regions,
+            wanted.bookies,
+            wanted.addresses,
+            replication,
+            wanted.drained,
+        )
+
+    await change.republish(joined)
+    return True
+
+
+async def _registered(change: Change, plan: Plan) -> bool:
+    region = plan.after.region(plan.region)
+
+    async def missing() -> list[str]:
+        writable, read_only = await registered_bookies(change.store)
+        up = writable | read_only
+        absent = [b.name for b in region.bookies if b.bookie_id not in up]
+        try:
+            proxies = set(await change.store.children(proxy_path(plan.region, "write")))
+        except errors.NoNodeError:
+            proxies = set()
+        absent += [p.name for p in region.write_proxies if p.name not in proxies]
+        return absent
+
+    return await change.wait_for(f"bookies and write proxies of {plan.region}", missing)
+
+
+def records_json(records: list[ChangeRecord]) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": r.kind,
+            "region": r.region,
+            "steps": {s: r.steps.get(s) for s in r.order},
+            "started_ms": r.started_ms,
+            "finished_ms": r.finished_ms,
+            "forced": r.forced,
+        }
+        for r in records
+    ]

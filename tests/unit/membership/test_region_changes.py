@@ -1,0 +1,174 @@
+"""Region changes without a cluster: the merged and trimmed topology files, the safety
+checker's findings, and the published topology's new fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.errors import ConfigError, TopologyError
+from core.routes import decode_published, encode_published, publish_topology
+from core.topology import Replication
+from core.topology_loader import parse_topology, zookeeper_warning
+from membership.changes import ChangeRecord
+from membership.plans import plan_add, plan_join, plan_remove, write_topology
+from membership.safety import Facts, LedgerView, removal_findings
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = (REPO / "deploy" / "topology.example.yaml").read_text()
+REGION = """
+region:
+  name: ap-south
+  racks:
+    - {name: rack-a, bookies: [{name: bk-ap-a, host: bk-a.ap-south.example.com, port: 3181}]}
+    - {name: rack-b, bookies: [{name: bk-ap-b, host: bk-b.ap-south.example.com, port: 3181}]}
+  write_proxies: [{name: wp-ap-south, host: proxy.ap-south.example.com, port: 8080}]
+  read_proxies: [{name: rp-ap-south, host: proxy.ap-south.example.com, port: 8081}]
+zookeeper:
+  - {name: zk-ap-south, region: ap-south, host: zk.ap-south.example.com, client_port: 2181,
+     peer_port: 2888, election_port: 3888}
+"""
+
+
+def test_a_region_file_is_merged_and_checked_as_the_topology_is() -> None:
+    plan = plan_add(EXAMPLE, REGION, "ap.yaml")
+    assert plan.region == "ap-south"
+    assert plan.after.region_names == ("us-east", "us-west", "eu-west", "ap-south")
+    assert [n.server_id for n in plan.after.zookeeper] == [1, 2, 3, 4]
+    # the written file parses to the same topology, every node's id named
+    again = parse_topology(plan.text, "merged")
+    assert again == plan.after
+    assert [z["id"] for z in yaml.safe_load(plan.text)["zookeeper"]] == [1, 2, 3, 4]
+    assert zookeeper_warning(plan.after) is not None  # four nodes: even, said
+
+
+def test_a_bad_region_file_says_what_is_wrong() -> None:
+    with pytest.raises(ConfigError, match="already in the topology"):
+        plan_add(EXAMPLE, REGION.replace("ap-south", "us-east", 1), "ap.yaml")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['wan'\]"):
+        plan_add(EXAMPLE, REGION + "wan: {}\n", "ap.yaml")
+    # a bookie on a port another region's host has is fine; a duplicate name is not
+    duplicate = REGION.replace("bk-ap-a", "bk-us-east-a")
+    with pytest.raises(TopologyError, match="bk-us-east-a"):
+        plan_add(EXAMPLE, duplicate, "ap.yaml")
+    # replication the new region count cannot keep is refused with the loader's words
+    strict = (
+        REGION
+        + "replication: {ensemble_size: 4, write_quorum: 4, ack_quorum: 3,\n"
+        + ("  min_regions_for_durability: 5}\n")
+    )
+    with pytest.raises(TopologyError, match="min_regions_for_durability"):
+        plan_add(EXAMPLE, strict, "ap.yaml")
+
+
+def test_removing_a_region_keeps_every_other_nodes_server_id() -> None:
+    plan = plan_remove(EXAMPLE, "us-west")
+    assert plan.after.region_names == ("us-east", "eu-west")
+    assert [(n.name, n.server_id) for n in plan.after.zookeeper] == [
+        ("zk-us-east", 1),
+        ("zk-eu-west", 3),
+    ]
+    with pytest.raises(ConfigError, match="not in the topology"):
+        plan_remove(EXAMPLE, "mars")
+
+
+def test_a_region_the_file_already_lists_is_planned_as_a_join() -> None:
+    merged = plan_add(EXAMPLE, REGION, "ap.yaml").text
+    plan = plan_join(merged, "ap-south")
+    assert plan.before.region_names == ("us-east", "us-west", "eu-west")
+    assert plan.after.region_names[-1] == "ap-south"
+
+
+def test_the_topology_file_is_replaced_whole_and_the_old_one_kept(tmp_path: Path) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(EXAMPLE)
+    kept = write_topology(path, plan_remove(EXAMPLE, "eu-west").text, "# header\n")
+    assert kept.read_text() == EXAMPLE
+    assert path.read_text().startswith("# header\n")
+    assert "eu-west" not in parse_topology(path.read_text(), "t").region_names
+
+
+def _facts(**changes: object) -> Facts:
+    topology = parse_topology(EXAMPLE, "t")
+    published = publish_topology(topology)
+    bookies = frozenset(b.bookie_id for b in topology.bookies)
+    ids = sorted(bookies)
+    values: dict[str, object] = {
+        "published": published,
+        "replication": topology.replication,
+        "up": bookies,
+        "writable": bookies,
+        "ledgers": (LedgerView(7, (tuple(ids[:4]),), 4, 2),),
+        "zk_members": {1: "us-east", 2: "us-west", 3: "eu-west"},
+        "zk_serving": frozenset({1, 2, 3}),
+        "write_proxies": {"us-east": 1, "us-west": 1, "eu-west": 1},
+    }
+    values.update(changes)
+    return Facts(**values)  # type: ignore[arg-type]
+
+
+def test_a_removal_that_keeps_the_rule_is_safe() -> None:
+    report = removal_findings(_facts(), "us-west")
+    assert report.safe, report.lines()
+
+
+def test_a_removal_that_leaves_too_few_regions_is_refused_saying_what_would_make_it_safe() -> None:
+    strict = Replication(6, 6, 4, 3)
+    report = removal_findings(_facts(replication=strict), "us-west")
+    assert not report.safe
+    assert any("cannot be kept over the 2 region(s) left" in r for r in report.refusals)
+    assert any("Add a region first" in r for r in report.refusals)
+
+
+def test_entries_with_no_copy_left_outside_the_region_refuse_the_removal() -> None:
+    topology = parse_topology(EXAMPLE, "t")
+    west = [b.bookie_id for b in topology.bookies if b.region == "us-west"]
+    east = [b.bookie_id for b in topology.bookies if b.region == "us-east"]
+    # the us-east copies of this ledger are on bookies that do not answer
+    facts = _facts(
+        ledgers=(LedgerView(9, ((*west, *east),), 4, 2),),
+        up=frozenset(b.bookie_id for b in topology.bookies) - set(east),
+    )
+    report = removal_findings(facts, "us-west")
+    assert any("1 ledger(s) (first [9])" in r and "would be lost" in r for r in report.refusals)
+
+
+def test_zookeeper_without_a_majority_after_the_removal_refuses_it() -> None:
+    report = removal_findings(_facts(zk_serving=frozenset({1, 2})), "us-west")
+    assert any(
+        "after the removal has 2 voting node(s) of which 1 serve" in r for r in report.refusals
+    )
+    only_node = removal_findings(_facts(zk_members={2: "us-west"}), "us-west")
+    assert any("every ZooKeeper node is in us-west" in r for r in only_node.refusals)
+
+
+def test_a_removal_with_no_write_proxy_left_is_refused() -> None:
+    report = removal_findings(_facts(write_proxies={"us-west": 1}), "us-west")
+    assert any("no write proxy is registered" in r for r in report.refusals)
+
+
+def test_the_published_topology_carries_replication_and_drains() -> None:
+    topology = parse_topology(EXAMPLE, "t")
+    published = publish_topology(topology).draining("us-west")
+    again = decode_published(encode_published(published), "t")
+    assert again == published
+    assert again.replication == topology.replication and again.drained == ("us-west",)
+    gone = again.without_region("us-west")
+    assert "us-west" not in gone.regions and gone.drained == ()
+    assert all(b.region != "us-west" for b in gone.bookies)
+    assert "us-west" not in gone.addresses
+    # a publication written before these fields existed reads as none of them
+    old = encode_published(published).replace(b'"drained"', b'"ignored"')
+    assert decode_published(old, "t").drained == ()
+
+
+def test_a_change_record_round_trips_and_says_its_steps() -> None:
+    record = ChangeRecord("remove", "us-west", {"checked": 1_700_000_000_000}, 1, None, True, 3)
+    again = ChangeRecord.decode(record.encode(), 3, "t")
+    assert again == record
+    lines = record.describe()
+    assert "under way" in lines[0] and "forced" in lines[0]
+    assert lines[1].split()[:2] == ["done", "checked"]
+    assert lines[2].split()[:3] == ["to", "do", "placement-stopped"]
