@@ -17,6 +17,7 @@ from cli import reach
 from core.topology import Topology
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig, UnderReplication
+from membership.changes import check_decommission
 from placement import load_checked_topology
 from rebuild.bookies import bookie_id_of, bookie_list, decommission, ledgers_on
 from rebuild.status import format_status, rebuild_status
@@ -43,6 +44,7 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     leave.add_argument("name", help="its topology name or id (host:port)")
     leave.add_argument("--no-wait", action="store_true", help="mark it and return")
     leave.add_argument("--undo", action="store_true", help="take it back into service")
+    leave.add_argument("--force", action="store_true", help="go on past the safety check")
     leave.add_argument("--timeout-s", type=float, default=DECOMMISSION_WAIT_S)
 
 
@@ -101,6 +103,16 @@ async def _bookie(args: argparse.Namespace, topology: Topology) -> int:
                     )
             return 0
         bookie_id = bookie_id_of(topology, args.name)
+        if not args.undo:
+            report = await check_decommission(store, client, topology, bookie_id)
+            print("\n".join(f"  {line}" for line in report.lines()), flush=True)
+            if not report.safe and not args.force:
+                print(
+                    f"globelog: decommissioning {args.name} refused by the safety check "
+                    "(nothing was changed); --force goes on regardless",
+                    file=sys.stderr,
+                )
+                return 2
         await decommission(store, bookie_id, undo=args.undo)
         if args.undo:
             print(f"{args.name} ({bookie_id}) is back in service")

@@ -67,6 +67,7 @@ def add_stream_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     drain.add_argument("name")
     drain.add_argument("--undo", action="store_true")
+    drain.add_argument("--force", action="store_true", help="even with nowhere for it to go")
     add_common(drain)
     trunc = stream_sub.add_parser("truncate", help="mark every record before a DLSN truncated")
     trunc.add_argument("name")

@@ -25,7 +25,7 @@ from placement import load_checked_topology
 from region import event_loop
 from region.client import ProxyClient
 from region.connections import Session
-from region.drain import set_drained
+from region.drain import drain_targets, set_drained
 
 
 def _print_json(value: Any) -> None:
@@ -67,6 +67,13 @@ def run_stream_command(args: argparse.Namespace) -> int:
                     print(name)
             elif args.action == "drain":
                 await s.streams.require(args.name)
+                if not args.undo and not args.force and not await drain_targets(s.store, region):
+                    print(
+                        f"globelog: draining {args.name} in {region} refused: no other region "
+                        "has a write proxy to take it (start one; --force drains regardless)",
+                        file=sys.stderr,
+                    )
+                    return 2
                 changed = await set_drained(
                     s.store, region, args.namespace, args.name, not args.undo
                 )

@@ -511,13 +511,24 @@ class MetaStore:
         removes the `leaving` server ids in one reconfiguration; the new membership. Needs
         ZooKeeper's super user (docs/security.md) and a quorum of both old and new members."""
         assert joining or leaving, "an empty reconfiguration is a programming error"
-        data, _ = await self._await(
-            "reconfig",
-            ENSEMBLE_CONFIG_ZNODE,
-            lambda: self._client.reconfig_async(
-                ",".join(joining) or None, ",".join(map(str, leaving)) or None, None, -1
-            ),
-        )
+        try:
+            data, _ = await self._await(
+                "reconfig",
+                ENSEMBLE_CONFIG_ZNODE,
+                lambda: self._client.reconfig_async(
+                    ",".join(joining) or None, ",".join(map(str, leaving)) or None, None, -1
+                ),
+            )
+        except errors.MetadataUnavailableError:
+            raise
+        except errors.MetadataError as err:
+            raise errors.MetadataError(
+                f"ZooKeeper refused the reconfiguration (joining {list(joining)}, leaving "
+                f"{list(leaving)}): {err}. It needs every node's zoo.cfg with "
+                "reconfigEnabled=true and superUser= the deployment's login (`globelog config "
+                "zookeeper` writes both: restart a node configured before them), a quorum of "
+                "both the old and the new members, and no other reconfiguration under way"
+            ) from err
         return EnsembleConfig.parse(data)
 
     # -- watches and session events -----------------------------------------------------------

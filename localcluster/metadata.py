@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.errors import NoNodeError
+from core.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from core.routes import (
     TOPOLOGY_ZNODE,
     PublishedTopology,
@@ -17,18 +17,25 @@ from core.topology import Topology
 from global_meta import MetaStore
 from ledger import LEDGERS_ROOT
 
+PUBLISH_ATTEMPTS = 8  # compare-and-set rounds against a concurrent republication
+
 
 async def publish(store: MetaStore, topology: Topology) -> int:
     """Writes bookie locations and per-region dial addresses for every client to read;
     returns the znode's version. A region drained by a removal under way stays drained, and
     a replication a region change published is replaced by the file's (its newest intent)."""
-    current = await read_published(store)
-    drained = current[0].drained if current is not None else ()
-    published = publish_topology(topology, drained)
-    if current is None or current[0].replication is None:
-        # writers take the replication they were configured with (docs/operations.md)
-        published = dataclasses.replace(published, replication=None)
-    return await write_published(store, published)
+    for _ in range(PUBLISH_ATTEMPTS):
+        current = await read_published(store)
+        drained = current[0].drained if current is not None else ()
+        published = publish_topology(topology, drained)
+        if current is None or current[0].replication is None:
+            # writers take the replication they were configured with (docs/operations.md)
+            published = dataclasses.replace(published, replication=None)
+        try:
+            return await write_published(store, published, None if current is None else current[1])
+        except (BadVersionError, NodeExistsError):
+            continue  # a region change republished meanwhile: read it again
+    raise MetadataError(f"{TOPOLOGY_ZNODE} changed under {PUBLISH_ATTEMPTS} attempts to publish")
 
 
 async def read_published(store: MetaStore) -> tuple[PublishedTopology, int] | None:

@@ -12,29 +12,37 @@ repeats nothing harmful.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core import errors
-from core.rebuild_settings import DECOMMISSION_ZNODE
+from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE
 from core.routes import PublishedTopology, publish_topology
 from core.topology import Topology
 from core.topology_loader import parse_topology
 from global_meta import MetaStore
 from global_meta.streams import ROOT as NAMESPACES_ROOT
 from global_meta.streams import StreamMetaStore
-from ledger import MIN_REGIONS_KEY, LedgerClient, VersionedMetadata
+from ledger import MIN_REGIONS_KEY, LedgerClient, LedgerState, VersionedMetadata
 from localcluster.metadata import read_published, registered_bookies, write_published
 from localcluster.nodes import loopback_client_port
-from localcluster.probes import zookeeper_mode
+from localcluster.probes import zookeeper_mode, zookeeper_tls
 from membership.plans import HEADER, Plan, plan_remove, write_topology
-from membership.safety import Facts, LedgerView, Report, removal_findings
+from membership.safety import (
+    Facts,
+    LedgerView,
+    Report,
+    decommission_findings,
+    removal_findings,
+)
 from rebuild.bookies import decommission
 from rebuild.service import read_rebuilders
 from region.drain import set_region_drained
@@ -42,7 +50,7 @@ from region.registry import proxy_path
 
 ROOT = "/globelog/regions"
 RECORD_FORMAT_VERSION = 1
-ADD_STEPS = ("merged", "zookeeper-joined", "published", "registered")
+ADD_STEPS = ("merged", "zookeeper-joined", "published", "registered", "replication")
 REMOVE_STEPS = (
     "checked",
     "placement-stopped",
@@ -54,6 +62,8 @@ REMOVE_STEPS = (
 )
 PROGRESS_EVERY_S = 5.0
 POLL_S = 1.0
+SCAN_EVERY_S = 5.0  # a scan of every ledger's metadata: not every second
+CLEAN_SCANS = 3  # rounds of "none left, and still none a scan later" before giving up
 PUBLISH_ATTEMPTS = 8  # compare-and-set retries of a republication racing another
 log = logging.getLogger(__name__)
 
@@ -167,7 +177,11 @@ class Change:
     zk_tls: ssl.SSLContext | None
 
     async def wait_for(
-        self, what: str, left: Callable[[], Awaitable[list[str]]], wait_s: float | None = None
+        self,
+        what: str,
+        left: Callable[[], Awaitable[list[str]]],
+        wait_s: float | None = None,
+        poll_s: float = POLL_S,
     ) -> bool:
         """Polls `left` (what is still to happen) until it is empty (True) or `wait_s` is over
         (False), saying what is left every PROGRESS_EVERY_S."""
@@ -184,7 +198,7 @@ class Change:
             if now - said >= PROGRESS_EVERY_S:
                 self.say(f"  {what}: {len(remaining)} left: {', '.join(remaining[:8])}")
                 said = now
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(min(poll_s, max(0.0, deadline - now)))
 
     async def republish(self, change: Callable[[PublishedTopology], PublishedTopology]) -> None:
         for _ in range(PUBLISH_ATTEMPTS):
@@ -208,53 +222,56 @@ class Change:
 # ------------------------------------------------------------------------------ removal
 
 
-async def gather_facts(change: Change, region: str) -> Facts:
+async def gather_facts(
+    store: MetaStore, ledgers: LedgerClient, topology: Topology, zk_tls: ssl.SSLContext | None
+) -> Facts:
     """What the safety checker needs, read from the running system."""
-    current = await read_published(change.store)
+    current = await read_published(store)
     if current is None:
         raise errors.ConfigError("no published topology: run `globelog init` first")
     published = current[0]
-    writable, read_only = await registered_bookies(change.store)
-    leaving = await _decommissioned(change.store)
-    ledgers: list[LedgerView] = []
+    writable, read_only = await registered_bookies(store)
+    leaving = await _decommissioned(store)
+    views: list[LedgerView] = []
 
     async def keep(versioned: VersionedMetadata) -> None:
         metadata = versioned.metadata
         custom = dict(metadata.custom_metadata)
         rule = custom.get(MIN_REGIONS_KEY)
-        ledgers.append(
+        views.append(
             LedgerView(
                 versioned.ledger_id,
                 tuple(tuple(e.bookies) for e in metadata.ensembles),
                 metadata.write_quorum,
+                metadata.ack_quorum,
                 int(rule) if rule is not None else 1,
             )
         )
 
-    await change.ledgers.visit_ledgers(keep)
-    config = await change.store.ensemble()
-    node_region = {n.server_id: n.region for n in change.topology.zookeeper}
-    host_region = {n.client.host: n.region for n in change.topology.zookeeper}
+    await ledgers.visit_ledgers(keep)
+    config = await store.ensemble()
+    node_region = {n.server_id: n.region for n in topology.zookeeper}
+    host_region = {n.client.host: n.region for n in topology.zookeeper}
     members = {
         sid: node_region.get(sid, host_region.get(config.host_of(sid), "?"))
         for sid in config.servers
     }
     serving = set()
-    for node in change.topology.zookeeper:
-        if node.server_id in members and await zookeeper_mode(node.client, change.zk_tls):
+    for node in topology.zookeeper:
+        if node.server_id in members and await zookeeper_mode(node.client, zk_tls):
             serving.add(node.server_id)
     proxies = {}
     for name in published.regions:
         try:
-            proxies[name] = len(await change.store.children(proxy_path(name, "write")))
+            proxies[name] = len(await store.children(proxy_path(name, "write")))
         except errors.NoNodeError:
             proxies[name] = 0
     return Facts(
         published,
-        published.replication or change.topology.replication,
+        published.replication or topology.replication,
         frozenset(writable | read_only),
         frozenset(writable - leaving),
-        tuple(ledgers),
+        tuple(views),
         members,
         frozenset(serving),
         proxies,
@@ -268,8 +285,17 @@ async def _decommissioned(store: MetaStore) -> set[str]:
         return set()
 
 
+async def check_decommission(
+    store: MetaStore, ledgers: LedgerClient, topology: Topology, bookie_id: str
+) -> Report:
+    """The safety check of taking one bookie out of service (`globelog bookie decommission`)."""
+    facts = await gather_facts(store, ledgers, topology, zookeeper_tls(topology.security))
+    return decommission_findings(facts, bookie_id)
+
+
 async def check_removal(change: Change, region: str) -> Report:
-    return removal_findings(await gather_facts(change, region), region)
+    facts = await gather_facts(change.store, change.ledgers, change.topology, change.zk_tls)
+    return removal_findings(facts, region)
 
 
 async def remove_region(
@@ -321,30 +347,71 @@ async def _run(
 ) -> int:
     if until is not None and until not in steps:
         raise errors.ConfigError(f"--until {until!r}: expected one of {list(steps)}")
+    last = list(steps)[-1]
     for step, run in steps.items():
-        if record.done(step):
-            continue
-        change.say(f"{record.kind} {record.region}: {step} ...")
-        try:
-            done = await run()
-        except _RefusedError as refused:
-            change.say(str(refused))
-            return REFUSED
-        if not done:
-            change.say(
-                f"{record.kind} {record.region}: stopped at {step}; run the command again to "
-                "go on from there"
-            )
-            return STOPPED
-        record.steps[step] = _now_ms()
-        await _save(change.store, record)
-        change.say(f"{record.kind} {record.region}: {step} done")
-        if step == until and step != list(steps)[-1]:
+        if not record.done(step):
+            change.say(f"{record.kind} {record.region}: {step} ...")
+            try:
+                done = await run()
+            except _RefusedError as refused:
+                change.say(str(refused))
+                return REFUSED
+            if not done:
+                change.say(
+                    f"{record.kind} {record.region}: stopped at {step}; run the command again "
+                    "to go on from there"
+                )
+                return STOPPED
+            record.steps[step] = _now_ms()
+            if step == last:  # the last step and the end in one write
+                record.finished_ms = record.steps[step]
+            await _save(change.store, record)
+            change.say(f"{record.kind} {record.region}: {step} done")
+        if step == until and step != last:
             change.say(f"stopped after {step} as asked (--until); run again without it to go on")
             return DONE
-    record.finished_ms = _now_ms()
-    await _save(change.store, record)
     return DONE
+
+
+LOCK_WAIT_S = 30.0  # a killed command's lock goes with its session (10 s): wait that out
+
+
+@contextlib.asynccontextmanager
+async def one_change_at_a_time(
+    store: MetaStore, who: str, wait_s: float = LOCK_WAIT_S
+) -> AsyncIterator[None]:
+    """Holds the region changes' lock (an ephemeral znode: it goes with a killed command's
+    session) for one run. A run that finds it held waits up to `wait_s` (a killed run's
+    session ends meanwhile), then is refused, saying whose it is."""
+    path = f"{ROOT}-lock"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            await store.create(path, who.encode(), ephemeral=True, make_parents=True)
+            break
+        except errors.NodeExistsError:
+            try:
+                holder = (await store.get(path))[0].decode(errors="replace")
+            except errors.NoNodeError:
+                continue
+            if time.monotonic() >= deadline:
+                raise errors.ConfigError(
+                    f"another region change is running ({holder}); one runs at a time: wait "
+                    "for it to end"
+                ) from None
+            log.info("waiting for the region changes' lock, held by %s", holder)
+            await asyncio.sleep(POLL_S)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(errors.GlobelogError):
+            await store.delete(path, version=-1)
+
+
+async def finish(store: MetaStore, record: ChangeRecord, step: str) -> None:
+    """Records `step` done and the change finished (one write)."""
+    record.steps[step] = record.finished_ms = _now_ms()
+    await _save(store, record)
 
 
 class _RefusedError(Exception):
@@ -353,6 +420,10 @@ class _RefusedError(Exception):
 
 async def _checked(change: Change, region: str, record: ChangeRecord, force: bool) -> bool:
     report = await check_removal(change, region)
+    try:
+        plan_remove(change.topology_path.read_text(), region)
+    except errors.TopologyError as err:  # the last step could not write the file
+        report.refusals.append(f"the topology file without {region} would not load: {err}")
     for line in report.lines():
         change.say(f"  {line}")
     if not report.safe:
@@ -405,16 +476,19 @@ async def _ownership_moved(change: Change, region: str) -> bool:
 
 
 async def ledgers_naming(ledgers: LedgerClient, bookies: set[str]) -> list[str]:
-    """The ledgers whose metadata still names one of `bookies` in any ensemble."""
-    found: list[str] = []
+    """The ledgers whose metadata still names one of `bookies` in any ensemble ("N", or
+    "N (open)" for one still being written: its writer rolls it off a leaving bookie, or its
+    stream's next owner closes it)."""
+    found: list[tuple[int, str]] = []
 
     async def look(versioned: VersionedMetadata) -> None:
         metadata = versioned.metadata
         if any(b in bookies for e in metadata.ensembles for b in e.bookies):
-            found.append(str(versioned.ledger_id))
+            state = "" if metadata.state is LedgerState.CLOSED else " (open)"
+            found.append((versioned.ledger_id, f"{versioned.ledger_id}{state}"))
 
     await ledgers.visit_ledgers(look)
-    return sorted(found, key=int)
+    return [name for _, name in sorted(found)]
 
 
 async def _copies_moved(change: Change, bookies: set[str]) -> bool:
@@ -425,13 +499,28 @@ async def _copies_moved(change: Change, bookies: set[str]) -> bool:
         await decommission(change.store, bookie_id)
     if not await read_rebuilders(change.store):
         change.say(
-            "  no rebuilder is running: nothing will copy; start `globelog serve rebuilder "
-            "--region R` in a region that stays (docs/deploy.md)"
+            "  no rebuilder is running: nothing would copy. Start `globelog serve rebuilder "
+            "--region R` in a region that stays (docs/deploy.md), then run this again"
         )
-    return await change.wait_for(
-        "ledgers with copies on the region's bookies",
-        lambda: ledgers_naming(change.ledgers, bookies),
-    )
+        return False
+    # a full audit now: it also marks ledgers placed there by a client that had not yet
+    # read the drain (the auditor deletes the znode when it starts the check)
+    with contextlib.suppress(errors.NodeExistsError):
+        await change.store.create(CHECK_NOW_ZNODE, b"", make_parents=True)
+    for _ in range(CLEAN_SCANS):
+        # done when a scan finds none and one more, a scan later, still finds none: a scan
+        # is no snapshot, and a writer that had not yet read the decommission may have
+        # placed a copy there meanwhile
+        if not await change.wait_for(
+            "ledgers with copies on the region's bookies",
+            lambda: ledgers_naming(change.ledgers, bookies),
+            poll_s=SCAN_EVERY_S,
+        ):
+            return False
+        await asyncio.sleep(SCAN_EVERY_S)
+        if not await ledgers_naming(change.ledgers, bookies):
+            return True
+    return False
 
 
 async def _zookeeper_left(change: Change, region: str) -> bool:
@@ -453,17 +542,31 @@ async def _file_written(change: Change, region: str) -> bool:
     text = change.topology_path.read_text()
     if region not in _region_names(text):
         return True
-    plan = plan_remove(text, region)
+    try:
+        plan = plan_remove(text, region)
+    except errors.TopologyError as err:  # only past a refusal (--force)
+        change.say(
+            f"  topology file not rewritten (without {region} it would not load: {err}); "
+            "edit it by hand and copy it to every host"
+        )
+        return True
+    _rewrite(change, plan, "remove", f"without {region}")
+    return True
+
+
+def _rewrite(change: Change, plan: Plan, verb: str, what: str) -> None:
+    """The topology file replaced by `plan`'s, said with where the previous one is kept."""
+    done = "added" if verb == "add" else "removed"
     kept = write_topology(
         change.topology_path,
         plan.text,
-        HEADER.format(what=f"region {region} removed", verb="remove", when=time.ctime()),
+        HEADER.format(what=f"region {plan.region} {done}", verb=verb, when=time.ctime()),
+        f"{verb}-{plan.region}",
     )
     change.say(
-        f"  wrote {change.topology_path} without {region} (the previous file is {kept}); "
-        "copy it to every host"
+        f"  wrote {change.topology_path} {what} (the previous file is {kept}); copy it to "
+        "every host"
     )
-    return True
 
 
 def _region_names(text: str) -> list[str]:
@@ -488,6 +591,7 @@ async def add_region(change: Change, plan: Plan, *, until: str | None = None) ->
         "zookeeper-joined": lambda: _zookeeper_joined(change, plan),
         "published": lambda: _published_with(change, plan),
         "registered": lambda: _registered(change, plan),
+        "replication": lambda: _replication(change, plan),
     }
     code = await _run(change, record, steps, until)
     if code == DONE and record.finished_ms is not None:
@@ -498,15 +602,7 @@ async def add_region(change: Change, plan: Plan, *, until: str | None = None) ->
 async def _merged(change: Change, plan: Plan) -> bool:
     if plan.region in _region_names(change.topology_path.read_text()):
         return True
-    kept = write_topology(
-        change.topology_path,
-        plan.text,
-        HEADER.format(what=f"region {plan.region} added", verb="add", when=time.ctime()),
-    )
-    change.say(
-        f"  wrote {change.topology_path} with {plan.region} (the previous file is {kept}); "
-        "copy it to every host, the new region's included"
-    )
+    _rewrite(change, plan, "add", f"with {plan.region} (the new region's hosts too)")
     return True
 
 
@@ -549,22 +645,57 @@ async def _zookeeper_joined(change: Change, plan: Plan) -> bool:
     return await change.wait_for("ZooKeeper nodes voting", not_voting, wait_s=60.0)
 
 
+def with_region(
+    current: PublishedTopology, wanted: PublishedTopology, region: str
+) -> PublishedTopology:
+    """`current` with `region` and its bookies taken from `wanted` (the merged file's
+    publication): nothing else of the file is published over what runs."""
+    known = {b.bookie_id for b in current.bookies}
+    joining = tuple(b for b in wanted.bookies if b.region == region and b.bookie_id not in known)
+    bookies = current.bookies + joining
+    regions = current.regions if region in current.regions else (*current.regions, region)
+    addresses = {
+        r: {
+            **current.addresses.get(r, {}),
+            **{b.bookie_id: wanted.address(r, b.bookie_id) for b in bookies},
+        }
+        for r in regions
+    }
+    drained = tuple(r for r in current.drained if r != region)
+    return dataclasses.replace(
+        current, regions=regions, bookies=bookies, addresses=addresses, drained=drained
+    )
+
+
 async def _published_with(change: Change, plan: Plan) -> bool:
-    changed_replication = plan.after.replication != plan.before.replication
+    """The region and its bookies published (the replication stays as it was until the
+    region's bookies answer: `_replication`); a drain or decommission left by an earlier
+    removal of a region of that name ends."""
+    region = plan.region
+    await set_region_drained(change.store, region, False)
+    for bookie in plan.after.region(region).bookies:
+        await decommission(change.store, bookie.bookie_id, undo=True)
+    wanted = publish_topology(plan.after)
+    await change.republish(lambda current: with_region(current, wanted, region))
+    return True
 
-    def joined(current: PublishedTopology) -> PublishedTopology:
-        wanted = publish_topology(plan.after, current.drained)
-        replication = wanted.replication if changed_replication else current.replication
-        return PublishedTopology(
-            wanted.name,
-            wanted.regions,
-            wanted.bookies,
-            wanted.addresses,
-            replication,
-            wanted.drained,
+
+async def _replication(change: Change, plan: Plan) -> bool:
+    """The topology's replication published for ledgers made from now on, once a writer
+    can place it (a rule that needs the new region needs its bookies first)."""
+    wanted = plan.after.replication
+    current = await read_published(change.store)
+    if current is not None and current[0].replication == wanted:
+        return True
+    if not change.ledgers.can_place(wanted):
+        change.say(
+            f"  replication E/W/A {wanted.ensemble_size}/{wanted.write_quorum}/"
+            f"{wanted.ack_quorum} min_regions_for_durability="
+            f"{wanted.min_regions_for_durability} cannot be placed on the bookies that answer "
+            "yet; start the region's bookies"
         )
-
-    await change.republish(joined)
+        return False
+    await change.republish(lambda p: dataclasses.replace(p, replication=wanted))
     return True
 
 

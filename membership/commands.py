@@ -15,9 +15,12 @@ from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
 from localcluster.probes import zookeeper_tls
 from membership.changes import (
+    REMOVE_STEPS,
     Change,
     add_region,
     check_removal,
+    finish,
+    one_change_at_a_time,
     read_record,
     read_records,
     records_json,
@@ -49,10 +52,38 @@ async def _change(
 def run(args: argparse.Namespace, default_topology: Path) -> int:
     path = Path(args.topology or default_topology)
     topology = load_checked_topology(path)
-    region_text = (
-        None if getattr(args, "region_file", None) is None else args.region_file.read_text()
-    )
+    region_file = getattr(args, "region_file", None)
+    try:
+        region_text = None if region_file is None else region_file.read_text()
+    except OSError as err:
+        raise ConfigError(f"--from {region_file}: cannot read it ({err.strerror})") from err
     return asyncio.run(_run(args, path, topology, path.read_text(), region_text))
+
+
+async def _removed_from_the_file(topology: Topology, path: Path, region: str) -> int:
+    """`region remove R` with R gone from the topology file: a finished removal, or one whose
+    last step rewrote the file before the command was killed (the file is the proof it ran:
+    the record is finished now), or a file edited by hand under a removal under way."""
+    async with await MetaStore.of(topology) as store:
+        record = await read_record(store, region)
+        if record is not None and record.kind == "remove" and record.finished_ms is None:
+            missing = [s for s in REMOVE_STEPS[:-1] if not record.done(s)]
+            if missing:
+                raise ConfigError(
+                    f"the topology file no longer lists {region}, but its removal stopped "
+                    f"before {missing[0]}: put the file it had back (kept beside it as "
+                    f"{path.name}.before-remove-{region}) and run the "
+                    "command again"
+                )
+            await finish(store, record, REMOVE_STEPS[-1])
+            print(f"region {region} is removed (its last step had rewritten the file)")
+            return 0
+    if record is not None and record.kind == "remove":
+        print(f"region {region} was removed already")
+        return 0
+    raise ConfigError(
+        f"region {region!r}: expected one of {list(topology.region_names)} that is not the only one"
+    )
 
 
 def _require_deployment(topology: Topology) -> None:
@@ -86,12 +117,8 @@ async def _run(
     if args.action == "remove":
         stays = [r for r in topology.region_names if r != args.name]
         if args.name not in topology.region_names:
-            async with await MetaStore.of(topology) as store:
-                record = await read_record(store, args.name)
-            if record is not None and record.kind == "remove" and record.finished_ms:
-                print(f"region {args.name} was removed already")
-                return 0
-        if args.name not in topology.region_names or not stays:
+            return await _removed_from_the_file(topology, path, args.name)
+        if not stays:
             raise ConfigError(
                 f"region {args.name!r}: expected one of {list(topology.region_names)} that "
                 "is not the only one"
@@ -103,7 +130,8 @@ async def _run(
                 report = await check_removal(change, args.name)
                 print("\n".join(report.lines()) or f"removing {args.name} is safe now")
                 return 0 if report.safe else 2
-            return await remove_region(change, args.name, force=args.force, until=args.until)
+            async with one_change_at_a_time(store, f"remove {args.name}"):
+                return await remove_region(change, args.name, force=args.force, until=args.until)
         finally:
             await ledgers.close()
             await store.close()
@@ -124,7 +152,8 @@ async def _run(
         plan.before, path, plan.before.region_names[0], nodes, args.wait_s
     )
     try:
-        return await add_region(change, plan, until=args.until)
+        async with one_change_at_a_time(store, f"add {plan.region}"):
+            return await add_region(change, plan, until=args.until)
     finally:
         await ledgers.close()
         await store.close()

@@ -133,7 +133,9 @@ def plan_join(topology_text: str, region: str) -> Plan:
     _pin_server_ids(document)
     document["regions"] = [r for r in document["regions"] if r.get("name") != region]
     document["zookeeper"] = [z for z in document["zookeeper"] if z.get("region") != region]
-    before, _ = _checked(document, "topology without the region")
+    # its replication may need the region: only the file with it is checked against the rule
+    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+    before = parse_topology(text, "topology without the region")
     return Plan(region, before, after, topology_text)
 
 
@@ -158,13 +160,23 @@ def plan_remove(topology_text: str, region: str) -> Plan:
     return Plan(region, before, after, text)
 
 
-def write_topology(path: Path, text: str, header: str) -> Path:
-    """Replaces the topology file at `path` (atomically, by rename) with `text`; the file it
-    replaces is kept beside it, suffixed `.before`. Returns the kept copy's path."""
-    kept = path.with_name(path.name + ".before")
+def write_topology(path: Path, text: str, header: str, change: str) -> Path:
+    """Replaces the topology file at `path` (atomically, by rename, with its mode) with
+    `text`; the file it replaces is kept beside it as `<name>.before-<change>` (for example
+    `topology.yaml.before-remove-eu-west`). Returns the kept copy's path. ConfigError when
+    the directory cannot be written."""
+    kept = path.with_name(f"{path.name}.before-{change}")
     new = path.with_name(path.name + ".new")
-    new.write_text(header + text)
-    if path.exists():
-        kept.write_bytes(path.read_bytes())
-    os.replace(new, path)
+    try:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        with new.open("w") as out:
+            out.write(header + text)
+            out.flush()
+            os.fsync(out.fileno())
+        new.chmod(mode)
+        if path.exists() and not kept.exists():  # a resumed run keeps the first original
+            kept.write_bytes(path.read_bytes())
+        os.replace(new, path)
+    except OSError as err:
+        raise ConfigError(f"cannot rewrite the topology file {path}: {err.strerror}") from err
     return kept

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from core.errors import QuorumError
 from core.routes import PublishedTopology
 from core.topology import Replication
 from placement import ClientLocation, ClusterView, LocatedBookie, PlacementConfig, PlacementState
@@ -27,7 +28,13 @@ class LedgerView:
     ledger_id: int
     ensembles: tuple[tuple[str, ...], ...]
     write_quorum: int
+    ack_quorum: int
     min_regions: int
+
+    @property
+    def replication(self) -> Replication:
+        size = len(self.ensembles[-1]) if self.ensembles else self.write_quorum
+        return Replication(size, self.write_quorum, self.ack_quorum, self.min_regions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +73,25 @@ def removal_findings(facts: Facts, region: str) -> Report:
             f"{list(published.regions)})"
         )
         return report
-    remaining = [r for r in published.regions if r != region]
+    # a region another removal is draining is as good as gone
+    leaving = {region, *published.drained}
+    remaining = [r for r in published.regions if r not in leaving]
+    if len(leaving) > 1:
+        report.warnings.append(
+            f"{sorted(leaving - {region})} is being removed too: checked as if already gone"
+        )
     _check_rule(report, facts.replication, remaining)
     if report.safe:  # with the rule unkeepable, no ensemble is placeable either
-        _check_placement(report, facts, region, remaining)
+        gone = {b.bookie_id for b in published.bookies if b.region in leaving}
+        _check_placement(report, facts, gone, region, remaining)
+        for replication in sorted({ledger.replication for ledger in facts.ledgers}, key=str):
+            if replication != facts.replication and remaining:
+                _check_placement(
+                    report, facts, gone, region, remaining[:1], replication,
+                    f"ledgers with E/W/A {replication.ensemble_size}/"
+                    f"{replication.write_quorum}/{replication.ack_quorum} could not have "
+                    "their copies re-made",
+                )  # fmt: skip
     _check_ledgers(report, facts, region, len(remaining))
     _check_zookeeper(report, facts, region)
     homeless = [r for r in remaining if facts.write_proxies.get(r, 0) == 0]
@@ -97,28 +119,61 @@ def _check_rule(report: Report, replication: Replication, remaining: Sequence[st
 def _check_placement(
     report: Report,
     facts: Facts,
-    region: str,
-    remaining: Sequence[str],
+    leaving: Collection[str],
+    what: str,
+    homes: Sequence[str],
+    replication: Replication | None = None,
+    consequence: str = "",
 ) -> None:
-    """New ensembles must be placeable from every remaining region on the bookies left."""
+    """Ensembles of `replication` (new ledgers' by default) must be placeable from every
+    region in `homes` on the bookies left once the `leaving` ones take no new copy."""
+    replication = replication or facts.replication
+    consequence = consequence or "a writer in {home} could not place a new ledger"
     bookies = [
         LocatedBookie(b.bookie_id, b.region, b.rack)
         for b in facts.published.bookies
-        if b.region != region
+        if b.bookie_id not in leaving
     ]
     cluster = ClusterView.all_writable(bookies).with_membership(
         facts.writable & {b.bookie_id for b in bookies}, ()
     )
-    for home in remaining:
+    for home in homes:
         placement = PlacementState(cluster, PlacementConfig(ClientLocation(home)))
         try:
-            placement.new_ensemble(facts.replication)
-        except PlacementError as err:
+            placement.new_ensemble(replication)
+        except (PlacementError, QuorumError) as err:
             report.refusals.append(
-                f"without {region}, a writer in {home} could not place a new ledger: {err}. "
-                "Start the bookies that are down or add bookies to the regions left"
+                f"without {what}, {consequence.format(home=home)}: {err}. Start the bookies "
+                "that are down or add bookies"
             )
             return
+
+
+def decommission_findings(facts: Facts, bookie_id: str) -> Report:
+    """Why taking `bookie_id` out of service now would leave copies that cannot be re-made
+    or writers that cannot place a ledger (refusals), and what it costs (warnings). It keeps
+    serving its copies while the rebuild re-makes them elsewhere: no entry is lost by the
+    decommission itself."""
+    report = Report()
+    if facts.published.location(bookie_id) is None:
+        report.refusals.append(f"bookie {bookie_id} is not in the published topology")
+        return report
+    _check_placement(report, facts, {bookie_id}, bookie_id, facts.published.regions)
+    holding = [
+        ledger.ledger_id
+        for ledger in facts.ledgers
+        if any(bookie_id in ensemble for ensemble in ledger.ensembles)
+    ]
+    if holding:
+        report.warnings.append(
+            f"{len(holding)} ledger(s) hold copies on {bookie_id}: they are under-replicated "
+            "until the rebuilders re-make those copies (`globelog rebuild status`)"
+        )
+    if bookie_id not in facts.up:
+        report.warnings.append(
+            f"{bookie_id} does not answer: its copies are re-made from the other copies"
+        )
+    return report
 
 
 def _check_ledgers(report: Report, facts: Facts, region: str, regions_left: int) -> None:
@@ -130,18 +185,21 @@ def _check_ledgers(report: Report, facts: Facts, region: str, regions_left: int)
     for ledger in facts.ledgers:
         if ledger.min_regions > regions_left:
             strict.append(ledger.ledger_id)
+        # of an entry's W copies only A are sure to hold it: more than W - A must stay
+        needed = ledger.write_quorum - ledger.ack_quorum + 1
         for ensemble in ledger.ensembles:
             if any(
-                not _survives(write_set, region, region_of, facts.up)
+                _staying(write_set, region, region_of, facts.up) < needed
                 for write_set in _write_sets(ensemble, ledger.write_quorum)
             ):
                 stranded.append(ledger.ledger_id)
                 break
     if stranded:
         report.refusals.append(
-            f"{len(stranded)} ledger(s) (first {stranded[:5]}) hold entries with no copy "
-            f"outside {region} on a bookie that answers: they would be lost. Start the bookies "
-            "that are down (`globelog bookie list`) and let the rebuild finish"
+            f"{len(stranded)} ledger(s) (first {stranded[:5]}) hold entries that may have no "
+            f"copy outside {region} on a bookie that answers (of W copies only A are sure to "
+            "hold an entry): they could be lost. Start the bookies that are down "
+            "(`globelog bookie list`) and let the rebuild finish"
         )
     if strict:
         report.refusals.append(
@@ -156,10 +214,11 @@ def _write_sets(ensemble: Sequence[str], write_quorum: int) -> list[tuple[str, .
     return [tuple(ensemble[(s + k) % size] for k in range(quorum)) for s in range(size)]
 
 
-def _survives(
+def _staying(
     write_set: Collection[str], region: str, region_of: Mapping[str, str], up: Collection[str]
-) -> bool:
-    return any(region_of.get(b) not in (region, None) and b in up for b in write_set)
+) -> int:
+    """How many of an entry's copies are outside `region` on bookies that answer."""
+    return sum(1 for b in write_set if region_of.get(b) not in (region, None) and b in up)
 
 
 def _check_zookeeper(report: Report, facts: Facts, region: str) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from core.errors import NodeExistsError, NoNodeError
 from global_meta import MetaStore
 from global_meta.followers import Follower, FollowerStatus
+from region.registry import ROOT as PROXIES_ROOT
+from region.registry import proxy_path
 
 ROOT = "/globelog/drain"
 SEPARATOR = "~"  # never in a namespace or stream name
@@ -32,9 +34,13 @@ def drain_path(region: str, namespace: str = "", stream: str = "") -> str:
 
 async def set_region_drained(store: MetaStore, region: str, drained: bool) -> bool:
     """Drains (or undrains) every stream in `region`; False when it already was (or was not)."""
-    path = f"{drain_path(region)}/{WHOLE_REGION}"
+    return await _mark(store, f"{drain_path(region)}/{WHOLE_REGION}", drained)
+
+
+async def _mark(store: MetaStore, path: str, present: bool) -> bool:
+    """Creates (or deletes) the marker znode at `path`; False when it already was (or was not)."""
     try:
-        if drained:
+        if present:
             await store.create(path, b"", make_parents=True)
         else:
             await store.delete(path, version=-1)
@@ -47,19 +53,30 @@ async def region_drained(store: MetaStore, region: str) -> bool:
     return await store.exists(f"{drain_path(region)}/{WHOLE_REGION}") is not None
 
 
+async def drain_targets(store: MetaStore, region: str) -> list[str]:
+    """The regions a stream drained in `region` can go to: another region with a write
+    proxy registered and not wholly drained itself. None: a drain would leave its writers
+    nowhere to go (`globelog stream drain` refuses unless forced)."""
+    try:
+        regions = await store.children(PROXIES_ROOT)
+    except NoNodeError:
+        return []
+    found = []
+    for other in sorted(set(regions) - {region}):
+        try:
+            proxies = await store.children(proxy_path(other, "write"))
+        except NoNodeError:
+            continue
+        if proxies and not await region_drained(store, other):
+            found.append(other)
+    return found
+
+
 async def set_drained(
     store: MetaStore, region: str, namespace: str, stream: str, drained: bool
 ) -> bool:
     """Drains (or undrains) the stream in `region`; False when it already was (or was not)."""
-    path = drain_path(region, namespace, stream)
-    try:
-        if drained:
-            await store.create(path, b"", make_parents=True)
-        else:
-            await store.delete(path, version=-1)
-    except (NodeExistsError, NoNodeError):
-        return False
-    return True
+    return await _mark(store, drain_path(region, namespace, stream), drained)
 
 
 class DrainWatch:

@@ -144,14 +144,24 @@ class Ownership:
         if owned is not None:
             return owned
         if key in self._opening:
-            return await self._take(key, streams)
+            return await self._unless_drained(key, await self._take(key, streams))
         if elsewhere is not None:  # held by the owner the client could not reach
             # Not sent to the ring's home: that is often the unreachable owner itself.
-            return await self._take(key, streams, self.config.takeover_wait_s)
+            taken = await self._take(key, streams, self.config.takeover_wait_s)
+            return await self._unless_drained(key, taken)
         home = await self._home_elsewhere(namespace, stream, hop)
         if home is not None:
             return home
-        return await self._take(key, streams)
+        return await self._unless_drained(key, await self._take(key, streams))
+
+    async def _unless_drained(
+        self, key: tuple[str, str], taken: Owned | Redirect
+    ) -> Owned | Redirect:
+        """A take that a drain overtook: the drain's release pass ran before the stream was
+        owned here, so it is let go now and the request sent elsewhere."""
+        if isinstance(taken, Owned) and self.is_drained(key):
+            return await self._elsewhere_than_here(key)
+        return taken
 
     async def _home_elsewhere(self, namespace: str, stream: str, hop: int) -> Redirect | None:
         """The stream's home proxy in this region when that is another live proxy and the

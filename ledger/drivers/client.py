@@ -18,7 +18,7 @@ from typing import TypeVar
 from opentelemetry import metrics
 
 from core import errors
-from core.errors import MetadataError
+from core.errors import MetadataError, QuorumError
 from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
@@ -239,7 +239,7 @@ class LedgerClient:
         """Whether a new ledger with `replication` could be placed now (nothing is made)."""
         try:
             self.context.placement.new_ensemble(replication, now_s=self.context.clock())
-        except PlacementError:
+        except (PlacementError, QuorumError):
             return False
         return True
 

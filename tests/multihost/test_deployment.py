@@ -165,31 +165,39 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
     # 4. Bookies: two per region, on two racks.
     for region in REGIONS:
         for rack in ("a", "b"):
-            name = f"bk-{region}-{rack}"
-            data = d.home / "hosts" / name
-            conf = data / "bk.conf"
-            d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
-            # the JVM flags `config` wrote beside the conf (BOOKIE_EXTRA_OPTS), as units read them
-            key, _, value = conf.with_suffix(".env").read_text().strip().partition("=")
-            assert key == "BOOKIE_EXTRA_OPTS", key
-            zk_client = value.strip('"').split()
-            d.net.start(
-                name,
-                [tools.java, *BOOKIE_JVM, *zk_client, "-cp", tools.bookkeeper_classpath,
-                 "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
-                logs / f"{name}.log", d.env,
-            )  # fmt: skip
+            start_bookie(d, tools, f"bk-{region}-{rack}")
     d.wait("six bookies registered", lambda: len(up(d, "bookie")) == 6)
     # 5. Proxies: a write and a read proxy on each region's proxy host.
     for region in REGIONS:
-        for kind in ("write-proxy", "read-proxy"):
-            d.net.start(
-                f"proxy-{region}",
-                [d.globelog, "serve", kind, "--region", region, "--log-format", "text"],
-                logs / f"{kind}-{region}.log", d.env,
-            )  # fmt: skip
+        serve_on_proxy_host(d, region, ("write-proxy", "read-proxy"))
     d.wait("every node up", lambda: d.net.run("app-us-east", [d.globelog, "status"],
                                               d.env).returncode == 0)  # fmt: skip
+
+
+def start_bookie(d: Deployment, tools: Tools, name: str) -> None:
+    """`globelog config bookie`, then BookKeeper's own main with the JVM flags `config` wrote
+    beside the conf (BOOKIE_EXTRA_OPTS), as the units read them."""
+    data = d.home / "hosts" / name
+    conf = data / "bk.conf"
+    d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
+    key, _, value = conf.with_suffix(".env").read_text().strip().partition("=")
+    assert key == "BOOKIE_EXTRA_OPTS", key
+    d.net.start(
+        name,
+        [tools.java, *BOOKIE_JVM, *value.strip('"').split(), "-cp", tools.bookkeeper_classpath,
+         "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
+        d.home / "logs" / f"{name}.log", d.env,
+    )  # fmt: skip
+
+
+def serve_on_proxy_host(d: Deployment, region: str, kinds: tuple[str, ...]) -> None:
+    """`globelog serve KIND --region R` on the region's proxy host (proxies, rebuilder)."""
+    for kind in kinds:
+        d.net.start(
+            f"proxy-{region}",
+            [d.globelog, "serve", kind, "--region", region, "--log-format", "text"],
+            d.home / "logs" / f"{kind}-{region}.log", d.env,
+        )  # fmt: skip
 
 
 def status(d: Deployment, host: str = "app-us-east") -> dict[str, dict[str, str]]:
@@ -401,32 +409,11 @@ def region_cli(d: Deployment, *args: str) -> tuple[int, str]:
 
 
 def start_region_hosts(d: Deployment, tools: Tools, region: str) -> None:
-    """The joining region's ZooKeeper node, bookies, proxies and rebuilder, each started with
-    the per-role commands from the merged topology file."""
-    logs, topology = d.home / "logs", load_topology(Path(d.env["GLOBELOG_TOPOLOGY"]))
-    for name in (f"bk-{region}-a", f"bk-{region}-b"):
-        data = d.home / "hosts" / name
-        conf = data / "bk.conf"
-        d.cli(name, "config", "bookie", name, "--data-dir", str(data), "--write", str(conf))
-        _, _, value = conf.with_suffix(".env").read_text().strip().partition("=")
-        d.net.start(
-            name,
-            [tools.java, *BOOKIE_JVM, *value.strip('"').split(), "-cp",
-             tools.bookkeeper_classpath, "org.apache.bookkeeper.server.Main", "--conf", str(conf)],
-            logs / f"{name}.log", d.env,
-        )  # fmt: skip
-    for kind in ("write-proxy", "read-proxy"):
-        d.net.start(
-            f"proxy-{region}",
-            [d.globelog, "serve", kind, "--region", region, "--log-format", "text"],
-            logs / f"{kind}-{region}.log", d.env,
-        )  # fmt: skip
-    d.net.start(
-        f"proxy-{region}",
-        [d.globelog, "serve", "rebuilder", "--region", region, "--log-format", "text"],
-        logs / f"rebuilder-{region}.log", d.env,
-    )  # fmt: skip
-    assert topology.region(region).bookies
+    """The joining region's bookies, proxies and rebuilder, each started with the per-role
+    commands from the merged topology file."""
+    for rack in ("a", "b"):
+        start_bookie(d, tools, f"bk-{region}-{rack}")
+    serve_on_proxy_host(d, region, ("write-proxy", "read-proxy", "rebuilder"))
 
 
 def segments_of(d: Deployment, host: str, region: str, stream: str) -> list[dict[str, Any]]:
@@ -543,9 +530,7 @@ def test_a_region_joins_and_two_leave_while_writes_go_on(deployment: Deployment)
     record reads back in ap-south and every ensemble is on us-east and ap-south."""
     d = deployment
     for region in ("us-east", "eu-west"):  # the rebuilders that re-make the leaving copies
-        d.net.start(f"proxy-{region}", [d.globelog, "serve", "rebuilder", "--region", region,
-                                        "--log-format", "text"],
-                    d.home / "logs" / f"rebuilder-{region}.log", d.env)  # fmt: skip
+        serve_on_proxy_host(d, region, ("rebuilder",))
     join_new_region(d, find_tools())
     # new segments place copies in ap-south (a writer in us-east: us-west is down)
     d.cli("app-us-east", "stream", "create", "joined", "--region", "us-east")
@@ -581,15 +566,14 @@ def test_a_region_joins_and_two_leave_while_writes_go_on(deployment: Deployment)
     for host in gone:
         d.net.kill_host(host)
     d.lost = d.lost | set(gone)
-    for name, (count, _) in written.items():
-        records = read_all(d, "app-ap-south", NEW_REGION, name, count + 10)
-        assert records == [f"{name}-{i}" for i in range(count)], (name, records[-3:])
-    assert read_all(d, "app-ap-south", NEW_REGION, "orders", 210) == [
-        f"order-{i}" for i in range(200)
-    ]
-    assert read_all(d, "app-ap-south", NEW_REGION, "payments", 210) == [
-        f"payment-{i}" for i in range(200)
-    ]
+    expected = {name: [f"{name}-{i}" for i in range(count)] for name, (count, _) in written.items()}
+    expected["orders"] = [f"order-{i}" for i in range(200)]
+    expected["payments"] = [f"payment-{i}" for i in range(200)]
+    expected["joined"] = [f"joined-{i}" for i in range(50)]
+    for region in ("us-east", NEW_REGION):  # every region left, through its read proxy
+        for name, records in expected.items():
+            read = read_all(d, f"app-{region}", region, name, len(records) + 10)
+            assert read == records, (region, name, len(read), len(records), read[-3:])
     d.cli("app-us-east", "write", "live", "--region", "us-east", stdin=b"after-0\n")
     for stream in ("orders", "payments", "joined", "live", "leaving"):
         for segment in segments_of(d, "app-ap-south", NEW_REGION, stream):

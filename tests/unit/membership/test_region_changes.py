@@ -14,7 +14,7 @@ from core.topology import Replication
 from core.topology_loader import parse_topology, zookeeper_warning
 from membership.changes import ChangeRecord
 from membership.plans import plan_add, plan_join, plan_remove, write_topology
-from membership.safety import Facts, LedgerView, removal_findings
+from membership.safety import Facts, LedgerView, decommission_findings, removal_findings
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = (REPO / "deploy" / "topology.example.yaml").read_text()
@@ -84,9 +84,14 @@ def test_a_region_the_file_already_lists_is_planned_as_a_join() -> None:
 def test_the_topology_file_is_replaced_whole_and_the_old_one_kept(tmp_path: Path) -> None:
     path = tmp_path / "topology.yaml"
     path.write_text(EXAMPLE)
-    kept = write_topology(path, plan_remove(EXAMPLE, "eu-west").text, "# header\n")
-    assert kept.read_text() == EXAMPLE
+    path.chmod(0o640)
+    kept = write_topology(path, plan_remove(EXAMPLE, "eu-west").text, "# header\n", "remove-x")
+    assert kept.name == "topology.yaml.before-remove-x" and kept.read_text() == EXAMPLE
     assert path.read_text().startswith("# header\n")
+    assert path.stat().st_mode & 0o777 == 0o640
+    # run again (a resumed change): the first original is the one kept
+    write_topology(path, path.read_text(), "# again\n", "remove-x")
+    assert kept.read_text() == EXAMPLE
     assert "eu-west" not in parse_topology(path.read_text(), "t").region_names
 
 
@@ -100,7 +105,7 @@ def _facts(**changes: object) -> Facts:
         "replication": topology.replication,
         "up": bookies,
         "writable": bookies,
-        "ledgers": (LedgerView(7, (tuple(ids[:4]),), 4, 2),),
+        "ledgers": (LedgerView(7, (tuple(ids[:4]),), 4, 3, 2),),
         "zk_members": {1: "us-east", 2: "us-west", 3: "eu-west"},
         "zk_serving": frozenset({1, 2, 3}),
         "write_proxies": {"us-east": 1, "us-west": 1, "eu-west": 1},
@@ -128,11 +133,11 @@ def test_entries_with_no_copy_left_outside_the_region_refuse_the_removal() -> No
     east = [b.bookie_id for b in topology.bookies if b.region == "us-east"]
     # the us-east copies of this ledger are on bookies that do not answer
     facts = _facts(
-        ledgers=(LedgerView(9, ((*west, *east),), 4, 2),),
+        ledgers=(LedgerView(9, ((*west, *east),), 4, 3, 2),),
         up=frozenset(b.bookie_id for b in topology.bookies) - set(east),
     )
     report = removal_findings(facts, "us-west")
-    assert any("1 ledger(s) (first [9])" in r and "would be lost" in r for r in report.refusals)
+    assert any("1 ledger(s) (first [9])" in r and "could be lost" in r for r in report.refusals)
 
 
 def test_zookeeper_without_a_majority_after_the_removal_refuses_it() -> None:
@@ -172,3 +177,88 @@ def test_a_change_record_round_trips_and_says_its_steps() -> None:
     assert "under way" in lines[0] and "forced" in lines[0]
     assert lines[1].split()[:2] == ["done", "checked"]
     assert lines[2].split()[:3] == ["to", "do", "placement-stopped"]
+
+
+def test_a_bookie_decommission_that_leaves_too_few_bookies_is_refused() -> None:
+    topology = parse_topology(EXAMPLE, "t")
+    bookie = topology.bookies[0].bookie_id
+    fine = decommission_findings(_facts(), bookie)
+    assert fine.safe, fine.lines()
+    assert any("1 ledger(s) hold copies" in w for w in fine.warnings)
+    # six copies over six bookies: without one, no new ledger can be placed anywhere
+    strict = decommission_findings(_facts(replication=Replication(6, 6, 5, 3)), bookie)
+    assert any(f"without {bookie}, a writer in us-east" in r for r in strict.refusals)
+    unknown = decommission_findings(_facts(), "nowhere:1")
+    assert unknown.refusals == ["bookie nowhere:1 is not in the published topology"]
+
+
+def test_only_the_ack_quorum_of_an_entrys_copies_is_counted_on() -> None:
+    """Of W copies only A are sure to hold an entry: with W=4, A=3 two copies must stay."""
+    topology = parse_topology(EXAMPLE, "t")
+    west = [b.bookie_id for b in topology.bookies if b.region == "us-west"]
+    east = [b.bookie_id for b in topology.bookies if b.region == "us-east"]
+    ensemble = (*west, *east)
+    down = frozenset(b.bookie_id for b in topology.bookies) - {east[1]}
+    risky = _facts(ledgers=(LedgerView(3, (ensemble,), 4, 3, 2),), up=down)
+    assert any("could be lost" in r for r in removal_findings(risky, "us-west").refusals)
+    every_copy_acked = _facts(ledgers=(LedgerView(3, (ensemble,), 4, 4, 2),), up=down)
+    assert removal_findings(every_copy_acked, "us-west").safe
+
+
+class _Store:
+    """The two writes a change record needs, kept in a dict (versions counted)."""
+
+    def __init__(self) -> None:
+        self.saved: list[bytes] = []
+
+    async def create(self, path: str, data: bytes, make_parents: bool = False) -> str:
+        self.saved.append(data)
+        return path
+
+    async def set(self, path: str, data: bytes, *, version: int) -> object:
+        self.saved.append(data)
+        return type("Stat", (), {"version": version + 1})()
+
+
+def _steps(ran: list[str], stop_at: str | None = None) -> dict[str, object]:
+    def step(name: str) -> object:
+        async def run() -> bool:
+            ran.append(name)
+            return name != stop_at
+
+        return run
+
+    return {name: step(name) for name in ("one", "two", "three")}
+
+
+async def test_a_change_resumes_at_its_first_step_not_done_and_stops_where_asked() -> None:
+    from membership.changes import DONE, STOPPED, Change, _run
+
+    store, said = _Store(), []
+    change = Change(store, None, Path("t"), None, said.append, 0.0, None)  # type: ignore[arg-type]
+    record = ChangeRecord("remove", "r")
+    ran: list[str] = []
+    assert await _run(change, record, _steps(ran, stop_at="two"), None) == STOPPED  # type: ignore[arg-type]
+    assert ran == ["one", "two"] and list(record.steps) == ["one"]
+    ran.clear()
+    # --until a step already done stops there without running anything
+    assert await _run(change, record, _steps(ran), "one") == DONE  # type: ignore[arg-type]
+    assert ran == [] and record.finished_ms is None
+    assert await _run(change, record, _steps(ran), None) == DONE  # type: ignore[arg-type]
+    assert ran == ["two", "three"]
+    # the last step and the end of the change are one write
+    last = ChangeRecord.decode(store.saved[-1], 0, "t")
+    assert last.finished_ms == last.steps["three"]
+
+
+def test_a_joining_region_is_published_over_what_runs_not_over_the_file() -> None:
+    from membership.changes import with_region
+
+    merged = plan_add(EXAMPLE, REGION, "ap.yaml").after
+    running = publish_topology(plan_remove(EXAMPLE, "us-west").after).draining("eu-west")
+    joined = with_region(running, publish_topology(merged), "ap-south")
+    assert joined.regions == ("us-east", "eu-west", "ap-south")  # us-west stays gone
+    assert joined.drained == ("eu-west",)  # a removal under way stays under way
+    assert {b.region for b in joined.bookies} == {"us-east", "eu-west", "ap-south"}
+    assert set(joined.addresses) == {"us-east", "eu-west", "ap-south"}
+    assert "bk-a.ap-south.example.com:3181" in joined.addresses["us-east"]
