@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from core import errors
 from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE
@@ -63,9 +63,12 @@ REMOVE_STEPS = (
 PROGRESS_EVERY_S = 5.0
 POLL_S = 1.0
 SCAN_EVERY_S = 5.0  # a scan of every ledger's metadata: not every second
+ELECTION_ATTEMPTS = 5  # tries of a step through ZooKeeper elections, ELECTION_PAUSE_S apart
+ELECTION_PAUSE_S = 3.0
 CLEAN_SCANS = 3  # rounds of "none left, and still none a scan later" before giving up
 PUBLISH_ATTEMPTS = 8  # compare-and-set retries of a republication racing another
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DONE, STOPPED, REFUSED = 0, 3, 2  # exit codes: finished, stopped (run again), refused
 
@@ -352,7 +355,7 @@ async def _run(
         if not record.done(step):
             change.say(f"{record.kind} {record.region}: {step} ...")
             try:
-                done = await run()
+                done = await _through_elections(change, step, run)
             except _RefusedError as refused:
                 change.say(str(refused))
                 return REFUSED
@@ -365,7 +368,7 @@ async def _run(
             record.steps[step] = _now_ms()
             if step == last:  # the last step and the end in one write
                 record.finished_ms = record.steps[step]
-            await _save(change.store, record)
+            await _through_elections(change, step, lambda: _save(change.store, record))
             change.say(f"{record.kind} {record.region}: {step} done")
         if step == until and step != last:
             change.say(f"stopped after {step} as asked (--until); run again without it to go on")
@@ -406,6 +409,20 @@ async def one_change_at_a_time(
     finally:
         with contextlib.suppress(errors.GlobelogError):
             await store.delete(path, version=-1)
+
+
+async def _through_elections(change: Change, step: str, run: Callable[[], Awaitable[T]]) -> T:
+    """`run` again (every step looks before it acts) when the session's server drops it: a
+    reconfiguration that removes the leader's node makes the others elect a new one."""
+    for attempt in range(ELECTION_ATTEMPTS):
+        try:
+            return await run()
+        except errors.MetadataUnavailableError as err:
+            if attempt + 1 == ELECTION_ATTEMPTS:
+                raise
+            change.say(f"  ZooKeeper unavailable during {step} ({err}); trying again")
+            await asyncio.sleep(ELECTION_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 async def finish(store: MetaStore, record: ChangeRecord, step: str) -> None:

@@ -20,7 +20,8 @@ from region.drain import drain_targets, set_region_drained
 from tests.support.proxies import write_proxy
 from tests.support.streams import fresh_namespace, stream_env
 
-NARROWER = Replication(3, 3, 2, 2)  # one copy in each of three regions, two acks
+# five copies over three regions; the test's proxies are configured with 3/3/2
+REPUBLISHED = Replication(5, 5, 3, 2)
 
 
 @asynccontextmanager
@@ -50,10 +51,12 @@ async def test_a_republished_replication_is_taken_by_segments_started_after_it(
     ):
         await client.create("s")
         await client.write("s", b"before")
-        async with republished(env.store, lambda p: dataclasses.replace(p, replication=NARROWER)):
+        async with republished(
+            env.store, lambda p: dataclasses.replace(p, replication=REPUBLISHED)
+        ):
 
             async def seen() -> bool:  # the proxy's ledger client follows the znode
-                return east._ledgers.published.replication == NARROWER
+                return east._ledgers.published.replication == REPUBLISHED
 
             await wait_until("the proxy reading the new replication", seen, 10.0)
             await east.ownership.release(namespace, "s")  # its next segment starts now
@@ -62,8 +65,8 @@ async def test_a_republished_replication_is_taken_by_segments_started_after_it(
     assert len(segments) == 2
     reports, adhere = await audit_ledgers(cluster.topology, [s.ledger_id for s in segments], 2)
     assert [(r["ensemble_size"], r["write_quorum"], r["ack_quorum"]) for r in reports] == [
-        (4, 4, 3),  # started before: keeps its own
-        (3, 3, 2),
+        (3, 3, 2),  # started before: keeps the one it was made with
+        (5, 5, 3),
     ]
     assert adhere, reports
     assert [a["adherence"] for r in reports for a in r["audit"]] == ["meets_strict"] * 2
@@ -75,6 +78,7 @@ async def test_a_drained_region_lets_every_stream_go_and_is_no_drain_target(
     namespace = fresh_namespace()
     async with (
         write_proxy(cluster, "us-east") as east,
+        write_proxy(cluster, "eu-west") as west,  # the only proxy of another region
         ProxyClient([east.config.me.url], namespace=namespace) as client,
         stream_env(cluster, "us-east", namespace) as env,
     ):
@@ -93,7 +97,8 @@ async def test_a_drained_region_lets_every_stream_go_and_is_no_drain_target(
             # writes sent to us-east go to another region's proxy, which takes the streams
             for name in ("a", "b"):
                 assert (await client.write(name, b"2")).seq == 1
-                assert not (await client.describe(name))["owner"].endswith("@us-east")
+                assert (await client.describe(name))["owner"] == "wp-eu-west@eu-west"
+            assert {(namespace, "a"), (namespace, "b")} <= west.ownership.owned_keys()
             assert "us-east" not in await drain_targets(env.store, "eu-west")
         finally:
             await set_region_drained(env.store, "us-east", False)
