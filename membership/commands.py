@@ -29,6 +29,8 @@ from membership.changes import (
 from membership.plans import plan_add, plan_join, region_name
 from placement import load_checked_topology
 
+OPERATOR_SESSION_S = 4.0
+
 
 def _say(line: str) -> None:
     print(line, flush=True)
@@ -39,7 +41,10 @@ async def _change(
 ) -> tuple[MetaStore, LedgerClient, Change]:
     """The operator's session to the ZooKeeper nodes that stay, and a ledger client homed in
     a region that stays."""
-    store = await MetaStore.connect(",".join(zk_nodes), zk_login(topology.security))
+    # a short session: a killed command's lock goes with it (ZooKeeper's floor: two ticks)
+    store = await MetaStore.connect(
+        ",".join(zk_nodes), zk_login(topology.security), session_timeout_s=OPERATOR_SESSION_S
+    )
     try:
         ledgers = await LedgerClient.connect(store, LedgerConfig.of(topology, home))
     except BaseException:
