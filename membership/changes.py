@@ -301,17 +301,32 @@ async def check_removal(change: Change, region: str) -> Report:
     return removal_findings(facts, region)
 
 
+async def _record_for(change: Change, kind: str, region: str) -> ChangeRecord | None:
+    """The record of this `kind` of change under way for `region`, a new one when none is
+    (a finished change of the other kind is replaced), or None when it is finished already;
+    ConfigError while a change of the other kind is under way."""
+    record = await read_record(change.store, region)
+    if record is not None and record.kind == kind:
+        if record.finished_ms is None:
+            return record
+        change.say(f"region {region} was {'added' if kind == 'add' else 'removed'} already")
+        return None
+    if record is not None and record.finished_ms is None:
+        raise errors.ConfigError(
+            f"{'an addition' if record.kind == 'add' else 'a removal'} of {region} is under "
+            f"way: run `globelog region {record.kind}` again to finish it first"
+        )
+    version = -1 if record is None else record.version
+    return ChangeRecord(kind, region, started_ms=_now_ms(), version=version)
+
+
 async def remove_region(
     change: Change, region: str, *, force: bool = False, until: str | None = None
 ) -> int:
     """Runs (or resumes) the removal of `region`; an exit code (DONE, STOPPED, REFUSED)."""
-    record = await read_record(change.store, region)
-    if record is None or record.kind != "remove" or record.finished_ms is not None:
-        if record is not None and record.kind == "remove" and record.finished_ms is not None:
-            change.say(f"region {region} was removed already")
-            return DONE
-        version = -1 if record is None else record.version
-        record = ChangeRecord("remove", region, started_ms=_now_ms(), version=version)
+    record = await _record_for(change, "remove", region)
+    if record is None:
+        return DONE
     bookies = [b for b in change.topology.bookies if b.region == region]
     ids = {b.bookie_id for b in bookies}
     steps: dict[str, Callable[[], Awaitable[bool]]] = {
@@ -596,13 +611,9 @@ def _region_names(text: str) -> list[str]:
 async def add_region(change: Change, plan: Plan, *, until: str | None = None) -> int:
     """Runs (or resumes) joining the region of `plan` to the running system."""
     region = plan.region
-    record = await read_record(change.store, region)
-    if record is None or record.kind != "add" or record.finished_ms is not None:
-        if record is not None and record.kind == "add" and record.finished_ms is not None:
-            change.say(f"region {region} was added already")
-            return DONE
-        version = -1 if record is None else record.version
-        record = ChangeRecord("add", region, started_ms=_now_ms(), version=version)
+    record = await _record_for(change, "add", region)
+    if record is None:
+        return DONE
     steps: dict[str, Callable[[], Awaitable[bool]]] = {
         "merged": lambda: _merged(change, plan),
         "zookeeper-joined": lambda: _zookeeper_joined(change, plan),

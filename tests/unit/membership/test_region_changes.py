@@ -262,3 +262,41 @@ def test_a_joining_region_is_published_over_what_runs_not_over_the_file() -> Non
     assert {b.region for b in joined.bookies} == {"us-east", "eu-west", "ap-south"}
     assert set(joined.addresses) == {"us-east", "eu-west", "ap-south"}
     assert "bk-a.ap-south.example.com:3181" in joined.addresses["us-east"]
+
+
+class _Records(_Store):
+    """One change record at a path, as read_record reads it."""
+
+    def __init__(self, record: ChangeRecord | None) -> None:
+        super().__init__()
+        self.record = record
+
+    async def sync(self, path: str) -> None:
+        return None
+
+    async def get(self, path: str) -> tuple[bytes, object]:
+        from core.errors import NoNodeError
+
+        if self.record is None:
+            raise NoNodeError(path)
+        return self.record.encode(), type("Stat", (), {"version": 2})()
+
+
+async def test_a_change_of_the_other_kind_under_way_is_refused_and_a_finished_one_said() -> None:
+    from membership.changes import Change, _record_for
+
+    said: list[str] = []
+
+    def change(record: ChangeRecord | None) -> Change:
+        return Change(_Records(record), None, Path("t"), None, said.append, 0.0, None)  # type: ignore[arg-type]
+
+    removing = ChangeRecord("remove", "r", {"checked": 1})
+    with pytest.raises(ConfigError, match="a removal of r is under way"):
+        await _record_for(change(removing), "add", "r")
+    resumed = await _record_for(change(removing), "remove", "r")
+    assert resumed is not None and resumed.steps == {"checked": 1} and resumed.version == 2
+    added = ChangeRecord("add", "r", {"merged": 1}, finished_ms=5)
+    assert await _record_for(change(added), "add", "r") is None
+    assert said == ["region r was added already"]
+    fresh = await _record_for(change(added), "remove", "r")  # replaces the finished addition
+    assert fresh is not None and fresh.kind == "remove" and fresh.version == 2
