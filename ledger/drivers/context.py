@@ -106,10 +106,14 @@ class LedgerContext:
 
 
 def with_ensemble(metadata: LedgerMetadata, ensemble: Ensemble) -> LedgerMetadata:
-    """The history with `ensemble` added; one starting where the last starts replaces it."""
+    """The history with `ensemble` added; one starting where the last starts replaces it,
+    and one that so comes back to the ensemble before the last undoes the last change (no
+    entry was acknowledged on it): two equal ensembles in a row would say nothing."""
     history = list(metadata.ensembles)
     if history[-1].first_entry_id == ensemble.first_entry_id:
         history[-1] = ensemble
+        if len(history) > 1 and history[-2].bookies == ensemble.bookies:
+            history.pop()
     else:
         assert history[-1].first_entry_id < ensemble.first_entry_id, (history, ensemble)
         history.append(ensemble)

@@ -20,9 +20,13 @@ from tests.spark.test_batch_read import write_stream
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace
 
+SPARK_COMMAND_S = 180.0
+
 
 def spark_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return run_bounded([sys.executable, "-m", "cli.main", "spark", *args], b"")
+    # a Spark job's JVM starts in 10-20 s alone; on two cores shared with the rest of the
+    # suite one retention run took over 60 s (a fresh clone's run)
+    return run_bounded([sys.executable, "-m", "cli.main", "spark", *args], b"", SPARK_COMMAND_S)
 
 
 def with_archive(cluster: Cluster, tmp_path: Path) -> Path:

@@ -40,18 +40,20 @@ class Cli:
 COMMAND_TIMEOUT_S = 60
 
 
-def run_bounded(argv: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+def run_bounded(
+    argv: list[str], stdin: bytes, timeout_s: float = COMMAND_TIMEOUT_S
+) -> subprocess.CompletedProcess[bytes]:
     """Runs one command; one that outlives its bound is aborted and its thread stacks shown."""
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     with subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     ) as process:
         try:
-            out, err = process.communicate(stdin, timeout=COMMAND_TIMEOUT_S)
+            out, err = process.communicate(stdin, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGABRT)
             out, err = process.communicate()
-            pytest.fail(f"{argv[3:]} still running after {COMMAND_TIMEOUT_S} s:\n{err.decode()}")
+            pytest.fail(f"{argv[3:]} still running after {timeout_s} s:\n{err.decode()}")
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
