@@ -35,7 +35,6 @@ CLUSTER_GROUPS = {
     "integration/ledger": "session-cluster-b",
     "integration/streams": "session-cluster-b",
     "integration/rebuild": "session-cluster-b",
-    "integration/console": "session-cluster-b",  # group a is the longer: its browser tests
     "spark": "session-cluster-b",
 }
 CLUSTER_FIXTURES = {"cluster", "real_cluster"}
