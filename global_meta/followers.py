@@ -35,11 +35,11 @@ import asyncio
 import enum
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from core import runtime
 from core.errors import GlobelogError
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class Follower:
         *,
         backoff: RestartBackoff | None = None,
         on_failed: Callable[[FollowerStatus], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = runtime.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         stop_timeout_s: float = STOP_TIMEOUT_S,
         rng: random.Random | None = None,
@@ -140,7 +140,7 @@ class Follower:
         self._clock = clock
         self._sleep = sleep
         self._stop_timeout_s = stop_timeout_s
-        self._rng = rng or random.Random()  # a seed of its own: followers do not move together
+        self._rng = rng or runtime.new_rng()  # a seed of its own: followers do not move together
         self._task: asyncio.Task[None] | None = None
         self._state = FollowerState.STARTING
         self._since_s = clock()

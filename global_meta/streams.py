@@ -22,10 +22,10 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
+from core import runtime
 from core.errors import (
     NodeExistsError,
     NoNodeError,
@@ -95,7 +95,7 @@ class StreamMetaStore:
     async def create_stream(self, stream: str) -> None:
         path = self.path(stream)
         await self.store.ensure_path(self.root)
-        body = {"version": STREAM_FORMAT_VERSION, "created_ms": int(time.time() * 1000)}
+        body = {"version": STREAM_FORMAT_VERSION, "created_ms": runtime.wall_ms()}
         try:
             await self.store.commit(
                 [

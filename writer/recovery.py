@@ -9,8 +9,8 @@ record gives the last DLSN and txid, and its first position gives the record cou
 from __future__ import annotations
 
 import logging
-import time
 
+from core import runtime
 from core.dlsn import DLSN
 from core.entry_format import decode_entry, user_record_count
 from core.records import NO_POSITION
@@ -86,7 +86,7 @@ async def recovered(
         summary.last_txid,
         summary.last_dlsn,
         summary.record_count,
-        int(time.time() * 1000),
+        runtime.wall_ms(),
         summary.end_of_stream,
     )
     return completed, () if close is None else (close,)

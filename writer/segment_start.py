@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
+from core import runtime
 from core.errors import GlobelogError
 from core.segments import SegmentMetadata, SegmentState
 from core.streams import LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
@@ -31,7 +31,7 @@ Completing = tuple[VersionedSegment, SegmentMetadata, tuple[Op, ...]] | None
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return runtime.wall_ms()
 
 
 async def start_segment(

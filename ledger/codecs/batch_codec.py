@@ -107,6 +107,21 @@ def encode_batch_read(request: BatchReadRequest, frame_bytes_max: int = FRAME_BY
     return _REQUEST.size.to_bytes(LENGTH_PREFIX_BYTES, "big") + body
 
 
+def decode_batch_read_request(message: memoryview | bytes) -> BatchReadRequest:
+    """A v2 batch read request (the frame without its length prefix), as a bookie reads it;
+    ProtocolError if it is not one (for fake bookies and tests)."""
+    if len(message) != _REQUEST.size:
+        raise ProtocolError(f"batch read request of {len(message)} bytes: expected {_REQUEST.size}")
+    header, ledger_id, first_entry_id, request_id, max_count, max_size = _REQUEST.unpack(message)
+    version, opcode = header >> 24, header >> 16 & 0xFF
+    if version != V2_VERSION or opcode != V2_BATCH_READ_OPCODE:
+        raise ProtocolError(
+            f"request header {header:#010x}: expected protocol version {V2_VERSION} and "
+            f"opcode {V2_BATCH_READ_OPCODE} (batch read), got version {version} opcode {opcode}"
+        )
+    return BatchReadRequest(request_id, ledger_id, first_entry_id, max_count, max_size)
+
+
 def decode_batch_read_response(message: memoryview | bytes) -> BatchReadResponse:
     """A v2 batch read response (the frame without its length prefix); ProtocolError if not."""
     if len(message) < _RESPONSE_HEAD.size:

@@ -18,11 +18,11 @@ import asyncio
 import enum
 import functools
 import random
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
+from core import runtime
 from core.errors import GlobelogError
 from core.routes import PublishedTopology
 from ledger.codecs.batch_codec import BOOKIE_BATCH_BYTES_MAX, BatchReadRequest, BatchReadResponse
@@ -91,7 +91,7 @@ class BookieClient:
         config: BookieClientConfig | None = None,
         observe: LatencyObserver | None = None,
         rng: random.Random | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = runtime.monotonic,
     ) -> None:
         self.config = config if config is not None else BookieClientConfig()
         self._pool = BookiePool(resolve, self.config, rng, clock)

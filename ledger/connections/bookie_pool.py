@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core import runtime
 from core.errors import GlobelogError
 from ledger.connections.backoff import BackoffPolicy, ReconnectState
 from ledger.connections.connection import (
@@ -56,13 +56,13 @@ class BookiePool:
         resolve: BookieResolver,
         config: BookieClientConfig | None = None,
         rng: random.Random | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = runtime.monotonic,
         wire: Wire = V3_WIRE,
     ) -> None:
         self.config = config if config is not None else BookieClientConfig()
         self._resolve = resolve
         self._wire = wire
-        self._rng = rng if rng is not None else random.Random()
+        self._rng = rng if rng is not None else runtime.new_rng()
         self._clock = clock
         self._connections: dict[str, BookieConnection] = {}
         self._dialling: dict[str, asyncio.Task[BookieConnection]] = {}

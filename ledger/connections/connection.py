@@ -13,11 +13,11 @@ import asyncio
 import logging
 import math
 import ssl
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from core import runtime
 from core.errors import ConfigError, GlobelogError
 from ledger.codecs.batch_codec import (
     BatchReadDecoder,
@@ -140,7 +140,7 @@ class BookieConnection(asyncio.Protocol):
         address: str,
         config: ConnectionConfig | None = None,
         on_closed: ClosedCallback | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = runtime.monotonic,
         wire: Wire = V3_WIRE,
     ) -> None:
         self.bookie_id = bookie_id

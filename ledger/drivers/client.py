@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from opentelemetry import metrics
 
-from core import errors
+from core import errors, runtime
 from core.errors import MetadataError, QuorumError
 from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
@@ -264,7 +263,7 @@ class LedgerClient:
             (Ensemble(0, ensemble),),
             self.context.config.digest_type,
             password,
-            ctime=int(time.time() * 1000),
+            ctime=runtime.wall_ms(),
             custom_metadata=custom,
         )
         versioned = await self.context.metadata.create(metadata)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from dataclasses import dataclass
 
-from core import errors
+from core import errors, runtime
 from global_meta import ANY_VERSION, MetaStore
 from ledger.codecs.underreplication import (
     Layout,
@@ -73,7 +72,7 @@ class UnderReplication:
         named every one of them."""
         path = self.layout.marker(ledger_id)
         for _ in range(MARK_ATTEMPTS_MAX):
-            now_ms = int(time.time() * 1000)
+            now_ms = runtime.wall_ms()
             try:
                 data = encode_marker(Marker(tuple(dict.fromkeys(replicas)), now_ms))
                 await self._store.create(path, data, make_parents=True)

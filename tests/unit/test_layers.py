@@ -32,6 +32,8 @@ ALLOWED: dict[str, set[str]] = {
         "placement",
         "core",
     },
+    # the simulated world under the real code: loop, network, servers speaking the wire
+    "verify/sim/io": {"verify", "ledger", "core"},
     # figures for people (percentiles, PNG plots) from what was measured
     "figures": {"core"},
     # the local cluster: real ZooKeeper, bookies, the WAN emulator and our proxies as processes
@@ -144,6 +146,12 @@ LEDGER_CODECS = {
     "ledger.codecs.messages",
     "ledger.codes",
 }
+# ...and what a simulated bookie speaks: the wire's codecs, codes and errors.
+LEDGER_WIRE = LEDGER_CODECS | {
+    "ledger.codecs.batch_codec",
+    "ledger.errors",
+    "ledger.machines.signals",
+}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -241,6 +249,8 @@ def test_narrow_arrows_import_only_their_modules(package: str, path: Path) -> No
 def test_other_packages_use_the_ledger_api_only(package: str, path: Path) -> None:
     if package == "verify/sim":
         assert deep_imports_of(path) <= LEDGER_MACHINES, path.relative_to(REPO)
+    elif package == "verify/sim/io":
+        assert deep_imports_of(path) <= LEDGER_WIRE, path.relative_to(REPO)
     elif path == CODEC_BENCHMARK:
         assert deep_imports_of(path) <= LEDGER_CODECS, path.relative_to(REPO)
     elif package not in TOP_LEVEL_ONLY:

@@ -45,6 +45,8 @@ class StoredEntry:
 class _Ledger:
     entries: dict[int, StoredEntry] = field(default_factory=dict)
     fenced: bool = False
+    lac: int = -1  # the highest LAC an entry or an explicit LAC carried here
+    explicit_lac: Any = None  # the last explicit-LAC packet written
 
 
 class SimBookie:
@@ -64,7 +66,28 @@ class SimBookie:
         if ledger.fenced and not recovery:
             return BookieFailure.FENCED
         ledger.entries.setdefault(entry_id, entry)
+        ledger.lac = max(ledger.lac, entry.lac)
         return None
+
+    def write_lac(self, ledger_id: int, lac: int, packet: Any) -> BookieFailure | None:
+        """Stores an explicit LAC (refused on a fenced ledger, as an add is)."""
+        if self.read_only:
+            return BookieFailure.READ_ONLY
+        ledger = self._ledgers.setdefault(ledger_id, _Ledger())
+        if ledger.fenced:
+            return BookieFailure.FENCED
+        ledger.explicit_lac = packet
+        ledger.lac = max(ledger.lac, lac)
+        return None
+
+    def lac(self, ledger_id: int) -> int | None:
+        """The highest LAC the bookie learnt of the ledger; None if it holds nothing of it."""
+        ledger = self._ledgers.get(ledger_id)
+        return None if ledger is None else ledger.lac
+
+    def explicit_lac(self, ledger_id: int) -> Any:
+        ledger = self._ledgers.get(ledger_id)
+        return None if ledger is None else ledger.explicit_lac
 
     def read(
         self, ledger_id: int, entry_id: int, *, fence: bool = False

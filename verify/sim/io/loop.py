@@ -1,0 +1,259 @@
+"""A deterministic asyncio event loop: virtual time, simulated hosts, no threads, no sockets.
+
+globelog's production code (the ledger drivers, writers, readers, ownership) runs on it as it
+runs on uvloop. What differs is what lies under the loop:
+
+- **Time is virtual.** `time()` starts at 0 and jumps to the next timer whenever nothing is
+  ready, so a minute of timeouts and retries takes milliseconds. The order in which callbacks
+  run is asyncio's own (FIFO ready queue, timers by deadline, ties in the order they were
+  set), so one seed replays the same run.
+- **Every callback belongs to a host.** A host is one simulated process (a proxy, a bookie, a
+  client); the code of a host runs in a `contextvars.Context` naming it, and every callback
+  scheduled from it (task steps, timers, future callbacks) carries that context. A crashed host
+  keeps none of its callbacks: its memory is gone, no cleanup code of it ever runs (as after
+  SIGKILL). A paused host (SIGSTOP) keeps them, and they run when it resumes.
+- **Sockets are simulated** (`verify.sim.io.network`): `create_connection` reaches a simulated
+  listener through the network's latencies and cuts.
+- **Threads are refused**: `run_in_executor` and `call_soon_threadsafe` raise, since a thread
+  would make a run depend on the OS scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+import random
+import selectors
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from verify.sim.io.network import Network
+
+T = TypeVar("T")
+
+# Virtual wall clock of second 0 (2027-01-01T00:00:00Z): what `time.time()`-style readings of
+# the simulated code see, so times written into records are deterministic too.
+WALL_EPOCH_S = 1_798_761_600.0
+
+
+class SimulationError(RuntimeError):
+    """The simulated code did something the simulation cannot replay (a thread), or waits
+    for something that can never happen."""
+
+
+class StuckError(SimulationError):
+    """Nothing is ready and no timer is set: every task waits on something no one will do."""
+
+
+@dataclass(eq=False, slots=True)
+class Host:
+    """One simulated process, on a host in `region` at `ip`."""
+
+    name: str
+    region: str
+    ip: str
+    up: bool = True
+    paused: bool = False
+    incarnation: int = 0  # bumped at each crash: callbacks of an earlier one are dropped
+    # while down, whether its machine still answers (connections refused at once) or is gone
+    # (connections and requests to it just time out)
+    machine_up: bool = True
+    held: list[tuple[Callable[..., object], tuple[Any, ...]]] = field(default_factory=list)
+    context: contextvars.Context = field(default_factory=contextvars.Context)
+
+    def __repr__(self) -> str:
+        return f"Host({self.name}@{self.region})"
+
+
+HOST: contextvars.ContextVar[Host | None] = contextvars.ContextVar("sim_host", default=None)
+
+
+class _Guarded:
+    """A callback that runs only while its host lives (and, while it is paused, later)."""
+
+    __slots__ = ("callback", "host", "incarnation")
+
+    def __init__(self, host: Host, callback: Callable[..., object]) -> None:
+        self.host = host
+        self.incarnation = host.incarnation
+        self.callback = callback
+
+    def __call__(self, *args: Any) -> None:
+        host = self.host
+        if host.incarnation != self.incarnation:
+            return  # the process that set it crashed since
+        if host.paused:
+            host.held.append((self.callback, args))
+            return
+        self.callback(*args)
+
+
+class _VirtualSelector:
+    """Stands in for the OS's selector: no file descriptor ever becomes ready, and waiting
+    for the next timer is virtual time jumping to it."""
+
+    def __init__(self, loop: SimLoop) -> None:
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            raise StuckError(
+                f"at {self._loop.time():.3f} s nothing is ready and no timer is set: every "
+                "task waits for something no simulated host will do"
+            )
+        if timeout > 0:
+            self._loop.advance(timeout)
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class SimLoop(asyncio.BaseEventLoop):
+    """The deterministic loop of seed `seed`; `network` is set by `verify.sim.io.network.Network`.
+
+    `core.runtime` reads its clocks and its random source (`virtual_time`)."""
+
+    virtual_time = True
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self._selector = _VirtualSelector(self)
+        self._now = 0.0
+        self.network: Network | None = None
+        self.hosts: dict[str, Host] = {}
+        self.callbacks_run = 0
+
+    # -- time ------------------------------------------------------------------------------
+
+    def time(self) -> float:
+        return self._now
+
+    def wall_time(self) -> float:
+        """The simulated wall clock (seconds since the epoch), for times written into data."""
+        return WALL_EPOCH_S + self._now
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0 and math.isfinite(seconds), seconds
+        self._now += seconds
+
+    # -- hosts -----------------------------------------------------------------------------
+
+    def add_host(self, name: str, region: str, ip: str) -> Host:
+        assert name not in self.hosts, name
+        host = Host(name, region, ip)
+        host.context.run(HOST.set, host)
+        self.hosts[name] = host
+        return host
+
+    def spawn(
+        self, host: Host, coro: Coroutine[Any, Any, T], name: str | None = None
+    ) -> asyncio.Task[T]:
+        """Runs `coro` as a task of `host`: it and everything it starts belong to the host."""
+        return self.create_task(coro, name=name or host.name, context=host.context.copy())
+
+    def crash(self, host: Host, *, machine_up: bool = True) -> None:
+        """SIGKILL: no callback of the host runs again; its listeners and connections go
+        (peers see a reset if its machine is up, nothing at all if not)."""
+        host.up = False
+        host.machine_up = machine_up
+        host.paused = False
+        host.held.clear()
+        host.incarnation += 1
+        if self.network is not None:
+            self.network.host_crashed(host)
+
+    def restart(self, host: Host) -> None:
+        """The host's process starts again, with nothing of the crashed one (spawn its code)."""
+        host.up = True
+        host.machine_up = True
+
+    def pause(self, host: Host) -> None:
+        host.paused = True
+
+    def resume(self, host: Host) -> None:
+        host.paused = False
+        held, host.held = host.held, []
+        for callback, args in held:
+            self.call_soon(callback, *args, context=host.context)
+
+    # -- scheduling: every callback guarded by its host ------------------------------------
+
+    def call_soon(  # type: ignore[override]
+        self,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        return super().call_soon(self._guard(callback, context), *args, context=context)
+
+    def call_at(  # type: ignore[override]
+        self,
+        when: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        return super().call_at(when, self._guard(callback, context), *args, context=context)
+
+    def _guard(
+        self, callback: Callable[..., object], context: contextvars.Context | None
+    ) -> Callable[..., object]:
+        host = HOST.get() if context is None else context.get(HOST)
+        if host is None:
+            return callback  # the simulation's own (the world, the nemesis)
+        return _Guarded(host, callback)
+
+    # -- what a simulation must not do -----------------------------------------------------
+
+    def call_soon_threadsafe(  # type: ignore[override]
+        self,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        raise SimulationError(f"call_soon_threadsafe({callback!r}): threads are not simulated")
+
+    def run_in_executor(  # type: ignore[override]
+        self, executor: Any, func: Callable[..., T], *args: Any
+    ) -> asyncio.Future[T]:
+        raise SimulationError(f"run_in_executor({func!r}): threads are not simulated")
+
+    def _write_to_self(self) -> None:
+        pass
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    # -- sockets ---------------------------------------------------------------------------
+
+    async def create_connection(  # type: ignore[override]
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        host: str | None = None,
+        port: int | None = None,
+        **options: Any,
+    ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        if options.get("ssl") is not None:
+            raise SimulationError("TLS is not simulated: run the simulated cluster in clear")
+        if self.network is None or host is None or port is None:
+            raise SimulationError("create_connection needs a simulated network and an address")
+        return await self.network.connect(protocol_factory, host, port)
+
+
+def run(loop: SimLoop, main: Coroutine[Any, Any, T]) -> T:
+    """Runs `main` (the simulation's driver, no host's) to its end on `loop`, then closes it.
+
+    Tasks of crashed hosts never finish: they are dropped, not reported."""
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.set_exception_handler(lambda _loop, _context: None)
+        loop.close()
