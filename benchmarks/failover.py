@@ -26,7 +26,7 @@ from benchmarks.harness import (
 )
 from core.errors import ConfigError, OutcomeUnknownError
 from figures.percentiles import percentile
-from global_meta import MetaStore
+from global_meta import MetaSession
 from localcluster import controller
 from localcluster.controller import Cluster
 from localcluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 class LockWatch:
     """The stream's lock nodes as they change, with the time of each change."""
 
-    def __init__(self, store: MetaStore, lock_dir: str) -> None:
+    def __init__(self, store: MetaSession, lock_dir: str) -> None:
         self._store = store
         self._lock_dir = lock_dir
         self._changes: list[tuple[float, list[str]]] = []

@@ -6,6 +6,7 @@ followers, a read proxy's read-aheads) run under `global_meta.followers.Follower
 restarts them with backoff and shows their state, so none stops for good on one error.
 """
 
+from global_meta.session import MetaSession
 from global_meta.store import (
     ANY_VERSION,
     EnsembleConfig,
@@ -15,4 +16,12 @@ from global_meta.store import (
     SessionState,
 )
 
-__all__ = ["ANY_VERSION", "EnsembleConfig", "MetaStore", "NodeStat", "SessionEvent", "SessionState"]
+__all__ = [
+    "ANY_VERSION",
+    "EnsembleConfig",
+    "MetaSession",
+    "MetaStore",
+    "NodeStat",
+    "SessionEvent",
+    "SessionState",
+]

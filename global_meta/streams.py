@@ -36,7 +36,8 @@ from core.errors import (
 )
 from core.segments import SegmentMetadata, decode_segment, encode_segment
 from core.streams import check_name
-from global_meta.store import MetaStore, Op
+from global_meta.session import MetaSession
+from global_meta.store import Op
 
 ROOT = "/globelog/namespaces"
 STREAM_FORMAT_VERSION = 1
@@ -79,7 +80,7 @@ class StreamCounters:
 class StreamMetaStore:
     """One namespace's stream metadata. Every method raises core.errors classes."""
 
-    def __init__(self, store: MetaStore, namespace: str) -> None:
+    def __init__(self, store: MetaSession, namespace: str) -> None:
         self.store = store
         self.namespace = check_name(namespace, "namespace")
         self.root = f"{ROOT}/{namespace}/streams"

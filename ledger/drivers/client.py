@@ -21,7 +21,7 @@ from core.errors import MetadataError, QuorumError
 from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.topology import Replication
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, run_together
 from global_meta.store import Op
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
@@ -66,7 +66,7 @@ class LedgerClient:
 
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         published: PublishedTopology,
         config: LedgerConfig,
         bookies: BookieClient,
@@ -105,7 +105,7 @@ class LedgerClient:
 
     @classmethod
     async def connect(
-        cls, store: MetaStore, config: LedgerConfig, meter: metrics.Meter | None = None
+        cls, store: MetaSession, config: LedgerConfig, meter: metrics.Meter | None = None
     ) -> LedgerClient:
         """Reads the published topology and starts following bookie membership.
 

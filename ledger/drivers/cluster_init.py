@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 
 from core.errors import MetadataError, NodeExistsError
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.store import Op
 from ledger.codecs.metadata import LEDGERS_ROOT
 
@@ -39,7 +39,7 @@ def cluster_root_ops(instance_id: str, root: str = LEDGERS_ROOT) -> list[Op]:
     ]
 
 
-async def init_cluster_metadata(store: MetaStore, root: str = LEDGERS_ROOT) -> str | None:
+async def init_cluster_metadata(store: MetaSession, root: str = LEDGERS_ROOT) -> str | None:
     """Creates the metadata root; returns the new instance id, or None when the cluster was
     initialised already (with a layout globelog reads). Raises MetadataError for a root
     left by something else: a different ledger layout, or a root without an instance id."""

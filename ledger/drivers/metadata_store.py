@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from core import errors
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaSession
 from global_meta.store import Op
 from ledger.codecs.metadata import (
     LEDGERS_ROOT,
@@ -53,9 +53,9 @@ class VersionedMetadata:
 
 
 class LedgerMetadataStore:
-    """BookKeeper-compatible ledger metadata over one MetaStore session."""
+    """BookKeeper-compatible ledger metadata over one metadata session."""
 
-    def __init__(self, store: MetaStore, root: str = LEDGERS_ROOT) -> None:
+    def __init__(self, store: MetaSession, root: str = LEDGERS_ROOT) -> None:
         self._store = store
         self._root = root
         self._ids = LedgerIdGenLayout(root)

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 
 from core import errors, runtime
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaSession
 from ledger.codecs.underreplication import (
     Layout,
     Marker,
@@ -45,9 +45,9 @@ class Claim:
 
 
 class UnderReplication:
-    """The under-replication state of one cluster, over one MetaStore session."""
+    """The under-replication state of one cluster, over one metadata session."""
 
-    def __init__(self, store: MetaStore, layout: Layout | None = None) -> None:
+    def __init__(self, store: MetaSession, layout: Layout | None = None) -> None:
         self._store = store
         self.layout = layout or Layout()
 

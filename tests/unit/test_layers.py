@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
         "core",
     },
     # the simulated world under the real code: loop, network, servers speaking the wire
-    "verify/sim/io": {"verify", "ledger", "core"},
+    "verify/sim/io": {"verify", "ledger", "global_meta", "core"},
     # figures for people (percentiles, PNG plots) from what was measured
     "figures": {"core"},
     # the local cluster: real ZooKeeper, bookies, the WAN emulator and our proxies as processes

@@ -21,10 +21,15 @@ runs on uvloop. What differs is what lies under the loop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import gc
+import logging
 import math
 import random
 import selectors
+import sys
+import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,6 +68,7 @@ class Host:
     machine_up: bool = True
     held: list[tuple[Callable[..., object], tuple[Any, ...]]] = field(default_factory=list)
     context: contextvars.Context = field(default_factory=contextvars.Context)
+    tasks: weakref.WeakSet[asyncio.Task[Any]] = field(default_factory=weakref.WeakSet)
 
     def __repr__(self) -> str:
         return f"Host({self.name}@{self.region})"
@@ -127,7 +133,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._now = 0.0
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
-        self.callbacks_run = 0
+        self.frozen: list[asyncio.Task[Any]] = []  # tasks of crashed hosts, kept to the end
 
     # -- time ------------------------------------------------------------------------------
 
@@ -165,6 +171,9 @@ class SimLoop(asyncio.BaseEventLoop):
         host.paused = False
         host.held.clear()
         host.incarnation += 1
+        # Its tasks wait for ever; kept, or they would be collected (and reported) mid-run.
+        self.frozen.extend(host.tasks)
+        host.tasks = weakref.WeakSet()
         if self.network is not None:
             self.network.host_crashed(host)
 
@@ -183,6 +192,19 @@ class SimLoop(asyncio.BaseEventLoop):
             self.call_soon(callback, *args, context=host.context)
 
     # -- scheduling: every callback guarded by its host ------------------------------------
+
+    def create_task(  # type: ignore[override]
+        self,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[T]:
+        task = super().create_task(coro, name=name, context=context)
+        host = HOST.get() if context is None else context.get(HOST)
+        if host is not None:
+            host.tasks.add(task)
+        return task
 
     def call_soon(  # type: ignore[override]
         self,
@@ -249,11 +271,33 @@ class SimLoop(asyncio.BaseEventLoop):
 def run(loop: SimLoop, main: Coroutine[Any, Any, T]) -> T:
     """Runs `main` (the simulation's driver, no host's) to its end on `loop`, then closes it.
 
-    Tasks of crashed hosts never finish: they are dropped, not reported."""
+    The tasks still pending then (every host's, crashed ones' included) never run again: their
+    coroutines are closed in silence, so no cleanup code of theirs runs outside the run and
+    nothing of them is reported when they are collected."""
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(main)
     finally:
         asyncio.set_event_loop(None)
         loop.set_exception_handler(lambda _loop, _context: None)
+        leftovers = [t for t in (*loop.frozen, *asyncio.all_tasks(loop)) if not t.done()]
         loop.close()
+        _close_quietly(leftovers)
+
+
+def _close_quietly(tasks: list[asyncio.Task[Any]]) -> None:
+    """Closes the coroutines of tasks that will never run again, with their logs and the
+    interpreter's "exception ignored" reports muted (their cleanup has no loop to run on)."""
+    hook = sys.unraisablehook
+    logging.disable(logging.CRITICAL)
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        for task in tasks:
+            task._log_destroy_pending = False  # type: ignore[attr-defined]  # it never runs again
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()
+        del tasks
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+        logging.disable(logging.NOTSET)
