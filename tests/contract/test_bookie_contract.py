@@ -1,19 +1,22 @@
-"""One set of cases, two bookies: the simulated one (verify/sim/bookie.py, which the failover
-simulation and the ledger simulation store through) and a real BookKeeper bookie of the
-local cluster, reached with globelog's BookieClient. A case that passes against one and
-fails against the other is a fake that lies; the real answers are the truth.
+"""One set of cases, two bookies: the simulated one (verify/sim/bookie.py behind the simulated
+wire, verify/sim/io/bookie_server.py, on the deterministic loop, where the simulations run
+globelog's real code) and a real BookKeeper bookie of the local cluster. Both are reached
+with globelog's own BookieClient, so the cases hold the whole simulated path to the real one:
+a case that passes against one and fails against the other is a fake that lies; the real
+answers are the truth.
 
 Each case works on fresh random ledger ids. Answers are compared as the simulation sees
 them: a stored entry as (lac, length, payload), or a BookieFailure. The real adapter turns
 the client's errors into failures with ledger.machines.signals.failure_kind, the drivers' own table,
-and lets any other error (a timeout, a lost connection) fail the case.
+and lets any other error (a timeout, a lost connection) fail the case. The simulated bookie's
+loop runs in a thread of its own, one call at a time, while the case awaits it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import pytest
@@ -25,7 +28,11 @@ from ledger.connections.bookie_client import BookieClient
 from ledger.machines.signals import BookieFailure, failure_kind
 from localcluster.controller import Cluster
 from tests.support import security
-from verify.sim.bookie import SimBookie, StoredEntry
+from tests.support.sim_thread import SimThread
+from verify.sim.bookie import SimBookie
+from verify.sim.io.bookie_server import BookieServer
+from verify.sim.io.loop import SimLoop
+from verify.sim.io.network import Network
 
 PASSWORD = b"globelog-contract"
 KEY = master_key(PASSWORD)
@@ -41,6 +48,7 @@ ANSWERS = frozenset(
 )
 
 Stored = tuple[int, int, bytes]  # (lac, length, payload)
+Polled = tuple[str, int | None, Stored | None]  # (status, the bookie's LAC, the next entry)
 T = TypeVar("T")
 
 
@@ -57,34 +65,78 @@ class BookieUnderTest(Protocol):
         self, ledger_id: int, *, fence: bool = False
     ) -> tuple[int, Stored] | BookieFailure: ...
 
+    async def long_poll(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> Polled | BookieFailure: ...
+
+    async def batch(
+        self, ledger_id: int, first: int, count: int
+    ) -> list[Stored] | BookieFailure: ...
+
+    async def write_lac(self, ledger_id: int, lac: int) -> BookieFailure | None: ...
+
+    async def read_lac(self, ledger_id: int) -> tuple[int | None, int | None] | BookieFailure: ...
+
 
 # -- the simulated bookie ---------------------------------------------------------------------
 
 
 class Simulated:
+    """The real BookieClient (the `Real` adapter) over the simulated network to a simulated
+    bookie, each call run to its end on the simulation's loop in its own thread."""
+
     def __init__(self) -> None:
-        self.bookie = SimBookie("sim")
+        self.loop = SimLoop(1)
+        network = Network(self.loop, self.loop.rng, {})
+        bookie_host = self.loop.add_host("bookie", "sim", "127.0.60.1")
+        self.server = BookieServer(self.loop, network, bookie_host, SimBookie("sim"))
+        self.server.start()
+        self.host = self.loop.add_host("client", "sim", "127.0.60.2")
+        self._thread = SimThread(self.loop)
+        self._real: Real | None = None
+
+    async def _call(self, use: Callable[[Real], Awaitable[T]]) -> T:
+        async def call() -> T:
+            if self._real is None:
+                client = BookieClient(lambda _bookie: self.server.address)
+                self._real = Real(client, self.server.address)
+            return await use(self._real)
+
+        return await self._thread.call(self.host, call)
+
+    async def close(self) -> None:
+        if self._real is not None:
+            await self._thread.call(self.host, self._real.client.close)
+        self._thread.close()
 
     async def add(
         self, ledger_id: int, entry_id: int, stored: Stored, *, recovery: bool = False
     ) -> BookieFailure | None:
-        entry = StoredEntry(*stored)
-        return self.bookie.add(ledger_id, entry_id, entry, recovery=recovery)
+        return await self._call(lambda r: r.add(ledger_id, entry_id, stored, recovery=recovery))
 
     async def read(
         self, ledger_id: int, entry_id: int, *, fence: bool = False
     ) -> Stored | BookieFailure:
-        found = self.bookie.read(ledger_id, entry_id, fence=fence)
-        return found if isinstance(found, BookieFailure) else (found.lac, found.length, found.body)
+        return await self._call(lambda r: r.read(ledger_id, entry_id, fence=fence))
 
     async def read_last(
         self, ledger_id: int, *, fence: bool = False
     ) -> tuple[int, Stored] | BookieFailure:
-        found = self.bookie.read_last(ledger_id, fence=fence)
-        if isinstance(found, BookieFailure):
-            return found
-        entry_id, entry = found
-        return entry_id, (entry.lac, entry.length, entry.body)
+        return await self._call(lambda r: r.read_last(ledger_id, fence=fence))
+
+    async def long_poll(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> Polled | BookieFailure:
+        return await self._call(lambda r: r.long_poll(ledger_id, previous_lac, timeout_ms))
+
+    async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
+        return await self._call(lambda r: r.batch(ledger_id, first, count))
+
+    async def write_lac(self, ledger_id: int, lac: int) -> BookieFailure | None:
+        return await self._call(lambda r: r.write_lac(ledger_id, lac))
+
+    async def read_lac(self, ledger_id: int) -> tuple[int | None, int | None] | BookieFailure:
+        return await self._call(lambda r: r.read_lac(ledger_id))
 
 
 # -- the real bookie ----------------------------------------------------------------------------
@@ -134,6 +186,42 @@ class Real:
         entry = self.codec(ledger_id).decode_last_entry(answer.body)
         return entry.entry_id, (entry.lac, entry.length, bytes(entry.payload))
 
+    async def long_poll(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> Polled | BookieFailure:
+        answer = await answered(
+            self.client.read_lac_long_poll(self.bookie_id, ledger_id, previous_lac, timeout_ms)
+        )
+        if isinstance(answer, BookieFailure):
+            return answer
+        stored = None
+        if answer.body:
+            entry = self.codec(ledger_id).decode_entry(answer.body, previous_lac + 1)
+            stored = (entry.lac, entry.length, bytes(entry.payload))
+        return answer.status.name, answer.max_lac, stored
+
+    async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
+        answer = await answered(self.client.batch_read(self.bookie_id, ledger_id, first, count))
+        if isinstance(answer, BookieFailure):
+            return answer
+        codec = self.codec(ledger_id)
+        entries = [codec.decode_entry(packet, first + i) for i, packet in enumerate(answer)]
+        return [(e.lac, e.length, bytes(e.payload)) for e in entries]
+
+    async def write_lac(self, ledger_id: int, lac: int) -> BookieFailure | None:
+        packet = self.codec(ledger_id).encode_lac(lac)
+        answer = await answered(self.client.write_lac(self.bookie_id, ledger_id, lac, KEY, packet))
+        return answer if isinstance(answer, BookieFailure) else None
+
+    async def read_lac(self, ledger_id: int) -> tuple[int | None, int | None] | BookieFailure:
+        answer = await answered(self.client.read_lac(self.bookie_id, ledger_id))
+        if isinstance(answer, BookieFailure):
+            return answer
+        codec = self.codec(ledger_id)
+        explicit = codec.decode_lac(answer.lac_body) if answer.lac_body else None
+        last = codec.decode_last_entry(answer.last_entry_body) if answer.last_entry_body else None
+        return explicit, None if last is None else last.entry_id
+
 
 async def answered(request: Awaitable[T]) -> T | BookieFailure:
     """The request's result, or the bookie's definite refusal as the simulation names it."""
@@ -150,7 +238,9 @@ async def answered(request: Awaitable[T]) -> T | BookieFailure:
 @pytest.fixture
 async def bookie(real_cluster: Cluster | None) -> AsyncIterator[BookieUnderTest]:
     if real_cluster is None:
-        yield Simulated()
+        simulated = Simulated()
+        yield simulated
+        await simulated.close()
         return
     target = real_cluster.topology.bookies[0]
     published = publish_topology(real_cluster.topology)
@@ -258,3 +348,42 @@ async def test_an_entry_added_again_keeps_its_first_copy(bookie: BookieUnderTest
     assert await bookie.read_last(ledger, fence=True) == (0, (-1, 3, b"one"))
     assert await bookie.add(ledger, 0, (0, 3, b"two"), recovery=True) is None
     assert await bookie.read(ledger, 0) == (-1, 3, b"one"), "a recovery re-add too"
+
+
+async def test_a_long_poll_answers_past_the_lac_with_the_next_entry_or_at_its_timeout(
+    bookie: BookieUnderTest,
+) -> None:
+    ledger = fresh_ledger()
+    assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
+    assert await bookie.add(ledger, 1, (0, 2, b"b")) is None  # the bookie's LAC is now 0
+    assert await bookie.long_poll(ledger, -1, 1000) == ("EOK", 0, (-1, 1, b"a"))
+    assert await bookie.long_poll(ledger, 0, 200) == ("EOK", 0, None), "timed out at the bookie"
+    assert await bookie.add(ledger, 3, (2, 4, b"d")) is None  # LAC 2; entry 1 held, 2 not
+    assert await bookie.long_poll(ledger, 0, 1000) == ("EOK", 2, (0, 2, b"b"))
+    assert await bookie.long_poll(ledger, 1, 1000) == ("ENOENTRY", 2, None), "striped away"
+
+
+async def test_a_long_poll_of_a_ledger_never_seen_is_no_such_ledger(
+    bookie: BookieUnderTest,
+) -> None:
+    assert await bookie.long_poll(fresh_ledger(), -1, 200) is BookieFailure.NO_SUCH_LEDGER
+
+
+async def test_a_batch_read_stops_at_the_first_entry_missing(bookie: BookieUnderTest) -> None:
+    ledger = fresh_ledger()
+    for entry_id in (0, 1, 2, 4):
+        assert await bookie.add(ledger, entry_id, (entry_id - 1, entry_id + 1, b"e")) is None
+    assert await bookie.batch(ledger, 0, 10) == [(-1, 1, b"e"), (0, 2, b"e"), (1, 3, b"e")]
+    assert await bookie.batch(ledger, 1, 1) == [(0, 2, b"e")]
+    assert await bookie.batch(ledger, 3, 5) is BookieFailure.NO_SUCH_ENTRY
+    assert await bookie.batch(fresh_ledger(), 0, 5) is BookieFailure.NO_SUCH_LEDGER
+
+
+async def test_an_explicit_lac_reads_back_beside_the_last_entry(bookie: BookieUnderTest) -> None:
+    ledger = fresh_ledger()
+    for entry_id in range(3):
+        assert await bookie.add(ledger, entry_id, (entry_id - 1, entry_id + 1, b"e")) is None
+    assert await bookie.read_lac(ledger) == (None, 2), "no explicit LAC written yet"
+    assert await bookie.write_lac(ledger, 2) is None
+    assert await bookie.read_lac(ledger) == (2, 2)
+    assert await bookie.long_poll(ledger, 1, 1000) == ("EOK", 2, (1, 3, b"e")), "it moved the LAC"

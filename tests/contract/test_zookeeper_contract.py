@@ -1,11 +1,12 @@
-"""One set of cases, two ZooKeepers: the simulated one (verify/sim/zookeeper.py, which the
-failover simulation keeps its metadata in) and the real ensemble of the local cluster
-through globelog's MetaStore. A case that passes against one and fails against the other is
-a fake that lies; the real answers are the truth.
+"""One set of cases, two ZooKeepers: the simulated one (verify/sim/zookeeper.py's state
+behind verify/sim/io/zookeeper.py's SimMetaStore, on the deterministic loop where the
+simulations run globelog's real code) and the real ensemble of the local cluster through
+globelog's MetaStore. A case that passes against one and fails against the other is a fake
+that lies; the real answers are the truth.
 
-Each case works under a fresh random root path. A session is a MetaStore of its own on the
-real side and an opened session on the simulated one; ending it closes the MetaStore or the
-session.
+Each case works under a fresh random root path. A session is a store of its own on either
+side (the simulated one run by its loop in a thread of its own, tests/support/sim_thread.py);
+ending it closes the store.
 """
 
 from __future__ import annotations
@@ -15,22 +16,27 @@ import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
 from core import errors
-from global_meta import MetaStore
+from global_meta import MetaSession, MetaStore
 from global_meta.store import ANY_VERSION, NodeStat, Op
 from localcluster.controller import Cluster
 from tests.support import security
-from verify.sim.zookeeper import SimZooKeeper
+from tests.support.sim_thread import SimThread
+from verify.sim.io.loop import SimLoop
+from verify.sim.io.network import Network
+from verify.sim.io.zookeeper import Ensemble, SimMetaStore
 
 GUARD_S = 15.0  # every await on a real server is bounded by this
 SESSION_TIMEOUT_S = 10.0
 SEQUENTIAL = re.compile(r"(?P<prefix>.*\D)(?P<suffix>\d{10})")
 
 Answer = str | NodeStat | bool  # one op's answer in a transaction
+T = TypeVar("T")
+OnStore = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 class Session(Protocol):
@@ -68,73 +74,45 @@ class ZooKeeperUnderTest(Protocol):
 # -- the simulated ensemble --------------------------------------------------------------------
 
 
-class SimSession:
-    def __init__(self, zk: SimZooKeeper) -> None:
-        self.zk = zk
-        self.id = zk.open_session(SESSION_TIMEOUT_S)
-
-    @property
-    def session_id(self) -> int | None:
-        return self.id if self.zk.session_alive(self.id) else None
-
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
-        owner = self.id if ephemeral else None
-        return self.zk.create(
-            path, data, session=owner, sequential=sequential, make_parents=make_parents
-        )
-
-    async def get(self, path: str) -> tuple[bytes, NodeStat]:
-        data, stat = self.zk.get(path)
-        assert isinstance(data, bytes), data
-        return data, stat
-
-    async def exists(self, path: str) -> NodeStat | None:
-        return self.zk.exists(path)
-
-    async def children(self, path: str) -> list[str]:
-        return self.zk.children(path)
-
-    async def set(self, path: str, data: bytes, *, version: int) -> NodeStat:
-        return self.zk.set(path, data, version=version)
-
-    async def delete(self, path: str, *, version: int) -> None:
-        self.zk.delete(path, version=version)
-
-    async def commit(self, ops: Sequence[Op]) -> list[Answer]:
-        return self.zk.commit(ops, session=self.id)
-
-    async def sync(self, path: str) -> None:
-        """Nothing to do: the simulated ensemble has one copy of the tree."""
-
-
 class Simulated:
+    """SimMetaStores of simulated hosts over one simulated ensemble."""
+
     def __init__(self) -> None:
-        self.zk = SimZooKeeper()
+        self.loop = SimLoop(1)
+        self.ensemble = Ensemble(self.loop, Network(self.loop, self.loop.rng, {}), ["sim"])
+        self.thread = SimThread(self.loop)
+        self.open: list[RealSession] = []
 
     async def session(self) -> Session:
-        return SimSession(self.zk)
+        host = self.loop.add_host(f"client-{len(self.loop.hosts)}", "sim", "127.0.61.1")
+
+        async def connect() -> SimMetaStore:
+            return await SimMetaStore.connect(self.ensemble, session_timeout_s=SESSION_TIMEOUT_S)
+
+        store = await self.thread.call(host, connect)
+        self.open.append(RealSession(store, partial(self.thread.call, host)))
+        return self.open[-1]
 
     async def end(self, session: Session) -> None:
-        assert isinstance(session, SimSession)
-        self.zk.close_session(session.id)
+        assert isinstance(session, RealSession)
+        self.open.remove(session)
+        await session.on_store(session.store.close)
 
 
 # -- the real ensemble ---------------------------------------------------------------------------
 
 
-class RealSession:
-    """A MetaStore of its own; every call bounded by GUARD_S."""
+async def at_once(make: Callable[[], Awaitable[T]]) -> T:
+    return await make()
 
-    def __init__(self, store: MetaStore) -> None:
+
+class RealSession:
+    """A store of its own (a MetaStore, or a SimMetaStore whose calls `on_store` runs on the
+    simulation's loop); every call bounded by GUARD_S."""
+
+    def __init__(self, store: MetaSession, on_store: OnStore = at_once) -> None:
         self.store = store
+        self.on_store = on_store
 
     @property
     def session_id(self) -> int | None:
@@ -150,37 +128,43 @@ class RealSession:
         make_parents: bool = False,
     ) -> str:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.create(
-                path, data, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
+            return await self.on_store(
+                lambda: self.store.create(
+                    path,
+                    data,
+                    ephemeral=ephemeral,
+                    sequential=sequential,
+                    make_parents=make_parents,
+                )
             )
 
     async def get(self, path: str) -> tuple[bytes, NodeStat]:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.get(path)
+            return await self.on_store(lambda: self.store.get(path))
 
     async def exists(self, path: str) -> NodeStat | None:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.exists(path)
+            return await self.on_store(lambda: self.store.exists(path))
 
     async def children(self, path: str) -> list[str]:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.children(path)
+            return await self.on_store(lambda: self.store.children(path))
 
     async def set(self, path: str, data: bytes, *, version: int) -> NodeStat:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.set(path, data, version=version)
+            return await self.on_store(lambda: self.store.set(path, data, version=version))
 
     async def delete(self, path: str, *, version: int) -> None:
         async with asyncio.timeout(GUARD_S):
-            await self.store.delete(path, version=version)
+            await self.on_store(lambda: self.store.delete(path, version=version))
 
     async def commit(self, ops: Sequence[Op]) -> list[Answer]:
         async with asyncio.timeout(GUARD_S):
-            return await self.store.commit(ops)
+            return await self.on_store(lambda: self.store.commit(ops))
 
     async def sync(self, path: str) -> None:
         async with asyncio.timeout(GUARD_S):
-            await self.store.sync(path)
+            await self.on_store(lambda: self.store.sync(path))
 
 
 class Real:
@@ -206,7 +190,13 @@ class Real:
 @pytest.fixture
 async def zookeeper(real_cluster: Cluster | None) -> AsyncIterator[ZooKeeperUnderTest]:
     if real_cluster is None:
-        yield Simulated()
+        simulated = Simulated()
+        try:
+            yield simulated
+        finally:
+            for session in list(simulated.open):
+                await simulated.end(session)
+            simulated.thread.close()
         return
     real = Real(real_cluster.topology.zk_connect)
     try:
