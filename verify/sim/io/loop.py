@@ -62,11 +62,13 @@ class Host:
     ip: str
     up: bool = True
     paused: bool = False
-    incarnation: int = 0  # bumped at each crash: callbacks of an earlier one are dropped
+    incarnation: int = 0  # bumped at each crash: callbacks of an earlier life are dropped
     # while down, whether its machine still answers (connections refused at once) or is gone
     # (connections and requests to it just time out)
     machine_up: bool = True
-    held: list[tuple[Callable[..., object], tuple[Any, ...]]] = field(default_factory=list)
+    held: list[tuple[Callable[..., object], tuple[Any, ...], contextvars.Context | None]] = field(
+        default_factory=list
+    )
     context: contextvars.Context = field(default_factory=contextvars.Context)
     tasks: weakref.WeakSet[asyncio.Task[Any]] = field(default_factory=weakref.WeakSet)
 
@@ -74,25 +76,50 @@ class Host:
         return f"Host({self.name}@{self.region})"
 
 
-HOST: contextvars.ContextVar[Host | None] = contextvars.ContextVar("sim_host", default=None)
+@dataclass(eq=False, slots=True)
+class Life:
+    """One run of a host's process, from its start to its crash: what its code's context names."""
+
+    host: Host
+    incarnation: int
+
+    @property
+    def alive(self) -> bool:
+        return self.host.incarnation == self.incarnation
+
+
+LIFE: contextvars.ContextVar[Life | None] = contextvars.ContextVar("sim_life", default=None)
+
+
+def current_host() -> Host | None:
+    """The host whose code is running (None: the simulation's own)."""
+    life = LIFE.get()
+    return None if life is None else life.host
+
+
+def _life_of(context: contextvars.Context | None) -> Life | None:
+    return LIFE.get() if context is None else context.get(LIFE)
 
 
 class _Guarded:
-    """A callback that runs only while its host lives (and, while it is paused, later)."""
+    """A callback that runs only while the life that scheduled it lasts (while its host is
+    paused, later)."""
 
-    __slots__ = ("callback", "host", "incarnation")
+    __slots__ = ("callback", "context", "life")
 
-    def __init__(self, host: Host, callback: Callable[..., object]) -> None:
-        self.host = host
-        self.incarnation = host.incarnation
+    def __init__(
+        self, life: Life, callback: Callable[..., object], context: contextvars.Context | None
+    ) -> None:
+        self.life = life
         self.callback = callback
+        self.context = context
 
     def __call__(self, *args: Any) -> None:
-        host = self.host
-        if host.incarnation != self.incarnation:
+        life = self.life
+        if not life.alive:
             return  # the process that set it crashed since
-        if host.paused:
-            host.held.append((self.callback, args))
+        if life.host.paused:
+            life.host.held.append((self.callback, args, self.context))
             return
         self.callback(*args)
 
@@ -153,9 +180,13 @@ class SimLoop(asyncio.BaseEventLoop):
     def add_host(self, name: str, region: str, ip: str) -> Host:
         assert name not in self.hosts, name
         host = Host(name, region, ip)
-        host.context.run(HOST.set, host)
+        self._new_life(host)
         self.hosts[name] = host
         return host
+
+    def _new_life(self, host: Host) -> None:
+        host.context = contextvars.Context()
+        host.context.run(LIFE.set, Life(host, host.incarnation))
 
     def spawn(
         self, host: Host, coro: Coroutine[Any, Any, T], name: str | None = None
@@ -181,6 +212,7 @@ class SimLoop(asyncio.BaseEventLoop):
         """The host's process starts again, with nothing of the crashed one (spawn its code)."""
         host.up = True
         host.machine_up = True
+        self._new_life(host)
 
     def pause(self, host: Host) -> None:
         host.paused = True
@@ -188,8 +220,8 @@ class SimLoop(asyncio.BaseEventLoop):
     def resume(self, host: Host) -> None:
         host.paused = False
         held, host.held = host.held, []
-        for callback, args in held:
-            self.call_soon(callback, *args, context=host.context)
+        for callback, args, context in held:
+            self.call_soon(callback, *args, context=context)
 
     # -- scheduling: every callback guarded by its host ------------------------------------
 
@@ -201,9 +233,9 @@ class SimLoop(asyncio.BaseEventLoop):
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[T]:
         task = super().create_task(coro, name=name, context=context)
-        host = HOST.get() if context is None else context.get(HOST)
-        if host is not None:
-            host.tasks.add(task)
+        life = _life_of(context)
+        if life is not None:
+            life.host.tasks.add(task)
         return task
 
     def call_soon(  # type: ignore[override]
@@ -226,10 +258,10 @@ class SimLoop(asyncio.BaseEventLoop):
     def _guard(
         self, callback: Callable[..., object], context: contextvars.Context | None
     ) -> Callable[..., object]:
-        host = HOST.get() if context is None else context.get(HOST)
-        if host is None:
+        life = _life_of(context)
+        if life is None:
             return callback  # the simulation's own (the world, the nemesis)
-        return _Guarded(host, callback)
+        return _Guarded(life, callback, context)
 
     # -- what a simulation must not do -----------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from verify.sim.io.loop import HOST, Host, SimLoop
+from verify.sim.io.loop import Host, SimLoop, current_host
 
 LOCAL_S = 0.0002  # one way inside a region (same rack or not: the model has no racks)
 JITTER = 0.3  # each delay is the latency times a factor in [1 - JITTER, 1 + JITTER]
@@ -64,7 +64,7 @@ class Network:
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         """The client side of a new connection from the calling host (None: the simulation
         itself) to `ip:port`, after one round trip; ConnectionRefusedError as a real one."""
-        source = HOST.get()
+        source = current_host()
         while True:  # SYNs to a machine that is gone or cut off go unanswered, and are resent
             target = self._host_at(ip)
             if target is None or (target.machine_up and self.reachable(source, target)):

@@ -33,7 +33,7 @@ from global_meta.store import (
     SessionEvents,
     SessionState,
 )
-from verify.sim.io.loop import HOST, Host, SimLoop
+from verify.sim.io.loop import Host, SimLoop, current_host
 from verify.sim.io.network import Network
 from verify.sim.zookeeper import SimZooKeeper
 
@@ -127,7 +127,7 @@ class SimMetaStore:
         op_timeout_s: float = 5.0,
         session_timeout_s: float = 4.0,
     ) -> None:
-        host = HOST.get()
+        host = current_host()
         assert host is not None, "a store belongs to a simulated host: make it in its code"
         self._host: Host = host
         self._ensemble = ensemble
@@ -276,7 +276,9 @@ class SimMetaStore:
             session is None or not self._ensemble.state.session_alive(session)
         ):
             await asyncio.sleep(trip / 2)
-            raise errors.MetadataUnavailableError(f"{operation} {path!r}: the session expired")
+            raise errors.MetadataUnavailableError(
+                f"{operation} {path!r}: the session of {self._host.name} expired"
+            )
         try:
             return self._ensemble.apply(action, changes=write)
         finally:
