@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from core import runtime
 from core.durability import smallest_valid_ack_quorum
 from core.topology import Replication
 from placement.cluster import ClusterView
@@ -53,6 +54,9 @@ def new_ensemble(request: EnsembleRequest, cluster: ClusterView) -> tuple[Locate
     rep = request.replication
     check_quorum(rep, len(cluster.regions))
     usable = cluster.usable(request.excluded)
+    if runtime.broken(runtime.IGNORE_REGIONS) and len(usable) >= rep.ensemble_size:
+        local_first = sorted(usable, key=lambda b: b.region != request.writer.region)
+        return tuple(local_first[: rep.ensemble_size])
     by_region: dict[str, list[LocatedBookie]] = {}
     for bookie in usable:
         by_region.setdefault(bookie.region, []).append(bookie)

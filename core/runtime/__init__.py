@@ -11,8 +11,10 @@ numbers through these functions (or a clock it was given), never the OS's direct
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 
 
 def _virtual() -> asyncio.AbstractEventLoop | None:
@@ -43,3 +45,35 @@ def new_rng() -> random.Random:
     if loop is None:
         return random.Random()
     return random.Random(loop.rng.getrandbits(64))  # type: ignore[attr-defined]
+
+
+# -- faults the simulation switches on in the real code paths --------------------------------
+# Each names a guarantee a simulation must see broken when the code skips it (the suite checks
+# the simulation finds each within a stated number of seeds). None is ever on in production:
+# only `breaking()`, which the simulation calls, turns one on, for one run.
+ACK_AT_ONE_COPY = "ack-at-one-copy"  # a ledger add completes on its first bookie's ack
+SKIP_FENCING = "skip-fencing"  # recovery reads the last entries without fencing the bookies
+IGNORE_REGIONS = "ignore-regions"  # placement fills an ensemble from the writer's region first
+FORGET_PRODUCERS = "forget-producers"  # a new owner starts with an empty producer table
+FAULTS = (ACK_AT_ONE_COPY, SKIP_FENCING, IGNORE_REGIONS, FORGET_PRODUCERS)
+
+_broken: set[str] = set()
+
+
+def broken(fault: str) -> bool:
+    """Whether the simulation switched `fault` on (never, outside a simulation's run)."""
+    return fault in _broken
+
+
+@contextlib.contextmanager
+def breaking(*faults: str) -> Iterator[None]:
+    """`faults` switched on for the duration (a simulation's broken run)."""
+    unknown = set(faults) - set(FAULTS)
+    assert not unknown, f"unknown faults {sorted(unknown)}; expected some of {FAULTS}"
+    before = set(_broken)
+    _broken.update(faults)
+    try:
+        yield
+    finally:
+        _broken.clear()
+        _broken.update(before)

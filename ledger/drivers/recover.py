@@ -14,6 +14,7 @@ import functools
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
+from core import runtime
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
@@ -220,7 +221,10 @@ class _Recovery:
         try:
             with self._asking(bookie):
                 response = await self._context.bookies.read_last_entry(
-                    bookie, self.ledger_id, fence=True, master_key=self._key
+                    bookie,
+                    self.ledger_id,
+                    fence=not runtime.broken(runtime.SKIP_FENCING),
+                    master_key=self._key,
                 )
             entry = self._codec.decode_last_entry(response.body or b"")
         except GlobelogError as err:
@@ -235,7 +239,7 @@ class _Recovery:
                     action.bookie,
                     self.ledger_id,
                     action.entry_id,
-                    fence=action.fence,
+                    fence=action.fence and not runtime.broken(runtime.SKIP_FENCING),
                     master_key=self._key,
                 )
             entry = self._codec.decode_entry(response.body or b"", action.entry_id)

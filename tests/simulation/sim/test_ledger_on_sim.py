@@ -1,8 +1,13 @@
 """globelog's real ledger client (drivers, bookie connections, codecs, placement) on the
-simulated world: a writer in one region pipelines adds while a bookie crashes (an ensemble
-change, or not, as the seed times it), then the writer's host crashes; a client in another
-region recovers the ledger. Every acknowledged entry must be in it, in order, and the ledger's
-every ensemble must keep the region rule. Seeds replay exactly."""
+simulated world. A writer in us-east pipelines adds while a bookie crashes (an ensemble change
+or not, as the seed times it); then the writer either crashes or is paused and comes back after
+another region's client recovered the ledger (a zombie that must find itself fenced).
+
+Checked: each acknowledged entry was, at its acknowledgement, held by at least the ack quorum
+of bookies spanning `min_regions_for_durability` regions; every acknowledged entry is in the
+recovered ledger, which reads back whole and in order; every ensemble keeps the region rule.
+With each of the ledger's broken variants switched on (core.runtime) the same runs must find
+a violation within a few seeds, so these checks can fail in production code. Seeds replay."""
 
 from __future__ import annotations
 
@@ -12,56 +17,107 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ledger import LedgerClient, LedgerConfig
-from verify.sim.io.cluster import PASSWORD, SimCluster
+from core import runtime
+from core.errors import GlobelogError
+from ledger import LedgerClient, LedgerConfig, LedgerHandleError
+from verify.sim.io.cluster import PASSWORD, Shape, SimCluster
 from verify.sim.io.loop import run
 from verify.sim.io.zookeeper import SimMetaStore
 
-SEEDS = range(1, 25)
+SEEDS = range(1, 13)
 ENTRIES = 120
+MIN_REGIONS = 2
+# each broken variant is caught within this many seeds (of either scenario)
+CAUGHT_WITHIN = 12
+# three bookies a region: an ensemble of four could keep its ack quorum in one region
+SHAPE = Shape(racks=3)
 
 
 @dataclass
 class Outcome:
     acknowledged: list[int] = field(default_factory=list)
+    thin_acks: list[str] = field(default_factory=list)  # acked with too few copies or regions
     recovered: list[bytes] = field(default_factory=list)
     last_entry: int = -2
     ensembles: list[tuple[str, ...]] = field(default_factory=list)
-    crashed_bookie: str = ""
+    region_of: dict[str, str] = field(default_factory=dict)
     end_s: float = 0.0
+    writer_stopped: bool = False
+    recovery_error: str = ""
+
+    def violations(self) -> list[str]:
+        if self.recovery_error:
+            return [f"the ledger could not be recovered: {self.recovery_error}"]
+        found = list(self.thin_acks)
+        acked = sorted(self.acknowledged)
+        if acked != list(range(len(acked))):
+            found.append(f"acknowledged out of order or with a gap: {acked[:20]}")
+        lost = [e for e in acked if e > self.last_entry]
+        if lost:
+            found.append(f"acknowledged past the recovered end {self.last_entry}: {lost[:10]}")
+        expected = [f"entry-{i}".encode() for i in range(self.last_entry + 1)]
+        if self.recovered != expected:
+            found.append("the recovered ledger does not read back whole and in order")
+        for ensemble in self.ensembles:
+            if len({self.region_of[b] for b in ensemble}) < MIN_REGIONS:
+                found.append(f"ensemble {ensemble} spans fewer than {MIN_REGIONS} regions")
+        return found
 
 
 def config(region: str) -> LedgerConfig:
-    return LedgerConfig(region=region, password=PASSWORD, min_regions_for_durability=2)
+    return LedgerConfig(region=region, password=PASSWORD, min_regions_for_durability=MIN_REGIONS)
 
 
-def simulate(seed: int) -> Outcome:
-    cluster = SimCluster(seed)
+def simulate(seed: int, *, zombie: bool) -> Outcome:
+    cluster = SimCluster(seed, SHAPE)
     loop = cluster.loop
     choices = random.Random(seed)
     writer_host = cluster.add_host("writer", "us-east")
     recovery_host = cluster.add_host("recovery", "eu-west")
-    outcome = Outcome()
+    outcome = Outcome(region_of={b.bookie_id: b.region for b in cluster.topology.bookies})
     created: asyncio.Future[int] = loop.create_future()
+    replication = cluster.topology.replication
+
+    def copies(ledger_id: int, entry: int) -> list[str]:
+        """The regions of the bookies holding the entry now."""
+        return [
+            node.host.region
+            for node in cluster.bookies.values()
+            if node.server.bookie.holds(ledger_id, entry) is not None
+        ]
+
+    def acked(ledger_id: int, added: asyncio.Future[int]) -> None:
+        if added.cancelled() or added.exception() is not None:
+            return
+        entry = added.result()
+        outcome.acknowledged.append(entry)
+        held = copies(ledger_id, entry)
+        if len(held) < replication.ack_quorum or len(set(held)) < MIN_REGIONS:
+            outcome.thin_acks.append(f"entry {entry} acknowledged with copies in {held}")
 
     async def write() -> None:
         store = await SimMetaStore.connect(cluster.ensemble)
         client = await LedgerClient.connect(store, config("us-east"))
-        writer = await client.create(cluster.topology.replication)
+        writer = await client.create(replication)
         created.set_result(writer.ledger_id)
-        for entry in range(ENTRIES):
-            await writer.wait_for_room()
-            added = writer.append(f"entry-{entry}".encode())
-            added.add_done_callback(
-                lambda f: outcome.acknowledged.append(f.result()) if not f.exception() else None
-            )
-            await asyncio.sleep(choices.uniform(0, 0.01))
-        await asyncio.get_running_loop().create_future()  # waits for its crash
+        try:
+            for entry in range(ENTRIES):
+                await writer.wait_for_room()
+                added = writer.append(f"entry-{entry}".encode())
+                added.add_done_callback(lambda f: acked(writer.ledger_id, f))
+                await asyncio.sleep(choices.uniform(0, 0.02))
+        except LedgerHandleError:
+            outcome.writer_stopped = True  # a zombie fenced (or its ledger closed) stops
+        await asyncio.sleep(3600)  # lives on until the run ends (or it crashes)
 
     async def recover(ledger_id: int) -> None:
         store = await SimMetaStore.connect(cluster.ensemble)
         client = await LedgerClient.connect(store, config("eu-west"))
-        reader = await client.open(ledger_id, recover_ledger=True)
+        try:
+            reader = await client.open(ledger_id, recover_ledger=True)
+        except GlobelogError as err:
+            outcome.recovery_error = str(err)
+            return
         outcome.last_entry = reader.metadata.last_entry_id
         outcome.ensembles = [e.bookies for e in reader.metadata.ensembles]
         for entry in range(reader.metadata.last_entry_id + 1):
@@ -71,36 +127,53 @@ def simulate(seed: int) -> Outcome:
         await cluster.start()
         loop.spawn(writer_host, write())
         ledger_id = await created
-        await asyncio.sleep(choices.uniform(0.05, 1.5))
-        outcome.crashed_bookie = choices.choice(sorted(cluster.bookies))
-        cluster.crash_bookie(outcome.crashed_bookie, machine_up=choices.random() < 0.5)
-        await asyncio.sleep(choices.uniform(0.1, 3.0))
-        loop.crash(writer_host, machine_up=choices.random() < 0.5)
+        await asyncio.sleep(choices.uniform(0.05, 1.0))
+        crashed = choices.choice(sorted(cluster.bookies))
+        cluster.crash_bookie(crashed, machine_up=choices.random() < 0.5)
+        await asyncio.sleep(choices.uniform(0.1, 1.0))
+        if zombie:
+            loop.pause(writer_host)
+        else:
+            loop.crash(writer_host, machine_up=choices.random() < 0.5)
         async with asyncio.timeout(60):
             await loop.spawn(recovery_host, recover(ledger_id))
+        if zombie:
+            loop.resume(writer_host)
+            await asyncio.sleep(3.0)  # its adds in flight and the ones it still sends
         outcome.end_s = loop.time()
 
     run(loop, main())
     return outcome
 
 
+@pytest.mark.parametrize("zombie", [False, True], ids=["writer-crashed", "writer-zombie"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_acknowledged_entry_survives_a_bookie_and_the_writer_crashing(seed: int) -> None:
-    outcome = simulate(seed)
-    acked = sorted(outcome.acknowledged)
-    assert acked == list(range(len(acked))), "acknowledged out of order or with a gap"
-    assert outcome.last_entry >= (acked[-1] if acked else -1), outcome
-    assert outcome.recovered == [f"entry-{i}".encode() for i in range(outcome.last_entry + 1)]
-    topology = SimCluster(seed).topology
-    region_of = {b.bookie_id: b.region for b in topology.bookies}
-    for ensemble in outcome.ensembles:
-        assert len({region_of[b] for b in ensemble}) >= 2, outcome.ensembles
+def test_every_acknowledged_entry_is_durable_and_survives_recovery(seed: int, zombie: bool) -> None:
+    outcome = simulate(seed, zombie=zombie)
+    assert outcome.violations() == []
+    assert len(outcome.acknowledged) > 10, "the run wrote too little to judge"
 
 
 def test_a_seed_replays_exactly() -> None:
-    first, again = simulate(7), simulate(7)
+    first, again = simulate(7, zombie=True), simulate(7, zombie=True)
     assert (first.acknowledged, first.end_s, first.ensembles) == (
         again.acknowledged,
         again.end_s,
         again.ensembles,
     )
+
+
+@pytest.mark.parametrize(
+    "fault", [runtime.ACK_AT_ONE_COPY, runtime.SKIP_FENCING, runtime.IGNORE_REGIONS]
+)
+def test_each_broken_variant_of_the_ledger_is_caught(fault: str) -> None:
+    tried = 0
+    with runtime.breaking(fault):
+        for seed in range(1, CAUGHT_WITHIN + 1):
+            tried += 1
+            if simulate(seed, zombie=True).violations():
+                break
+        else:
+            pytest.fail(f"{fault}: no violation in {CAUGHT_WITHIN} seeds")
+    assert not runtime.broken(fault)
+    print(f"{fault}: caught at seed {tried}")
