@@ -68,82 +68,90 @@ def config(region: str) -> LedgerConfig:
     return LedgerConfig(region=region, password=PASSWORD, min_regions_for_durability=MIN_REGIONS)
 
 
-def simulate(seed: int, *, zombie: bool) -> Outcome:
-    cluster = SimCluster(seed, SHAPE)
-    loop = cluster.loop
-    choices = random.Random(seed)
-    writer_host = cluster.add_host("writer", "us-east")
-    recovery_host = cluster.add_host("recovery", "eu-west")
-    outcome = Outcome(region_of={b.bookie_id: b.region for b in cluster.topology.bookies})
-    created: asyncio.Future[int] = loop.create_future()
-    replication = cluster.topology.replication
+class LedgerRun:
+    """One seed's run: the world, the writer, the recovery, and what they saw."""
 
-    def copies(ledger_id: int, entry: int) -> list[str]:
+    def __init__(self, seed: int) -> None:
+        self.cluster = SimCluster(seed, SHAPE)
+        self.loop = self.cluster.loop
+        self.choices = random.Random(seed)
+        self.writer_host = self.cluster.add_host("writer", "us-east")
+        self.recovery_host = self.cluster.add_host("recovery", "eu-west")
+        bookies = self.cluster.topology.bookies
+        self.outcome = Outcome(region_of={b.bookie_id: b.region for b in bookies})
+        self.created: asyncio.Future[int] = self.loop.create_future()
+        self.replication = self.cluster.topology.replication
+
+    def copies(self, ledger_id: int, entry: int) -> list[str]:
         """The regions of the bookies holding the entry now."""
         return [
             node.host.region
-            for node in cluster.bookies.values()
+            for node in self.cluster.bookies.values()
             if node.server.bookie.holds(ledger_id, entry) is not None
         ]
 
-    def acked(ledger_id: int, added: asyncio.Future[int]) -> None:
+    def acked(self, ledger_id: int, added: asyncio.Future[int]) -> None:
         if added.cancelled() or added.exception() is not None:
             return
         entry = added.result()
-        outcome.acknowledged.append(entry)
-        held = copies(ledger_id, entry)
-        if len(held) < replication.ack_quorum or len(set(held)) < MIN_REGIONS:
-            outcome.thin_acks.append(f"entry {entry} acknowledged with copies in {held}")
+        self.outcome.acknowledged.append(entry)
+        held = self.copies(ledger_id, entry)
+        if len(held) < self.replication.ack_quorum or len(set(held)) < MIN_REGIONS:
+            self.outcome.thin_acks.append(f"entry {entry} acknowledged with copies in {held}")
 
-    async def write() -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
+    async def write(self) -> None:
+        store = await SimMetaStore.connect(self.cluster.ensemble)
         client = await LedgerClient.connect(store, config("us-east"))
-        writer = await client.create(replication)
-        created.set_result(writer.ledger_id)
+        writer = await client.create(self.replication)
+        self.created.set_result(writer.ledger_id)
         try:
             for entry in range(ENTRIES):
                 await writer.wait_for_room()
                 added = writer.append(f"entry-{entry}".encode())
-                added.add_done_callback(lambda f: acked(writer.ledger_id, f))
-                await asyncio.sleep(choices.uniform(0, 0.02))
+                added.add_done_callback(lambda f: self.acked(writer.ledger_id, f))
+                await asyncio.sleep(self.choices.uniform(0, 0.02))
         except LedgerHandleError:
-            outcome.writer_stopped = True  # a zombie fenced (or its ledger closed) stops
+            self.outcome.writer_stopped = True  # a zombie fenced (or its ledger closed) stops
         await asyncio.sleep(3600)  # lives on until the run ends (or it crashes)
 
-    async def recover(ledger_id: int) -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
+    async def recover(self, ledger_id: int) -> None:
+        store = await SimMetaStore.connect(self.cluster.ensemble)
         client = await LedgerClient.connect(store, config("eu-west"))
         try:
             reader = await client.open(ledger_id, recover_ledger=True)
         except GlobelogError as err:
-            outcome.recovery_error = str(err)
+            self.outcome.recovery_error = str(err)
             return
-        outcome.last_entry = reader.metadata.last_entry_id
-        outcome.ensembles = [e.bookies for e in reader.metadata.ensembles]
+        self.outcome.last_entry = reader.metadata.last_entry_id
+        self.outcome.ensembles = [e.bookies for e in reader.metadata.ensembles]
         for entry in range(reader.metadata.last_entry_id + 1):
-            outcome.recovered.append(await reader.read_entry(entry))
+            self.outcome.recovered.append(await reader.read_entry(entry))
 
-    async def main() -> None:
-        await cluster.start()
-        loop.spawn(writer_host, write())
-        ledger_id = await created
+    async def main(self, zombie: bool) -> None:
+        loop, choices = self.loop, self.choices
+        await self.cluster.start()
+        loop.spawn(self.writer_host, self.write())
+        ledger_id = await self.created
         await asyncio.sleep(choices.uniform(0.05, 1.0))
-        crashed = choices.choice(sorted(cluster.bookies))
-        cluster.crash_bookie(crashed, machine_up=choices.random() < 0.5)
+        crashed = choices.choice(sorted(self.cluster.bookies))
+        self.cluster.crash_bookie(crashed, machine_up=choices.random() < 0.5)
         await asyncio.sleep(choices.uniform(0.1, 1.0))
         if zombie:
-            loop.pause(writer_host)
+            loop.pause(self.writer_host)
         else:
-            loop.crash(writer_host, machine_up=choices.random() < 0.5)
+            loop.crash(self.writer_host, machine_up=choices.random() < 0.5)
         async with asyncio.timeout(60):
-            await loop.spawn(recovery_host, recover(ledger_id))
+            await loop.spawn(self.recovery_host, self.recover(ledger_id))
         if zombie:
-            loop.resume(writer_host)
+            loop.resume(self.writer_host)
             await asyncio.sleep(3.0)  # its adds in flight and the ones it still sends
-        outcome.end_s = loop.time()
+        self.outcome.end_s = loop.time()
 
-    run(loop, main())
-    return outcome
+
+def simulate(seed: int, *, zombie: bool) -> Outcome:
+    ledger_run = LedgerRun(seed)
+    run(ledger_run.loop, ledger_run.main(zombie))
+    return ledger_run.outcome
 
 
 @pytest.mark.parametrize("zombie", [False, True], ids=["writer-crashed", "writer-zombie"])
