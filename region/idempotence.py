@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
+from core import runtime
 from core.errors import OverCapacityError, ProducerSeqInFlightError, TruncatedPositionError
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
@@ -37,7 +38,7 @@ async def rebuild_table(
     """The producer table of the stream's records before sequence id `upto_seq`, from its
     last `scan_records` records (or all of them, when fewer remain after truncation)."""
     table = ProducerTable(budget=budget)
-    if upto_seq == 0:
+    if upto_seq == 0 or runtime.broken(runtime.FORGET_PRODUCERS):
         return table
     start = Position(By.SEQ, max(0, upto_seq - scan_records))
     config = ReaderConfig(follow=False)
