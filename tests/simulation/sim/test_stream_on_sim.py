@@ -29,6 +29,7 @@ from region.idempotence import Idempotence, rebuild_table
 from verify.sim.io.cluster import PASSWORD, SimCluster
 from verify.sim.io.loop import Host, run
 from verify.sim.io.zookeeper import SimMetaStore
+from writer.events import Written
 from writer.log_writer import LogWriter, WriterConfig
 
 SEEDS = range(1, 11)
@@ -111,11 +112,11 @@ class StreamRun:
         resend = [seq for seq in range(RECORDS) if seq not in self.outcome.acknowledged]
         keys = [(PRODUCER, seq) for seq in resend]
 
-        async def write(todo: list[int]) -> list[object]:
+        async def write(todo: list[int]) -> list[Written]:
             records = [Record(f"r{resend[i]}".encode(), producer=keys[i]) for i in todo]
             return list(await writer.write_bulk(records))
 
-        await idempotence.write_once(keys, write)  # type: ignore[arg-type]
+        await idempotence.write_once(keys, write)
         self.outcome.acknowledged.update(resend)
         await writer.close()
 
