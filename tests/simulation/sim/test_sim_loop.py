@@ -9,7 +9,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from core import runtime
 from ledger.codecs.entry import DigestType, EntryCodec, master_key
@@ -17,6 +19,7 @@ from ledger.connections.bookie_client import BookieClient
 from ledger.errors import BookieTimeoutError, BookieUnavailableError, ConnectionLostError
 from verify.sim.bookie import SimBookie
 from verify.sim.io.bookie_server import BookieServer
+from verify.sim.io.http import SimConnector
 from verify.sim.io.loop import WALL_EPOCH_S, Host, SimLoop, SimulationError, StuckError, run
 from verify.sim.io.network import Network
 
@@ -171,3 +174,48 @@ def test_a_cut_delays_bytes_and_a_heal_delivers_them_in_order() -> None:
     world.run(world.client_host, client_side())
     assert [entry for entry, _ in done] == [1, 2, 3, 4, 5]
     assert all(1.0 <= took < 1.0 + 0.2 + 4 * WAN_S for _, took in done), done
+
+
+def test_aiohttp_serves_and_calls_between_simulated_hosts() -> None:
+    """The proxies are aiohttp applications: they serve on the simulated loop, and a client
+    given the SimConnector reaches them over simulated TCP (never over a real socket)."""
+    world = World()
+    loop = world.loop
+    server = loop.add_host("proxy", "west", "127.0.50.9")
+    answers: list[tuple[int, object, float]] = []
+
+    async def serve() -> None:
+        async def hello(request: web.Request) -> web.Response:
+            return web.json_response({"stream": request.match_info["stream"]})
+
+        app = web.Application()
+        app.router.add_get("/streams/{stream}", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, server.ip, 8080).start()
+        await asyncio.sleep(3600)
+
+    async def call() -> None:
+        async with aiohttp.ClientSession(connector=SimConnector()) as http:
+            for stream in ("a", "b"):
+                started = loop.time()
+                async with http.get(f"http://{server.ip}:8080/streams/{stream}") as response:
+                    answers.append((response.status, await response.json(), loop.time() - started))
+            loop.crash(server)
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(f"http://{server.ip}:8080/streams/c") as response:
+                    await response.read()
+
+    async def main() -> None:
+        loop.spawn(server, serve())
+        await asyncio.sleep(0.01)
+        await loop.spawn(world.client_host, call())
+
+    run(loop, main())
+    assert [(status, body) for status, body, _ in answers] == [
+        (200, {"stream": "a"}),
+        (200, {"stream": "b"}),
+    ]
+    first, second = answers[0][2], answers[1][2]
+    assert first >= 2 * 2 * WAN_S * 0.7  # a connection, then the request: two round trips
+    assert 2 * WAN_S * 0.7 <= second < first  # the connection is reused

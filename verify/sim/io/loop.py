@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import selectors
+import socket
 import sys
 import weakref
 from collections.abc import Callable, Coroutine
@@ -298,6 +299,63 @@ class SimLoop(asyncio.BaseEventLoop):
         if self.network is None or host is None or port is None:
             raise SimulationError("create_connection needs a simulated network and an address")
         return await self.network.connect(protocol_factory, host, port)
+
+    async def create_server(  # type: ignore[override]
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        host: Any = None,
+        port: int | None = None,
+        **options: Any,
+    ) -> SimServer:
+        """Listens at the calling host's address and `port` (aiohttp's sites call this)."""
+        listener = current_host()
+        if options.get("ssl") is not None:
+            raise SimulationError("TLS is not simulated: run the simulated cluster in clear")
+        if self.network is None or listener is None or port is None:
+            raise SimulationError("create_server needs a simulated network, a host and a port")
+        if host not in (None, listener.ip, "0.0.0.0"):
+            raise SimulationError(f"host {listener.name} ({listener.ip}) cannot listen at {host}")
+        self.network.listen(listener, port, protocol_factory)  # type: ignore[arg-type]
+        return SimServer(self, listener, port)
+
+    async def getaddrinfo(
+        self,
+        host: Any,
+        port: Any,
+        *,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        """Numeric addresses only (every simulated host has one); no resolver thread."""
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
+
+
+class SimServer:
+    """What `create_server` returns, as much of asyncio.Server as aiohttp uses."""
+
+    def __init__(self, loop: SimLoop, host: Host, port: int) -> None:
+        self._loop = loop
+        self.host = host
+        self.port = port
+        self.sockets: list[Any] = []
+
+    def get_loop(self) -> SimLoop:
+        return self._loop
+
+    def is_serving(self) -> bool:
+        return self.host.up
+
+    def close(self) -> None:
+        if self._loop.network is not None:
+            self._loop.network.unlisten(self.host, self.port)
+
+    async def wait_closed(self) -> None:
+        pass
+
+    async def start_serving(self) -> None:
+        pass
 
 
 def run(loop: SimLoop, main: Coroutine[Any, Any, T]) -> T:

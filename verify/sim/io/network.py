@@ -59,6 +59,11 @@ class Network:
         """`host` accepts connections at its ip and `port`, each served by a new protocol."""
         self._listeners[(host.ip, port)] = (host, factory)
 
+    def unlisten(self, host: Host, port: int) -> None:
+        listener = self._listeners.get((host.ip, port))
+        if listener is not None and listener[0] is host:
+            del self._listeners[(host.ip, port)]
+
     async def connect(
         self, factory: Callable[[], asyncio.BaseProtocol], ip: str, port: int
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
