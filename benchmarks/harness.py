@@ -127,7 +127,7 @@ def bench_cluster(args: argparse.Namespace, problems: list[str]) -> Cluster:
             problems.append("--bookie-tls off: only on a temporary cluster (no --use-running)")
         security = dataclasses.replace(topology.security, tls=False)
         topology = dataclasses.replace(topology, security=security)
-    return Cluster(topology, path, data_dir, profile)
+    return Cluster(topology, path, data_dir, profile, lean_jvms=False)  # bookies timed as deployed
 
 
 def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:

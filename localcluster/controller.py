@@ -43,6 +43,7 @@ class Cluster:
     data_dir: Path
     profile: str
     services: bool = False  # also run globelog's services (every region's write and read proxies)
+    lean_jvms: bool = True  # ZooKeeper and bookies on lean JVMs (localcluster/plan.py LEAN_JVM)
 
     def __post_init__(self) -> None:
         # Every process of this cluster runs here, on loopback, behind the emulated WAN.
@@ -185,7 +186,7 @@ async def up(cluster: Cluster, tools: Tools) -> UpReport:
     topology = cluster.topology
     init_security(topology.security, time.time(), topology.tls_hosts, topology.name)
     adopt_operator_credentials(topology.security)
-    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools, cluster.lean_jvms)
     first = [s for s in specs if s.kind in ("zookeeper", "zk-relay", "toxiproxy")]
     _start_missing(cluster, first, report)
     # ZooKeeper's quorum traffic crosses the WAN emulator: its routes come first.
@@ -426,7 +427,7 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     if record.kind == "bookie":
         return await _restart_bookie(cluster, tools, record)
     processes.stop(record)
-    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools, cluster.lean_jvms)
     specs += plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
     spec = next(s for s in specs if s.name == name)
     records[name] = processes.start(spec)
@@ -445,7 +446,7 @@ async def _restart_bookie(cluster: Cluster, tools: Tools, record: ProcessRecord)
     processes.stop(record)
     spec = next(
         s
-        for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+        for s in plan.plan_cluster(cluster.topology, cluster.data_dir, tools, cluster.lean_jvms)
         if s.name == record.name
     )
     await restart_bookies(cluster, [spec])

@@ -15,6 +15,12 @@ ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests r
 ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2 s
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
+# A local cluster runs nine to a dozen JVMs on one machine. Lean ones (the client compiler
+# only, the serial collector) start on about two thirds of the CPU (3 ZooKeeper nodes and 6
+# bookies: 34-41 CPU-s against 54-62 with the JVM's defaults, on this machine's 2 cores),
+# which is most of what a test or a demo asks of them. Benchmarks that time the bookies
+# start theirs "full" (the JVM's defaults, as a deployment runs them).
+LEAN_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 PROXY_ZK_SESSION_TIMEOUT_S = 1.5  # a dead proxy's streams are taken over after this
 
 
@@ -54,7 +60,9 @@ def through_wan(topology: Topology) -> nodes.PeerAddress:
     return address
 
 
-def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tools) -> ProcessSpec:
+def zookeeper_spec(
+    topology: Topology, node: ZkNode, data_dir: Path, tools: Tools, lean: bool = True
+) -> ProcessSpec:
     home = nodes.zk_dir(data_dir, node)
     cfg = nodes.zoo_cfg(topology, node, data_dir, LOCAL_ZK, through_wan(topology), "*")
     myid, myid_text = nodes.myid_file(data_dir, node)
@@ -62,7 +70,7 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
     argv = (
         tools.java,
         "-Xmx256m",
-        "-XX:+UseSerialGC",
+        *(LEAN_JVM if lean else ("-XX:+UseSerialGC",)),
         nodes.java_login_flag(topology),
         "-cp",
         tools.zookeeper_classpath,
@@ -74,12 +82,15 @@ def zookeeper_spec(topology: Topology, node: ZkNode, data_dir: Path, tools: Tool
     return ProcessSpec(node.name, "zookeeper", argv, log, files, node.region, ports)
 
 
-def bookie_spec(topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools) -> ProcessSpec:
+def bookie_spec(
+    topology: Topology, bookie: Bookie, data_dir: Path, tools: Tools, lean: bool = True
+) -> ProcessSpec:
     conf = nodes.bookie_dir(data_dir, bookie) / "bk.conf"
     argv = (
         tools.java,
         BOOKIE_HEAP,
         BOOKIE_DIRECT_MEMORY,
+        *(LEAN_JVM if lean else ()),
         *nodes.java_zookeeper_flags(topology),
         "-cp",
         tools.bookkeeper_classpath,
@@ -132,14 +143,16 @@ def relay_spec(relay: PeerRelay, data_dir: Path) -> ProcessSpec:
     )
 
 
-def plan_cluster(topology: Topology, data_dir: Path, tools: Tools) -> list[ProcessSpec]:
+def plan_cluster(
+    topology: Topology, data_dir: Path, tools: Tools, lean: bool = True
+) -> list[ProcessSpec]:
     """Every process of the cluster, in start order: ZooKeeper and its peer relays, the WAN
-    emulator, bookies."""
-    specs = [zookeeper_spec(topology, node, data_dir, tools) for node in topology.zookeeper]
+    emulator, bookies (`lean`: their JVMs with LEAN_JVM)."""
+    specs = [zookeeper_spec(topology, n, data_dir, tools, lean) for n in topology.zookeeper]
     if len(topology.zookeeper) > 1:
         specs += [relay_spec(relay, data_dir) for relay in peer_relays(topology)]
     specs.append(toxiproxy_spec(topology, data_dir, tools))
-    specs += [bookie_spec(topology, b, data_dir, tools) for b in topology.bookies]
+    specs += [bookie_spec(topology, b, data_dir, tools, lean) for b in topology.bookies]
     return specs
 
 

@@ -61,7 +61,7 @@ async def region_up(cluster: Cluster, tools: Tools, region: str) -> list[str]:
     proxies) and waits until each is serving again: ZooKeeper in the quorum, bookies
     registered by their new sessions, proxies answering /v1/health."""
     _check_region(cluster, region)
-    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools)
+    specs = plan.plan_cluster(cluster.topology, cluster.data_dir, tools, cluster.lean_jvms)
     if cluster.services:
         specs += plan.plan_services(cluster.topology, cluster.topology_path, cluster.data_dir)
     records = load_records(cluster)

@@ -19,6 +19,7 @@ from tests.spark.test_archive import ledger_exists
 from tests.spark.test_batch_read import write_stream
 from tests.support.proxies import read_proxy
 from tests.support.streams import fresh_namespace
+from tests.support.topologies import write_topology
 
 SPARK_COMMAND_S = 180.0
 
@@ -70,8 +71,10 @@ def test_spark_retention_archives_first_and_readers_still_get_every_record(
     assert served == [r.payload for r in records]
 
 
-def test_bad_spark_flags_are_refused_before_spark_starts(cluster: Cluster) -> None:
-    topology = ["--topology", str(cluster.topology_path)]
+def test_bad_spark_flags_are_refused_before_spark_starts(tmp_path: Path) -> None:
+    """Refused from the command line and the topology file alone: no cluster is needed (and
+    none is reached)."""
+    topology = ["--topology", str(write_topology(tmp_path))]
     cases = [
         (["report", "s", "--since=-5m", *topology], "--since: duration '-5m'"),
         (["report", "s", "--observe", "soon", *topology], "--observe: duration 'soon'"),
