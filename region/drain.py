@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 
 from core.errors import NodeExistsError, NoNodeError
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import proxy_path
@@ -32,12 +32,12 @@ def drain_path(region: str, namespace: str = "", stream: str = "") -> str:
     return f"{base}/{namespace}{SEPARATOR}{stream}" if stream else base
 
 
-async def set_region_drained(store: MetaStore, region: str, drained: bool) -> bool:
+async def set_region_drained(store: MetaSession, region: str, drained: bool) -> bool:
     """Drains (or undrains) every stream in `region`; False when it already was (or was not)."""
     return await _mark(store, f"{drain_path(region)}/{WHOLE_REGION}", drained)
 
 
-async def _mark(store: MetaStore, path: str, present: bool) -> bool:
+async def _mark(store: MetaSession, path: str, present: bool) -> bool:
     """Creates (or deletes) the marker znode at `path`; False when it already was (or was not)."""
     try:
         if present:
@@ -49,11 +49,11 @@ async def _mark(store: MetaStore, path: str, present: bool) -> bool:
     return True
 
 
-async def region_drained(store: MetaStore, region: str) -> bool:
+async def region_drained(store: MetaSession, region: str) -> bool:
     return await store.exists(f"{drain_path(region)}/{WHOLE_REGION}") is not None
 
 
-async def drain_targets(store: MetaStore, region: str) -> list[str]:
+async def drain_targets(store: MetaSession, region: str) -> list[str]:
     """The regions a stream drained in `region` can go to: another region with a write
     proxy registered and not wholly drained itself. None: a drain would leave its writers
     nowhere to go (`globelog stream drain` refuses unless forced)."""
@@ -73,7 +73,7 @@ async def drain_targets(store: MetaStore, region: str) -> list[str]:
 
 
 async def set_drained(
-    store: MetaStore, region: str, namespace: str, stream: str, drained: bool
+    store: MetaSession, region: str, namespace: str, stream: str, drained: bool
 ) -> bool:
     """Drains (or undrains) the stream in `region`; False when it already was (or was not)."""
     return await _mark(store, drain_path(region, namespace, stream), drained)
@@ -84,7 +84,7 @@ class DrainWatch:
 
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         region: str,
         on_failed: Callable[[FollowerStatus], None] | None = None,
     ) -> None:

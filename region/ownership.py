@@ -26,7 +26,7 @@ from core.errors import (
 from core.limits import ProxyLimits
 from core.streams import StreamSettings
 from core.topology import Replication
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from region.drain import region_drained
@@ -81,7 +81,7 @@ class Ownership:
     def __init__(
         self,
         config: OwnershipConfig,
-        store: MetaStore,
+        store: MetaSession,
         ledgers: LedgerClient,
         ring: Ring,
         limits: ProxyLimits | None = None,

@@ -45,7 +45,7 @@ from core.errors import (
 from core.limits import ProxyLimits
 from core.parsing import bounded_int
 from core.records import LogRecord
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
@@ -122,7 +122,7 @@ class ReadProxy:
     def __init__(
         self,
         me: registry.ProxyInfo,
-        store: MetaStore,
+        store: MetaSession,
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
         security: ProxySecurity | None = None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from uhashring import HashRing
 
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, RestartBackoff
 from global_meta.store import SessionState
 
@@ -40,7 +40,7 @@ def proxy_path(region: str, kind: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-async def register(store: MetaStore, kind: str, info: ProxyInfo) -> None:
+async def register(store: MetaSession, kind: str, info: ProxyInfo) -> None:
     """Announces a live proxy (gone with the store's session)."""
     body = json.dumps({"name": info.name, "region": info.region, "url": info.url}).encode()
     await store.ensure_path(proxy_path(info.region, kind))
@@ -52,7 +52,7 @@ async def register(store: MetaStore, kind: str, info: ProxyInfo) -> None:
         ) from err
 
 
-async def lookup(store: MetaStore, kind: str, region: str, name: str) -> ProxyInfo | None:
+async def lookup(store: MetaSession, kind: str, region: str, name: str) -> ProxyInfo | None:
     try:
         data, _ = await store.get(proxy_path(region, kind, name))
     except NoNodeError:
@@ -65,7 +65,7 @@ async def lookup(store: MetaStore, kind: str, region: str, name: str) -> ProxyIn
         return None
 
 
-async def live_urls(store: MetaStore, kind: str, region: str) -> list[str]:
+async def live_urls(store: MetaSession, kind: str, region: str) -> list[str]:
     """The URLs of `region`'s live proxies of `kind` ("write" or "read"), from their
     registrations: what a client needs instead of a seed list."""
     try:
@@ -91,7 +91,7 @@ class Membership:
 
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         kind: str,
         info: ProxyInfo,
         on_expired: Callable[[], Awaitable[None]] | None = None,
@@ -197,7 +197,7 @@ class Ring:
 
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         kind: str,
         region: str,
         on_failed: Callable[[FollowerStatus], None] | None = None,

@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from core import runtime
 from core.answers import PROXY_HEADER
 from core.dlsn import DLSN
 from core.errors import (
@@ -261,7 +262,7 @@ class WriteProxy:
         me = self.config.me
         owned = [f"{ns}/{stream}" for ns, stream in self.ownership.owned]
         ring = self._ring.names
-        now_s = time.monotonic()
+        now_s = runtime.monotonic()
         followers = self.followers()
         state = "serving" if all(f.following for f in followers) else "degraded"
         return json_response(

@@ -27,10 +27,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import random
 import ssl
-import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -39,6 +37,7 @@ import aiohttp
 from opentelemetry import propagate
 from uhashring import HashRing
 
+from core import runtime
 from core.answers import PROXY_HEADER, UNKNOWN, answer_of
 from core.dlsn import DLSN
 from core.errors import (
@@ -87,11 +86,13 @@ class ProxyClient:
         tls: ssl.SSLContext | bool | None = None,
         silence_s: float = SILENCE_S,
         probe_s: float = PROBE_S,
+        connector: Callable[[], aiohttp.BaseConnector] | None = None,
     ) -> None:
         """`token`: sent with every request; `tls`: what HTTPS proxies are verified with. By
         default the environment's (core/security/credentials.py). A proxy that says nothing
         about a request for `silence_s` is probed, and abandoned (as unreachable) unless it
-        answers the probe within `probe_s`."""
+        answers the probe within `probe_s`. `connector`: makes the HTTP connector (the
+        simulation's dials its simulated network); by default aiohttp's TCP one."""
         if not proxies:
             raise ValueError("ProxyClient needs at least one proxy URL, got none")
         if not (silence_s > 0 and probe_s > 0):
@@ -111,11 +112,14 @@ class ProxyClient:
         self._sessions: dict[str, int] = {}  # stream -> this client's write session
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._http: aiohttp.ClientSession | None = None
+        self._connector = connector
+        self._rng = runtime.new_rng()
 
     async def __aenter__(self) -> ProxyClient:
-        self._http = aiohttp.ClientSession(
-            timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._tls)
+        connector = (
+            aiohttp.TCPConnector(ssl=self._tls) if self._connector is None else self._connector()
         )
+        self._http = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -234,7 +238,7 @@ class ProxyClient:
         owner = self._owners.get(stream)
         if owner is not None:
             return owner
-        now = time.monotonic()
+        now = runtime.monotonic()
         candidates = [str(p["nodename"]) for p in self._ring.range(f"{self.namespace}/{stream}")]
         up = [p for p in candidates if self._down.get(p, 0.0) <= now]
         return (up or candidates)[0]
@@ -244,7 +248,7 @@ class ProxyClient:
     ) -> Any:
         if self._http is None:
             raise RuntimeError("use `async with ProxyClient(...)` before calling it")
-        deadline = time.monotonic() + self.deadline_s
+        deadline = runtime.monotonic() + self.deadline_s
         backoff = BACKOFF_FIRST_S
         path = f"/v1/namespaces/{self.namespace}/streams/{stream}{suffix}"
         unknown: GlobelogError | None = None  # a write's first indefinite answer
@@ -258,16 +262,16 @@ class ProxyClient:
                 unknown = error
                 if write is Write.PLAIN:  # a retry could append it twice
                     raise outcome_unknown(f"{method} {path}", unknown, error)
-            if not error.retriable or time.monotonic() + backoff > deadline:
+            if not error.retriable or runtime.monotonic() + backoff > deadline:
                 if unknown is not None:
                     raise outcome_unknown(f"{method} {path}", unknown, error)
                 raise error
             if isinstance(error, QuotaExceededError):  # the proxy says when: wait that long
-                if time.monotonic() + error.retry_after_s > deadline:
+                if runtime.monotonic() + error.retry_after_s > deadline:
                     raise error
                 await asyncio.sleep(error.retry_after_s)
                 continue
-            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+            await asyncio.sleep(backoff * self._rng.uniform(0.5, 1.0))
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     async def _try(
@@ -324,10 +328,10 @@ class ProxyClient:
                 if isinstance(error, CUT_OFF_ERRORS):
                     # The proxy answers but has no ZooKeeper: its region is cut off.
                     # Another region's proxy can take the stream; pass this one over.
-                    self._down[proxy] = time.monotonic() + DOWN_FOR_S
+                    self._down[proxy] = runtime.monotonic() + DOWN_FOR_S
                 return error
             except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
-                self._down[proxy] = time.monotonic() + DOWN_FOR_S
+                self._down[proxy] = runtime.monotonic() + DOWN_FOR_S
                 name = self._names.get(proxy)
                 if name is not None and stream:
                     self._unreachable[stream] = name
@@ -410,7 +414,7 @@ class Producer:
     ) -> None:
         self.client = client
         self.stream = stream
-        self.producer_id = random.getrandbits(63) if producer_id is None else producer_id
+        self.producer_id = runtime.new_rng().getrandbits(63) if producer_id is None else producer_id
         self.next_seq = first_seq
 
     async def write(self, payload: bytes) -> Acked:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import random
 import ssl
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from core import runtime
 from core.dlsn import DLSN
 from core.errors import GlobelogError, ProxyUnreachableError
 from core.security.credentials import TokenSource, client_ssl
@@ -56,9 +55,11 @@ class ReadClient:
         failing_max_s: float = READ_FAILING_MAX_S,
         token: str | None = None,
         tls: ssl.SSLContext | bool | None = None,
+        connector: Callable[[], aiohttp.BaseConnector] | None = None,
     ) -> None:
         """`token`: sent with every request; `tls`: what HTTPS proxies are verified with. By
-        default the environment's (core/security/credentials.py)."""
+        default the environment's (core/security/credentials.py). `connector`: as
+        ProxyClient's."""
         if not proxies:
             raise ValueError("ReadClient needs at least one read proxy URL, got none")
         self._tokens = TokenSource(token) if token is not None else TokenSource.default()
@@ -69,12 +70,14 @@ class ReadClient:
         self.failing_max_s = failing_max_s
         self._proxies = [p.rstrip("/") for p in proxies]
         self._http: aiohttp.ClientSession | None = None
+        self._connector = connector
 
     async def __aenter__(self) -> ReadClient:
         timeout = aiohttp.ClientTimeout(total=POLL_WAIT_MS / 1000 + 10)
-        self._http = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(ssl=self._tls)
+        connector = (
+            aiohttp.TCPConnector(ssl=self._tls) if self._connector is None else self._connector()
         )
+        self._http = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -91,7 +94,7 @@ class ReadClient:
         if self._http is None:
             raise RuntimeError("use `async with ReadClient(...)` before reading")
         seq = from_seq
-        proxy = random.randrange(len(self._proxies))
+        proxy = runtime.new_rng().randrange(len(self._proxies))
         failing_since: float | None = None
         while True:
             url = f"{self._proxies[proxy]}/v1/namespaces/{self.namespace}/streams/{stream}/records"
@@ -106,7 +109,7 @@ class ReadClient:
             except (aiohttp.ClientError, TimeoutError, ValueError, GlobelogError) as err:
                 if isinstance(err, GlobelogError) and not err.retriable:
                     raise
-                now = time.monotonic()
+                now = runtime.monotonic()
                 failing_since = now if failing_since is None else failing_since
                 if now - failing_since >= self.failing_max_s:
                     where = (

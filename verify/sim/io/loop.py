@@ -30,6 +30,7 @@ import random
 import selectors
 import socket
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -272,7 +273,11 @@ class SimLoop(asyncio.BaseEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        raise SimulationError(f"call_soon_threadsafe({callback!r}): threads are not simulated")
+        """From the loop's own thread only (asyncio closes a collected async generator this
+        way); from any other thread it is a thread the simulation would not replay."""
+        if threading.get_ident() != getattr(self, "_thread_id", None):
+            raise SimulationError(f"call_soon_threadsafe({callback!r}): threads are not simulated")
+        return self.call_soon(callback, *args, context=context)
 
     def run_in_executor(  # type: ignore[override]
         self, executor: Any, func: Callable[..., T], *args: Any

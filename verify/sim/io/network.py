@@ -11,6 +11,7 @@ and refuses new ones; a machine that goes away says nothing at all.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 from collections import deque
 from collections.abc import Callable
@@ -174,24 +175,26 @@ class _Pipe:
         if target is not None and not self.network.reachable(self.source, target):
             self._schedule(self.network.loop.time() + RETRANSMIT_S)
             return
-        now = self.network.loop.time()
-        while self._chunks and self._chunks[0][0] <= now:
-            _, data = self._chunks.popleft()
-            if data is _EOF:
-                self.broken = True
-                self._chunks.clear()
-                if self.receiver.eof_received() is not True:
-                    self.receiver.connection_lost(None)
-                return
+        # One chunk per callback, as a selector loop reads a socket once per iteration: what
+        # the chunk woke runs before the next one (an EOF) arrives.
+        _, data = self._chunks.popleft()
+        loop = self.network.loop
+        if data is _EOF or data is _RESET:
+            self.broken = True
+            self._chunks.clear()
             if data is _RESET:
-                self.broken = True
-                self._chunks.clear()
-                self.receiver.connection_lost(ConnectionResetError(104, "connection reset by peer"))
-                return
-            self.network.bytes_delivered += len(data)
-            self.receiver.data_received(data)
+                error = ConnectionResetError(104, "connection reset by peer")
+                loop.call_soon(self.receiver.connection_lost, error, context=self._context())
+            elif self.receiver.eof_received() is not True:
+                loop.call_soon(self.receiver.connection_lost, None, context=self._context())
+            return
+        self.network.bytes_delivered += len(data)
+        self.receiver.data_received(data)
         if self._chunks:
-            self._schedule(self._chunks[0][0])
+            self._schedule(max(self._chunks[0][0], loop.time()))
+
+    def _context(self) -> contextvars.Context | None:
+        return None if self.target is None else self.target.context
 
 
 class SimTransport(asyncio.Transport):

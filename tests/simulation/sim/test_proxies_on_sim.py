@@ -1,0 +1,142 @@
+"""globelog's real proxies on the simulated world: a write proxy and a read proxy in each
+region (aiohttp, ownership, takeover, idempotence, the read path), reached with the real
+clients over simulated TCP. A producer in us-east writes idempotently, resending with the same
+producer sequence whatever came back without an acknowledgement; the stream's owner is crashed
+or paused (SIGSTOP, past its 1.5 s session) on a seed-chosen write; a reader in eu-west then
+reads the stream through its read proxy.
+
+Checked: each acknowledged producer sequence is read back exactly once, all in the producer's
+order; writes resume on another proxy. With the producer table forgotten at takeover (the
+broken variant in region/idempotence.py) the resends of writes that had landed land again,
+and the run must see it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from core import runtime
+from core.errors import GlobelogError
+from region.client import ReadClient
+from region.client.proxy_client import ProxyClient
+from verify.sim import proxies
+from verify.sim.io.cluster import SimCluster
+from verify.sim.io.http import SimConnector
+from verify.sim.io.loop import run
+
+SEEDS = range(1, 9)
+RECORDS = 40
+PRODUCER = 0x77
+CAUGHT_WITHIN = 8
+
+
+@dataclass
+class Outcome:
+    acknowledged: list[int] = field(default_factory=list)
+    read: list[int] = field(default_factory=list)
+    longest_wait_s: float = 0.0  # from a write's first send to its acknowledgement
+
+    def violations(self) -> list[str]:
+        found = []
+        counts = Counter(self.read)
+        doubled = sorted(seq for seq, n in counts.items() if n > 1)
+        if doubled:
+            found.append(f"producer seqs read twice: {doubled[:10]}")
+        lost = sorted(set(self.acknowledged) - set(counts))
+        if lost:
+            found.append(f"acknowledged and never read: {lost[:10]}")
+        if list(dict.fromkeys(self.read)) != sorted(set(self.read)):
+            found.append("records out of the producer's order")
+        return found
+
+
+class ProxiesRun:
+    def __init__(self, seed: int) -> None:
+        self.cluster = SimCluster(seed)
+        self.loop = self.cluster.loop
+        self.choices = random.Random(seed)
+        self.writers = proxies.proxies_of(self.cluster, "write")
+        self.readers = proxies.proxies_of(self.cluster, "read")
+        self.outcome = Outcome()
+
+    async def produce(self, paused: bool) -> None:
+        loop = self.loop
+        fault_at = self.choices.randrange(5, RECORDS - 10)
+        urls = [p.url for p in self.writers]
+        async with ProxyClient(
+            urls, "ns", deadline_s=60, tls=False, connector=SimConnector
+        ) as client:
+            await client.create("s")
+            for seq in range(RECORDS):
+                if seq == fault_at:  # the fault lands while this write is on its way
+                    owner = str((await client.describe("s"))["owner"]).split("@")[0]
+                    delay = self.choices.uniform(0.0, 0.15)
+                    loop.call_later(delay, self.fault, owner, paused)
+                started = loop.time()
+                while True:  # resend, same producer seq, until acknowledged
+                    try:
+                        await client.write("s", f"r{seq}".encode(), producer=(PRODUCER, seq))
+                        break
+                    except GlobelogError:
+                        await asyncio.sleep(0.2)
+                self.outcome.acknowledged.append(seq)
+                self.outcome.longest_wait_s = max(
+                    self.outcome.longest_wait_s, loop.time() - started
+                )
+
+    def fault(self, owner: str, paused: bool) -> None:
+        host = self.loop.hosts[owner]
+        if paused:
+            self.loop.pause(host)
+            self.loop.call_later(3.0, self.loop.resume, host)
+        else:
+            self.loop.crash(host, machine_up=self.choices.random() < 0.5)
+
+    async def read(self) -> None:
+        urls = [p.url for p in self.readers if p.proxy.region == "eu-west"]
+        async with ReadClient(urls, "ns", tls=False, connector=SimConnector) as reader:
+            async for record in reader.read("s", from_seq=0, follow=False):
+                self.outcome.read.append(int(record.payload[1:]))
+
+    async def main(self, paused: bool) -> None:
+        await self.cluster.start()
+        for proxy in (*self.writers, *self.readers):
+            proxies.start(self.cluster, proxy)
+        await asyncio.sleep(1.0)  # the proxies register
+        producer = self.cluster.add_host("producer", "us-east")
+        async with asyncio.timeout(300):
+            await self.loop.spawn(producer, self.produce(paused))
+        await asyncio.sleep(4.0)  # a paused owner comes back and finds itself fenced
+        reader = self.cluster.add_host("reader", "eu-west")
+        async with asyncio.timeout(120):
+            await self.loop.spawn(reader, self.read())
+
+
+def simulate(seed: int, *, paused: bool = False) -> Outcome:
+    proxies_run = ProxiesRun(seed)
+    run(proxies_run.loop, proxies_run.main(paused))
+    return proxies_run.outcome
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["owner-crashed", "owner-paused"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_through_the_proxies_every_acknowledged_write_is_read_once_in_order(
+    seed: int, paused: bool
+) -> None:
+    outcome = simulate(seed, paused=paused)
+    assert outcome.violations() == []
+    assert len(outcome.acknowledged) == RECORDS
+    assert outcome.longest_wait_s > 1.0, "the owner's fault must cost a takeover"
+
+
+def test_forgetting_the_producer_table_is_caught_through_the_proxies() -> None:
+    with runtime.breaking(runtime.FORGET_PRODUCERS):
+        for seed in range(1, CAUGHT_WITHIN + 1):
+            if simulate(seed).violations():
+                print(f"{runtime.FORGET_PRODUCERS}: caught at seed {seed} through the proxies")
+                return
+    pytest.fail(f"{runtime.FORGET_PRODUCERS}: no violation in {CAUGHT_WITHIN} seeds")
