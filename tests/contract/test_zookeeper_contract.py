@@ -12,6 +12,7 @@ ending it closes the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -36,6 +37,9 @@ SEQUENTIAL = re.compile(r"(?P<prefix>.*\D)(?P<suffix>\d{10})")
 
 Answer = str | NodeStat | bool  # one op's answer in a transaction
 T = TypeVar("T")
+Step = Callable[[MetaSession], Awaitable[object]]  # one change, made through the session
+Seen = object  # a watch's value as the cases compare it (`watch_through`)
+WATCH_WAIT_S = 5.0  # for a watch's value after a change
 OnStore = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
@@ -64,6 +68,9 @@ class Session(Protocol):
 
     async def sync(self, path: str) -> None:
         """Reads after this see every write committed before it (a real server may lag)."""
+
+    async def watched(self, path: str, children: bool, steps: Sequence[Step]) -> list[Seen]:
+        """What a watch of `path` yields at once and after each step (`watch_through`)."""
 
 
 class ZooKeeperUnderTest(Protocol):
@@ -165,6 +172,37 @@ class RealSession:
     async def sync(self, path: str) -> None:
         async with asyncio.timeout(GUARD_S):
             await self.on_store(lambda: self.store.sync(path))
+
+    async def watched(self, path: str, children: bool, steps: Sequence[Step]) -> list[Seen]:
+        async with asyncio.timeout(GUARD_S * (len(steps) + 1)):
+            return await self.on_store(lambda: watch_through(self.store, path, children, steps))
+
+
+async def watch_through(
+    store: MetaSession, path: str, children: bool, steps: Sequence[Step]
+) -> list[Seen]:
+    """The values a watch of `path` yields: the first at once, then one after each step
+    (made through `store`, the watching session), as (data, version) or None for data and as
+    the sorted names for children; "gone" once a children watch ends (its node deleted)."""
+    seen: list[Seen] = []
+    watch = store.watch_children(path) if children else store.watch_data(path)
+    async with contextlib.aclosing(watch):
+        values = aiter(watch)
+        for step in (None, *steps):
+            if step is not None:
+                await step(store)
+            try:
+                async with asyncio.timeout(WATCH_WAIT_S):
+                    value = await anext(values)
+            except errors.NoNodeError:
+                seen.append("gone")
+                break
+            if children or value is None:
+                seen.append(value)
+            else:
+                data, stat = value
+                seen.append((data, stat.version))
+    return seen
 
 
 class Real:
@@ -416,3 +454,46 @@ async def test_an_ephemeral_node_cannot_have_children(
     assert "op 1 (create)" in said
     assert await zk.children(root) == ["lock"]
     assert await zk.children(lock) == []
+
+
+async def test_a_data_watch_sees_the_node_then_each_change_then_its_deletion(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    await zk.create(root, b"a")
+    seen = await zk.watched(
+        root,
+        False,
+        [
+            lambda s: s.set(root, b"b", version=0),
+            lambda s: s.delete(root, version=1),
+            lambda s: s.create(root, b"c"),
+        ],
+    )
+    assert seen == [(b"a", 0), (b"b", 1), None, (b"c", 0)]
+
+
+async def test_a_children_watch_sees_each_child_and_ends_with_its_node(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    await zk.create(root)
+    seen = await zk.watched(
+        root,
+        True,
+        [
+            lambda s: s.create(f"{root}/x"),
+            lambda s: s.create(f"{root}/y", ephemeral=True),
+            lambda s: s.delete(f"{root}/x", version=0),
+            lambda s: s.delete(f"{root}/y", version=0),
+            lambda s: s.delete(root, version=0),
+        ],
+    )
+    assert seen == [[], ["x"], ["x", "y"], ["y"], [], "gone"]
+
+
+async def test_a_children_watch_of_a_missing_node_fails_at_once(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    zk = await zookeeper.session()
+    assert await zk.watched(f"{root}/missing", True, []) == ["gone"]
