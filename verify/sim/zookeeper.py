@@ -89,6 +89,16 @@ class SimZooKeeper:
             raise errors.SessionExpiredError(f"session {session:#x} expired")
         known.last_heard_s = self.now_s
 
+    def silent_sessions(self) -> list[int]:
+        """The sessions not heard from within their timeout (to be expired)."""
+        return [
+            sid for sid, s in self._sessions.items() if self.now_s - s.last_heard_s > s.timeout_s
+        ]
+
+    def ephemerals_of(self, session: int) -> set[str]:
+        known = self._sessions.get(session)
+        return set() if known is None else set(known.ephemerals)
+
     def expire_silent(self) -> list[int]:
         """Expires every session not heard from within its timeout; their ids."""
         silent = [

@@ -174,7 +174,7 @@ class SimCluster:
     async def _wait_registered(self, node: SimBookieNode) -> None:
         path = f"{AVAILABLE}/{node.bookie_id}"
         registered = asyncio.Event()
-        stop = self.ensemble.watch(registered.set)
+        stop = self.ensemble.watch(AVAILABLE, registered.set)
         try:
             while self.ensemble.state.exists(path) is None:
                 registered.clear()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import gc
 import logging
 import math
 import random
@@ -391,8 +390,6 @@ def _close_quietly(tasks: list[asyncio.Task[Any]]) -> None:
             task._log_destroy_pending = False  # type: ignore[attr-defined]  # it never runs again
             with contextlib.suppress(BaseException):
                 task.get_coro().close()
-        del tasks
-        gc.collect()
     finally:
         sys.unraisablehook = hook
         logging.disable(logging.NOTSET)

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 from core import errors
@@ -56,7 +64,7 @@ class Ensemble:
         self._servers = {
             r: Host(f"zk-{r}", r, f"127.0.200.{i + 1}") for i, r in enumerate(self.regions)
         }
-        self._watchers: list[Callable[[], None]] = []
+        self._watchers: dict[str, list[Callable[[], None]]] = {}  # path -> who watches it
         self._had_quorum = True
         self.operations = 0
         loop.call_later(EXPIRY_TICK_S, self._expire)
@@ -90,21 +98,36 @@ class Ensemble:
 
     # -- the state, and those watching it --------------------------------------------------
 
-    def apply(self, action: Callable[[SimZooKeeper], T], *, changes: bool) -> T:
+    def apply(self, action: Callable[[SimZooKeeper], T], touches: Collection[str] = ()) -> T:
+        """`action` on the znode state now; the watchers of each path it `touches` (a node
+        made, set or deleted, and its parent) hear of it."""
         self.state.now_s = self.loop.time()
         self.operations += 1
         result = action(self.state)
-        if changes:
-            self.changed()
+        if touches:
+            self.changed(touches)
         return result
 
-    def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
-        self._watchers.append(notify)
-        return lambda: self._watchers.remove(notify) if notify in self._watchers else None
+    def watch(self, path: str, notify: Callable[[], None]) -> Callable[[], None]:
+        """Calls `notify` whenever `path` or one of its children changes; returns the undo."""
+        self._watchers.setdefault(path, []).append(notify)
 
-    def changed(self) -> None:
-        for notify in list(self._watchers):
-            notify()
+        def stop() -> None:
+            listed = self._watchers.get(path, [])
+            if notify in listed:
+                listed.remove(notify)
+
+        return stop
+
+    def changed(self, paths: Collection[str]) -> None:
+        for path in sorted(set(paths)):
+            for notify in list(self._watchers.get(path, ())):
+                notify()
+
+    def end_session(self, session: int) -> None:
+        """The session ends (closed, or expired): its ephemeral nodes go, watchers hear."""
+        gone = self.state.ephemerals_of(session)
+        self.apply(lambda zk: zk.close_session(session), touches=_with_parents(gone))
 
     def _expire(self) -> None:
         self.loop.call_later(EXPIRY_TICK_S, self._expire)
@@ -113,8 +136,9 @@ class Ensemble:
         if quorum and not self._had_quorum:
             self.state.refresh_sessions()  # a new leader gives every session a fresh timeout
         self._had_quorum = quorum
-        if quorum and self.state.expire_silent():
-            self.changed()
+        if quorum:
+            for session in self.state.silent_sessions():
+                self.end_session(session)
 
 
 class SimMetaStore:
@@ -156,7 +180,7 @@ class SimMetaStore:
             self._pinger.cancel()
         if self._session is not None and self._served():
             session = self._session
-            self._ensemble.apply(lambda zk: zk.close_session(session), changes=True)
+            self._ensemble.end_session(session)
         self._session = None
 
     async def __aenter__(self) -> SimMetaStore:
@@ -199,9 +223,7 @@ class SimMetaStore:
 
     async def _open_session(self) -> None:
         await self._call("connect", "/", lambda zk: None, write=True)
-        self._session = self._ensemble.apply(
-            lambda zk: zk.open_session(self._session_timeout_s), changes=False
-        )
+        self._session = self._ensemble.apply(lambda zk: zk.open_session(self._session_timeout_s))
         self._last_heard_s = asyncio.get_running_loop().time()
         self._publish(SessionState.CONNECTED)
 
@@ -218,7 +240,7 @@ class SimMetaStore:
                 if session is None:
                     continue
                 if self._ensemble.state.session_alive(session):
-                    self._ensemble.apply(_heard_from(session), changes=False)
+                    self._ensemble.apply(_heard_from(session))
                     self._last_heard_s = loop.time()
                     if self._state is not SessionState.CONNECTED:
                         self._publish(SessionState.CONNECTED)
@@ -259,7 +281,13 @@ class SimMetaStore:
     # -- operations ----------------------------------------------------------------------------
 
     async def _call(
-        self, operation: str, path: str, action: Callable[[SimZooKeeper], T], *, write: bool
+        self,
+        operation: str,
+        path: str,
+        action: Callable[[SimZooKeeper], T],
+        *,
+        write: bool,
+        touches: Collection[str] = (),
     ) -> T:
         """`action` applied at the ensemble after half a round trip to the nearest serving
         server (waiting for one for up to the operation timeout), answered after the rest."""
@@ -280,7 +308,7 @@ class SimMetaStore:
                 f"{operation} {path!r}: the session of {self._host.name} expired"
             )
         try:
-            return self._ensemble.apply(action, changes=write)
+            return self._ensemble.apply(action, touches)
         finally:
             await asyncio.sleep(trip / 2)
 
@@ -299,7 +327,7 @@ class SimMetaStore:
                 path, data, session=owner, sequential=sequential, make_parents=make_parents
             )
 
-        return await self._call("create", path, create, write=True)
+        return await self._call("create", path, create, write=True, touches=(path, _parent(path)))
 
     async def sync(self, path: str) -> None:
         await self._call("sync", path, lambda zk: None, write=True)
@@ -309,7 +337,7 @@ class SimMetaStore:
             if zk.exists(path) is None:
                 zk.create(path, b"", make_parents=True)
 
-        await self._call("ensure_path", path, ensure, write=True)
+        await self._call("ensure_path", path, ensure, write=True, touches=_with_parents([path]))
 
     async def get(self, path: str) -> tuple[bytes, NodeStat]:
         data, stat = await self._call("get", path, lambda zk: zk.get(path), write=False)
@@ -328,26 +356,32 @@ class SimMetaStore:
         return await self._call("children", path, lambda zk: zk.children(path), write=False)
 
     async def set(self, path: str, data: bytes, *, version: int) -> NodeStat:
-        return await self._call(
-            "set", path, lambda zk: zk.set(path, data, version=version), write=True
-        )
+        def set_data(zk: SimZooKeeper) -> NodeStat:
+            return zk.set(path, data, version=version)
+
+        return await self._call("set", path, set_data, write=True, touches=(path,))
 
     async def delete(self, path: str, *, version: int, recursive: bool = False) -> None:
+        gone: list[str] = []
+
         def delete(zk: SimZooKeeper) -> None:
             if recursive:
                 for child in zk.children(path):
-                    delete_tree(zk, f"{path}/{child}")
+                    delete_tree(zk, f"{path}/{child}", gone)
             zk.delete(path, version=version)
+            gone.append(path)
 
-        await self._call("delete", path, delete, write=True)
+        await self._call("delete", path, delete, write=True, touches=_TouchedBy(gone))
 
     async def commit(self, ops: Sequence[Op]) -> list[str | NodeStat | bool]:
         session = self._session
+        touched = _with_parents(op.path for op in ops if op.kind != "check")
         return await self._call(
             "commit",
             ops[0].path if ops else "",
             lambda zk: zk.commit(ops, session=session),
             write=True,
+            touches=touched,
         )
 
     # -- watches -------------------------------------------------------------------------------
@@ -382,7 +416,7 @@ class SimMetaStore:
                 f"{operation} {path!r}: not connected to ZooKeeper"
             )
         changed = asyncio.Event()
-        stop = self._ensemble.watch(changed.set)
+        stop = self._ensemble.watch(path, changed.set)
         try:
             last: Any = _UNSEEN
             while True:
@@ -407,7 +441,35 @@ def _data_or_none(zk: SimZooKeeper, path: str) -> tuple[bytes, NodeStat] | None:
     return zk.get(path) if zk.exists(path) is not None else None
 
 
-def delete_tree(zk: SimZooKeeper, path: str) -> None:
+def delete_tree(zk: SimZooKeeper, path: str, gone: list[str]) -> None:
     for child in zk.children(path):
-        delete_tree(zk, f"{path}/{child}")
+        delete_tree(zk, f"{path}/{child}", gone)
     zk.delete(path, version=-1)
+    gone.append(path)
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] or "/"
+
+
+def _with_parents(paths: Iterable[str]) -> set[str]:
+    return {p for path in paths for p in (path, _parent(path))}
+
+
+class _TouchedBy(Collection[str]):
+    """The paths a recursive delete removed (and their parents), known once it ran."""
+
+    def __init__(self, gone: list[str]) -> None:
+        self._gone = gone
+
+    def _paths(self) -> set[str]:
+        return _with_parents(self._gone)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._paths()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths())
+
+    def __len__(self) -> int:
+        return len(self._paths())
