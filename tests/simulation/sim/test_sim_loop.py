@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from core import runtime
+from global_meta import SessionState
 from ledger.codecs.entry import DigestType, EntryCodec, master_key
 from ledger.connections.bookie_client import BookieClient
 from ledger.errors import BookieTimeoutError, BookieUnavailableError, ConnectionLostError
@@ -22,9 +23,11 @@ from verify.sim.io.bookie_server import BookieServer
 from verify.sim.io.http import SimConnector
 from verify.sim.io.loop import WALL_EPOCH_S, Host, SimLoop, SimulationError, StuckError, run
 from verify.sim.io.network import Network
+from verify.sim.io.zookeeper import Ensemble, SimMetaStore
 
 KEY = master_key(b"sim")
 WAN_S = 0.05
+_PAIRS = [("a", "b"), ("a", "c"), ("b", "c")]
 
 
 class World:
@@ -219,3 +222,40 @@ def test_aiohttp_serves_and_calls_between_simulated_hosts() -> None:
     first, second = answers[0][2], answers[1][2]
     assert first >= 2 * 2 * WAN_S * 0.7  # a connection, then the request: two round trips
     assert 2 * WAN_S * 0.7 <= second < first  # the connection is reused
+
+
+def test_a_zookeeper_session_cut_off_suspends_expires_and_comes_back_new() -> None:
+    """The simulated store's session as kazoo's and MetaStore's behave: pings unanswered ->
+    SUSPENDED; the ensemble expires it after its timeout (its ephemeral node goes); the client
+    gives it up two timeouts after the suspension (EXPIRED) and, once a server answers again,
+    makes a new session (CONNECTED, another id)."""
+    loop = SimLoop(5)
+    network = Network(loop, loop.rng, {frozenset(pair): 0.02 for pair in _PAIRS})
+    ensemble = Ensemble(loop, network, ["a", "b", "c"])
+    client = loop.add_host("client", "c", "127.0.52.1")
+    events: list[tuple[str, float]] = []
+    seen: dict[str, object] = {}
+
+    async def session_life() -> None:
+        store = await SimMetaStore.connect(ensemble, session_timeout_s=3.0)
+        subscription = store.session_events()
+        first = store.session_id
+        await store.create("/lock", ephemeral=True)
+        network.cut.update({frozenset(("a", "c")), frozenset(("b", "c"))})  # c alone: no quorum
+        cut_at = loop.time()
+        async for event in subscription:
+            events.append((event.state.value, round(loop.time() - cut_at, 1)))
+            if event.state is SessionState.EXPIRED:
+                seen["lock while cut"] = ensemble.state.exists("/lock")
+                network.cut.clear()
+            if event.state is SessionState.CONNECTED:
+                break
+        seen["new id"] = store.session_id not in (None, first)
+        seen["lock after"] = await store.exists("/lock")
+
+    run(loop, loop.spawn(client, session_life()))
+    assert [state for state, _ in events] == ["suspended", "expired", "connected"], events
+    suspended, expired, _ = (at for _, at in events)
+    assert 2.0 <= suspended <= 3.1  # two thirds of the timeout, plus a ping interval
+    assert expired - suspended == 6.0  # given up two timeouts after the suspension, as MetaStore
+    assert seen == {"lock while cut": None, "new id": True, "lock after": None}

@@ -237,17 +237,16 @@ class SimMetaStore:
                     self._ensemble.round_trip_s(self._host.region, self._served()[0], False)
                 )
                 session = self._session
-                if session is None:
-                    continue
-                if self._ensemble.state.session_alive(session):
+                if session is not None and self._ensemble.state.session_alive(session):
                     self._ensemble.apply(_heard_from(session))
                     self._last_heard_s = loop.time()
                     if self._state is not SessionState.CONNECTED:
                         self._publish(SessionState.CONNECTED)
-                else:  # the ensemble expired it while this client could not reach it
+                    continue
+                if session is not None:  # the ensemble expired it while this client was away
                     self._session = None
                     self._publish(SessionState.EXPIRED)
-                    await self._open_session()
+                await self._open_session()  # a new session, as kazoo makes one (or after a give-up)
             elif (
                 self._state is SessionState.CONNECTED
                 and loop.time() - self._last_heard_s > self._session_timeout_s * 2 / 3
@@ -304,7 +303,7 @@ class SimMetaStore:
             session is None or not self._ensemble.state.session_alive(session)
         ):
             await asyncio.sleep(trip / 2)
-            raise errors.MetadataUnavailableError(
+            raise errors.SessionExpiredError(
                 f"{operation} {path!r}: the session of {self._host.name} expired"
             )
         try:
