@@ -13,7 +13,10 @@ and the run must see it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -140,3 +143,32 @@ def test_forgetting_the_producer_table_is_caught_through_the_proxies() -> None:
                 print(f"{runtime.FORGET_PRODUCERS}: caught at seed {seed} through the proxies")
                 return
     pytest.fail(f"{runtime.FORGET_PRODUCERS}: no violation in {CAUGHT_WITHIN} seeds")
+
+
+FINGERPRINT = """
+import logging, sys
+logging.disable(logging.WARNING)
+from tests.simulation.sim.test_proxies_on_sim import ProxiesRun
+from verify.sim.io.loop import run
+r = ProxiesRun(3)
+run(r.loop, r.main(True))
+print(r.outcome.acknowledged, r.outcome.read, r.outcome.longest_wait_s, r.loop.time(),
+      r.cluster.ensemble.operations, r.cluster.network.bytes_delivered)
+"""
+
+
+def test_a_seed_replays_exactly_in_another_process() -> None:
+    """A failing seed is a bug report: another process (another hash seed, so other set and
+    dict orders of strings) replays it to the byte."""
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", FINGERPRINT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+        ).stdout
+        for hash_seed in (1, 2)
+    ]
+    assert runs[0] == runs[1] != ""
