@@ -143,7 +143,7 @@ class BookieServer:
 
     def _long_poll(self, request: ReadRequest, reply: Callable[[ReadResponse], None]) -> None:
         """Answers once the bookie's LAC passes `previous_lac`, with entry previous_lac + 1
-        piggybacked if held (ENOENTRY with the LAC if not), or at the timeout: EOK, no body."""
+        piggybacked if held (EOK with the LAC alone if not), or at the timeout: EOK, no body."""
         ledger_id, previous = request.ledger_id, request.previous_lac
         assert previous is not None
 
@@ -156,8 +156,8 @@ class BookieServer:
                 reply(ReadResponse(request.txn_id, StatusCode.EOK, ledger_id, -1, max_lac=lac))
                 return
             found = self.bookie.holds(ledger_id, previous + 1)
-            if found is None:
-                reply(ReadResponse(request.txn_id, StatusCode.ENOENTRY, ledger_id, -1, max_lac=lac))
+            if found is None:  # a 4.17 bookie answers the LAC alone (the contract's case)
+                reply(ReadResponse(request.txn_id, StatusCode.EOK, ledger_id, -1, max_lac=lac))
             else:
                 reply(
                     ReadResponse(
