@@ -48,7 +48,9 @@ from verify.sim.zookeeper import SimZooKeeper
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-EXPIRY_TICK_S = 0.1  # how often the ensemble looks for silent sessions
+# ZooKeeper expires sessions at its ticks (the local cluster's tickTime, localcluster/plan.py):
+# a session dies up to a tick after its timeout
+EXPIRY_TICK_S = 0.2
 POLL_S = 0.05  # how often a waiting operation looks for a serving server again
 
 
