@@ -23,6 +23,7 @@ import pytest
 
 from core import errors
 from global_meta import MetaSession, MetaStore
+from global_meta.faults import expire_session
 from global_meta.store import ANY_VERSION, NodeStat, Op
 from localcluster.controller import Cluster
 from tests.support import security
@@ -72,10 +73,18 @@ class Session(Protocol):
     async def watched(self, path: str, children: bool, steps: Sequence[Step]) -> list[Seen]:
         """What a watch of `path` yields at once and after each step (`watch_through`)."""
 
+    async def idle(self, seconds: float) -> None:
+        """Time passes for the session's client (its pings, its reconnection)."""
+
+    states: list[str]  # the session states its store reported, in order
+
 
 class ZooKeeperUnderTest(Protocol):
     async def session(self) -> Session: ...
     async def end(self, session: Session) -> None: ...
+
+    async def expire(self, session: Session) -> None:
+        """The ensemble itself ends the session (as after its timeout without a ping)."""
 
 
 # -- the simulated ensemble --------------------------------------------------------------------
@@ -97,13 +106,20 @@ class Simulated:
             return await SimMetaStore.connect(self.ensemble, session_timeout_s=SESSION_TIMEOUT_S)
 
         store = await self.thread.call(host, connect)
-        self.open.append(RealSession(store, partial(self.thread.call, host)))
-        return self.open[-1]
+        session = RealSession(store, partial(self.thread.call, host))
+        await session.on_store(session.record_states)
+        self.open.append(session)
+        return session
 
     async def end(self, session: Session) -> None:
         assert isinstance(session, RealSession)
         self.open.remove(session)
+        await session.on_store(session.stop_recording)
         await session.on_store(session.store.close)
+
+    async def expire(self, session: Session) -> None:
+        assert isinstance(session, RealSession) and session.session_id is not None
+        self.ensemble.end_session(session.session_id)
 
 
 # -- the real ensemble ---------------------------------------------------------------------------
@@ -120,6 +136,27 @@ class RealSession:
     def __init__(self, store: MetaSession, on_store: OnStore = at_once) -> None:
         self.store = store
         self.on_store = on_store
+        self.states: list[str] = []
+        self._recorder: asyncio.Task[None] | None = None
+
+    async def record_states(self) -> None:
+        """Starts noting the store's session states (a task on the store's own loop)."""
+        subscription = self.store.session_events()
+
+        async def note() -> None:
+            async for event in subscription:
+                self.states.append(event.state.value)
+
+        self._recorder = asyncio.get_running_loop().create_task(note())
+
+    async def stop_recording(self) -> None:
+        if self._recorder is not None:
+            self._recorder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recorder
+
+    async def idle(self, seconds: float) -> None:
+        await self.on_store(lambda: asyncio.sleep(seconds))
 
     @property
     def session_id(self) -> int | None:
@@ -215,14 +252,21 @@ class Real:
             store = await MetaStore.connect(
                 self.hosts, security.zk_login(), session_timeout_s=SESSION_TIMEOUT_S
             )
-        self.open.append(RealSession(store))
-        return self.open[-1]
+        session = RealSession(store)
+        await session.record_states()
+        self.open.append(session)
+        return session
 
     async def end(self, session: Session) -> None:
         assert isinstance(session, RealSession)
         self.open.remove(session)
+        await session.stop_recording()
         async with asyncio.timeout(GUARD_S):
             await session.store.close()
+
+    async def expire(self, session: Session) -> None:
+        assert isinstance(session, RealSession) and isinstance(session.store, MetaStore)
+        await expire_session(session.store, timeout_s=GUARD_S)
 
 
 @pytest.fixture
@@ -497,3 +541,26 @@ async def test_a_children_watch_of_a_missing_node_fails_at_once(
 ) -> None:
     zk = await zookeeper.session()
     assert await zk.watched(f"{root}/missing", True, []) == ["gone"]
+
+
+async def test_an_expired_session_loses_its_ephemerals_and_its_client_starts_a_new_one(
+    zookeeper: ZooKeeperUnderTest, root: str
+) -> None:
+    """What an owner whose session the ensemble ended sees: EXPIRED, its ephemeral nodes gone
+    (its locks), then a new session of its own, with which it works on."""
+    owner, other = await zookeeper.session(), await zookeeper.session()
+    await other.create(root)
+    await owner.create(f"{root}/lock", ephemeral=True)
+    first = owner.session_id
+    await zookeeper.expire(owner)
+    for _ in range(60):  # until the client has heard and made a new session
+        await owner.idle(0.5)
+        if owner.session_id not in (None, first) and owner.states[-1:] == ["connected"]:
+            break
+    assert "expired" in owner.states and owner.states[-1] == "connected", owner.states
+    assert owner.session_id not in (None, first)
+    await other.sync(root)
+    assert await other.exists(f"{root}/lock") is None
+    await owner.create(f"{root}/lock", ephemeral=True)
+    stat = await other.exists(f"{root}/lock")
+    assert stat is not None and stat.ephemeral_owner == owner.session_id
