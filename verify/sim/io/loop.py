@@ -7,15 +7,16 @@ runs on uvloop. What differs is what lies under the loop:
   ready, so a minute of timeouts and retries takes milliseconds. The order in which callbacks
   run is asyncio's own (FIFO ready queue, timers by deadline, ties in the order they were
   set), so one seed replays the same run.
-- **Every callback belongs to a host.** A host is one simulated process (a proxy, a bookie, a
-  client); the code of a host runs in a `contextvars.Context` naming it, and every callback
-  scheduled from it (task steps, timers, future callbacks) carries that context. A crashed host
-  keeps none of its callbacks: its memory is gone, no cleanup code of it ever runs (as after
-  SIGKILL). A paused host (SIGSTOP) keeps them, and they run when it resumes.
-- **Sockets are simulated** (`verify.sim.io.network`): `create_connection` reaches a simulated
-  listener through the network's latencies and cuts.
-- **Threads are refused**: `run_in_executor` and `call_soon_threadsafe` raise, since a thread
-  would make a run depend on the OS scheduler.
+- **Every callback belongs to one life of a host.** A host is one simulated process (a proxy,
+  a bookie, a client); its code runs in a `contextvars.Context` naming its current `Life`, and
+  every callback scheduled from it (task steps, timers, future callbacks) carries that context.
+  A crash ends the life: none of its callbacks runs again, whoever wakes them (its memory is
+  gone, no cleanup code of it runs, as after SIGKILL); a restart begins a new one. A paused
+  host (SIGSTOP) keeps its callbacks, and they run when it resumes.
+- **Sockets are simulated** (`verify.sim.io.network`): `create_connection`, `create_server`
+  (aiohttp's servers) and `getaddrinfo` go through the network's latencies and cuts.
+- **Threads are refused**: `run_in_executor`, and `call_soon_threadsafe` from another thread,
+  raise, since a thread would make a run depend on the OS scheduler.
 """
 
 from __future__ import annotations
