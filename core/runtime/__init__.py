@@ -1,7 +1,7 @@
 """Clocks and randomness as the running event loop provides them.
 
 In production these are the operating system's (`time.monotonic`, `time.time`, an unseeded
-`random.Random`). Under globelog's deterministic simulation (`verify/sim/loop.py`) the event
+`random.Random`). Under globelog's deterministic simulation (`verify/sim/io/loop.py`) the event
 loop is the simulated world: it says so with `virtual_time = True`, and then its virtual time,
 its virtual wall clock and its seeded random source stand in, so a seed replays the same run,
 the times written into records included. Code of the drivers reads time and draws random
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 def _virtual() -> asyncio.AbstractEventLoop | None:
@@ -26,6 +26,13 @@ def monotonic() -> float:
     """Seconds on a clock that never goes back."""
     loop = _virtual()
     return time.monotonic() if loop is None else loop.time()
+
+
+def clock() -> Callable[[], float]:
+    """The monotonic clock for an object to keep (resolved once, off its hot path): the
+    running loop's virtual one under the simulation, `time.monotonic` otherwise."""
+    loop = _virtual()
+    return time.monotonic if loop is None else loop.time
 
 
 def wall_s() -> float:

@@ -91,14 +91,14 @@ class BookieClient:
         config: BookieClientConfig | None = None,
         observe: LatencyObserver | None = None,
         rng: random.Random | None = None,
-        clock: Clock = runtime.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config if config is not None else BookieClientConfig()
         self._pool = BookiePool(resolve, self.config, rng, clock)
         # Batched reads speak BookKeeper's v2 protocol, which a connection cannot mix with v3.
         self._batch_pool = BookiePool(resolve, self.config, rng, clock, BATCH_READ_WIRE)
         self._observe = observe
-        self._clock = clock
+        self._clock = clock if clock is not None else runtime.clock()
         self._pending: dict[str, int] = {}  # bookie id -> requests not yet finished
 
     @classmethod

@@ -56,14 +56,14 @@ class BookiePool:
         resolve: BookieResolver,
         config: BookieClientConfig | None = None,
         rng: random.Random | None = None,
-        clock: Clock = runtime.monotonic,
+        clock: Clock | None = None,
         wire: Wire = V3_WIRE,
     ) -> None:
         self.config = config if config is not None else BookieClientConfig()
         self._resolve = resolve
         self._wire = wire
         self._rng = rng if rng is not None else runtime.new_rng()
-        self._clock = clock
+        self._clock = clock if clock is not None else runtime.clock()
         self._connections: dict[str, BookieConnection] = {}
         self._dialling: dict[str, asyncio.Task[BookieConnection]] = {}
         # Only bookies that failed since their last answer; oldest dropped beyond the bound.

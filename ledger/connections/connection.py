@@ -140,7 +140,7 @@ class BookieConnection(asyncio.Protocol):
         address: str,
         config: ConnectionConfig | None = None,
         on_closed: ClosedCallback | None = None,
-        clock: Clock = runtime.monotonic,
+        clock: Clock | None = None,
         wire: Wire = V3_WIRE,
     ) -> None:
         self.bookie_id = bookie_id
@@ -148,7 +148,7 @@ class BookieConnection(asyncio.Protocol):
         self.config = config if config is not None else ConnectionConfig()
         self.name = describe(bookie_id, address)
         self._on_closed = on_closed
-        self._clock = clock
+        self._clock = clock if clock is not None else runtime.clock()
         self._loop = asyncio.get_running_loop()
         self._window: InflightWindow[Ticket] = InflightWindow(self.config.inflight_max)
         self._wire = wire

@@ -118,6 +118,8 @@ class Ensemble:
             listed = self._watchers.get(path, [])
             if notify in listed:
                 listed.remove(notify)
+            if not listed:
+                self._watchers.pop(path, None)
 
         return stop
 
