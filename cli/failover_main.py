@@ -71,8 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     from localcluster.tools import REPO_ROOT, find_tools
     from localcluster.topology_files import load_local_topology
     from region import event_loop
-    from verify.live.recorder import WorkerFailedError
     from verify.live.run import RunConfig, failover_run
+    from verify.run.recorder import WorkerFailedError
 
     data_dir = Path(args.data_dir or REPO_ROOT / ".cluster").resolve()
     meta = processes.load_meta(data_dir)

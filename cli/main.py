@@ -327,6 +327,7 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
 
 def _run_ledger(args: argparse.Namespace) -> int:
     from cli.ledger_commands import print_audit
+    from global_meta import MetaStore
     from ledger import audit_ledgers
 
     topology = load_checked_topology(args.topology or default_topology_path())
@@ -334,7 +335,8 @@ def _run_ledger(args: argparse.Namespace) -> int:
 
     async def audit() -> tuple[list[dict[str, Any]], bool]:
         await reach.require_zookeeper(topology)
-        return await audit_ledgers(topology, args.ledger_ids, min_regions)
+        async with await MetaStore.of(topology) as store:
+            return await audit_ledgers(store, args.ledger_ids, min_regions)
 
     reports, all_adhere = asyncio.run(audit())
     if args.action == "show":

@@ -81,7 +81,7 @@ async def segments_report(s: Session, name: str) -> list[dict[str, Any]]:
     segments = [v.segment for v in await s.streams.segments(name)]
     min_regions = s.topology.replication.min_regions_for_durability
     ids = [seg.ledger_id for seg in segments]
-    audits, _ = await audit_ledgers(s.topology, ids, min_regions) if ids else ([], True)
+    audits, _ = await audit_ledgers(s.store, ids, min_regions) if ids else ([], True)
     by_ledger = {a["ledger_id"]: a for a in audits}
     locations = {b.bookie_id: (b.region, b.rack) for b in s.topology.bookies}
     report = []

@@ -115,9 +115,9 @@ async def _stop(tasks: list[asyncio.Task[None]], grace_s: float) -> None:
 async def _audit(cluster: Cluster) -> tuple[int, bool]:
     async with await MetaStore.of(cluster.topology, WRITER_REGION) as store:
         segments = await StreamMetaStore(store, NAMESPACE).segments(STREAM)
-    ledger_ids = [v.segment.ledger_id for v in segments]
-    min_regions = cluster.topology.replication.min_regions_for_durability
-    _, adhere = await audit_ledgers(cluster.topology, ledger_ids, min_regions)
+        ledger_ids = [v.segment.ledger_id for v in segments]
+        min_regions = cluster.topology.replication.min_regions_for_durability
+        _, adhere = await audit_ledgers(store, ledger_ids, min_regions)
     return len(ledger_ids), adhere
 
 

@@ -59,6 +59,7 @@ BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 2.0
 # the stream's allocated segment sequence this often, so a change the watch did not report
 # delays it by that much at most instead of stalling it.
 SEGMENT_CHECK_S = 5.0
+CATCH_UP_STEP_S = 0.1  # how often a page's first read looks whether the reader reached the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,9 @@ class LogReader:
         self._read_ahead: asyncio.Task[None] | None = None
         self._end: _End | None = None
         self.position: DLSN | None = None  # where reading starts (resolved by open)
+        # True while the read-ahead has read all that is written and waits for more (a long
+        # poll past the LAC, a new segment), or reached the end: nothing more comes at once.
+        self.at_end = False
 
     @classmethod
     async def open(
@@ -170,6 +174,25 @@ class LogReader:
             raise item
         self._end = _End(sealed=False)
         raise item  # what stopped the read-ahead, as it is
+
+    async def read_next_written(self, wait_s: float, catch_up_s: float) -> LogRecord | None:
+        """The next record for a page of a long poll: waits up to `wait_s` for it once the
+        reader has read all that is written, and up to `catch_up_s` (or `wait_s`, the longer)
+        while it is still reading records that are there. A reader opened far from the end, on
+        slow or distant bookies, must not answer "nothing yet" while records exist: a client
+        asking again with the same short wait would be answered so for ever. None at the end;
+        ReadTimeoutError when nothing came."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while True:
+            waited = loop.time() - began
+            left = (wait_s if self.at_end else max(wait_s, catch_up_s)) - waited
+            if left <= 0:
+                raise ReadTimeoutError(f"stream {self.stream!r}: no record within {waited:.3f} s")
+            try:  # while catching up, look again at whether the reader reached the end
+                return await self.read_next(left if self.at_end else min(left, CATCH_UP_STEP_S))
+            except ReadTimeoutError:
+                continue
 
     @property
     def buffered(self) -> int:
@@ -255,6 +278,7 @@ class LogReader:
         while True:
             segment = await self._next_segment(position.segment)
             if segment is None:
+                self.at_end = True
                 await self._queue.put(_End(sealed=False))
                 return
             if segment.sequence > position.segment:
@@ -266,6 +290,7 @@ class LogReader:
                 )
             outcome = await self._read_segment(segment, position)
             if outcome is not _Outcome.NEXT:
+                self.at_end = True
                 await self._queue.put(_End(sealed=outcome is _Outcome.SEALED))
                 return
             position = position.next_segment()
@@ -285,6 +310,7 @@ class LogReader:
     async def _segment_started(self, sequence: int) -> None:
         """Returns when the segment list changed, or a segment `sequence` or later was
         started (checked every SEGMENT_CHECK_S: the bound on a change the watch missed)."""
+        self.at_end = True
         while True:
             try:
                 async with asyncio.timeout(SEGMENT_CHECK_S):
@@ -371,6 +397,7 @@ class LogReader:
     async def _tail(self, reader: LedgerReader) -> tuple[bool, tuple[int, bytes] | None]:
         """Waits for the entry after the LAC (long poll) or a change of the segment list;
         whether the LAC moved, and the entry the poll brought with it, if any."""
+        self.at_end = True
         lac = reader.lac
         poll = asyncio.ensure_future(reader.wait_for_entry(self.config.long_poll_timeout_ms))
         changed = asyncio.ensure_future(self._changed.wait())
@@ -398,6 +425,7 @@ class LogReader:
         self, reader: LedgerReader, segment: SegmentMetadata, first: int, last: int, slot: int
     ) -> bool:
         """Reads entries first..last and queues their user records; True at end of stream."""
+        self.at_end = False
         bodies = await self._read_entries(reader, segment, first, last, slot)
         return await self._queue_records(segment, first, bodies, slot)
 

@@ -31,15 +31,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core import errors
+from core import errors, runtime
 from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE, RebuildSettings
 from core.topology import Replication
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaSession
 from global_meta.followers import run_together
 from ledger import (
     Layout,
@@ -72,7 +71,7 @@ class AuditCounts:
 class Auditor:
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         client: LedgerClient,
         settings: RebuildSettings,
         name: str,
@@ -157,7 +156,7 @@ class Auditor:
         next_full = self._clock()
         last_ms = await self._under.last_full_check_ms()
         if last_ms is not None:
-            since_s = max(0.0, time.time() - last_ms / 1000)
+            since_s = max(0.0, runtime.wall_s() - last_ms / 1000)
             next_full += max(0.0, self._settings.check_interval_s - since_s)
         while True:
             asked = await self._store.exists(CHECK_NOW_ZNODE)
@@ -227,7 +226,7 @@ class Auditor:
             return bool(replicas) and await self._under.mark(versioned.ledger_id, replicas)
 
         marked = sum((await self._client.visit_ledgers(check)).values())
-        await self._under.full_check_ended(round(time.time() * 1000))
+        await self._under.full_check_ended(round(runtime.wall_s() * 1000))
         self.counts.full_checks += 1
         self.counts.ledgers_marked += marked
         self.counts.last_full_check_s = self._clock()

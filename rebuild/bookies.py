@@ -19,7 +19,7 @@ from typing import Any
 from core import errors
 from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.topology import Topology
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaSession
 from ledger import (
     LedgerClient,
     LedgerState,
@@ -71,7 +71,7 @@ async def holdings(client: LedgerClient) -> Holdings:
 
 
 async def bookie_list(
-    topology: Topology, store: MetaStore, client: LedgerClient
+    topology: Topology, store: MetaSession, client: LedgerClient
 ) -> list[dict[str, Any]]:
     """One row per bookie of the topology (and any unknown one the metadata names)."""
     registered = set(await store.children(AVAILABLE))
@@ -114,14 +114,14 @@ async def bookie_list(
     return rows
 
 
-async def decommissioned(store: MetaStore) -> set[str]:
+async def decommissioned(store: MetaSession) -> set[str]:
     try:
         return set(await store.children(DECOMMISSION_ZNODE))
     except errors.NoNodeError:
         return set()
 
 
-async def decommission(store: MetaStore, bookie_id: str, undo: bool = False) -> None:
+async def decommission(store: MetaSession, bookie_id: str, undo: bool = False) -> None:
     path = f"{DECOMMISSION_ZNODE}/{bookie_id}"
     if undo:
         with contextlib.suppress(errors.NoNodeError):

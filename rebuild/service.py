@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from core import errors
+from core import errors, runtime
 from core.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
-from global_meta import ANY_VERSION, MetaStore
+from global_meta import ANY_VERSION, MetaSession
 from global_meta.followers import Follower
 from ledger import LedgerClient, UnderReplication, VersionedMetadata, pending_copies
 from rebuild.auditor import Auditor
@@ -35,7 +34,7 @@ SIZE_EVERY_S = 15.0
 class Rebuilder:
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         client: LedgerClient,
         settings: RebuildSettings,
         name: str,
@@ -51,7 +50,7 @@ class Rebuilder:
             Follower(f"rebuild worker {name}", self.worker.run),
             Follower(f"rebuilder status {name}", self._report),
         ]
-        self._started_s = time.time()
+        self._started_s = runtime.wall_s()
         self._samples: list[tuple[float, int]] = []  # (clock, bytes copied) for the rate
         self._under = UnderReplication(store)
         self._client = client
@@ -81,7 +80,7 @@ class Rebuilder:
     def copy_rate(self, now: float | None = None) -> float:
         """Bytes copied per second over the samples of the last RATE_WINDOW_S (taken at each
         status report) and now."""
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         copied = self.worker.counts.bytes_copied
         recent = [(t, b) for t, b in self._samples if now - t <= RATE_WINDOW_S]
         if not recent or now <= recent[0][0]:
@@ -90,7 +89,7 @@ class Rebuilder:
         return (copied - first_b) / (now - first_t)
 
     def status(self, now: float | None = None) -> dict[str, Any]:
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         counts = self.worker.counts
         self._samples = [(t, b) for t, b in self._samples if now - t <= RATE_WINDOW_S]
         self._samples.append((now, counts.bytes_copied))
@@ -124,7 +123,7 @@ class Rebuilder:
         """The auditor's view of what is one copy short, and for how long it has been."""
         marked = await self._under.marked()
         self.under_replicated = len(marked)
-        now = time.monotonic()
+        now = runtime.monotonic()
         if marked and self._short_since is None:
             since = self.auditor.counts.lost.values()  # on the auditor's (loop) clock
             ago = max((self.auditor.clock() - s for s in since), default=0.0)
@@ -149,7 +148,7 @@ class Rebuilder:
     def health(self) -> dict[str, Any]:
         """The last published status with its followers' states as they are now (no sample
         of the rate is taken: a health check changes nothing)."""
-        now = time.monotonic()
+        now = runtime.monotonic()
         followers = [f.status().describe(now) for f in self._followers]
         return {**(self.last_status or {"name": self.name, "region": self.region}),
                 "followers": followers}  # fmt: skip
@@ -169,7 +168,7 @@ class Rebuilder:
             await asyncio.sleep(self._settings.report_interval_s)
 
 
-async def read_rebuilders(store: MetaStore) -> list[dict[str, Any]]:
+async def read_rebuilders(store: MetaSession) -> list[dict[str, Any]]:
     """Every live rebuilder's published status, with `published_ms`: when it last came."""
     try:
         names = await store.children(REBUILDERS_ZNODE)

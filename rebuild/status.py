@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from global_meta import MetaStore
+from global_meta import MetaSession
 from ledger import (
     LedgerClient,
     NoSuchLedgerMetadataError,
@@ -22,7 +22,7 @@ from rebuild.service import read_rebuilders
 LOOKUPS_AT_ONCE = 16
 
 
-async def rebuild_status(store: MetaStore, client: LedgerClient) -> dict[str, Any]:
+async def rebuild_status(store: MetaSession, client: LedgerClient) -> dict[str, Any]:
     under = UnderReplication(store)
     claims = await under.claimed()
     slots = asyncio.Semaphore(LOOKUPS_AT_ONCE)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from core.errors import GlobelogError
 from core.rebuild_settings import RebuildSettings
-from global_meta import MetaStore
+from global_meta import MetaSession
 from global_meta.followers import run_together
 from ledger import Claim, LedgerClient, UnderReplication
 from rebuild.pacing import Pacer, pacer_of
@@ -53,7 +53,7 @@ class WorkerCounts:
 class Worker:
     def __init__(
         self,
-        store: MetaStore,
+        store: MetaSession,
         client: LedgerClient,
         settings: RebuildSettings,
         name: str,

@@ -322,10 +322,10 @@ async def _restart_empty(cluster: Cluster, bookie: str) -> None:
     await controller.fault(cluster, find_tools(), "restart", bookie)
 
 
-async def _rule_breaks(cluster: Cluster, client: LedgerClient) -> int:
+async def _rule_breaks(cluster: Cluster, store: MetaStore, client: LedgerClient) -> int:
     ids = await client.ledger_ids()
     reports, _ = await audit_ledgers(
-        cluster.topology, ids, cluster.topology.replication.min_regions_for_durability
+        store, ids, cluster.topology.replication.min_regions_for_durability
     )
     return sum(a["adherence"] == "fail" for r in reports for a in r["audit"])
 
@@ -362,7 +362,7 @@ async def bench(
                     cluster, store, client, losses[0], ["us-east"], args, samples, say
                 )
             )
-            phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+            phases[-1].rule_breaks = await _rule_breaks(cluster, store, client)
             await asyncio.sleep(BASELINE_S)
             phases.append(
                 await globelog_phase(
@@ -376,13 +376,13 @@ async def bench(
                     say,
                 )
             )
-            phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+            phases[-1].rule_breaks = await _rule_breaks(cluster, store, client)
             if not args.skip_bookkeeper:
                 await asyncio.sleep(BASELINE_S)
                 phases.append(
                     await bookkeeper_phase(cluster, tools, store, client, losses[2], samples, say)
                 )
-                phases[-1].rule_breaks = await _rule_breaks(cluster, client)
+                phases[-1].rule_breaks = await _rule_breaks(cluster, store, client)
         finally:
             stop.set()
             await writer

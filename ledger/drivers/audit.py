@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.routes import TOPOLOGY_ZNODE, decode_published
-from core.topology import Topology
-from global_meta import MetaStore
+from global_meta.session import MetaSession
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
@@ -36,50 +35,46 @@ def describe_ledger(versioned: VersionedMetadata) -> dict[str, Any]:
 
 
 async def audit_ledgers(
-    topology: Topology, ledger_ids: list[int], min_regions_default: int
+    store: MetaSession, ledger_ids: list[int], min_regions_default: int
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Audits every ensemble of each ledger; (reports, whether all adhere)."""
+    """Audits every ensemble of each ledger against the published bookie locations; (reports,
+    whether all adhere)."""
     reports = []
     all_adhere = True
-    async with await MetaStore.of(topology) as store:
-        data, _ = await store.get(TOPOLOGY_ZNODE)
-        published = decode_published(data, TOPOLOGY_ZNODE)
-        locations = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
-        ledgers = LedgerMetadataStore(store)
-        for ledger_id in ledger_ids:
-            versioned = await ledgers.read(ledger_id)
-            md = versioned.metadata
-            stored = dict(md.custom_metadata).get(MIN_REGIONS_KEY)
-            min_regions = int(stored.decode()) if stored else min_regions_default
-            entry = describe_ledger(versioned)
-            entry["min_regions_for_durability"] = min_regions
-            entry["audit"] = []
-            for ensemble in md.ensembles:
-                report = audit_ensemble(
-                    ensemble.bookies, locations, md.write_quorum, md.ack_quorum, min_regions
-                )
-                all_adhere &= report.adherence is not Adherence.FAIL
-                entry["audit"].append(
-                    {
-                        "first_entry_id": ensemble.first_entry_id,
-                        "adherence": report.adherence.value,
-                        "text": report.describe(),
-                    }
-                )
-            reports.append(entry)
+    data, _ = await store.get(TOPOLOGY_ZNODE)
+    published = decode_published(data, TOPOLOGY_ZNODE)
+    locations = [LocatedBookie(b.bookie_id, b.region, b.rack) for b in published.bookies]
+    ledgers = LedgerMetadataStore(store)
+    for ledger_id in ledger_ids:
+        versioned = await ledgers.read(ledger_id)
+        md = versioned.metadata
+        stored = dict(md.custom_metadata).get(MIN_REGIONS_KEY)
+        min_regions = int(stored.decode()) if stored else min_regions_default
+        entry = describe_ledger(versioned)
+        entry["min_regions_for_durability"] = min_regions
+        entry["audit"] = []
+        for ensemble in md.ensembles:
+            report = audit_ensemble(
+                ensemble.bookies, locations, md.write_quorum, md.ack_quorum, min_regions
+            )
+            all_adhere &= report.adherence is not Adherence.FAIL
+            entry["audit"].append(
+                {
+                    "first_entry_id": ensemble.first_entry_id,
+                    "adherence": report.adherence.value,
+                    "text": report.describe(),
+                }
+            )
+        reports.append(entry)
     return reports, all_adhere
 
 
 async def audit_replicas(
-    topology: Topology, ledger_ids: list[int], region: str, min_regions_default: int
+    store: MetaSession, config: LedgerConfig, ledger_ids: list[int]
 ) -> list[tuple[int, ReplicaGap]]:
     """Every settled fragment of the ledgers whose bookie does not hold (or cannot serve)
     the first and last entries it should: (ledger id, gap)."""
-    config = LedgerConfig.of(topology, region, min_regions_for_durability=min_regions_default)
-    async with (
-        await MetaStore.of(topology) as store,
-        await LedgerClient.connect(store, config) as client,
-    ):
+    async with await LedgerClient.connect(store, config) as client:
         gaps = await client.visit_ledgers(
             lambda versioned: client.replica_gaps(versioned.ledger_id, versioned), ledger_ids
         )

@@ -195,10 +195,10 @@ async def test_writes_go_on_through_a_region_down_and_stay_durable_in_two_region
         # Every ensemble of every segment, before and after the loss, spans two regions.
         async with await MetaStore.of(services.topology, "us-east") as store:
             segments = await StreamMetaStore(store, namespace).segments("s")
-        ledger_ids = [v.segment.ledger_id for v in segments]
-        assert len(ledger_ids) >= 2, "the new owner wrote a new segment"
-        min_regions = services.topology.replication.min_regions_for_durability
-        reports, adhere = await audit_ledgers(services.topology, ledger_ids, min_regions)
+            ledger_ids = [v.segment.ledger_id for v in segments]
+            assert len(ledger_ids) >= 2, "the new owner wrote a new segment"
+            min_regions = services.topology.replication.min_regions_for_durability
+            reports, adhere = await audit_ledgers(store, ledger_ids, min_regions)
         assert adhere, reports
     finally:
         started = await regions.region_up(services, tools, "us-west")

@@ -35,6 +35,7 @@ class Network:
         self.rng = rng
         self.wan_s = wan_s  # one-way latency between two regions
         self.cut: set[frozenset[str]] = set()  # region pairs that cannot reach each other
+        self.slowed: dict[str, float] = {}  # host name -> extra one-way seconds to other regions
         self._listeners: dict[tuple[str, int], tuple[Host, Callable[[], asyncio.Protocol]]] = {}
         self._connections: list[_Connection] = []
         self.bytes_delivered = 0
@@ -52,6 +53,8 @@ class Network:
             base = LOCAL_S
         else:
             base = self.wan_s[frozenset((a.region, b.region))]
+            if self.slowed:
+                base += self.slowed.get(a.name, 0.0) + self.slowed.get(b.name, 0.0)
         return base * (1 + self.rng.uniform(-JITTER, JITTER))
 
     # -- listening and connecting ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The live failover run's final reads, after the last heal: every stream read in full in every
+"""A failover run's final reads, after the last heal: every stream read in full in every
 region through the region's read proxy (what users read through) and through the ledger client
 (the library), each bounded and written to the history however it ended, a data loss the
 reader reports included, for the checker."""
@@ -6,19 +6,20 @@ reader reports included, for the checker."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import aiohttp
 
+from core import runtime
 from core.dlsn import DLSN
 from core.errors import DataLossError, GlobelogError
-from localcluster.controller import Cluster
-from localcluster.probes import operator_session
-from localcluster.tails import PagedRecord, ProxyPages, proxy_url
+from global_meta.streams import StreamMetaStore
+from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
-from reader.session import ReadSession, read_session
-from verify.live.recorder import Recorder, describe, operating_answer, owned
-from verify.live.workload import READ_RETRY_S
+from reader.session import ReadSession
+from verify.run.deployment import Deployment
+from verify.run.pages import PagedRecord, ProxyPages
+from verify.run.recorder import Recorder, describe, operating_answer, owned
+from verify.run.workload import READ_RETRY_S
 
 # How long a region's read proxy has to serve a stream from its start to its acknowledged end
 # once the run's final reads begin (the last fault was healed AFTER_LAST_HEAL_S and the
@@ -33,18 +34,21 @@ FINAL_PAGE_WAIT_MS = 200  # a page past the acknowledged end only shows nothing 
 
 
 async def proxy_final_reads(
-    cluster: Cluster, namespace: str, streams: list[str], ends: dict[str, DLSN], rec: Recorder
-) -> None:
+    deployment: Deployment, namespace: str, streams: list[str], ends: dict[str, DLSN],
+    rec: Recorder,
+) -> None:  # fmt: skip
     """Every stream through every region's read proxy at once, each bounded."""
     async with (
-        operator_session() as http,
+        deployment.http() as http,
         asyncio.TaskGroup() as group,
     ):
-        for region in cluster.topology.region_names:
-            url = proxy_url(cluster, region, "read")
+        for region in deployment.topology.region_names:
+            url = deployment.read_url(region)
             for stream in streams:
                 read = _proxy_final(http, url, namespace, region, stream, ends.get(stream), rec)
-                group.create_task(owned(f"proxy-final-{region}-{stream}", read))
+                group.create_task(
+                    owned(f"proxy-final-{region}-{stream}", deployment.in_region(region, read))
+                )
 
 
 async def _proxy_final(
@@ -58,7 +62,7 @@ async def _proxy_final(
     records: list[PagedRecord] = []
     last_answer = ""
     ended = f"the {PROXY_READ_BOUND_S:g} s bound ran out"
-    began = time.monotonic()
+    began = runtime.monotonic()
     try:
         async with asyncio.timeout(PROXY_READ_BOUND_S):
             while True:
@@ -76,7 +80,7 @@ async def _proxy_final(
                     break
     except TimeoutError:
         pass
-    detail = f"{ended} after {time.monotonic() - began:.1f} s"
+    detail = f"{ended} after {runtime.monotonic() - began:.1f} s"
     if last_answer:
         detail += f"; last error answered {last_answer}"
     rec.add(process=f"proxy-final-{region}", type="ok", f="proxy-final", stream=stream,
@@ -85,7 +89,7 @@ async def _proxy_final(
 
 
 async def library_final_reads(
-    cluster: Cluster, namespace: str, streams: list[str], rec: Recorder
+    deployment: Deployment, namespace: str, streams: list[str], rec: Recorder
 ) -> list[int]:
     """Every stream in full in every region through the ledger client, each read bounded and
     written to the history however it ended; the ledger ids of every segment (for the
@@ -93,24 +97,39 @@ async def library_final_reads(
     in the history; any other error is raised: the run fails."""
     ledger_ids: list[int] = []
     listed: set[str] = set()  # the streams whose segments were listed for the audits
-    for region in cluster.topology.region_names:
-        unread = list(streams)
-        try:
-            async with read_session(cluster.topology, region, namespace) as session:
-                while unread:
-                    await _library_final(session, region, unread[0], rec)
-                    stream = unread.pop(0)
-                    if stream not in listed:
-                        segments = await session.streams.segments(stream)
-                        ledger_ids += [v.segment.ledger_id for v in segments]
-                        listed.add(stream)
-        except GlobelogError as err:
-            if not operating_answer(err):
-                raise
-            for stream in unread:
-                rec.add(process=f"final-{region}", type="info", f="final", stream=stream,
-                        region=region, records=[], bound_s=LIBRARY_READ_BOUND_S,
-                        detail=f"not read: {describe(err)}")  # fmt: skip
+    for region in deployment.topology.region_names:
+        reads = _library_region(deployment, namespace, region, streams, listed, rec)
+        ledger_ids += await deployment.in_region(region, reads)
+    return ledger_ids
+
+
+async def _library_region(
+    deployment: Deployment, namespace: str, region: str, streams: list[str], listed: set[str],
+    rec: Recorder,
+) -> list[int]:  # fmt: skip
+    """One region's reads of every stream; the ledger ids of the streams not `listed` yet."""
+    ledger_ids: list[int] = []
+    unread = list(streams)
+    try:
+        async with (
+            deployment.meta_session(region) as store,
+            await LedgerClient.connect(store, deployment.ledger_config(region)) as ledgers,
+        ):
+            session = ReadSession(StreamMetaStore(store, namespace), ledgers)
+            while unread:
+                await _library_final(session, region, unread[0], rec)
+                stream = unread.pop(0)
+                if stream not in listed:
+                    segments = await session.streams.segments(stream)
+                    ledger_ids += [v.segment.ledger_id for v in segments]
+                    listed.add(stream)
+    except GlobelogError as err:
+        if not operating_answer(err):
+            raise
+        for stream in unread:
+            rec.add(process=f"final-{region}", type="info", f="final", stream=stream,
+                    region=region, records=[], bound_s=LIBRARY_READ_BOUND_S,
+                    detail=f"not read: {describe(err)}")  # fmt: skip
     return ledger_ids
 
 
@@ -122,7 +141,7 @@ async def _library_final(session: ReadSession, region: str, stream: str, rec: Re
     records: list[list[str | int]] = []
     lost: list[list[str]] = []
     ended = "read to the end"
-    began = time.monotonic()
+    began = runtime.monotonic()
     try:
         async with asyncio.timeout(LIBRARY_READ_BOUND_S):
             reader = await LogReader.open(
@@ -144,7 +163,7 @@ async def _library_final(session: ReadSession, region: str, stream: str, rec: Re
         if not operating_answer(err):
             raise
         ended = f"stopped by {describe(err)}"
-    detail = f"{ended} after {time.monotonic() - began:.1f} s"
+    detail = f"{ended} after {runtime.monotonic() - began:.1f} s"
     detail += "".join(f"; data lost from {first} to {last}" for first, last in lost)
     rec.add(process=f"final-{region}", type="ok" if ended == "read to the end" else "info",
             f="final", stream=stream, region=region, records=records, lost=lost,

@@ -1,4 +1,4 @@
-"""The live failover run's workload: producers appending unique values through the write
+"""A failover run's workload: producers appending unique values through the write
 proxies, readers tailing every stream through each region's read proxy, and the frontier of
 what was acknowledged and read that the run waits on before its final reads."""
 
@@ -11,10 +11,9 @@ import aiohttp
 
 from core.dlsn import DLSN
 from core.errors import GlobelogError, OutcomeUnknownError
-from localcluster.controller import Cluster
-from localcluster.tails import ProxyPages, proxy_url
-from region.client import ProxyClient
-from verify.live.recorder import Recorder, answered, operating_answer
+from verify.run.deployment import Deployment
+from verify.run.pages import ProxyPages
+from verify.run.recorder import Recorder, answered, operating_answer
 
 SEND_DEADLINE_S = 20.0
 READ_RETRY_S = 0.5  # after an error answered (or none), as ReadClient and the demo's readers
@@ -60,18 +59,16 @@ class Frontier:
 
 
 async def produce(
-    cluster: Cluster, namespace: str, region: str, stream: str, idempotent: bool,
+    deployment: Deployment, namespace: str, region: str, stream: str, idempotent: bool,
     interval_s: float, rec: Recorder, frontier: Frontier, values: list[int], stop: asyncio.Event,
 ) -> None:  # fmt: skip
     """One producer per region and stream, so a stream stalled by a fault does not stop the
     sends to the others. An operating answer ends the send as the client says: `info` (it may
     have landed: OutcomeUnknownError) or `fail` (it did not); any other error ends the
     producer, and the run with it."""
-    urls = [proxy_url(cluster, region, "write")] + [
-        proxy_url(cluster, r, "write") for r in cluster.topology.region_names if r != region
-    ]
+    urls = deployment.write_urls(region)
     process = f"w-{region}-{stream}"
-    async with ProxyClient(urls, namespace, deadline_s=SEND_DEADLINE_S) as client:
+    async with deployment.client(urls, namespace, SEND_DEADLINE_S) as client:
         producer = client.producer(stream)
         while not stop.is_set():
             values[0] += 1
@@ -100,15 +97,15 @@ async def produce(
 
 
 async def tail(
-    http: aiohttp.ClientSession, cluster: Cluster, namespace: str, region: str, stream: str,
-    rec: Recorder, frontier: Frontier, stop: asyncio.Event,
+    http: aiohttp.ClientSession, deployment: Deployment, namespace: str, region: str,
+    stream: str, rec: Recorder, frontier: Frontier, stop: asyncio.Event,
 ) -> None:  # fmt: skip
     """Long-polls one stream from its start through the region's read proxy, a page at a
     time, until `stop`: each page is a `poll` in the history, each error answered (or no
     answer) a failed one, retried after READ_RETRY_S as a user's reader would. An answer
     that is not an operating one ends the reader, and the run with it."""
     process = f"r-{region}-{stream}"
-    pages = ProxyPages(http, proxy_url(cluster, region, "read"), namespace, stream)
+    pages = ProxyPages(http, deployment.read_url(region), namespace, stream)
     frontier.read[(region, stream)] = None
     while not stop.is_set():
         try:

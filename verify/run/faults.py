@@ -1,4 +1,4 @@
-"""The faults a live failover run has in force, and their healing: the nemesis registers each
+"""The faults a failover run has in force, and their healing: the nemesis registers each
 fault's undo before it applies the fault, so whatever stops the run (a worker's failure, Ctrl-C,
 an error while the fault is being applied) the run's end heals it, bounded, and says how."""
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from core.errors import GlobelogError
-from verify.live.recorder import Recorder, WorkerFailedError
+from verify.run.recorder import Recorder, WorkerFailedError
 
 # A heal waits for what it brings back: a region's processes restarted and serving again take
 # the cluster's own longest waits (ZooKeeper 60 s, bookies 120 s, proxies 60 s in

@@ -18,7 +18,7 @@ from core.errors import (
     ProxyUnreachableError,
     StreamNotFoundError,
 )
-from localcluster.tails import PagedRecord, ProxyPages, ReadAnswerInvalidError
+from verify.run.pages import PagedRecord, ProxyPages, ReadAnswerInvalidError
 
 pytestmark = pytest.mark.unit
 

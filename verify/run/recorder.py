@@ -1,15 +1,14 @@
-"""What a live failover run writes down and what stops it: the history file's recorder, which
+"""What a failover run writes down and what stops it: the history file's recorder, which
 errors are operating answers (recorded in the history) and which fail the run."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
-from core import errors
+from core import errors, runtime
 from core.errors import GlobelogError
 from verify.history import encode_op
 
@@ -149,10 +148,10 @@ class Recorder:
     """Writes each operation to the history as it is invoked and as it completes."""
 
     file: TextIO
-    began: float = field(default_factory=time.monotonic)
+    began: float = field(default_factory=runtime.monotonic)
     lines: int = 0
 
     def add(self, **op: Any) -> None:
-        op["time"] = round(time.monotonic() - self.began, 4)
+        op["time"] = round(runtime.monotonic() - self.began, 4)
         self.file.write(encode_op(op) + "\n")
         self.lines += 1
