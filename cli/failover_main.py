@@ -17,12 +17,13 @@ import time
 import traceback
 from pathlib import Path
 
+from core import runtime
 from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check
 from verify.history import load_history
 from verify.live.run import FAULT_KINDS, REBUILD_FAULT_KINDS
 from verify.liveness import summarise
-from verify.sim.nemesis import FAULT_KINDS as SIM_FAULT_KINDS
+from verify.sim.run import SIM_FAULT_KINDS
 from verify.sim.seeds import run_simulate_command
 
 
@@ -171,8 +172,26 @@ def add_simulate_command(actions: argparse._SubParsersAction[argparse.ArgumentPa
     simulate_parser = actions.add_parser(
         "simulate", help="the deterministic simulation over many seeds, checked by the checker"
     )
-    simulate_parser.add_argument("--seeds", type=int, default=1000, help="how many seeds")
+    simulate_parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
     simulate_parser.add_argument("--first", type=int, default=0, help="the first seed")
+    simulate_parser.add_argument(
+        "--seed", type=int, default=None, help="replay this one seed here (with --trace: how)"
+    )
+    simulate_parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --seed: the run's events and logs in virtual time, and the smallest "
+        "history the checker still rejects",
+    )
+    simulate_parser.add_argument(
+        "--faults-per-seed", type=int, default=2, help="fault kinds each seed draws"
+    )
+    simulate_parser.add_argument(
+        "--broken",
+        default="",
+        help="guarantees the code skips on purpose, to see the simulation catch it: some of "
+        + ",".join(runtime.FAULTS),
+    )
     simulate_parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes"
     )

@@ -18,6 +18,7 @@ to the caller as it is, once, and ends the reader: a bug is never passed off as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from dataclasses import dataclass
@@ -187,7 +188,7 @@ class LogReader:
         while True:
             waited = loop.time() - began
             left = (wait_s if self.at_end else max(wait_s, catch_up_s)) - waited
-            if left <= 0:
+            if left < 0.001:  # (not 0: a timeout of a few ulps would fire at once, for ever)
                 raise ReadTimeoutError(f"stream {self.stream!r}: no record within {waited:.3f} s")
             try:  # while catching up, look again at whether the reader reached the end
                 return await self.read_next(left if self.at_end else min(left, CATCH_UP_STEP_S))
@@ -357,6 +358,11 @@ class LogReader:
             return _Outcome.NEXT
         entry = start.entry
         first_slot = start.slot
+        if not reader.is_closed and reader.lac < entry:
+            # Where the bookies stand, before any wait: a reader that has not asked does not
+            # know it is behind, and would take itself to be at the end (`at_end`).
+            with contextlib.suppress(EntryUnavailableError):
+                await reader.read_lac()
         lac_asked = False  # a reader that does not follow asks for the LAC once, at its end
         moved = False  # the last long poll brought a newer LAC: the segment is still written
         while True:

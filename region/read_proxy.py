@@ -28,13 +28,13 @@ import contextlib
 import itertools
 import json
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
 
+from core import runtime
 from core.dlsn import DLSN
 from core.errors import (
     BadRequestError,
@@ -201,7 +201,7 @@ class ReadProxy:
     # ------------------------------------------------------------------------ handlers
 
     async def _health(self, request: web.Request) -> web.Response:
-        now_s = time.monotonic()
+        now_s = runtime.monotonic()
         cached = {
             f"{ns}/{s}": c.next_seq
             for (ns, s), c in itertools.islice(reversed(self._caches.items()), HEALTH_STREAMS_MAX)
@@ -353,7 +353,7 @@ class ReadProxy:
     ) -> list[LogRecord]:
         records = await self._page_of(ns, stream, seq, max_records, wait_s, client)
         if records:
-            now_ms = time.time() * 1000
+            now_ms = runtime.wall_s() * 1000
             labels = {"region": self.me.region}
             PROXY_METRICS.delivered.add(len(records), labels)
             for record in records:

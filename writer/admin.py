@@ -10,10 +10,10 @@ retries blindly.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from core import runtime
 from core.dlsn import DLSN
 from core.errors import InvalidRecordError
 from core.segments import ArchiveRef, SegmentMetadata, Truncation
@@ -153,7 +153,7 @@ async def apply_retention(
     if ttl_s <= 0:
         raise InvalidRecordError(f"retention TTL is {ttl_s} s; expected > 0")
     await streams.require(stream)
-    cutoff_ms = (now_ms if now_ms is not None else int(time.time() * 1000)) - int(ttl_s * 1000)
+    cutoff_ms = (now_ms if now_ms is not None else runtime.wall_ms()) - int(ttl_s * 1000)
     segments = await streams.segments(stream)
     expired: list[VersionedSegment] = []
     waiting = None

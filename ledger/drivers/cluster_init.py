@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 
+from core import runtime
 from core.errors import MetadataError, NodeExistsError
 from global_meta import MetaSession
 from global_meta.store import Op
@@ -44,7 +45,7 @@ async def init_cluster_metadata(store: MetaSession, root: str = LEDGERS_ROOT) ->
     initialised already (with a layout globelog reads). Raises MetadataError for a root
     left by something else: a different ledger layout, or a root without an instance id."""
     if await store.exists(root) is None:
-        instance_id = str(uuid.uuid4())
+        instance_id = str(uuid.UUID(int=runtime.new_rng().getrandbits(128), version=4))
         try:
             await store.commit(cluster_root_ops(instance_id, root))
             return instance_id

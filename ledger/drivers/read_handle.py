@@ -64,6 +64,8 @@ EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen
 # A tailing reader whose long polls bring nothing reads the metadata again this often: the
 # bound on how long an ensemble change it was not told of can stall it.
 METADATA_REFRESH_S = 1.0
+# how long a long poll that brought nothing waits for the rest of the write set's LACs
+LAC_ELSEWHERE_S = 1.0
 
 
 class LedgerReader:
@@ -387,7 +389,13 @@ class LedgerReader:
             if response.max_lac is not None:
                 self.lac = max(self.lac, response.max_lac)
             if self.lac < entry_id:
-                return None
+                # Nothing came here. A bookie that missed entries (down while the others
+                # acknowledged them) knows an old LAC, and while the writer is idle no entry
+                # comes to tell it a newer one: ask the rest of the write set.
+                await self._lac_elsewhere([b for b in order if b != bookie])
+                if self.lac < entry_id:
+                    return None
+                return entry_id, await self.read_entry(entry_id)
             if response.body:
                 try:
                     return entry_id, self._codec.decode_entry(response.body, entry_id).payload
@@ -397,6 +405,26 @@ class LedgerReader:
         if empty:
             return "empty"
         raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie answered the long poll")
+
+
+    async def _lac_elsewhere(self, bookies: list[str]) -> None:
+        """Raises the LAC to the highest the last entries of `bookies` carry, from those that
+        answer within LAC_ELSEWHERE_S."""
+
+        async def ask(bookie: str) -> int:
+            response = await self._context.bookies.read_last_entry(bookie, self.ledger_id)
+            return self._codec.decode_last_entry(response.body or b"").lac
+
+        asked = [asyncio.ensure_future(ask(b)) for b in bookies]
+        if not asked:
+            return
+        done, pending = await asyncio.wait(asked, timeout=LAC_ELSEWHERE_S)
+        for late in pending:
+            late.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        answers = [t.exception() or t.result() for t in done]
+        raise_bugs(answers)
+        self.lac = max([self.lac, *(a for a in answers if isinstance(a, int))])
 
 
 def _settle(

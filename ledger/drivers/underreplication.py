@@ -13,7 +13,6 @@ marking, listing, claiming, marking done.
 from __future__ import annotations
 
 import contextlib
-import random
 from dataclasses import dataclass
 
 from core import errors, runtime
@@ -151,7 +150,7 @@ class UnderReplication:
         candidates = [i for i in await self.marked() if i not in skip]
         held = set(await self.claimed())
         free = [i for i in candidates if i not in held]
-        random.shuffle(free)
+        runtime.new_rng().shuffle(free)
         for ledger_id in free:
             claim = await self.claim(ledger_id, holder)
             if claim is not None:

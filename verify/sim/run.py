@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from verify.run.recorder import WorkerFailedError
 from verify.run.run import RunConfig, failover_run
 from verify.sim.deployment import SimDeployment
 from verify.sim.io.cluster import SimCluster
-from verify.sim.io.loop import run
+from verify.sim.io.loop import current_host, run
 
 SIM_FAULT_KINDS = FAULT_KINDS  # every live fault kind; a lost disk needs rebuilders (not yet)
 REGISTER_S = 1.0  # the proxies' first session and registration, before the workload
@@ -60,6 +61,49 @@ class SimResult:
         return self.report.valid and self.failure is None
 
 
+# History ops a trace shows as they are written (besides every send and poll that failed)
+TRACED = frozenset(
+    {"fault", "held", "heal", "catch-up", "proxy-final", "final", "audit", "replicas"}
+)
+
+
+class _TracedHistory(io.StringIO):
+    """The history, with its notable ops shown on the trace as they are recorded."""
+
+    def __init__(self, trace: Callable[[str], None]) -> None:
+        super().__init__()
+        self._trace = trace
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            op = json.loads(line)
+            if op["f"] in TRACED or op["type"] in ("fail", "info"):
+                shown = {k: v for k, v in op.items() if k not in ("time", "records")}
+                if "records" in op:
+                    shown["records"] = len(op["records"])
+                self._trace(f"{_now():9.3f} s  history: {json.dumps(shown, sort_keys=True)}")
+        return super().write(text)
+
+
+class _TraceLogs(logging.Handler):
+    """The real code's log lines on the trace, with the virtual time and the host they ran on."""
+
+    def __init__(self, trace: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self._trace = trace
+
+    def emit(self, record: logging.LogRecord) -> None:
+        host = current_host()
+        where = host.name if host is not None else "world"
+        self._trace(f"{_now():9.3f} s  {where}: {record.levelname.lower()} {record.name}: "
+                    f"{record.getMessage()}")  # fmt: skip
+
+
+def _now() -> float:
+    loop = asyncio._get_running_loop()
+    return 0.0 if loop is None else loop.time()
+
+
 def faults_of(seed: int, config: SimConfig) -> tuple[str, ...]:
     """The fault kinds the seed's nemesis applies, each once at least."""
     chosen = random.Random(seed).sample(
@@ -74,7 +118,7 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
     deployment = SimDeployment(cluster)
     loop = cluster.loop
     faults = faults_of(seed, config)
-    recorded = io.StringIO()
+    recorded = io.StringIO() if config.trace is None else _TracedHistory(config.trace)
     cfg = RunConfig(
         seed=seed,
         seconds=config.seconds,
@@ -86,7 +130,7 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
 
     def progress(line: str) -> None:
         if config.trace is not None:
-            config.trace(f"{loop.time():9.3f} s  {line}")
+            config.trace(f"{loop.time():9.3f} s  run: {line}")
 
     async def main() -> None:
         await cluster.start()
@@ -96,9 +140,13 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
         await loop.spawn(harness, failover_run(deployment, cfg, recorded, progress))
 
     failure = None
-    quiet = logging.getLogger().manager.disable
+    root = logging.getLogger()
+    quiet, level, handlers = root.manager.disable, root.level, root.handlers
     if config.trace is None:
         logging.disable(logging.CRITICAL)  # the real code's logs are the trace's, not a run's
+    else:  # the trace's alone, in virtual time
+        root.handlers = [_TraceLogs(config.trace)]
+        root.setLevel(logging.INFO)
     try:
         with runtime.breaking(*config.broken):
             run(loop, asyncio.wait_for(main(), BOUND_S))
@@ -108,6 +156,7 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
         failure = f"the run did not end within {BOUND_S:g} s of virtual time"
     finally:
         logging.disable(quiet)
+        root.handlers, root.level = handlers, level
     lines = recorded.getvalue().splitlines()
     history = read_history(lines)
     return SimResult(

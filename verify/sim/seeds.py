@@ -1,6 +1,8 @@
-"""`globelog failover simulate`: many seeds of the deterministic simulation (verify.sim),
-spread over worker processes, each judged by the failover checker; a failing seed's history
-is saved for `globelog failover check` and replays with `--first SEED --seeds 1`.
+"""`globelog failover simulate`: many seeds of the failover run on the simulated world
+(verify/sim/run.py: globelog's own proxies, rebuilders and drivers), spread over worker
+processes, each judged by the failover checker; a failing seed's history is saved for
+`globelog failover check`, and `--seed N --trace` replays it with what happened, in virtual
+time, and the smallest history the checker still rejects.
 
 Exit status 0 when every seed passed, 4 when one broke a guarantee or did not finish.
 """
@@ -13,15 +15,18 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from verify.checker import KINDS
-from verify.sim.nemesis import FAULT_KINDS
-from verify.sim.run import SimConfig, simulate
+from core import runtime
+from verify.checker import KINDS, VIOLATIONS
+from verify.minimize import minimal_history
+from verify.run.nemesis import FAULT_KINDS, REBUILD_FAULT_KINDS
+from verify.sim.run import SimConfig, SimResult, simulate
 
-PROGRESS_EVERY_S = 5.0
+PROGRESS_EVERY_S = 10.0
+KNOWN_FAULTS = (*FAULT_KINDS, *REBUILD_FAULT_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,43 +34,63 @@ class SeedOutcome:
     seed: int
     ok: bool
     anomalies: dict[str, int]
-    unfinished: list[str]
+    failure: str | None
     sends: int
     acknowledged: int
     faults: dict[str, int]
+    virtual_s: float
     history: list[str]  # kept only for a failing seed
 
 
-def run_simulate_command(args: argparse.Namespace) -> int:
+def config_of(args: argparse.Namespace) -> SimConfig | str:
+    """The simulation's settings from the command line, or what is wrong with it."""
     faults = tuple(f for f in args.faults.split(",") if f)
-    unknown = sorted(set(faults) - set(FAULT_KINDS))
-    if unknown or args.seeds < 1 or args.first < 0 or args.jobs < 1:
-        problems = []
-        if unknown:
-            problems.append(f"--faults: unknown {unknown} (expected some of {list(FAULT_KINDS)})")
-        if args.seeds < 1:
-            problems.append(f"--seeds {args.seeds}: expected at least 1")
-        if args.first < 0:
-            problems.append(f"--first {args.first}: expected a seed >= 0")
-        if args.jobs < 1:
-            problems.append(f"--jobs {args.jobs}: expected at least 1")
-        print("globelog failover simulate: " + "; ".join(problems), file=sys.stderr)
+    broken = tuple(f for f in args.broken.split(",") if f)
+    problems = []
+    if unknown := sorted(set(faults) - set(KNOWN_FAULTS)):
+        problems.append(f"--faults: unknown {unknown} (expected some of {list(KNOWN_FAULTS)})")
+    if not faults:
+        problems.append("--faults: expected at least one fault kind")
+    if unknown := sorted(set(broken) - set(runtime.FAULTS)):
+        problems.append(f"--broken: unknown {unknown} (expected some of {list(runtime.FAULTS)})")
+    for name, least in (("seeds", 1), ("first", 0), ("jobs", 1), ("faults_per_seed", 1)):
+        if getattr(args, name) < least:
+            flag = "--" + name.replace("_", "-")
+            problems.append(f"{flag} {getattr(args, name)}: expected at least {least}")
+    if args.seed is not None and args.seed < 0:
+        problems.append(f"--seed {args.seed}: expected a seed >= 0")
+    if problems:
+        return "; ".join(problems)
+    return SimConfig(faults=faults, faults_per_seed=args.faults_per_seed, broken=broken)
+
+
+def run_simulate_command(args: argparse.Namespace) -> int:
+    config = config_of(args)
+    if isinstance(config, str):
+        print(f"globelog failover simulate: {config}", file=sys.stderr)
         return 2
+    if args.seed is not None:
+        return _replay(args.seed, config, args.trace)
     seeds = range(args.first, args.first + args.seeds)
     started = time.monotonic()
     outcomes: list[SeedOutcome] = []
     last_report = started
     jobs = min(args.jobs, args.seeds)
+    print(
+        f"globelog failover simulate: seeds {seeds.start}..{seeds.stop - 1} on {jobs} processes",
+        file=sys.stderr,
+        flush=True,
+    )
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        for outcome in pool.imap_unordered(partial(_one_seed, faults), seeds, chunksize=4):
+        for outcome in pool.imap_unordered(partial(_one_seed, config), seeds, chunksize=1):
             outcomes.append(outcome)
             now = time.monotonic()
-            if now - last_report >= PROGRESS_EVERY_S:
+            if now - last_report >= PROGRESS_EVERY_S or len(outcomes) == args.seeds:
                 last_report = now
                 failed = sum(1 for o in outcomes if not o.ok)
                 print(
                     f"  {len(outcomes)}/{args.seeds} seeds, {failed} failed, "
-                    f"{len(outcomes) / (now - started) * 60:.0f} seeds/min",
+                    f"{len(outcomes) / (now - started) * 60:.1f} seeds/min",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -73,26 +98,57 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     outcomes.sort(key=lambda o: o.seed)
     failing = [o for o in outcomes if not o.ok]
     saved = _save_failures(failing, args.out)
-    summary = _summary(outcomes, elapsed, jobs, saved)
+    summary = _summary(outcomes, elapsed, jobs, config, saved)
     print(json.dumps(summary, indent=2) if args.json else _text(summary))
     return 0 if not failing else 4
 
 
-def _one_seed(faults: tuple[str, ...], seed: int) -> SeedOutcome:
-    result = simulate(seed, SimConfig(faults=faults))
+def _one_seed(config: SimConfig, seed: int) -> SeedOutcome:
+    return outcome_of(simulate(seed, config))
+
+
+def outcome_of(result: SimResult) -> SeedOutcome:
     counts = result.report.counts()
     sends = [op for op in result.history if op.f == "send" and op.type != "invoke"]
     injected = Counter(str(op.fault) for op in result.history if op.f == "fault")
     return SeedOutcome(
-        seed,
+        result.seed,
         result.ok,
         {k: v for k, v in counts.items() if v},
-        result.unfinished,
+        result.failure,
         len(sends),
         sum(1 for op in sends if op.type == "ok"),
         dict(injected),
-        [] if result.ok else result.history_lines(),
+        result.virtual_s,
+        [] if result.ok else result.lines,
     )
+
+
+def _replay(seed: int, config: SimConfig, trace: bool) -> int:
+    """One seed in this process; with `trace`, what happened as it happened (virtual time), and
+    for each kind of broken guarantee the smallest history the checker still rejects."""
+    shown = partial(print, flush=True) if trace else None
+    started = time.monotonic()
+    result = simulate(seed, replace(config, trace=shown))
+    elapsed = time.monotonic() - started
+    print(
+        f"seed {seed}: faults {', '.join(result.faults)}; {result.virtual_s:.1f} s virtual in "
+        f"{elapsed:.1f} s; {'passed' if result.ok else 'FAILED'}"
+        + (f"; broken on purpose: {', '.join(config.broken)}" if config.broken else "")
+    )
+    if result.failure:
+        print(f"the run stopped: {result.failure}")
+    seen: set[str] = set()
+    for anomaly in result.report.anomalies:
+        print(f"anomaly {anomaly.describe()}")
+        if not trace or anomaly.kind in seen or anomaly.kind not in VIOLATIONS:
+            continue
+        seen.add(anomaly.kind)
+        smallest = minimal_history(result.history, anomaly.kind, anomaly.stream)
+        print(f"the smallest history still rejected for {anomaly.kind} ({len(smallest)} ops):")
+        for op in smallest:
+            print(f"  {op.time:9.3f} s  {op.describe()}" + (f"  {op.detail}" if op.detail else ""))
+    return 0 if result.ok else 4
 
 
 def _save_failures(failing: list[SeedOutcome], out: Path) -> list[str]:
@@ -108,7 +164,7 @@ def _save_failures(failing: list[SeedOutcome], out: Path) -> list[str]:
 
 
 def _summary(
-    outcomes: list[SeedOutcome], elapsed: float, jobs: int, saved: list[str]
+    outcomes: list[SeedOutcome], elapsed: float, jobs: int, config: SimConfig, saved: list[str]
 ) -> dict[str, object]:
     anomalies = {kind: sum(o.anomalies.get(kind, 0) for o in outcomes) for kind in KINDS}
     faults: Counter[str] = Counter()
@@ -119,13 +175,15 @@ def _summary(
         "first_seed": outcomes[0].seed,
         "seconds": round(elapsed, 1),
         "jobs": jobs,
-        "seeds_per_minute": round(len(outcomes) / elapsed * 60) if elapsed > 0 else None,
+        "seeds_per_minute": round(len(outcomes) / elapsed * 60, 1) if elapsed > 0 else None,
+        "virtual_seconds": round(sum(o.virtual_s for o in outcomes), 1),
+        "broken": list(config.broken),
         "sends": sum(o.sends for o in outcomes),
         "acknowledged": sum(o.acknowledged for o in outcomes),
         "faults": dict(sorted(faults.items())),
         "anomalies": anomalies,
         "failed_seeds": [
-            {"seed": o.seed, "anomalies": o.anomalies, "unfinished": o.unfinished[:5]}
+            {"seed": o.seed, "anomalies": o.anomalies, "failure": o.failure}
             for o in outcomes
             if not o.ok
         ],
@@ -134,22 +192,25 @@ def _summary(
 
 
 def _text(summary: dict[str, object]) -> str:
+    first, count = int(summary["first_seed"]), int(summary["seeds"])  # type: ignore[call-overload]
     lines = [
-        f"seeds {summary['first_seed']}..{int(summary['first_seed']) + int(summary['seeds']) - 1}"  # type: ignore[call-overload]
-        f" ({summary['seeds']}) in {summary['seconds']} s on {summary['jobs']} processes: "
-        f"{summary['seeds_per_minute']} seeds/min",
+        f"seeds {first}..{first + count - 1} ({count}) in {summary['seconds']} s on "
+        f"{summary['jobs']} processes: {summary['seeds_per_minute']} seeds/min "
+        f"({summary['virtual_seconds']} s of virtual time)",
         f"sends completed {summary['sends']}, acknowledged {summary['acknowledged']}",
         "faults: " + ", ".join(f"{k} {v}" for k, v in summary["faults"].items()),  # type: ignore[attr-defined]
         "anomalies (all seeds): " + ", ".join(f"{k} {v}" for k, v in summary["anomalies"].items()),  # type: ignore[attr-defined]
     ]
+    if summary["broken"]:
+        lines.append(f"broken on purpose: {', '.join(summary['broken'])}")  # type: ignore[arg-type]
     failed = summary["failed_seeds"]
     if not failed:
         lines.append("every seed passed")
+    broken = "".join(f" --broken {b}" for b in summary["broken"])  # type: ignore[attr-defined]
     for item in failed:  # type: ignore[attr-defined]
-        seed = item["seed"]
         lines.append(
-            f"FAILED seed {seed}: {item['anomalies']} {item['unfinished']} — replay: "
-            f"globelog failover simulate --first {seed} --seeds 1 --jobs 1"
+            f"FAILED seed {item['seed']}: {item['anomalies']} {item['failure'] or ''} — replay: "
+            f"globelog failover simulate --seed {item['seed']} --trace{broken}"
         )
     for path in summary["histories"]:  # type: ignore[attr-defined]
         lines.append(f"history: {path} (globelog failover check {path})")
