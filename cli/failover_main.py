@@ -187,6 +187,13 @@ def add_simulate_command(actions: argparse._SubParsersAction[argparse.ArgumentPa
         "--faults-per-seed", type=int, default=2, help="fault kinds each seed draws"
     )
     simulate_parser.add_argument(
+        "--seconds", type=float, default=12.0, help="each seed's workload, in virtual time"
+    )
+    simulate_parser.add_argument(
+        "--rate", type=float, default=10.0, help="sends per second of each producer"
+    )
+    simulate_parser.add_argument("--streams", type=int, default=2, help="streams each seed writes")
+    simulate_parser.add_argument(
         "--broken",
         default="",
         help="guarantees the code skips on purpose, to see the simulation catch it: some of "

@@ -53,7 +53,10 @@ def config_of(args: argparse.Namespace) -> SimConfig | str:
         problems.append("--faults: expected at least one fault kind")
     if unknown := sorted(set(broken) - set(runtime.FAULTS)):
         problems.append(f"--broken: unknown {unknown} (expected some of {list(runtime.FAULTS)})")
-    for name, least in (("seeds", 1), ("first", 0), ("jobs", 1), ("faults_per_seed", 1)):
+    for name, least in (
+        ("seeds", 1), ("first", 0), ("jobs", 1), ("faults_per_seed", 1), ("streams", 1),
+        ("seconds", 1), ("rate", 0.1),
+    ):  # fmt: skip
         if getattr(args, name) < least:
             flag = "--" + name.replace("_", "-")
             problems.append(f"{flag} {getattr(args, name)}: expected at least {least}")
@@ -61,7 +64,14 @@ def config_of(args: argparse.Namespace) -> SimConfig | str:
         problems.append(f"--seed {args.seed}: expected a seed >= 0")
     if problems:
         return "; ".join(problems)
-    return SimConfig(faults=faults, faults_per_seed=args.faults_per_seed, broken=broken)
+    return SimConfig(
+        faults=faults,
+        faults_per_seed=args.faults_per_seed,
+        seconds=args.seconds,
+        rate=args.rate,
+        streams=args.streams,
+        broken=broken,
+    )
 
 
 def run_simulate_command(args: argparse.Namespace) -> int:
@@ -178,6 +188,10 @@ def _summary(
         "seeds_per_minute": round(len(outcomes) / elapsed * 60, 1) if elapsed > 0 else None,
         "virtual_seconds": round(sum(o.virtual_s for o in outcomes), 1),
         "broken": list(config.broken),
+        "shape": (
+            f"{config.streams} streams x 3 regions, {config.rate:g} sends/s a producer, "
+            f"{config.seconds:g} s of workload, {config.faults_per_seed} fault kinds a seed"
+        ),
         "sends": sum(o.sends for o in outcomes),
         "acknowledged": sum(o.acknowledged for o in outcomes),
         "faults": dict(sorted(faults.items())),
@@ -197,6 +211,7 @@ def _text(summary: dict[str, object]) -> str:
         f"seeds {first}..{first + count - 1} ({count}) in {summary['seconds']} s on "
         f"{summary['jobs']} processes: {summary['seeds_per_minute']} seeds/min "
         f"({summary['virtual_seconds']} s of virtual time)",
+        f"each seed: {summary['shape']}",
         f"sends completed {summary['sends']}, acknowledged {summary['acknowledged']}",
         "faults: " + ", ".join(f"{k} {v}" for k, v in summary["faults"].items()),  # type: ignore[attr-defined]
         "anomalies (all seeds): " + ", ".join(f"{k} {v}" for k, v in summary["anomalies"].items()),  # type: ignore[attr-defined]
