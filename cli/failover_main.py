@@ -17,14 +17,12 @@ import time
 import traceback
 from pathlib import Path
 
-from core import runtime
 from core.errors import ConfigError
 from verify.checker import KINDS, VIOLATIONS, CheckReport, check
 from verify.history import load_history
 from verify.live.run import FAULT_KINDS, REBUILD_FAULT_KINDS
 from verify.liveness import summarise
-from verify.sim.run import SIM_FAULT_KINDS
-from verify.sim.seeds import run_simulate_command
+from verify.sim.seeds import add_simulate_arguments, run_simulate_command
 
 
 def add_failover_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -169,43 +167,8 @@ def report_text(report: CheckReport, show: int) -> str:
 
 
 def add_simulate_command(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    simulate_parser = actions.add_parser(
-        "simulate", help="the deterministic simulation over many seeds, checked by the checker"
+    add_simulate_arguments(
+        actions.add_parser(
+            "simulate", help="the failover run on globelog's own code over a simulated world"
+        )
     )
-    simulate_parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
-    simulate_parser.add_argument("--first", type=int, default=0, help="the first seed")
-    simulate_parser.add_argument(
-        "--seed", type=int, default=None, help="replay this one seed here (with --trace: how)"
-    )
-    simulate_parser.add_argument(
-        "--trace",
-        action="store_true",
-        help="with --seed: the run's events and logs in virtual time, and the smallest "
-        "history the checker still rejects",
-    )
-    simulate_parser.add_argument(
-        "--faults-per-seed", type=int, default=2, help="fault kinds each seed draws"
-    )
-    simulate_parser.add_argument(
-        "--seconds", type=float, default=12.0, help="each seed's workload, in virtual time"
-    )
-    simulate_parser.add_argument(
-        "--rate", type=float, default=10.0, help="sends per second of each producer"
-    )
-    simulate_parser.add_argument("--streams", type=int, default=2, help="streams each seed writes")
-    simulate_parser.add_argument(
-        "--broken",
-        default="",
-        help="guarantees the code skips on purpose, to see the simulation catch it: some of "
-        + ",".join(runtime.FAULTS),
-    )
-    simulate_parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes"
-    )
-    simulate_parser.add_argument(
-        "--faults", default=",".join(SIM_FAULT_KINDS), help="fault kinds the nemesis draws from"
-    )
-    simulate_parser.add_argument(
-        "--out", type=Path, default=Path("failover-sim"), help="where failing histories go"
-    )
-    simulate_parser.add_argument("--json", action="store_true", help="the summary as JSON")

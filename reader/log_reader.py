@@ -74,6 +74,8 @@ class ReaderConfig:
     # that bounds the delay such a poll adds.
     long_poll_timeout_ms: int = 200
     open_timeout_s: float = 30.0
+    # read_next_written waits this long for a record while records exist (docs/http-api.md)
+    catch_up_s: float = 3.0
 
 
 ARCHIVE_ENTRIES_PER_READ = 256  # entries of an archived segment read at once
@@ -176,10 +178,10 @@ class LogReader:
         self._end = _End(sealed=False)
         raise item  # what stopped the read-ahead, as it is
 
-    async def read_next_written(self, wait_s: float, catch_up_s: float) -> LogRecord | None:
+    async def read_next_written(self, wait_s: float) -> LogRecord | None:
         """The next record for a page of a long poll: waits up to `wait_s` for it once the
-        reader has read all that is written, and up to `catch_up_s` (or `wait_s`, the longer)
-        while it is still reading records that are there. A reader opened far from the end, on
+        reader has read all that is written, and up to the config's `catch_up_s` (or `wait_s`,
+        the longer) while it is still reading records that are there. A reader opened far from the end, on
         slow or distant bookies, must not answer "nothing yet" while records exist: a client
         asking again with the same short wait would be answered so for ever. None at the end;
         ReadTimeoutError when nothing came."""
@@ -187,7 +189,7 @@ class LogReader:
         began = loop.time()
         while True:
             waited = loop.time() - began
-            left = (wait_s if self.at_end else max(wait_s, catch_up_s)) - waited
+            left = (wait_s if self.at_end else max(wait_s, self.config.catch_up_s)) - waited
             if left < 0.001:  # (not 0: a timeout of a few ulps would fire at once, for ever)
                 raise ReadTimeoutError(f"stream {self.stream!r}: no record within {waited:.3f} s")
             try:  # while catching up, look again at whether the reader reached the end

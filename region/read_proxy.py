@@ -71,10 +71,6 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
-# A page read by a reader of its own (before what the stream's read-ahead holds) waits for its
-# first record this long while the reader is still reading records that exist, whatever the
-# request's wait_ms: "nothing yet" is answered only at the end of what is written (docs/http-api.md).
-PAGE_CATCH_UP_S = 3.0
 # A page whose payloads pass this is encoded (base64, JSON) in a thread: a 4 MiB page is tens
 # of milliseconds of encoding, which on the event loop would hold every other client's
 # request for that long; in a thread the loop gets the interpreter back every switch interval.
@@ -343,10 +339,10 @@ class ReadProxy:
         )
         async with reader:
             try:
-                first = await reader.read_next_written(max(wait_s, 0.001), PAGE_CATCH_UP_S)
+                first_record = await reader.read_next_written(max(wait_s, 1e-3))
             except ReadTimeoutError:
                 return None
-        return None if first is None else first.seq
+        return None if first_record is None else first_record.seq
 
     async def _page(
         self, ns: str, stream: str, seq: int, max_records: int, wait_s: float, client: str
@@ -392,11 +388,10 @@ class ReadProxy:
         size = 0  # read until past the page's bytes: the record that passes them is dropped
         async with reader:
             while len(records) < max_records and size <= self.limits.page_bytes_max:
-                try:
-                    if records:
-                        record = await reader.read_next(timeout_s=0.05)
-                    else:
-                        record = await reader.read_next_written(wait_s, PAGE_CATCH_UP_S)
+                try:  # the first record as a long poll waits for it, the next ones briefly
+                    record = await (
+                        reader.read_next(0.05) if records else reader.read_next_written(wait_s)
+                    )
                 except ReadTimeoutError:
                     break
                 if record is None:

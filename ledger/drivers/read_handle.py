@@ -406,7 +406,6 @@ class LedgerReader:
             return "empty"
         raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie answered the long poll")
 
-
     async def _lac_elsewhere(self, bookies: list[str]) -> None:
         """Raises the LAC to the highest the last entries of `bookies` carry, from those that
         answer within LAC_ELSEWHERE_S."""

@@ -30,7 +30,7 @@ from tests.support import security
 from tests.support.sim_thread import SimThread
 from verify.sim.io.loop import SimLoop
 from verify.sim.io.network import Network
-from verify.sim.io.zookeeper import Ensemble, SimMetaStore
+from verify.sim.io.zookeeper import SimMetaStore, ZooKeeperEnsemble
 
 GUARD_S = 15.0  # every await on a real server is bounded by this
 SESSION_TIMEOUT_S = 10.0
@@ -95,7 +95,7 @@ class Simulated:
 
     def __init__(self) -> None:
         self.loop = SimLoop(1)
-        self.ensemble = Ensemble(self.loop, Network(self.loop, self.loop.rng, {}), ["sim"])
+        self.ensemble = ZooKeeperEnsemble(self.loop, Network(self.loop, self.loop.rng, {}), ["sim"])
         self.thread = SimThread(self.loop)
         self.open: list[RealSession] = []
 

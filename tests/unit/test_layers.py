@@ -21,10 +21,13 @@ ALLOWED: dict[str, set[str]] = {
     # the pipeline's sink writes through the write proxies: their client only (NARROW below)
     "pipeline": {"region", "reader", "writer", "global_meta", "core"},
     "verify": {"core"},  # histories and the checker: pure
-    # the simulation drives the pure machines of every layer, as the drivers do
+    # a failover run over any deployment: its workload, nemesis, final reads and audits
+    "verify/run": {"verify", "region", "reader", "ledger", "global_meta", "core"},
+    # the simulated deployment: globelog's own proxies and rebuilders on the simulated world
     "verify/sim": {
         "verify",
         "region",
+        "rebuild",
         "writer",
         "reader",
         "ledger",
@@ -121,22 +124,14 @@ ALLOWED: dict[str, set[str]] = {
 # Arrows that allow only some modules of the imported package.
 NARROW: dict[tuple[str, str], set[str]] = {
     ("pipeline", "region"): {"region.client", "region.registry"},
+    ("verify/run", "region"): {"region.client"},
 }
 # pyspark: the pipeline, and the Spark benchmark's own timed sources
 FOREIGN_ONLY_IN = {"kazoo": {"global_meta"}, "pyspark": {"pipeline", "benchmarks"}}
 # Packages used only through their top-level API (`from ledger import X`, an `__all__`).
 TOP_LEVEL_ONLY = {"ledger"}
-# ...except the ledger's pure machines, which the simulation drives itself.
-LEDGER_MACHINES = {
-    "ledger.codecs.metadata",
-    "ledger.machines.add_events",
-    "ledger.machines.add_state",
-    "ledger.machines.read_lac_state",
-    "ledger.machines.read_state",
-    "ledger.machines.recovery_events",
-    "ledger.machines.recovery_state",
-    "ledger.machines.signals",
-}
+# ...except the failure kinds a simulated bookie answers with (verify/sim/bookie.py).
+SIM_LEDGER = {"ledger.machines.signals"}
 
 # ...and the codecs, which their own micro-benchmark times call by call.
 CODEC_BENCHMARK = REPO / "benchmarks" / "codec.py"
@@ -248,13 +243,39 @@ def test_narrow_arrows_import_only_their_modules(package: str, path: Path) -> No
 )
 def test_other_packages_use_the_ledger_api_only(package: str, path: Path) -> None:
     if package == "verify/sim":
-        assert deep_imports_of(path) <= LEDGER_MACHINES, path.relative_to(REPO)
+        assert deep_imports_of(path) <= SIM_LEDGER, path.relative_to(REPO)
     elif package == "verify/sim/io":
         assert deep_imports_of(path) <= LEDGER_WIRE, path.relative_to(REPO)
     elif path == CODEC_BENCHMARK:
         assert deep_imports_of(path) <= LEDGER_CODECS, path.relative_to(REPO)
     elif package not in TOP_LEVEL_ONLY:
         assert deep_imports_of(path) == set(), path.relative_to(REPO)
+
+
+# The packages whose code the simulation runs rather than copies (issue: the simulation runs
+# the production drivers): verify/sim defines no class of the same name as theirs.
+DRIVER_PACKAGES = ("ledger", "writer", "reader", "region", "placement", "rebuild", "global_meta")
+
+
+def classes_in(folder: Path) -> dict[str, Path]:
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                found[node.name] = path
+    return found
+
+
+def test_the_simulation_defines_no_class_the_drivers_define() -> None:
+    drivers: dict[str, Path] = {}
+    for package in DRIVER_PACKAGES:
+        drivers |= classes_in(REPO / package)
+    simulated = classes_in(REPO / "verify" / "sim")
+    copied = {
+        name: str(path.relative_to(REPO)) for name, path in simulated.items() if name in drivers
+    }
+    assert copied == {}, "verify/sim re-implements what the drivers do: run theirs"
+    assert {"SimLoop", "SimBookie", "SimMetaStore", "SimDeployment"} <= set(simulated)
 
 
 def test_the_ledger_api_names_exist() -> None:

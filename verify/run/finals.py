@@ -6,6 +6,8 @@ reader reports included, for the checker."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 
@@ -103,6 +105,18 @@ async def library_final_reads(
     return ledger_ids
 
 
+@asynccontextmanager
+async def read_session(
+    deployment: Deployment, region: str, namespace: str
+) -> AsyncIterator[ReadSession]:
+    """A reading process's connections in `region`, as the deployment makes them."""
+    async with (
+        deployment.meta_session(region) as store,
+        await LedgerClient.connect(store, deployment.ledger_config(region)) as ledgers,
+    ):
+        yield ReadSession(StreamMetaStore(store, namespace), ledgers)
+
+
 async def _library_region(
     deployment: Deployment, namespace: str, region: str, streams: list[str], listed: set[str],
     rec: Recorder,
@@ -111,11 +125,7 @@ async def _library_region(
     ledger_ids: list[int] = []
     unread = list(streams)
     try:
-        async with (
-            deployment.meta_session(region) as store,
-            await LedgerClient.connect(store, deployment.ledger_config(region)) as ledgers,
-        ):
-            session = ReadSession(StreamMetaStore(store, namespace), ledgers)
+        async with read_session(deployment, region, namespace) as session:
             while unread:
                 await _library_final(session, region, unread[0], rec)
                 stream = unread.pop(0)

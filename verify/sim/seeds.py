@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import time
 from collections import Counter
@@ -23,7 +24,7 @@ from core import runtime
 from verify.checker import KINDS, VIOLATIONS
 from verify.minimize import minimal_history
 from verify.run.nemesis import FAULT_KINDS, REBUILD_FAULT_KINDS
-from verify.sim.run import SimConfig, SimResult, simulate
+from verify.sim.run import SIM_FAULT_KINDS, SimConfig, SimResult, simulate
 
 PROGRESS_EVERY_S = 10.0
 KNOWN_FAULTS = (*FAULT_KINDS, *REBUILD_FAULT_KINDS)
@@ -40,6 +41,47 @@ class SeedOutcome:
     faults: dict[str, int]
     virtual_s: float
     history: list[str]  # kept only for a failing seed
+
+
+def add_simulate_arguments(simulate_parser: argparse.ArgumentParser) -> None:
+    """`globelog failover simulate`'s flags."""
+    simulate_parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
+    simulate_parser.add_argument("--first", type=int, default=0, help="the first seed")
+    simulate_parser.add_argument(
+        "--seed", type=int, default=None, help="replay this one seed here (with --trace: how)"
+    )
+    simulate_parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --seed: the run's events and logs in virtual time, and the smallest "
+        "history the checker still rejects",
+    )
+    simulate_parser.add_argument(
+        "--faults-per-seed", type=int, default=2, help="fault kinds each seed draws"
+    )
+    simulate_parser.add_argument(
+        "--seconds", type=float, default=12.0, help="each seed's workload, in virtual time"
+    )
+    simulate_parser.add_argument(
+        "--rate", type=float, default=10.0, help="sends per second of each producer"
+    )
+    simulate_parser.add_argument("--streams", type=int, default=2, help="streams each seed writes")
+    simulate_parser.add_argument(
+        "--broken",
+        default="",
+        help="guarantees the code skips on purpose, to see the simulation catch it: some of "
+        + ",".join(runtime.FAULTS),
+    )
+    simulate_parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes"
+    )
+    simulate_parser.add_argument(
+        "--faults", default=",".join(SIM_FAULT_KINDS), help="fault kinds the nemesis draws from"
+    )
+    simulate_parser.add_argument(
+        "--out", type=Path, default=Path("failover-sim"), help="where failing histories go"
+    )
+    simulate_parser.add_argument("--json", action="store_true", help="the summary as JSON")
 
 
 def config_of(args: argparse.Namespace) -> SimConfig | str:

@@ -23,7 +23,7 @@ from verify.sim.io.bookie_server import BookieServer
 from verify.sim.io.http import SimConnector
 from verify.sim.io.loop import WALL_EPOCH_S, Host, SimLoop, SimulationError, StuckError, run
 from verify.sim.io.network import Network
-from verify.sim.io.zookeeper import Ensemble, SimMetaStore
+from verify.sim.io.zookeeper import SimMetaStore, ZooKeeperEnsemble
 
 KEY = master_key(b"sim")
 WAN_S = 0.05
@@ -231,7 +231,7 @@ def test_a_zookeeper_session_cut_off_suspends_expires_and_comes_back_new() -> No
     makes a new session (CONNECTED, another id)."""
     loop = SimLoop(5)
     network = Network(loop, loop.rng, {frozenset(pair): 0.02 for pair in _PAIRS})
-    ensemble = Ensemble(loop, network, ["a", "b", "c"])
+    ensemble = ZooKeeperEnsemble(loop, network, ["a", "b", "c"])
     client = loop.add_host("client", "c", "127.0.52.1")
     events: list[tuple[str, float]] = []
     seen: dict[str, object] = {}

@@ -25,7 +25,7 @@ from verify.sim.bookie import SimBookie
 from verify.sim.io.bookie_server import BOOKIE_PORT, BookieServer
 from verify.sim.io.loop import Host, SimLoop
 from verify.sim.io.network import Network
-from verify.sim.io.zookeeper import Ensemble, SimMetaStore
+from verify.sim.io.zookeeper import SimMetaStore, ZooKeeperEnsemble
 
 REGIONS = ("us-east", "us-west", "eu-west")
 # one way, seconds: the realistic profile's shape (docs/failover.md)
@@ -75,7 +75,7 @@ class SimCluster:
         self.shape = shape if shape is not None else Shape()
         self.loop = SimLoop(seed)
         self.network = Network(self.loop, self.loop.rng, self.shape.wan_s)
-        self.ensemble = Ensemble(self.loop, self.network, self.shape.regions)
+        self.ensemble = ZooKeeperEnsemble(self.loop, self.network, self.shape.regions)
         self.topology = _parsed(yaml.safe_dump(self._document()))
         self.bookies: dict[str, SimBookieNode] = {}
         for number, bookie in enumerate(self.topology.bookies):

@@ -1,6 +1,6 @@
 """The simulated ZooKeeper ensemble, and the metadata store globelog's real code uses over it.
 
-`Ensemble` is one ZooKeeper server per region over one znode state (`SimZooKeeper`, held to a
+`ZooKeeperEnsemble` is one ZooKeeper server per region over one znode state (`SimZooKeeper`, held to a
 real ensemble by the contract tests). It serves a client whose region reaches a majority of
 the servers that are up, expires sessions not heard from within their timeout (their
 ephemeral nodes go, and watchers hear of it), and tells watchers of every change.
@@ -54,7 +54,7 @@ EXPIRY_TICK_S = 0.2
 POLL_S = 0.05  # how often a waiting operation looks for a serving server again
 
 
-class Ensemble:
+class ZooKeeperEnsemble:
     """The ZooKeeper ensemble of a simulation: one server in each of `regions`."""
 
     def __init__(self, loop: SimLoop, network: Network, regions: Sequence[str]) -> None:
@@ -150,7 +150,7 @@ class SimMetaStore:
 
     def __init__(
         self,
-        ensemble: Ensemble,
+        ensemble: ZooKeeperEnsemble,
         *,
         op_timeout_s: float = 5.0,
         session_timeout_s: float = 4.0,
@@ -172,7 +172,7 @@ class SimMetaStore:
         self.login = None
 
     @classmethod
-    async def connect(cls, ensemble: Ensemble, **options: float) -> SimMetaStore:
+    async def connect(cls, ensemble: ZooKeeperEnsemble, **options: float) -> SimMetaStore:
         store = cls(ensemble, **options)
         await store._open_session()
         store._pinger = asyncio.get_running_loop().create_task(store._ping(), name="zk-ping")

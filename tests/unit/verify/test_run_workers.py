@@ -1,4 +1,4 @@
-"""The live failover run's workers: which errors are operating answers (history) and which fail
+"""The failover run's workers: which errors are operating answers (history) and which fail
 the run; a failed worker fails the run with its cause instead of vanishing; a tailing reader
 records errors answered as failed polls and goes on; the wait for the readers is bounded."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,18 +20,18 @@ from core.errors import (
     ProxyUnreachableError,
     StreamNotFoundError,
 )
-from localcluster.tails import PagedRecord
 from verify.history import read_history
-from verify.live import run, workload
-from verify.live.faults import FaultsInForce
-from verify.live.recorder import (
+from verify.run import run, workload
+from verify.run.faults import FaultsInForce
+from verify.run.pages import PagedRecord
+from verify.run.recorder import (
     Recorder,
     WorkerFailedError,
     operating_answer,
     owned,
     supervised,
 )
-from verify.live.workload import Frontier
+from verify.run.workload import Frontier
 
 pytestmark = pytest.mark.unit
 
@@ -179,7 +180,6 @@ async def test_a_tail_records_errors_answered_as_failed_polls_and_fails_on_other
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(workload, "ProxyPages", FakePages)
-    monkeypatch.setattr(workload, "proxy_url", lambda *args: "http://127.0.0.1:1")
     monkeypatch.setattr(workload, "READ_RETRY_S", 0)
     FakePages.script = [
         ProxyError("metadata_unavailable", "no ZooKeeper session", True, 503),
@@ -188,9 +188,10 @@ async def test_a_tail_records_errors_answered_as_failed_polls_and_fails_on_other
     ]
     file = io.StringIO()
     frontier = Frontier()
+    deployment = SimpleNamespace(read_url=lambda region: "http://127.0.0.1:1")
     work = workload.tail(
         None,
-        None,
+        deployment,
         "ns",
         "eu-west",
         "s0",

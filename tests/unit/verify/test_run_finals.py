@@ -1,4 +1,4 @@
-"""The live failover run's final reads through the library: a data loss the reader reports is
+"""The failover run's final reads through the library: a data loss the reader reports is
 written to the history with its range and checked (a `lost` anomaly), never a crash of the run;
 every read is bounded, and one that runs out of time (or that an error answered stops) is in the
 history as a read that did not end, which the checker calls `read-unavailable`."""
@@ -18,8 +18,8 @@ from core.dlsn import DLSN
 from core.errors import DataLossError, MetadataUnavailableError, StreamNotFoundError
 from verify.checker import check
 from verify.history import read_history
-from verify.live import finals
-from verify.live.recorder import Recorder
+from verify.run import finals
+from verify.run.recorder import Recorder
 
 pytestmark = pytest.mark.unit
 
@@ -81,7 +81,7 @@ class FakeStreams:
 
 
 @asynccontextmanager
-async def fake_session(topology: Any, region: str, namespace: str) -> AsyncIterator[Any]:
+async def fake_session(deployment: Any, region: str, namespace: str) -> AsyncIterator[Any]:
     yield SimpleNamespace(streams=FakeStreams(region), ledgers=None)
 
 
@@ -102,8 +102,10 @@ def sends(file: io.StringIO) -> Recorder:
 
 
 async def final_reads(rec: Recorder) -> list[int]:
-    cluster = SimpleNamespace(topology=SimpleNamespace(region_names=REGIONS))
-    work = finals.library_final_reads(cluster, "ns", ["s"], rec)  # type: ignore[arg-type]
+    deployment = SimpleNamespace(
+        topology=SimpleNamespace(region_names=REGIONS), in_region=lambda region, work: work
+    )
+    work = finals.library_final_reads(deployment, "ns", ["s"], rec)  # type: ignore[arg-type]
     return await asyncio.wait_for(work, RUN_BOUND_S)
 
 

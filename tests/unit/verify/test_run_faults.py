@@ -1,7 +1,7 @@
-"""The live failover run heals every fault it applied however the run ends: a fault being
-applied when a worker fails, a fault held when the run is interrupted; a heal that fails is
-reported with its cause (the run fails, or an interrupt stays an interrupt). The cluster's
-controls are fakes at their seam (localcluster's controller, regions and wan functions)."""
+"""The failover run heals every fault it applied however the run ends: a fault being applied
+when a worker fails, a fault held when the run is interrupted; a heal that fails is reported
+with its cause (the run fails, or an interrupt stays an interrupt). The deployment is a fake
+at its seam (verify/run/deployment.py), its fault controls logging each call."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 from core.errors import ClusterError
 from verify.history import load_history
-from verify.live import nemesis, run
-from verify.live.recorder import WorkerFailedError
-from verify.live.run import RunConfig, failover_run
+from verify.run import nemesis, run
+from verify.run.recorder import WorkerFailedError
+from verify.run.run import RunConfig
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ class Controls:
         self.pause_never_settles = False  # the SIGSTOP is sent; the wait for it never ends
         self.failing_undos = 0  # how many resumes raise before one works
 
-    async def fault(self, cluster: Any, tools: Any, action: str, name: str) -> str:
+    async def fault(self, action: str, name: str) -> str:
         await asyncio.sleep(0)
         self.log.append(f"{action} {name}")
         if action == "pause":
@@ -44,9 +44,19 @@ class Controls:
             raise ClusterError(f"cluster resume {name}: pid 7 is not running")
         return f"{action} {name} (pid 7)"
 
-    async def wan(self, what: str, *_: Any) -> None:
+    async def pause(self, name: str) -> str:
+        return await self.fault("pause", name)
+
+    async def resume(self, name: str) -> str:
+        return await self.fault("resume", name)
+
+    async def heal(self) -> None:
         await asyncio.sleep(0)
-        self.log.append(what)
+        self.log.append("heal every partition")
+
+    async def unslow(self) -> None:
+        await asyncio.sleep(0)
+        self.log.append("unslow every route")
 
 
 class FakeAdmin:
@@ -66,14 +76,6 @@ class FakeAdmin:
 @pytest.fixture
 def controls(monkeypatch: pytest.MonkeyPatch) -> Controls:
     found = Controls()
-    wan = SimpleNamespace(
-        heal=lambda *a: found.wan("heal every partition", *a),
-        unslow=lambda *a: found.wan("unslow every route", *a),
-    )
-    monkeypatch.setattr(nemesis, "controller", SimpleNamespace(fault=found.fault))
-    monkeypatch.setattr(run, "wan", wan)
-    monkeypatch.setattr(run, "ProxyClient", FakeAdmin)
-    monkeypatch.setattr(run, "proxy_url", lambda *args: "http://127.0.0.1:1")
     monkeypatch.setattr(nemesis, "QUIET_S", 0.0)
     monkeypatch.setattr(nemesis, "HOLD_S", {"pause-bookie": 0.05})
     monkeypatch.setattr(run, "AFTER_LAST_HEAL_S", 0.0)
@@ -88,15 +90,39 @@ async def idle_worker(*args: Any) -> None:
     await stop.wait()
 
 
-def cluster() -> Any:
-    topology = SimpleNamespace(region_names=["r1", "r2"], bookies=[SimpleNamespace(name="b1")])
-    return SimpleNamespace(topology=topology)
+class FakeDeployment:
+    """Two regions, one bookie, proxies nobody reaches: the run's workers are fakes."""
+
+    def __init__(self, controls: Controls) -> None:
+        self.topology = SimpleNamespace(
+            region_names=["r1", "r2"], bookies=[SimpleNamespace(name="b1")]
+        )
+        self.faults = controls
+
+    def in_region(self, region: str, work: Any) -> Any:
+        return work
+
+    def write_urls(self, region: str) -> list[str]:
+        return ["http://127.0.0.1:1"]
+
+    def client(self, *_: Any) -> FakeAdmin:
+        return FakeAdmin()
+
+    def http(self) -> FakeAdmin:
+        return FakeAdmin()
 
 
-async def start(tmp_path: Path, lines: list[str]) -> asyncio.Task[Any]:
+async def start(tmp_path: Path, lines: list[str], controls: Controls) -> asyncio.Task[Any]:
     cfg = RunConfig(seed=1, seconds=0.0, faults=("pause-bookie",), out=tmp_path)
-    work = failover_run(cluster(), None, cfg, lines.append)  # type: ignore[arg-type]
-    return asyncio.create_task(work)
+    file = (tmp_path / "history.jsonl").open("w", encoding="utf-8")
+
+    async def work() -> None:
+        try:
+            await run.failover_run(FakeDeployment(controls), cfg, file, lines.append)  # type: ignore[arg-type]
+        finally:
+            file.close()
+
+    return asyncio.create_task(work())
 
 
 async def test_a_fault_being_applied_when_a_worker_fails_is_healed_at_the_end(
@@ -110,7 +136,7 @@ async def test_a_fault_being_applied_when_a_worker_fails_is_healed_at_the_end(
 
     monkeypatch.setattr(run, "produce", fails_once_paused)
     with pytest.raises(WorkerFailedError, match="w-r1-s0 failed: KeyError"):
-        await asyncio.wait_for(await start(tmp_path, []), RUN_BOUND_S)
+        await asyncio.wait_for(await start(tmp_path, [], controls), RUN_BOUND_S)
     assert controls.log[0] == "pause b1"
     assert "resume b1" in controls.log, "the process was left stopped"
     assert controls.log[-2:] == ["heal every partition", "unslow every route"]
@@ -123,7 +149,7 @@ async def test_a_heal_failing_as_the_run_is_interrupted_is_printed_and_the_inter
 ) -> None:
     controls.failing_undos = 1
     lines: list[str] = []
-    running = await start(tmp_path, lines)
+    running = await start(tmp_path, lines, controls)
     await asyncio.wait_for(controls.paused.wait(), RUN_BOUND_S)
     await asyncio.sleep(0.01)  # the fault is held
     running.cancel()  # what Ctrl-C does to asyncio.run's main task
@@ -142,7 +168,7 @@ async def test_a_heal_that_fails_fails_the_run_with_its_cause_and_is_tried_again
 ) -> None:
     controls.failing_undos = 2
     with pytest.raises(WorkerFailedError) as failed:
-        await asyncio.wait_for(await start(tmp_path, []), RUN_BOUND_S)
+        await asyncio.wait_for(await start(tmp_path, [], controls), RUN_BOUND_S)
     assert [who for who, _ in failed.value.causes] == ["nemesis", "heal"]
     assert "nemesis failed: HealFailedError: heal of pause b1: ClusterError" in str(failed.value)
     for _, cause in failed.value.causes:
@@ -161,7 +187,7 @@ async def test_an_interrupt_as_a_worker_fails_stays_an_interrupt_and_the_fault_i
             raise KeyError("records") from None
 
     monkeypatch.setattr(run, "produce", fails_as_it_is_stopped)
-    running = await start(tmp_path, [])
+    running = await start(tmp_path, [], controls)
     await asyncio.wait_for(controls.paused.wait(), RUN_BOUND_S)
     running.cancel()  # Ctrl-C, while the fault is held
     with pytest.raises(asyncio.CancelledError):
