@@ -27,6 +27,7 @@ from ledger.drivers.batch_reads import can_batch, read_batched
 from ledger.drivers.context import LedgerContext
 from ledger.drivers.handle_errors import raise_bugs
 from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.requests import LedgerRequests
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import (
     EntryMissingError,
@@ -40,22 +41,18 @@ from ledger.machines.read_lac_state import (
     CompleteReadLac,
     FailReadLac,
     LacAction,
-    LacReadFailed,
-    LacReplied,
     ReadLacState,
     SendReadLac,
 )
 from ledger.machines.read_state import (
     CompleteRead,
-    EntryRead,
-    EntryReadFailed,
     EntryReadState,
     FailRead,
     ReadAction,
     ReadFailure,
     SendRead,
 )
-from ledger.machines.signals import RecordHealth, failure_kind
+from ledger.machines.signals import RecordHealth
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +82,7 @@ class LedgerReader:
         self._versioned = versioned
         metadata = versioned.metadata
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
+        self._requests = LedgerRequests(context.bookies, self.ledger_id, self._codec)
         closed = metadata.state is LedgerState.CLOSED
         self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
         self._refreshed_at_s = context.clock()
@@ -159,13 +157,7 @@ class LedgerReader:
                 self._context.record_health(action)
 
     async def _read_last(self, bookie: str, runner: MachineRunner[LacAction]) -> None:
-        try:
-            response = await self._context.bookies.read_last_entry(bookie, self.ledger_id)
-            entry = self._codec.decode_last_entry(response.body or b"")
-        except GlobelogError as err:
-            runner.feed(LacReadFailed(bookie, failure_kind(err)))
-        else:
-            runner.feed(LacReplied(bookie, entry.lac, entry.length))
+        runner.feed(await self._requests.last(bookie))
 
     async def read_explicit_lac(self) -> int:
         """The LAC the bookies hold (explicit LAC or their last entry's), any one will do."""
@@ -269,18 +261,12 @@ class LedgerReader:
     async def _read_one(
         self, action: SendRead, runner: MachineRunner[ReadAction], bodies: dict[str, bytes]
     ) -> None:
-        try:
-            response = await self._context.bookies.read_entry(
-                action.bookie, self.ledger_id, action.entry_id
-            )
-            entry = self._codec.decode_entry(response.body or b"", action.entry_id)
-        except GlobelogError as err:
-            runner.feed(EntryReadFailed(action.entry_id, action.bookie, failure_kind(err)))
-            return
-        if response.max_lac is not None:
-            self.lac = max(self.lac, response.max_lac)
-        bodies[action.bookie] = entry.payload
-        runner.feed(EntryRead(action.entry_id, action.bookie, len(entry.payload), entry.length))
+        read = await self._requests.read(action)
+        if read.max_lac is not None:
+            self.lac = max(self.lac, read.max_lac)
+        if read.payload is not None:
+            bodies[action.bookie] = read.payload
+        runner.feed(read.event)
 
     async def read_entries(self, first: int, last: int) -> list[bytes]:
         """Payloads of entries first..last (inclusive), in order: with batched reads where one

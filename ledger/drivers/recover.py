@@ -8,11 +8,11 @@ leaves the ledger IN_RECOVERY, and anyone may run it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from core import runtime
 from core.errors import GlobelogError
@@ -20,10 +20,10 @@ from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from ledger.drivers.context import LedgerContext, update_metadata, with_ensemble
 from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.requests import LedgerRequests
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
 from ledger.machines.add_events import (
-    AddAcked,
     AddErrorKind,
     AddFailed,
     ChangeEnsemble,
@@ -33,12 +33,15 @@ from ledger.machines.add_events import (
     EnsembleChangeFailed,
     SendAdd,
 )
-from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
-from ledger.machines.read_state import CompleteRead, EntryRead, EntryReadFailed, SendRead
+from ledger.machines.read_lac_state import LacReadFailed, SendReadLac
+from ledger.machines.read_state import CompleteRead, EntryReadFailed, SendRead
 from ledger.machines.recovery_events import FailRecovery, RecoveryAction
 from ledger.machines.recovery_state import RecoveryConfig, RecoveryState
-from ledger.machines.signals import RecordHealth, failure_kind
+from ledger.machines.signals import RecordHealth
 from placement import PlacementError
+
+E = TypeVar("E")
+FAILED = (AddFailed, EntryReadFailed, LacReadFailed)  # the answers that count a bookie failed
 
 
 class _AlreadyClosedError(Exception):
@@ -140,8 +143,9 @@ class _Recovery:
         self._marking: asyncio.Future[VersionedMetadata] | None = None
         self._write_close = write_close
         self.closing: LedgerMetadata | None = None  # the close left to the caller
-        self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
-        self._key = master_key(metadata.password)
+        codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
+        key = master_key(metadata.password)
+        self._requests = LedgerRequests(context.bookies, self.ledger_id, codec, key)
         self._ensemble = metadata.current_ensemble
         config = RecoveryConfig(read_timeout_s=context.config.read_timeout_s)
         self._state = RecoveryState(metadata, now_s=context.clock(), config=config)
@@ -178,17 +182,17 @@ class _Recovery:
         view = self._context.placement.cluster.by_id
         return ", ".join(f"{b} ({view[b].region})" if b in view else b for b in sorted(silent))
 
-    @contextlib.contextmanager
-    def _asking(self, bookie: str) -> Iterator[None]:
-        """Counts a request to `bookie` as unanswered until it returns (or fails)."""
+    async def _ask(self, bookie: str, request: Awaitable[E]) -> E:
+        """Awaits one request to `bookie`, counted as unanswered until it returns, and the
+        bookie as failed when its answer is a failure."""
         self._waiting[bookie] = self._waiting.get(bookie, 0) + 1
         try:
-            yield
-        except GlobelogError:
-            self._failed.add(bookie)
-            raise
+            event = await request
         finally:
             self._waiting[bookie] -= 1
+        if isinstance(event, FAILED):
+            self._failed.add(bookie)
+        return event
 
     def _execute(self, action: RecoveryAction) -> None:
         match action:
@@ -218,53 +222,21 @@ class _Recovery:
                 self._context.record_health(action)
 
     async def _fence(self, bookie: str) -> None:
-        try:
-            with self._asking(bookie):
-                response = await self._context.bookies.read_last_entry(
-                    bookie,
-                    self.ledger_id,
-                    fence=not runtime.broken(runtime.SKIP_FENCING),
-                    master_key=self._key,
-                )
-            entry = self._codec.decode_last_entry(response.body or b"")
-        except GlobelogError as err:
-            self._runner.feed(LacReadFailed(bookie, failure_kind(err)))
-        else:
-            self._runner.feed(LacReplied(bookie, entry.lac, entry.length))
+        fence = not runtime.broken(runtime.SKIP_FENCING)
+        self._runner.feed(await self._ask(bookie, self._requests.last(bookie, fence=fence)))
 
     async def _read(self, action: SendRead) -> None:
-        try:
-            with self._asking(action.bookie):
-                response = await self._context.bookies.read_entry(
-                    action.bookie,
-                    self.ledger_id,
-                    action.entry_id,
-                    fence=action.fence and not runtime.broken(runtime.SKIP_FENCING),
-                    master_key=self._key,
-                )
-            entry = self._codec.decode_entry(response.body or b"", action.entry_id)
-        except GlobelogError as err:
-            self._runner.feed(EntryReadFailed(action.entry_id, action.bookie, failure_kind(err)))
-            return
-        self._bodies[(action.entry_id, action.bookie)] = entry.payload
-        self._runner.feed(
-            EntryRead(action.entry_id, action.bookie, len(entry.payload), entry.length)
-        )
+        fence = action.fence and not runtime.broken(runtime.SKIP_FENCING)
+        read = await self._ask(action.bookie, self._requests.read(action, fence=fence))
+        if read.payload is not None:
+            self._bodies[(action.entry_id, action.bookie)] = read.payload
+        self._runner.feed(read.event)
 
     async def _add(self, action: SendAdd) -> None:
         payload = self._recovered.get(action.entry_id)
         if payload is None or await self._confirmed() is None:
             return
-        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
-        try:
-            with self._asking(action.bookie):
-                await self._context.bookies.add_entry(
-                    action.bookie, self.ledger_id, action.entry_id, self._key, body, recovery=True
-                )
-        except GlobelogError as err:
-            self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(err)))
-        else:
-            self._runner.feed(AddAcked(action.entry_id, action.bookie))
+        self._runner.feed(await self._ask(action.bookie, self._requests.add(action, payload)))
 
     def _change_ensemble(self, action: ChangeEnsemble) -> None:
         # Recovery's changes are written with the close (persist is False), so decide now.

@@ -19,6 +19,7 @@ from ledger.connections.bookie_client import add_frames
 from ledger.drivers.context import LedgerContext, require_open, update_metadata, with_ensemble
 from ledger.drivers.handle_errors import add_error, raise_bugs
 from ledger.drivers.metadata_store import VersionedMetadata
+from ledger.drivers.requests import LedgerRequests
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import LedgerClosedError, LedgerFencedError, LedgerHandleError
 from ledger.machines.add_events import (
@@ -58,6 +59,9 @@ class LedgerWriter:
         self._versioned = versioned
         self._codec = EntryCodec(self.ledger_id, metadata.digest_type, metadata.password)
         self._master_key = master_key(metadata.password)
+        self._requests = LedgerRequests(
+            context.bookies, self.ledger_id, self._codec, self._master_key
+        )
         config = AddConfig(add_timeout_s=context.config.add_timeout_s)
         self._state = AddState(
             metadata.current_ensemble,
@@ -252,20 +256,7 @@ class LedgerWriter:
         if payload is None:
             self._skipped(action)
             return
-        body = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
-        try:
-            await self._context.bookies.add_entry(
-                action.bookie,
-                self.ledger_id,
-                action.entry_id,
-                self._master_key,
-                body,
-                action.recovery,
-            )
-        except GlobelogError as err:
-            self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(err)))
-        else:
-            self._runner.feed(AddAcked(action.entry_id, action.bookie))
+        self._runner.feed(await self._requests.add(action, payload))
 
     def _complete(self, action: CompleteAdds) -> None:
         now_s = self._context.clock()
