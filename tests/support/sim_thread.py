@@ -5,6 +5,9 @@ of contract cases can await a real component and a simulated one alike."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -32,3 +35,19 @@ class SimThread:
     def close(self) -> None:
         self._thread.submit(self.loop.close).result()
         self._thread.shutdown()
+
+
+def under_hash_seeds(script: str, *args: str, hash_seeds: tuple[int, ...] = (1, 2)) -> list[str]:
+    """What `script` prints in a new process under each hash seed (other set and dict orders
+    of strings): a seed that replays prints the same every time."""
+    return [
+        subprocess.run(
+            [sys.executable, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+        ).stdout
+        for hash_seed in hash_seeds
+    ]

@@ -9,19 +9,20 @@ A failing seed replays alone: globelog failover simulate --seed N --trace."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
 from core import runtime
+from tests.support.sim_thread import under_hash_seeds
 from verify.history import Op
 from verify.minimize import minimal_history
 from verify.sim.run import SIM_FAULT_KINDS, SimConfig, SimResult, faults_of, simulate
 
 SEEDS = int(os.environ.get("GLOBELOG_SIM_SEEDS", "6"))
+CAUGHT_WITHIN = 6  # seeds the failover run takes to catch a broken guarantee
 # Seeds that found a bug in production code; each passes since its fix.
 FOUND = {
     # A read proxy's page from before its read-ahead read by a reader of its own answered
@@ -75,21 +76,9 @@ print(hashlib.sha256("\\n".join(r.lines).encode()).hexdigest(), r.virtual_s, r.e
 def test_a_seed_replays_exactly_in_another_process() -> None:
     """Another process with another hash seed (other set and dict orders of strings) replays
     the seed to the byte: its history, its virtual time, its ZooKeeper operations and bytes."""
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", FINGERPRINT, "2"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
-        ).stdout
-        for hash_seed in (1, 2)
-    ]
+    runs = under_hash_seeds(FINGERPRINT, "2")
     assert runs[0] == runs[1] != ""
     here = simulate(2)
-    import hashlib
-
     digest = hashlib.sha256("\n".join(here.lines).encode()).hexdigest()
     assert runs[0].split()[0] == digest
 
@@ -110,9 +99,6 @@ def test_forgetting_the_producer_table_is_caught_and_shown_small() -> None:
             print(f"{runtime.FORGET_PRODUCERS}: caught at seed {seed}; {len(smallest)} ops")
             return
     pytest.fail(f"{runtime.FORGET_PRODUCERS}: not caught within {CAUGHT_WITHIN} seeds")
-
-
-CAUGHT_WITHIN = 6
 
 
 def _sends_of(history: list[Op]) -> list[Op]:

@@ -13,10 +13,7 @@ and the run must see it."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,6 +23,7 @@ from core import runtime
 from core.errors import GlobelogError
 from region.client import ReadClient
 from region.client.proxy_client import ProxyClient
+from tests.support.sim_thread import under_hash_seeds
 from verify.sim import proxies
 from verify.sim.io.cluster import SimCluster
 from verify.sim.io.http import SimConnector
@@ -160,15 +158,5 @@ print(r.outcome.acknowledged, r.outcome.read, r.outcome.longest_wait_s, r.loop.t
 def test_a_seed_replays_exactly_in_another_process() -> None:
     """A failing seed is a bug report: another process (another hash seed, so other set and
     dict orders of strings) replays it to the byte."""
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", FINGERPRINT],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
-        ).stdout
-        for hash_seed in (1, 2)
-    ]
+    runs = under_hash_seeds(FINGERPRINT)
     assert runs[0] == runs[1] != ""
