@@ -26,8 +26,8 @@ from verify.run.nemesis import FAULT_KINDS
 from verify.run.recorder import WorkerFailedError
 from verify.run.run import RunConfig, failover_run
 from verify.sim.deployment import SimDeployment
-from verify.sim.io.cluster import SimCluster
-from verify.sim.io.loop import current_host, run
+from verify.sim.io.cluster import Shape, SimCluster
+from verify.sim.io.loop import SimulationError, current_host, run
 
 SIM_FAULT_KINDS = FAULT_KINDS  # every live fault kind; a lost disk needs rebuilders (not yet)
 REGISTER_S = 1.0  # the proxies' first session and registration, before the workload
@@ -41,6 +41,7 @@ class SimConfig:
     seconds: float = 12.0  # the workload's virtual time
     rate: float = 10.0  # sends per second per producer
     streams: int = 2
+    racks: int = 2  # racks a region, a bookie each
     broken: tuple[str, ...] = ()  # core.runtime faults switched on in the real code
     trace: Callable[[str], None] | None = None  # the run's progress lines, with virtual time
 
@@ -114,7 +115,7 @@ def faults_of(seed: int, config: SimConfig) -> tuple[str, ...]:
 
 def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
     config = config or SimConfig()
-    cluster = SimCluster(seed)
+    cluster = SimCluster(seed, Shape(racks=config.racks))
     deployment = SimDeployment(cluster)
     loop = cluster.loop
     faults = faults_of(seed, config)
@@ -154,6 +155,8 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
         failure = str(err)
     except TimeoutError:
         failure = f"the run did not end within {BOUND_S:g} s of virtual time"
+    except SimulationError as err:  # stuck, or spinning: a hang, in virtual time
+        failure = f"{type(err).__name__}: {err}"
     finally:
         logging.disable(quiet)
         root.handlers, root.level = handlers, level

@@ -67,6 +67,9 @@ def add_simulate_arguments(simulate_parser: argparse.ArgumentParser) -> None:
     )
     simulate_parser.add_argument("--streams", type=int, default=2, help="streams each seed writes")
     simulate_parser.add_argument(
+        "--racks", type=int, default=2, help="racks in each region, a bookie in each"
+    )
+    simulate_parser.add_argument(
         "--broken",
         default="",
         help="guarantees the code skips on purpose, to see the simulation catch it: some of "
@@ -97,7 +100,7 @@ def config_of(args: argparse.Namespace) -> SimConfig | str:
         problems.append(f"--broken: unknown {unknown} (expected some of {list(runtime.FAULTS)})")
     for name, least in (
         ("seeds", 1), ("first", 0), ("jobs", 1), ("faults_per_seed", 1), ("streams", 1),
-        ("seconds", 1), ("rate", 0.1),
+        ("seconds", 1), ("rate", 0.1), ("racks", 2),
     ):  # fmt: skip
         if getattr(args, name) < least:
             flag = "--" + name.replace("_", "-")
@@ -112,6 +115,7 @@ def config_of(args: argparse.Namespace) -> SimConfig | str:
         seconds=args.seconds,
         rate=args.rate,
         streams=args.streams,
+        racks=args.racks,
         broken=broken,
     )
 
@@ -232,7 +236,8 @@ def _summary(
         "broken": list(config.broken),
         "shape": (
             f"{config.streams} streams x 3 regions, {config.rate:g} sends/s a producer, "
-            f"{config.seconds:g} s of workload, {config.faults_per_seed} fault kinds a seed"
+            f"{config.seconds:g} s of workload, {config.faults_per_seed} fault kinds a seed, "
+            f"{config.racks} bookies a region"
         ),
         "sends": sum(o.sends for o in outcomes),
         "acknowledged": sum(o.acknowledged for o in outcomes),

@@ -19,9 +19,18 @@ from ledger.codecs.entry import DigestType, EntryCodec, master_key
 from ledger.connections.bookie_client import BookieClient
 from ledger.errors import BookieTimeoutError, BookieUnavailableError, ConnectionLostError
 from verify.sim.bookie import SimBookie
+from verify.sim.io import loop as loop_module
 from verify.sim.io.bookie_server import BookieServer
 from verify.sim.io.http import SimConnector
-from verify.sim.io.loop import WALL_EPOCH_S, Host, SimLoop, SimulationError, StuckError, run
+from verify.sim.io.loop import (
+    WALL_EPOCH_S,
+    Host,
+    SimLoop,
+    SimulationError,
+    SpinningError,
+    StuckError,
+    run,
+)
 from verify.sim.io.network import Network
 from verify.sim.io.zookeeper import SimMetaStore, ZooKeeperEnsemble
 
@@ -121,6 +130,26 @@ def test_threads_and_waits_on_nothing_are_refused() -> None:
 
     with pytest.raises(StuckError, match="nothing is ready"):
         run(SimLoop(1), forever())
+
+
+def test_a_loop_that_retries_at_once_for_ever_is_called_spinning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A timeout of a few ulps fires at once without moving virtual time (the float trap the
+    page reader fell into): the simulation ends it instead of hanging."""
+    monkeypatch.setattr(loop_module, "SPIN_TURNS_MAX", 10_000)
+
+    async def retries() -> None:
+        await asyncio.sleep(30.0)  # where 1e-18 s is below a float's step: time cannot move
+        while True:
+            try:
+                async with asyncio.timeout(1e-18):
+                    await asyncio.get_running_loop().create_future()
+            except TimeoutError:
+                continue
+
+    with pytest.raises(SpinningError, match="without virtual time moving"):
+        run(SimLoop(1), retries())
 
 
 def test_the_real_client_sees_a_reset_a_refusal_and_then_silence() -> None:
