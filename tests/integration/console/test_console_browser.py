@@ -178,7 +178,12 @@ async def visit_runs_and_audit(browser: Browser, page: Page, url: str, shots: Pa
     await page.goto(url + "/runs")
     await page.screenshot(path=str(shots / "console-runs.png"), full_page=True)
     await page.click("text=run-1")
-    assert await page.locator("#timeline-png").evaluate("img => img.naturalWidth") > 0
+    # the plot loaded and drew (its load is not part of the click's navigation)
+    await page.wait_for_function(
+        "() => { const img = document.querySelector('#timeline-png');"
+        " return img !== null && img.complete && img.naturalWidth > 0; }",
+        timeout=15_000,
+    )
     await page.screenshot(path=str(shots / "console-run.png"), full_page=True)
     await page.goto(url + "/audit")
     assert await page.locator("#audit").count() == 1
@@ -329,7 +334,8 @@ async def test_a_read_only_token_sees_no_change_control_and_a_forged_one_is_refu
         await admin.goto(f"{console.url}/streams/{namespace}/s")
         admin.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
         await admin.click("#act-release")
-        await expect(admin.locator("#action-result")).to_contain_text("released")
+        # through the proxies: a takeover's worth of time on a loaded machine
+        await expect(admin.locator("#action-result")).to_contain_text("released", timeout=15_000)
         entries = [json.loads(line) for line in console.audit.read_text().splitlines()]
         refused = [e for e in entries if e["subject"] == "console-tester"]
         done = [e for e in entries if e["outcome"] == "ok"]
