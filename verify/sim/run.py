@@ -1,10 +1,10 @@
 """One seed of the failover run (verify/run/run.py) on the simulated world, with globelog's own
-proxies, drivers, writers, readers, ownership and idempotence running over it.
+proxies, rebuilders, drivers, writers, readers, ownership and idempotence running over it.
 
 The run is the one `globelog failover run` makes on the local cluster: producers in every
 region (half of them idempotent) and tailing readers through the proxies, a nemesis, final
-reads through every region's read proxy and through the library, the ensemble audits, and the
-checker on the history. A seed draws which fault kinds its nemesis applies (two by default),
+reads through every region's read proxy and through the library, the ensemble audits, a full
+check by the rebuilders and the copy audit, and the checker on the history. A seed draws which fault kinds its nemesis applies (two by default),
 and everything else from there: the simulated loop's virtual time, jitter, the faults'
 targets. `simulate(seed)` is deterministic: the same seed gives the same history, to the byte.
 """
@@ -29,7 +29,9 @@ from verify.sim.deployment import SimDeployment
 from verify.sim.io.cluster import Shape, SimCluster
 from verify.sim.io.loop import SimulationError, current_host, run
 
-SIM_FAULT_KINDS = FAULT_KINDS  # every live fault kind; a lost disk needs rebuilders (not yet)
+# every live fault kind; a lost disk (`--faults wipe-bookie`) holds a seed until the rebuilders
+# re-made its copies, past lost_bookie_delay_s (60 s of virtual time): asked for, not drawn
+SIM_FAULT_KINDS = FAULT_KINDS
 REGISTER_S = 1.0  # the proxies' first session and registration, before the workload
 BOUND_S = 900.0  # virtual: a seed that has not ended by then is a hang (a finding)
 
