@@ -18,7 +18,6 @@ to the caller as it is, once, and ends the reader: a bug is never passed off as 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from dataclasses import dataclass
@@ -191,6 +190,8 @@ class LogReader:
             waited = loop.time() - began
             left = (wait_s if self.at_end else max(wait_s, self.config.catch_up_s)) - waited
             if left < 0.001:  # (not 0: a timeout of a few ulps would fire at once, for ever)
+                if self.buffered:  # queued as the wait ran out
+                    return await self.read_next()
                 raise ReadTimeoutError(f"stream {self.stream!r}: no record within {waited:.3f} s")
             try:  # while catching up, look again at whether the reader reached the end
                 return await self.read_next(left if self.at_end else min(left, CATCH_UP_STEP_S))
@@ -284,6 +285,7 @@ class LogReader:
                 self.at_end = True
                 await self._queue.put(_End(sealed=False))
                 return
+            self.at_end = False  # a segment to read: the end is known again once it is read
             if segment.sequence > position.segment:
                 position = segment.first_dlsn
             if segment.truncation is Truncation.TRUNCATED:
@@ -363,8 +365,10 @@ class LogReader:
         if not reader.is_closed and reader.lac < entry:
             # Where the bookies stand, before any wait: a reader that has not asked does not
             # know it is behind, and would take itself to be at the end (`at_end`).
-            with contextlib.suppress(EntryUnavailableError):
+            try:
                 await reader.read_lac()
+            except EntryUnavailableError as err:  # the tail's long polls ask again
+                log.debug("stream %r: no LAC before reading: %s", self.stream, err)
         lac_asked = False  # a reader that does not follow asks for the LAC once, at its end
         moved = False  # the last long poll brought a newer LAC: the segment is still written
         while True:

@@ -61,8 +61,10 @@ EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen
 # A tailing reader whose long polls bring nothing reads the metadata again this often: the
 # bound on how long an ensemble change it was not told of can stall it.
 METADATA_REFRESH_S = 1.0
-# how long a long poll that brought nothing waits for the rest of the write set's LACs
+# how long a long poll that brought nothing waits for the rest of the write set's LACs, and how
+# often at most it asks them
 LAC_ELSEWHERE_S = 1.0
+LAC_ELSEWHERE_EVERY_S = 1.0
 
 
 class LedgerReader:
@@ -86,6 +88,7 @@ class LedgerReader:
         closed = metadata.state is LedgerState.CLOSED
         self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
         self._refreshed_at_s = context.clock()
+        self._lac_asked_at_s = float("-inf")  # when the write set was last asked for its LAC
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -394,22 +397,32 @@ class LedgerReader:
 
     async def _lac_elsewhere(self, bookies: list[str]) -> None:
         """Raises the LAC to the highest the last entries of `bookies` carry, from those that
-        answer within LAC_ELSEWHERE_S."""
+        answer within LAC_ELSEWHERE_S; at most once every LAC_ELSEWHERE_EVERY_S (an idle
+        stream's polls come back empty several times a second). A bookie that does not
+        answer, or answers with an error, counts as failed for the read order."""
+        now_s = self._context.clock()
+        if not bookies or now_s - self._lac_asked_at_s < LAC_ELSEWHERE_EVERY_S:
+            return
+        self._lac_asked_at_s = now_s
 
         async def ask(bookie: str) -> int:
             response = await self._context.bookies.read_last_entry(bookie, self.ledger_id)
             return self._codec.decode_last_entry(response.body or b"").lac
 
-        asked = [asyncio.ensure_future(ask(b)) for b in bookies]
-        if not asked:
-            return
-        done, pending = await asyncio.wait(asked, timeout=LAC_ELSEWHERE_S)
-        for late in pending:
-            late.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        answers = [t.exception() or t.result() for t in done]
-        raise_bugs(answers)
-        self.lac = max([self.lac, *(a for a in answers if isinstance(a, int))])
+        asked = {asyncio.ensure_future(ask(b)): b for b in bookies}
+        try:
+            done, _ = await asyncio.wait(asked, timeout=LAC_ELSEWHERE_S)
+        finally:  # a cancelled caller (a page ends, a tail stops) leaves no request behind
+            for task in asked:
+                task.cancel()
+            await asyncio.gather(*asked, return_exceptions=True)
+        answers = [t.exception() if t in done and not t.cancelled() else None for t in asked]
+        raise_bugs([a for a in answers if a is not None])
+        for task, bookie in asked.items():
+            if task in done and not task.cancelled() and task.exception() is None:
+                self.lac = max(self.lac, task.result())
+            else:
+                self._context.placement.record_failure(bookie, self._context.clock())
 
 
 def _settle(

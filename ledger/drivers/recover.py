@@ -20,7 +20,7 @@ from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from ledger.drivers.context import LedgerContext, update_metadata, with_ensemble
 from ledger.drivers.metadata_store import VersionedMetadata
-from ledger.drivers.requests import LedgerRequests
+from ledger.drivers.requests import LedgerRequests, ReadOutcome
 from ledger.drivers.runner import MachineRunner
 from ledger.errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
 from ledger.machines.add_events import (
@@ -190,7 +190,8 @@ class _Recovery:
             event = await request
         finally:
             self._waiting[bookie] -= 1
-        if isinstance(event, FAILED):
+        answer = event.event if isinstance(event, ReadOutcome) else event
+        if isinstance(answer, FAILED):
             self._failed.add(bookie)
         return event
 

@@ -5,7 +5,9 @@ A machine (AddState, RecoveryState, EntryReadState, ReadLacState) says what to s
 recovery), the request goes out the same way and its answer comes back as the event the
 machine expects: the entry decoded and its digest checked, and an error a bookie answered
 turned into the failure kind the machine knows (`failure_kind`). The drivers differ only in
-what they keep of an answer (a read body, the highest LAC seen) and in when they ask.
+what they keep of an answer (a read body, the highest LAC seen) and in when they ask; the write
+handle's fast path (an add written on an open connection without a task, `_send_now`) frames
+the same request itself and falls back to `LedgerRequests.add`.
 """
 
 from __future__ import annotations

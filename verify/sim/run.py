@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import random
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -102,6 +103,16 @@ class _TraceLogs(logging.Handler):
                     f"{record.getMessage()}")  # fmt: skip
 
 
+def _where(err: BaseException) -> str:
+    """The exception and the line of globelog's code it came from."""
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [
+        f for f in frames if "/site-packages/" not in f.filename and "asyncio" not in f.filename
+    ]
+    at = ours[-1] if ours else (frames[-1] if frames else None)
+    return f"{type(err).__name__}: {err}" + (f" ({at.filename}:{at.lineno})" if at else "")
+
+
 def _now() -> float:
     loop = asyncio._get_running_loop()
     return 0.0 if loop is None else loop.time()
@@ -155,8 +166,12 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
             run(loop, asyncio.wait_for(main(), BOUND_S))
     except WorkerFailedError as err:
         failure = str(err)
-    except TimeoutError:
-        failure = f"the run did not end within {BOUND_S:g} s of virtual time"
+    except TimeoutError as err:  # the bound, or one the run's own code let out
+        failure = (
+            f"the run did not end within {BOUND_S:g} s of virtual time"
+            if loop.time() >= BOUND_S
+            else f"a timeout escaped the run at {loop.time():.3f} s: {_where(err)}"
+        )
     except SimulationError as err:  # stuck, or spinning: a hang, in virtual time
         failure = f"{type(err).__name__}: {err}"
     finally:
