@@ -362,13 +362,31 @@ class StreamMetaStore:
         answer lost, and created again). They would otherwise stand as the lowest node for
         the whole life of the session: a stream nobody can take."""
         session = self.store.session_id
+        if session is None:
+            return 0
+        return await self._delete_locks(stream, owner, session)
+
+    async def break_lock(self, stream: str, owner: str) -> int:
+        """Deletes the stream's lock nodes of `owner` ("name@region") whatever session holds
+        them, and returns how many: for an owner known to be gone (nothing listens at its
+        address any more) whose session ZooKeeper has not ended yet. Were it still running,
+        it would acknowledge nothing more: every segment write of its checks its lock node
+        (gone), and the next owner's recovery fences its ledger, as when its session
+        expires while it is paused."""
+        return await self._delete_locks(stream, owner, None)
+
+    async def _delete_locks(self, stream: str, owner: str, session: int | None) -> int:
+        """Deletes the stream's lock nodes of `owner` held by `session` (None: by any)."""
         lock_dir = f"{self.path(stream)}/lock"
         deleted = 0
         with contextlib.suppress(NoNodeError):
             for name in await self.store.children(lock_dir):
                 path = f"{lock_dir}/{name}"
-                data, stat = await self.store.get(path)
-                if session is None or stat.ephemeral_owner != session:
+                try:
+                    data, stat = await self.store.get(path)
+                except NoNodeError:
+                    continue  # its session ended meanwhile
+                if session is not None and stat.ephemeral_owner != session:
                     continue
                 if _lock_owner(data) == owner:
                     await self._release_path(path)

@@ -35,7 +35,7 @@ from region.observability.telemetry import PROXY_METRICS
 from region.observability.tracing import TRACER
 from region.producers import ProducerBudget, ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
-from region.registry import ProxyInfo, Ring, lookup, proxy_path
+from region.registry import ProxyInfo, Ring, lookup, proxy_path, refuses_connections
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,9 @@ class Ownership:
         `unreachable`: the owner ("name@region") the client could not reach. While it still
         holds the lock, this proxy queues for the lock (up to `takeover_wait_s`) instead of
         redirecting the client back to it, and takes the stream the moment the owner's session
-        ends (no polling by the client); another live owner is redirected to as usual.
+        ends (no polling by the client); another live owner is redirected to as usual. An
+        owner whose address refuses connections is gone: its lock is broken at once instead
+        of waiting for ZooKeeper to end its session (`_break_if_gone`).
         """
         key = (namespace, stream)
         if self.is_drained(key):
@@ -147,7 +149,7 @@ class Ownership:
             return await self._unless_drained(key, await self._take(key, streams))
         if elsewhere is not None:  # held by the owner the client could not reach
             # Not sent to the ring's home: that is often the unreachable owner itself.
-            taken = await self._take(key, streams, self.config.takeover_wait_s)
+            taken = await self._take(key, streams, self.config.takeover_wait_s, elsewhere)
             return await self._unless_drained(key, taken)
         home = await self._home_elsewhere(namespace, stream, hop)
         if home is not None:
@@ -203,10 +205,14 @@ class Ownership:
         return Redirect(info.url, owner)
 
     async def _take(
-        self, key: tuple[str, str], streams: StreamMetaStore, wait_s: float = 0.0
+        self,
+        key: tuple[str, str],
+        streams: StreamMetaStore,
+        wait_s: float = 0.0,
+        going: Redirect | None = None,
     ) -> Owned | Redirect:
         """One opening per stream, however many requests wait for it; `wait_s`: how long
-        it queues for the lock of an owner that is going."""
+        it queues for the lock of `going`, an owner a client could not reach."""
         task = self._opening.get(key)
         if task is None:
             most = self.limits.owned_streams_max
@@ -216,7 +222,7 @@ class Ownership:
                     f"{len(self._opening)}, its most ({most}, owned_streams_max); streams "
                     "unused for stream_idle_release_s are let go: retry later"
                 )
-            task = asyncio.get_running_loop().create_task(self._open(key, streams, wait_s))
+            task = asyncio.get_running_loop().create_task(self._open(key, streams, wait_s, going))
             self._opening[key] = task
             task.add_done_callback(lambda done: self._opened(key, done))
         return await asyncio.shield(task)
@@ -227,8 +233,14 @@ class Ownership:
             task.exception()  # retrieved: the requests that waited for it got it too
 
     async def _open(
-        self, key: tuple[str, str], streams: StreamMetaStore, wait_s: float
+        self,
+        key: tuple[str, str],
+        streams: StreamMetaStore,
+        wait_s: float,
+        going: Redirect | None = None,
     ) -> Owned | Redirect:
+        if going is not None:
+            await self._break_if_gone(streams, key, going)
         settings = self.config.settings
         if wait_s > 0:
             settings = dataclasses.replace(settings, lock_timeout_s=wait_s)
@@ -272,6 +284,24 @@ class Ownership:
         log.info("took ownership of %s/%s (session %d): %s", *key, session, took)
         PROXY_METRICS.ownership_changes.add(1, {"event": "taken"})
         return owned
+
+    async def _break_if_gone(
+        self, streams: StreamMetaStore, key: tuple[str, str], owner: Redirect
+    ) -> None:
+        """A client could not reach the stream's owner. When the owner's address refuses
+        connections its process is gone, and ZooKeeper would still keep its lock for a
+        session timeout and more (the stream unwritable all that while): the lock is broken
+        now. A paused or cut-off owner answers no probe either way; its lock goes with its
+        session, as before."""
+        if not await refuses_connections(owner.url):
+            return
+        broken = await streams.break_lock(key[1], owner.owner)
+        if broken:
+            log.warning(
+                "broke the lock of %s/%s held by %s: nothing listens at %s any more",
+                *key, owner.owner, owner.url,
+            )  # fmt: skip
+            PROXY_METRICS.ownership_changes.add(broken, {"event": "lock_broken"})
 
     async def _elsewhere_than_here(self, key: tuple[str, str]) -> Redirect:
         """A drained stream's requests: to its owner in another region, or to a write proxy of

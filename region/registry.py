@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from uhashring import HashRing
 
@@ -25,6 +26,9 @@ REREGISTER_RETRY_S = 0.5
 # Tries at registering in a new session (the old node not yet gone, ZooKeeper away again)
 # before the follower fails: it then shows restarting, and its restart tries again.
 REREGISTER_ATTEMPTS_MAX = 10
+# How long a proxy's address gets to accept or refuse a connection when a client could not
+# reach it (`refuses_connections`): a refusal comes back within a round trip.
+GONE_PROBE_S = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -63,6 +67,28 @@ async def lookup(store: MetaSession, kind: str, region: str, name: str) -> Proxy
     except (ValueError, KeyError, TypeError):
         log.warning("proxy znode %s/%s/%s holds %r, not its JSON", region, kind, name, data)
         return None
+
+
+async def refuses_connections(url: str, timeout_s: float = GONE_PROBE_S) -> bool:
+    """True when the machine at a proxy's `url` refuses a connection: nothing listens there,
+    so the process that registered it is gone (killed, crashed, exited) though its ZooKeeper
+    session has not ended yet. False when a connection is made, or nothing answers within
+    `timeout_s` (a paused process, a machine down or cut off): only the session's end tells
+    those from a live proxy."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            transport, _ = await loop.create_connection(asyncio.Protocol, parts.hostname, port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    transport.close()
+    return False
 
 
 async def live_urls(store: MetaSession, kind: str, region: str) -> list[str]:

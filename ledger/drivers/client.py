@@ -282,13 +282,18 @@ class LedgerClient:
         return LedgerReader(self.context, versioned)
 
     async def recover_for_commit(
-        self, ledger_id: int, password: bytes | None = None
+        self, ledger_id: int, password: bytes | None = None, *, synced: bool = True
     ) -> tuple[LedgerReader, Op | None]:
         """Fences and recovers the ledger as `open(recover_ledger=True)` does, but leaves its
         close to the caller: the op that closes it, for the caller's own multi-op (None when
         it was closed already), and a reader of the ledger as that op leaves it. Until the op
-        is committed the ledger stays IN_RECOVERY (a later recovery finishes it)."""
-        versioned = await self._metadata_for(ledger_id, password)
+        is committed the ledger stays IN_RECOVERY (a later recovery finishes it).
+
+        `synced=False` starts from the metadata as this client's ZooKeeper server has it
+        (no round trip to the leader), for a caller that knows the server has seen the last
+        writer's changes; a newer change fails the IN_RECOVERY compare-and-set, which reads
+        the metadata again (and starts over on an ensemble that moved)."""
+        versioned = await self._metadata_for(ledger_id, password, synced=synced)
         recovered = await recover(self.context, versioned, write_close=False)
         closing = recovered.closing
         if closing is None:
@@ -297,11 +302,13 @@ class LedgerClient:
         closed = VersionedMetadata(ledger_id, closing, recovered.metadata.version + 1)
         return LedgerReader(self.context, closed, known=recovered.tail), op
 
-    async def _metadata_for(self, ledger_id: int, password: bytes | None) -> VersionedMetadata:
+    async def _metadata_for(
+        self, ledger_id: int, password: bytes | None, *, synced: bool = True
+    ) -> VersionedMetadata:
         """The ledger's metadata, once `password` (by default the client's) is found to be
         the ledger's."""
         password = self._password(password)
-        versioned = await self.context.metadata.read(ledger_id)
+        versioned = await self.context.metadata.read(ledger_id, synced=synced)
         if versioned.metadata.password != password:
             raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
         return versioned

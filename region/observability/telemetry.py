@@ -9,7 +9,7 @@ reader whose registry `/metrics` renders. Names (Prometheus form, docs/operation
     globelog_proxy_commit_latency_seconds{route}                   accepted -> acknowledged
     globelog_proxy_errors_total{kind, code}
     globelog_proxy_written_bytes_total / globelog_proxy_written_records_total
-    globelog_proxy_ownership_changes_total{event}                  taken | released | lost
+    globelog_proxy_ownership_changes_total{event}                  taken | released | lost | lock_broken
     globelog_proxy_delivered_records_total / _delivery_latency_seconds{region}   read proxy
     globelog_proxy_cache_reads_total{result}                       hit | miss (read proxy)
     globelog_proxy_quota_used_total{kind, unit}                    bytes | requests taken of

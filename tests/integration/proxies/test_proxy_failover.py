@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import aiohttp
 import pytest
 
 from core.errors import StreamNotFoundError
@@ -84,6 +85,9 @@ async def test_a_paused_owner_loses_its_stream_to_another_proxy_while_it_is_paus
         acked += [await producer.write(f"before-{i}".encode()) for i in range(20)]
         owner = (await client.describe("s"))["owner"]
         owner_name = owner.split("@")[0]
+        others = [url for name, url in urls.items() if name != owner_name]
+        async with client_session() as http:
+            breaks_before = await lock_breaks(http, others)
         await controller.fault(services, tools, "pause", owner_name)
         paused_at = time.monotonic()
         try:
@@ -91,6 +95,10 @@ async def test_a_paused_owner_loses_its_stream_to_another_proxy_while_it_is_paus
             resumed_s = time.monotonic() - paused_at
             assert resumed_s < PAUSE_S, "no write was acknowledged while the owner was paused"
             new_owner = (await client.describe("s"))["owner"]
+            async with client_session() as http:
+                # a paused process's address still takes connections: its lock went with
+                # its session, and nobody broke it
+                assert await lock_breaks(http, others) == breaks_before
         finally:
             await asyncio.sleep(max(0.0, PAUSE_S - (time.monotonic() - paused_at)))
             await controller.fault(services, tools, "resume", owner_name)
@@ -207,8 +215,25 @@ async def test_a_proxy_told_the_owner_is_unreachable_queues_for_its_lock_and_tak
             ) as answer:
                 body = await answer.json()
                 assert answer.status == 200, body  # not a redirect to the dead owner
+            # nothing listened at the killed owner's address: its lock was broken, not
+            # waited out until ZooKeeper ended its session
+            assert await lock_breaks(http, [urls[other]]) >= 1
         assert (await client.describe("s"))["owner"].split("@")[0] == other
         assert (await client.write("s", b"fourth")).seq == 3
+
+
+async def lock_breaks(http: aiohttp.ClientSession, urls: list[str]) -> int:
+    """How many locks of gone owners these proxies broke, from their /metrics."""
+    found = 0
+    for url in urls:
+        async with http.get(url + "/metrics") as answer:
+            assert answer.status == 200, await answer.text()
+            text = await answer.text()
+        counted = re.search(
+            r'globelog_proxy_ownership_changes_total\{[^}]*event="lock_broken"[^}]*\} (\d+)', text
+        )
+        found += int(counted.group(1)) if counted else 0
+    return found
 
 
 async def test_a_traced_request_leaves_its_spans_at_the_proxies_it_reached(
