@@ -46,7 +46,8 @@ async def bench_failover(
     urls = [topology.proxy_url(p) for region in topology.regions for p in region.write_proxies]
     namespace = f"failover{uuid.uuid4().hex[:6]}"
     samples: list[float] = []
-    expiries: list[float] = []  # kill -> the owner's lock gone (its session expired)
+    # kill -> the owner's lock gone (broken by the proxy taking over, or its session expired)
+    expiries: list[float] = []
     acked: list[Acked] = []
     owners: list[str] = []
     stale: list[int] = []  # writes sent on a connection of the proxy killed before they were
@@ -88,7 +89,8 @@ async def bench_failover(
             f"kills: {kills} (SIGKILL of the owning write proxy, one at a time, restarted after)",
             f"kill -> next acknowledged write: median {percentile(ordered, 50):.2f} s, "
             f"p90 {percentile(ordered, 90):.2f} s, min {ordered[0]:.2f} s, max {ordered[-1]:.2f} s",
-            f"  of which kill -> lock gone (session expiry): median {percentile(expired, 50):.2f} s, "
+            f"  of which kill -> lock gone (broken, or the session's expiry): median "
+            f"{percentile(expired, 50):.2f} s, "
             f"max {expired[-1]:.2f} s; lock gone -> acknowledged write (takeover: fencing, "
             f"recovery, new segment, session marker, the write): median "
             f"{percentile(after, 50):.2f} s, max {after[-1]:.2f} s",

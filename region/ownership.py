@@ -239,8 +239,6 @@ class Ownership:
         wait_s: float,
         going: Redirect | None = None,
     ) -> Owned | Redirect:
-        if going is not None:
-            await self._break_if_gone(streams, key, going)
         settings = self.config.settings
         if wait_s > 0:
             settings = dataclasses.replace(settings, lock_timeout_s=wait_s)
@@ -251,6 +249,12 @@ class Ownership:
             owner=self.config.me.name,
         )
         me = f"{self.config.me.name}@{self.config.me.region}"
+        # beside the queueing for the lock, whose watch then sees a broken lock go at once
+        breaking = None
+        if going is not None:
+            breaking = asyncio.get_running_loop().create_task(
+                self._break_if_gone(streams, key, going)
+            )
         try:
             with TRACER.start_as_current_span("globelog.take_ownership") as span:
                 span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
@@ -263,6 +267,12 @@ class Ownership:
             if elsewhere is None:
                 raise
             return elsewhere
+        finally:
+            if breaking is not None:
+                breaking.cancel()  # nothing when it is done; else the take ended without it
+                await asyncio.wait([breaking])
+                if not breaking.cancelled() and breaking.exception() is not None:
+                    log.error("breaking a gone owner's lock failed", exc_info=breaking.exception())
         # A new owner starts a new write session: sessions of the previous owner are fenced.
         # Its marker is not waited for: every write after it is acknowledged after it.
         try:
@@ -295,7 +305,11 @@ class Ownership:
         session, as before."""
         if not await refuses_connections(owner.url):
             return
-        broken = await streams.break_lock(key[1], owner.owner)
+        try:
+            broken = await streams.break_lock(key[1], owner.owner)
+        except GlobelogError as err:  # the lock is left to the session's end
+            log.warning("could not break the lock of %s/%s held by %s: %s", *key, owner.owner, err)
+            return
         if broken:
             log.warning(
                 "broke the lock of %s/%s held by %s: nothing listens at %s any more",
