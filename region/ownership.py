@@ -30,10 +30,10 @@ from global_meta import MetaSession
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from region.drain import region_drained
-from region.idempotence import Idempotence, rebuild_table
+from region.idempotence.producers import ProducerBudget, ProducerTable
+from region.idempotence.rebuild import Idempotence, rebuild_table
 from region.observability.telemetry import PROXY_METRICS
 from region.observability.tracing import TRACER
-from region.producers import ProducerBudget, ProducerTable
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import ProxyInfo, Ring, lookup, proxy_path, refuses_connections
 from writer.log_writer import LogWriter, WriterConfig

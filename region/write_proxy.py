@@ -54,6 +54,7 @@ from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.batch_format import decode_batch
 from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
+from region.idempotence.producers import PRODUCER_SEQ_MAX, check_producer
 from region.observability.telemetry import (
     PROXY_METRICS,
     follower_restarts,
@@ -62,7 +63,6 @@ from region.observability.telemetry import (
 )
 from region.observability.tracing import TRACER, traces_handler, tracing_middleware
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
-from region.producers import PRODUCER_SEQ_MAX, check_producer
 from region.security.gate import TOKEN, Rule, Rules, require_rules
 from region.security.service import TOKEN_ROUTES, ProxySecurity
 from writer.admin import delete_stream, describe_stream, truncate

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,6 +44,7 @@ ID_ATTEMPTS_MAX = 8  # an id collides only if someone created that znode by hand
 VISITS_AT_ONCE = 16
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,8 @@ class LedgerMetadataStore:
         self._store = store
         self._root = root
         self._ids = LedgerIdGenLayout(root)
+        # deletes of the id generator's nodes, not waited for (`_sequential_id`)
+        self._tidying: set[asyncio.Task[None]] = set()
 
     async def allocate_id(self) -> int:
         """A new ledger id from BookKeeper's generator scheme (short ids, then long ids)."""
@@ -73,12 +77,21 @@ class LedgerMetadataStore:
         created = await self._store.create(
             prefix, ephemeral=True, sequential=True, make_parents=True
         )
+        # The id is the node's sequence number, known now: its delete is not waited for (a
+        # ZooKeeper write across regions, in every new ledger's way). A node whose delete
+        # fails is ephemeral, and goes with this session.
+        task = asyncio.get_running_loop().create_task(self._delete_id_node(created))
+        self._tidying.add(task)
+        task.add_done_callback(self._tidying.discard)
+        if high_bits is None:
+            return short_ledger_id(created, prefix)
+        return long_ledger_id(high_bits, created, prefix)
+
+    async def _delete_id_node(self, path: str) -> None:
         try:
-            if high_bits is None:
-                return short_ledger_id(created, prefix)
-            return long_ledger_id(high_bits, created, prefix)
-        finally:
-            await self._store.delete(created, version=ANY_VERSION)
+            await self._store.delete(path, version=ANY_VERSION)
+        except errors.GlobelogError as err:
+            log.info("id node %s left to its session's end: %s", path, err)
 
     async def _long_id(self) -> int:
         for _ in range(ID_ATTEMPTS_MAX):

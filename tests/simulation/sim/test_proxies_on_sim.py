@@ -7,7 +7,7 @@ reads the stream through its read proxy.
 
 Checked: each acknowledged producer sequence is read back exactly once, all in the producer's
 order; writes resume on another proxy. With the producer table forgotten at takeover (the
-broken variant in region/idempotence.py) the resends of writes that had landed land again,
+broken variant in region/idempotence/rebuild.py) the resends of writes that had landed land again,
 and the run must see it."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the stream's writer in us-east (writer/, the ledger drivers); the writer's host crashes or is
 paused; a writer in eu-west takes the stream over once the owner's session is gone (ownership
 lock, fencing and recovery of the last segment) and the producer resends what it had no
-acknowledgement for through the real idempotence code (region/idempotence.py: the producer
+acknowledgement for through the real idempotence code (region/idempotence/rebuild.py: the producer
 table rebuilt from the stream's last records). A reader in us-west (reader/) then reads the
 stream from its start.
 
@@ -25,7 +25,7 @@ from core.records import Record
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient, LedgerConfig
 from reader.log_reader import LogReader
-from region.idempotence import Idempotence, rebuild_table
+from region.idempotence.rebuild import Idempotence, rebuild_table
 from verify.sim.io.cluster import PASSWORD, SimCluster
 from verify.sim.io.loop import Host, run
 from verify.sim.io.zookeeper import SimMetaStore

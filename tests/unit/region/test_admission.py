@@ -18,7 +18,7 @@ from region.admission.listener import Listener, request_body
 from region.admission.quotas import Quotas, hold_refusal
 from region.client.proxy_client import retry_after_s
 from region.http_errors import error_middleware
-from region.producers import ProducerBudget, ProducerTable
+from region.idempotence.producers import ProducerBudget, ProducerTable
 from writer.events import Written
 
 pytestmark = pytest.mark.unit

@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 
 from core.errors import OutcomeUnknownError, OwnerFencedError
-from region.idempotence import Idempotence
+from region.idempotence.producers import ProducerTable
+from region.idempotence.rebuild import Idempotence
 from region.ownership import Owned, Ownership
-from region.producers import ProducerTable
 
 
 class ScriptedWriter:

@@ -6,7 +6,7 @@ import pytest
 
 from core.dlsn import DLSN
 from core.errors import ProducerSeqStaleError
-from region.producers import ProducerTable, check_producer
+from region.idempotence.producers import ProducerTable, check_producer
 from writer.events import Written
 
 

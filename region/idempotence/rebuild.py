@@ -18,7 +18,7 @@ from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
-from region.producers import SCAN_RECORDS, ProducerBudget, ProducerTable
+from region.idempotence.producers import SCAN_RECORDS, ProducerBudget, ProducerTable
 from writer.events import Written
 
 log = logging.getLogger(__name__)
