@@ -61,6 +61,8 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="keep the ZooKeeper session's id and password here (0600) for failover drills",
     )
+    write.add_argument("--no-lock-breaking", action="store_true", help="an unreachable owner's "
+        "lock waits for its session even when its port refuses connections (docs/operations.md)")  # fmt: skip
     write.add_argument("--log-format", choices=["json", "text"], default="json")
     _tracing_arguments(write)
     read = kinds.add_parser("read-proxy", help="a read proxy of --region")
@@ -136,6 +138,7 @@ async def serve_proxy(
     trace_sample: float = 0.01,
     trace_file: Path | None = None,
     session_file: Path | None = None,
+    break_locks: bool = True,
 ) -> None:
     """Runs one proxy (kind "write" or "read") with its own ZooKeeper session and ledger
     client until SIGTERM or SIGINT; then it stops (a write proxy releases its streams)."""
@@ -169,6 +172,7 @@ async def serve_proxy(
                     topology.streams,
                     takeover_wait_s=2 * session_timeout_s + 1,
                     lost_bookie_delay_s=topology.rebuild.lost_bookie_delay_s,
+                    break_refusing_owners=break_locks,
                 ),
                 store,
                 ledgers,
@@ -350,6 +354,7 @@ def run(args: argparse.Namespace, default_topology: Path) -> int:
             args.trace_sample,
             args.trace_file,
             getattr(args, "session_file", None),
+            not getattr(args, "no_lock_breaking", False),
         )
     )
     return 0

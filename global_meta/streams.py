@@ -59,6 +59,16 @@ class OwnerLock:
 
 
 @dataclass(frozen=True, slots=True)
+class LockHolder:
+    """The lock node that owns a stream: its path, who made it ("owner@region") and the
+    ZooKeeper session that holds it."""
+
+    path: str
+    owner: str
+    session: int
+
+
+@dataclass(frozen=True, slots=True)
 class StreamCounters:
     """The allocation counters a new segment is created against (with their versions)."""
 
@@ -366,17 +376,33 @@ class StreamMetaStore:
             return 0
         return await self._delete_locks(stream, owner, session)
 
-    async def break_lock(self, stream: str, owner: str) -> int:
-        """Deletes the stream's lock nodes of `owner` ("name@region") whatever session holds
-        them, and returns how many: for an owner known to be gone (nothing listens at its
-        address any more) whose session ZooKeeper has not ended yet. Were it still running,
-        it would acknowledge nothing more: every segment write of its checks its lock node
-        (gone), and the next owner's recovery fences its ledger, as when its session
-        expires while it is paused."""
-        return await self._delete_locks(stream, owner, None)
+    async def holder(self, stream: str) -> LockHolder | None:
+        """The lock node that owns the stream now, as this store's server has it (unsynced),
+        or None when nobody holds the lock."""
+        lock_dir = f"{self.path(stream)}/lock"
+        try:
+            lowest = _lowest(await self.store.children(lock_dir))
+            if lowest is None:
+                return None
+            data, stat = await self.store.get(f"{lock_dir}/{lowest}")
+        except NoNodeError:
+            return None
+        return LockHolder(f"{lock_dir}/{lowest}", _lock_owner(data), stat.ephemeral_owner)
 
-    async def _delete_locks(self, stream: str, owner: str, session: int | None) -> int:
-        """Deletes the stream's lock nodes of `owner` held by `session` (None: by any)."""
+    async def break_lock(self, holder: LockHolder) -> bool:
+        """Deletes that one lock node, whichever session holds it; False when it was gone
+        already. For an owner found gone (nothing listens at its address any more) whose
+        session ZooKeeper has not ended yet. Were it still running it would acknowledge
+        nothing more: every segment write of its checks its lock node, the next owner's
+        recovery fences its ledger, and its writer, watching the node, fails at once."""
+        try:
+            await self.store.delete(holder.path, version=-1)
+        except NoNodeError:
+            return False
+        return True
+
+    async def _delete_locks(self, stream: str, owner: str, session: int) -> int:
+        """Deletes the stream's lock nodes of `owner` that `session` holds."""
         lock_dir = f"{self.path(stream)}/lock"
         deleted = 0
         with contextlib.suppress(NoNodeError):
@@ -386,9 +412,7 @@ class StreamMetaStore:
                     data, stat = await self.store.get(path)
                 except NoNodeError:
                     continue  # its session ended meanwhile
-                if session is not None and stat.ephemeral_owner != session:
-                    continue
-                if _lock_owner(data) == owner:
+                if stat.ephemeral_owner == session and _lock_owner(data) == owner:
                     await self._release_path(path)
                     deleted += 1
         return deleted

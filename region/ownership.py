@@ -35,7 +35,14 @@ from region.idempotence.rebuild import Idempotence, rebuild_table
 from region.observability.telemetry import PROXY_METRICS
 from region.observability.tracing import TRACER
 from region.registry import ROOT as PROXIES_ROOT
-from region.registry import ProxyInfo, Ring, lookup, proxy_path, refuses_connections
+from region.registry import (
+    ProxyInfo,
+    Ring,
+    lookup,
+    proxy_path,
+    refuses_connections,
+    registration,
+)
 from writer.log_writer import LogWriter, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -75,6 +82,12 @@ class OwnershipConfig:
     # rebuild.lost_bookie_delay_s): an idle stream writing to it is released, so its segment
     # completes and the rebuilders re-make the copies it held.
     lost_bookie_delay_s: float = 60.0
+    # Break the lock of an owner a client could not reach once its address refuses
+    # connections (`Ownership._break_if_gone`). Off where a live process's port can refuse
+    # (a firewall's REJECT, a load balancer without ready endpoints in front of it): its
+    # streams then wait for its session's end. `globelog serve write-proxy
+    # --no-lock-breaking`.
+    break_refusing_owners: bool = True
 
 
 class Ownership:
@@ -131,6 +144,12 @@ class Ownership:
         if self.is_drained(key):
             return await self._elsewhere_than_here(key)
         owned = self._owned.get(key)
+        if owned is not None and owned.writer.failed:
+            # fenced, its session or its lock gone: what it knows is stale, even for reads
+            # (`.../last`, a producer's last seq); the stream is looked up afresh
+            log.warning("writer of %s/%s failed; dropped, lock released", *key)
+            self.forget(namespace, stream, owned)
+            owned = None
         if owned is not None:
             owned.used_at = asyncio.get_running_loop().time()
             return owned
@@ -299,23 +318,34 @@ class Ownership:
         self, streams: StreamMetaStore, key: tuple[str, str], owner: Redirect
     ) -> None:
         """A client could not reach the stream's owner. When the owner's address refuses
-        connections its process is gone, and ZooKeeper would still keep its lock for a
-        session timeout and more (the stream unwritable all that while): the lock is broken
-        now. A paused or cut-off owner answers no probe either way; its lock goes with its
-        session, as before."""
-        if not await refuses_connections(owner.url):
+        connections, nothing listens there any more: its process is gone, though ZooKeeper
+        would keep its lock for a session timeout and more (the stream unwritable all that
+        while). The lock is broken now, but only the node that owns the stream, held by the
+        session that registered the refusing address (not a restarted proxy of the same
+        name). A paused or cut-off owner accepts connections or answers nothing: its lock
+        goes with its session. A failure here only leaves the lock to the session's end."""
+        if not self.config.break_refusing_owners:
             return
         try:
-            broken = await streams.break_lock(key[1], owner.owner)
-        except GlobelogError as err:  # the lock is left to the session's end
+            holder = await streams.holder(key[1])
+            if holder is None or holder.owner != owner.owner:
+                return  # gone already, or another's by now
+            name, _, region = holder.owner.rpartition("@")
+            found = await registration(self._store, KIND, region, name)
+            if found is None or found[1] != holder.session:
+                return  # not the incarnation that holds the lock
+            if not await refuses_connections(found[0].url):
+                return
+            if not await streams.break_lock(holder):
+                return
+        except GlobelogError as err:
             log.warning("could not break the lock of %s/%s held by %s: %s", *key, owner.owner, err)
             return
-        if broken:
-            log.warning(
-                "broke the lock of %s/%s held by %s: nothing listens at %s any more",
-                *key, owner.owner, owner.url,
-            )  # fmt: skip
-            PROXY_METRICS.ownership_changes.add(broken, {"event": "lock_broken"})
+        log.warning(
+            "broke the lock of %s/%s held by %s: its address %s refuses connections",
+            *key, owner.owner, found[0].url,
+        )  # fmt: skip
+        PROXY_METRICS.ownership_changes.add(1, {"event": "lock_broken"})
 
     async def _elsewhere_than_here(self, key: tuple[str, str]) -> Redirect:
         """A drained stream's requests: to its owner in another region, or to a write proxy of

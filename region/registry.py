@@ -57,16 +57,26 @@ async def register(store: MetaSession, kind: str, info: ProxyInfo) -> None:
 
 
 async def lookup(store: MetaSession, kind: str, region: str, name: str) -> ProxyInfo | None:
+    found = await registration(store, kind, region, name)
+    return None if found is None else found[0]
+
+
+async def registration(
+    store: MetaSession, kind: str, region: str, name: str
+) -> tuple[ProxyInfo, int] | None:
+    """A live proxy's registration and the ZooKeeper session that made it (which holds the
+    proxy's ownership locks too); None when it is not registered."""
     try:
-        data, _ = await store.get(proxy_path(region, kind, name))
+        data, stat = await store.get(proxy_path(region, kind, name))
     except NoNodeError:
         return None
     try:
         body = json.loads(data)
-        return ProxyInfo(str(body["name"]), str(body["region"]), str(body["url"]))
+        info = ProxyInfo(str(body["name"]), str(body["region"]), str(body["url"]))
     except (ValueError, KeyError, TypeError):
         log.warning("proxy znode %s/%s/%s holds %r, not its JSON", region, kind, name, data)
         return None
+    return info, stat.ephemeral_owner
 
 
 async def refuses_connections(url: str, timeout_s: float = GONE_PROBE_S) -> bool:
@@ -76,9 +86,12 @@ async def refuses_connections(url: str, timeout_s: float = GONE_PROBE_S) -> bool
     `timeout_s` (a paused process, a machine down or cut off): only the session's end tells
     those from a live proxy."""
     parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port out of range: nothing to tell from it
+        return False
     if parts.hostname is None:
         return False
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):

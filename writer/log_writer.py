@@ -129,6 +129,7 @@ class LogWriter:
         # recovery, the new segment's start (LogWriter.open fills it)
         self.open_steps: dict[str, float] = {}
         self._spawn(self._watch_session())
+        self._spawn(self._watch_lock())
 
     # ---------------------------------------------------------------------------- open
 
@@ -584,6 +585,23 @@ class LogWriter:
             if event.state is SessionState.EXPIRED:
                 self._feed(WriterFailed(FailureKind.OWNERSHIP, "the ZooKeeper session expired"))
                 return
+
+    async def _watch_lock(self) -> None:
+        """Ownership ends with the lock node too: a proxy that a client sent here naming this
+        writer's proxy unreachable, and whose connection to it was refused, deletes it
+        (region.ownership) while this session lives on. Every write fails then, as when the
+        session expires; nothing could be acknowledged anyway (the new owner fences the
+        ledger, and every segment write checks the lock node). A watch that cannot be kept
+        (ZooKeeper away) leaves that to the fencing."""
+        try:
+            async for found in self._streams.store.watch_data(self._lock.path):
+                if found is None and not self._released:
+                    self._feed(
+                        WriterFailed(FailureKind.OWNERSHIP, "its ownership lock node is gone")
+                    )
+                    return
+        except GlobelogError as err:
+            log.info("stopped watching the lock of %s: %s", self.stream, err)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Runs `work` as a task this writer owns; its failure fails the writer (I8)."""

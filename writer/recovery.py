@@ -71,11 +71,12 @@ async def recovered(
     ledger stays IN_RECOVERY, which the next owner's recovery finishes."""
     segment = versioned.segment
     assert segment.is_in_progress, segment
-    # Unsynced: the caller holds the stream's lock, taken through this session's ZooKeeper
-    # server after the last owner's lock node was gone from it, so that server has applied
-    # every metadata write the last owner made; a later change by anyone else (a rebuilder)
-    # fails the recovery's compare-and-set, which reads again. One leader round trip saved
-    # in every takeover.
+    # Unsynced, one leader round trip saved in every takeover. A stale view costs time, never
+    # correctness: recovery marks the ledger IN_RECOVERY by compare-and-set, and a conflict
+    # (an ensemble change or close the view missed: the last owner's, a rebuilder's) reads
+    # the metadata again, synced, and starts over on an ensemble that moved; a stale view
+    # cannot show a ledger closed that is not. It is seldom stale: the lock was won through
+    # this server, after the last owner's lock node was gone from it.
     reader, close = await ledgers.recover_for_commit(segment.ledger_id, synced=False)
     summary = await summarize(reader, segment.sequence)
     log.info(

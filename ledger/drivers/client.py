@@ -224,7 +224,10 @@ class LedgerClient:
                 stopping.create_task(self._membership.stop())
                 stopping.create_task(self._topology.stop())
         finally:
-            await self.context.bookies.close()
+            try:
+                await self.context.metadata.close()
+            finally:
+                await self.context.bookies.close()
 
     async def __aenter__(self) -> LedgerClient:
         return self

@@ -42,6 +42,7 @@ ID_ATTEMPTS_MAX = 8  # an id collides only if someone created that znode by hand
 # a WAN each visit is a ZooKeeper read or a few bookie round trips, so one at a time took
 # minutes for a few hundred ledgers.
 VISITS_AT_ONCE = 16
+TIDY_WAIT_S = 1.0  # how long closing waits for the id nodes' deletes still under way
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class LedgerMetadataStore:
         # fails is ephemeral, and goes with this session.
         task = asyncio.get_running_loop().create_task(self._delete_id_node(created))
         self._tidying.add(task)
-        task.add_done_callback(self._tidying.discard)
+        task.add_done_callback(self._tidied)
         if high_bits is None:
             return short_ledger_id(created, prefix)
         return long_ledger_id(high_bits, created, prefix)
@@ -92,6 +93,21 @@ class LedgerMetadataStore:
             await self._store.delete(path, version=ANY_VERSION)
         except errors.GlobelogError as err:
             log.info("id node %s left to its session's end: %s", path, err)
+
+    def _tidied(self, task: asyncio.Task[None]) -> None:
+        self._tidying.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("deleting an id node failed", exc_info=task.exception())
+
+    async def close(self, timeout_s: float = TIDY_WAIT_S) -> None:
+        """Waits (up to `timeout_s`) for the id nodes' deletes, then cancels what is left:
+        the nodes are ephemeral, and go with the session the caller is closing."""
+        if self._tidying:
+            _, late = await asyncio.wait(set(self._tidying), timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
 
     async def _long_id(self) -> int:
         for _ in range(ID_ATTEMPTS_MAX):

@@ -35,6 +35,7 @@ class SimProxy:
     host: Host
     task: asyncio.Task[None] | None = None
     store: SimMetaStore | None = None  # its ZooKeeper session, once connected
+    server: WriteProxy | ReadProxy | None = None  # once serving
 
     @property
     def url(self) -> str:
@@ -105,4 +106,5 @@ async def _serve(cluster: SimCluster, proxy: SimProxy) -> None:
     else:
         server = ReadProxy(me, store, ledgers, topology.limits)
     await server.start(spec.endpoint.host, spec.endpoint.port)
+    proxy.server = server
     await asyncio.sleep(365 * 24 * 3600)  # serves until the run ends (or it crashes)

@@ -1,9 +1,10 @@
 """globelog's real proxies on the simulated world: a write proxy and a read proxy in each
 region (aiohttp, ownership, takeover, idempotence, the read path), reached with the real
 clients over simulated TCP. A producer in us-east writes idempotently, resending with the same
-producer sequence whatever came back without an acknowledgement; the stream's owner is crashed
-or paused (SIGSTOP, past its 1.5 s session) on a seed-chosen write; a reader in eu-west then
-reads the stream through its read proxy.
+producer sequence whatever came back without an acknowledgement; on a seed-chosen write the
+stream's owner is crashed, paused (SIGSTOP, past its 1.5 s session), or left running with its
+port refusing connections (a firewall's REJECT: the proxy the client turns to breaks the lock
+of an owner that still runs); a reader in eu-west then reads the stream through its read proxy.
 
 Checked: each acknowledged producer sequence is read back exactly once, all in the producer's
 order; writes resume on another proxy. With the producer table forgotten at takeover (the
@@ -16,6 +17,7 @@ import asyncio
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -23,6 +25,7 @@ from core import runtime
 from core.errors import GlobelogError
 from region.client import ReadClient
 from region.client.proxy_client import ProxyClient
+from region.write_proxy import WriteProxy
 from tests.support.sim_thread import under_hash_seeds
 from verify.sim import proxies
 from verify.sim.io.cluster import SimCluster
@@ -40,8 +43,11 @@ class Outcome:
     acknowledged: list[int] = field(default_factory=list)
     read: list[int] = field(default_factory=list)
     longest_wait_s: float = 0.0  # from a write's first send to its acknowledgement
-    # the owner crashed on a machine that stayed up: its address refuses connections
+    # the owner crashed on a machine that stayed up, or runs on with its port refusing
+    # connections: its address refuses connections
     gone_process: bool = False
+    # an owner left running (its port refusing) still holds its writer at the end
+    kept_by_refused_owner: bool = False
 
     def violations(self) -> list[str]:
         found = []
@@ -65,8 +71,9 @@ class ProxiesRun:
         self.writers = proxies.proxies_of(self.cluster, "write")
         self.readers = proxies.proxies_of(self.cluster, "read")
         self.outcome = Outcome()
+        self.refused: proxies.SimProxy | None = None
 
-    async def produce(self, paused: bool) -> None:
+    async def produce(self, fault: str) -> None:
         loop = self.loop
         fault_at = self.choices.randrange(5, RECORDS - 10)
         urls = [p.url for p in self.writers]
@@ -78,7 +85,7 @@ class ProxiesRun:
                 if seq == fault_at:  # the fault lands while this write is on its way
                     owner = str((await client.describe("s"))["owner"]).split("@")[0]
                     delay = self.choices.uniform(0.0, 0.15)
-                    loop.call_later(delay, self.fault, owner, paused)
+                    loop.call_later(delay, self.fault, owner, fault)
                 started = loop.time()
                 while True:  # resend, same producer seq, until acknowledged
                     try:
@@ -91,11 +98,18 @@ class ProxiesRun:
                     self.outcome.longest_wait_s, loop.time() - started
                 )
 
-    def fault(self, owner: str, paused: bool) -> None:
+    def fault(self, owner: str, fault: str) -> None:
         host = self.loop.hosts[owner]
-        if paused:
+        if fault == "paused":
             self.loop.pause(host)
             self.loop.call_later(3.0, self.loop.resume, host)
+        elif fault == "refusing":  # the process runs on, its ZooKeeper session too
+            proxy = next(p for p in self.writers if p.proxy.name == owner)
+            port = urlsplit(proxy.url).port
+            assert port is not None
+            self.outcome.gone_process = True  # to the proxy that probes it
+            self.cluster.network.refuse(host, port)
+            self.refused = proxy
         else:
             machine_up = self.choices.random() < 0.5
             self.outcome.gone_process = machine_up
@@ -107,41 +121,48 @@ class ProxiesRun:
             async for record in reader.read("s", from_seq=0, follow=False):
                 self.outcome.read.append(int(record.payload[1:]))
 
-    async def main(self, paused: bool) -> None:
+    async def main(self, fault: str) -> None:
         await self.cluster.start()
         for proxy in (*self.writers, *self.readers):
             proxies.start(self.cluster, proxy)
         await asyncio.sleep(1.0)  # the proxies register
         producer = self.cluster.add_host("producer", "us-east")
         async with asyncio.timeout(300):
-            await self.loop.spawn(producer, self.produce(paused))
+            await self.loop.spawn(producer, self.produce(fault))
         await asyncio.sleep(4.0)  # a paused owner comes back and finds itself fenced
         reader = self.cluster.add_host("reader", "eu-west")
         async with asyncio.timeout(120):
             await self.loop.spawn(reader, self.read())
+        if self.refused is not None:
+            assert isinstance(self.refused.server, WriteProxy)
+            kept = self.refused.server.ownership.owned_here("ns", "s")
+            self.outcome.kept_by_refused_owner = kept is not None and not kept.writer.failed
 
 
-def simulate(seed: int, *, paused: bool = False) -> Outcome:
+def simulate(seed: int, *, fault: str = "crashed") -> Outcome:
     proxies_run = ProxiesRun(seed)
-    run(proxies_run.loop, proxies_run.main(paused))
+    run(proxies_run.loop, proxies_run.main(fault))
     return proxies_run.outcome
 
 
-@pytest.mark.parametrize("paused", [False, True], ids=["owner-crashed", "owner-paused"])
+@pytest.mark.parametrize("fault", ["crashed", "paused", "refusing"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_through_the_proxies_every_acknowledged_write_is_read_once_in_order(
-    seed: int, paused: bool
+    seed: int, fault: str
 ) -> None:
-    outcome = simulate(seed, paused=paused)
+    outcome = simulate(seed, fault=fault)
     assert outcome.violations() == []
     assert len(outcome.acknowledged) == RECORDS
-    print(f"longest wait {outcome.longest_wait_s:.3f} s (gone process: {outcome.gone_process})")
+    print(f"longest wait {outcome.longest_wait_s:.3f} s (refused: {outcome.gone_process})")
     if outcome.gone_process:
-        # the proxy the client turns to finds nothing listening at the owner's address and
-        # breaks its lock: no waiting for the owner's 1.5 s session to end
+        # the proxy the client turns to finds the owner's address refusing connections and
+        # breaks its lock: no waiting for the owner's 1.5 s session to end (none ends at all
+        # when the owner runs on); an owner that runs on sees its lock node go, and its
+        # writer fails at once
         assert outcome.longest_wait_s < proxies.SESSION_TIMEOUT_S
+        assert not outcome.kept_by_refused_owner
     else:  # a paused owner, or a machine gone: only the session's end frees the stream
-        assert outcome.longest_wait_s > proxies.SESSION_TIMEOUT_S
+        assert outcome.longest_wait_s > 1.0
 
 
 def test_forgetting_the_producer_table_is_caught_through_the_proxies() -> None:
@@ -159,7 +180,7 @@ logging.disable(logging.WARNING)
 from tests.simulation.sim.test_proxies_on_sim import ProxiesRun
 from verify.sim.io.loop import run
 r = ProxiesRun(3)
-run(r.loop, r.main(True))
+run(r.loop, r.main("paused"))
 print(r.outcome.acknowledged, r.outcome.read, r.outcome.longest_wait_s, r.loop.time(),
       r.cluster.ensemble.operations, r.cluster.network.bytes_delivered)
 """

@@ -89,12 +89,21 @@ class Network:
         server, serve = listener
         client_protocol = factory()
         server_protocol = server.context.run(serve)
-        connection = _Connection(self, source, server)
+        connection = _Connection(self, source, server, port)
         self._connections.append(connection)
         client_end, server_end = connection.ends(client_protocol, server_protocol)
         server.context.run(server_protocol.connection_made, server_end)
         client_protocol.connection_made(client_end)
         return client_end, client_protocol
+
+    def refuse(self, host: Host, port: int) -> None:
+        """From now on `host`'s `port` refuses connections while its process runs on (a
+        firewall's REJECT, a load balancer with no ready endpoint): new connections are
+        refused, and the open ones reset."""
+        self.unlisten(host, port)
+        for connection in list(self._connections):
+            if connection.server is host and connection.port == port:
+                connection.reset()
 
     def _host_at(self, ip: str) -> Host | None:
         return next((host for host in self.loop.hosts.values() if host.ip == ip), None)
@@ -112,10 +121,11 @@ class Network:
 
 
 class _Connection:
-    def __init__(self, network: Network, client: Host | None, server: Host) -> None:
+    def __init__(self, network: Network, client: Host | None, server: Host, port: int) -> None:
         self.network = network
         self.client = client
         self.server = server
+        self.port = port  # the server's
         self.ends_: tuple[SimTransport, SimTransport] | None = None
 
     def ends(
@@ -127,6 +137,13 @@ class _Connection:
         server_end = SimTransport(self, to_client, to_server, server_protocol)
         self.ends_ = (client_end, server_end)
         return client_end, server_end
+
+    def reset(self) -> None:
+        """Both ends hear a reset (a firewall's REJECT of an established flow)."""
+        assert self.ends_ is not None
+        for end in self.ends_:
+            end.outbound.push(_RESET)
+        self.network.forget(self)
 
     def lost_host(self, host: Host) -> None:
         """`host` crashed: its end is gone; the other end hears a reset if its machine is up."""
