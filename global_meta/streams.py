@@ -351,16 +351,12 @@ class StreamMetaStore:
     async def owner(self, stream: str) -> str | None:
         """Who holds the lock now ("owner@region"), or None. Synced first: a lock released
         through another region's ZooKeeper server is not reported as still held."""
-        lock_dir = f"{self.path(stream)}/lock"
         try:
-            await self.store.sync(lock_dir)
-            lowest = _lowest(await self.store.children(lock_dir))
-            if lowest is None:
-                return None
-            data, _ = await self.store.get(f"{lock_dir}/{lowest}")
+            await self.store.sync(f"{self.path(stream)}/lock")
         except NoNodeError:
             return None
-        return _lock_owner(data)
+        holder = await self.holder(stream)
+        return None if holder is None else holder.owner
 
     async def release(self, lock: OwnerLock) -> None:
         await self._release_path(lock.path)
