@@ -88,7 +88,9 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
 # tests/simulation/sim/test_ledger_on_sim.py; through the proxies a paused owner's session and
 # add timeouts stop it before fencing is needed).
 CAUGHT = [
-    (runtime.FORGET_PRODUCERS, SimConfig(faults=("kill-write-proxy",), faults_per_seed=1),
+    # an owner killed (its lock broken at once) and one paused (taken at its session's end)
+    (runtime.FORGET_PRODUCERS,
+     SimConfig(faults=("kill-write-proxy", "pause-write-proxy"), faults_per_seed=2),
      "duplicate-idempotent"),
     # two bookies a region leave an ensemble of four in two regions whatever the order; three
     # let it fill from the writer's region, and the audit calls the ensemble unsafe
