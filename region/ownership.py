@@ -270,7 +270,7 @@ class Ownership:
         me = f"{self.config.me.name}@{self.config.me.region}"
         # beside the queueing for the lock, whose watch then sees a broken lock go at once
         breaking = None
-        if going is not None:
+        if going is not None and self.config.break_refusing_owners:
             breaking = asyncio.get_running_loop().create_task(
                 self._break_if_gone(streams, key, going)
             )
@@ -324,8 +324,6 @@ class Ownership:
         session that registered the refusing address (not a restarted proxy of the same
         name). A paused or cut-off owner accepts connections or answers nothing: its lock
         goes with its session. A failure here only leaves the lock to the session's end."""
-        if not self.config.break_refusing_owners:
-            return
         try:
             holder = await streams.holder(key[1])
             if holder is None or holder.owner != owner.owner:
