@@ -17,8 +17,8 @@ from pathlib import Path
 from aiohttp import web
 
 from core.errors import ConfigError
-from core.rebuild_settings import RebuildSettings
 from core.security.credentials import default_token
+from core.settings.rebuild_settings import RebuildSettings
 from core.topology import Endpoint, Proxy, Topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session

@@ -1,9 +1,10 @@
 """WAN routes: which address each region uses to reach each bookie and ZooKeeper peer.
 
 Traffic between regions goes through one emulated WAN link (a toxiproxy proxy) per
-(source region, remote bookie) and per (source region, remote ZooKeeper node, quorum port);
-traffic inside a region goes straight to its target. Clients talk to their own region's
-ZooKeeper nodes only, so ZooKeeper's quorum traffic is what pays the WAN, as in a deployment.
+(source region, remote bookie) and per (source region, remote ZooKeeper node, port: quorum,
+election, client); traffic inside a region goes straight to its target. Clients talk to their
+own region's ZooKeeper nodes while those serve, and cross the WAN to another region's node only
+when theirs stops serving them (`zk_hosts_for`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ PUBLISHED_FORMAT_VERSION = 1
 PUBLISHED_BYTES_MAX = 1 << 20
 
 
-ROUTE_KINDS = ("bookie", "zk-peer", "zk-election")
+ROUTE_KINDS = ("bookie", "zk-peer", "zk-election", "zk-client")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ def plan_routes(topology: Topology) -> list[Route]:
         election = Endpoint(node.client.host, node.election_port)
         targets += [("zk-peer", node.name, node.region, peer)]
         targets += [("zk-election", node.name, node.region, election)]
+        targets += [("zk-client", node.name, node.region, node.client)]
     routes: list[Route] = []
     port = topology.wan.listen_port_base
     for wanted in ROUTE_KINDS:
@@ -96,7 +98,7 @@ def peer_relays(topology: Topology) -> list[PeerRelay]:
     host = topology.wan.toxiproxy.host
     regions = len(topology.region_names)
     routes = regions * len(topology.bookies) - len(topology.bookies)
-    routes += 2 * sum(regions - 1 for _ in topology.zookeeper)
+    routes += (len(ROUTE_KINDS) - 1) * sum(regions - 1 for _ in topology.zookeeper)
     port = topology.wan.listen_port_base + routes
     return [
         PeerRelay(
@@ -113,6 +115,28 @@ def route_to(routes: list[Route], from_region: str, kind: str, target: str) -> R
         if (route.from_region, route.kind, route.target) == (from_region, kind, target):
             return route
     return None
+
+
+def zk_hosts_for(topology: Topology, region: str) -> str:
+    """The connect string of a process in `region`, in the order it tries them: its region's
+    ZooKeeper nodes, then every other region's as `region` reaches them (through the WAN
+    emulator where there is one).
+
+    A client stays with its own region's node while it serves. When that node stops serving
+    (it lost the leader: a cut between its region and the leader's), the client carries its
+    session over to a node that still follows the leader before the session's timeout runs
+    out, instead of losing the session and every stream it owns with it; only a region cut
+    off from every other loses its sessions.
+    """
+    routes = plan_routes(topology)
+    local = topology.zk_nodes_for(region)
+    hosts = [node.client.address for node in local]
+    for node in topology.zookeeper:
+        if node in local:
+            continue
+        route = route_to(routes, region, "zk-client", node.name)
+        hosts.append(node.client.address if route is None else route.listen.address)
+    return ",".join(hosts)
 
 
 @dataclass(frozen=True, slots=True)

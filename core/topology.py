@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError
-from core.limits import ProxyLimits
-from core.rebuild_settings import RebuildSettings
 from core.security.settings import SecuritySettings
+from core.settings.limits import ProxyLimits
+from core.settings.rebuild_settings import RebuildSettings
 from core.streams import StreamSettings
 
 

@@ -19,10 +19,10 @@ from core.durability import (
     replication_surviving_a_region,
 )
 from core.errors import TopologyError
-from core.limits_loader import parse_limits
-from core.rebuild_settings import parse_rebuild
 from core.security.settings import parse_security
-from core.stream_settings_loader import parse_streams
+from core.settings.limits_loader import parse_limits
+from core.settings.rebuild_settings import parse_rebuild
+from core.settings.stream_settings_loader import parse_streams
 from core.topology import (
     Bookie,
     Endpoint,
@@ -631,7 +631,9 @@ def _check_unique_addresses(
     if wan is not None:
         claim(wan.toxiproxy.address, "wan.toxiproxy")
         bookies = sum(len(r.bookies) for r in regions)
-        span = len(regions) * bookies
+        # the WAN routes (core/routes.py: to bookies and to ZooKeeper's client, peer and
+        # election ports, from every other region), then a peer relay per ZooKeeper node
+        span = (len(regions) - 1) * (bookies + 3 * len(zookeeper)) + len(zookeeper)
         for address, owner in list(seen.items()):
             port = int(address.rsplit(":", 1)[1])
             if wan.listen_port_base <= port < wan.listen_port_base + span:

@@ -28,6 +28,7 @@ from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import make_acl
 
 from core import errors
+from core.routes import zk_hosts_for
 from core.security.secrets import ZkLogin, ZkTls, zk_login
 from core.topology import Topology
 from global_meta.errors import translate
@@ -38,13 +39,13 @@ log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
 GET_MANY_CHUNK = 500  # reads one get_many sends at once (and waits for within the op timeout)
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
-# A client without any server for this many session timeouts gives its session up. One would
-# be enough for a server cut off from the quorum, but a leader election also leaves every
-# server not serving for a moment, after which sessions carry on: with the local cluster's
-# 1.5 s proxy sessions and its 1.3-2.3 s elections, one timeout made every proxy of the
-# surviving regions give its streams up at each election.
-GIVE_UP_AFTER_SESSIONS = 2
+# A client without any server for this many session timeouts gives its session up: by then
+# the ensemble has expired it, unless a leader election left every server not serving for a
+# while (after which sessions carry on). The isolation check tells the two apart: it starts
+# ISOLATION_CHECK_LEAD_S before the give-up, so its answer is there when the time is up.
+GIVE_UP_AFTER_SESSIONS = 1
 ISOLATION_CHECK_TIMEOUT_S = 3.0
+ISOLATION_CHECK_LEAD_S = 0.6
 ENSEMBLE_CONFIG_ZNODE = "/zookeeper/config"  # ZooKeeper's own record of its members
 
 
@@ -241,6 +242,7 @@ class MetaStore:
         self._session_timeout_s = session_timeout_s
         self._subscribers: weakref.WeakSet[SessionEvents] = weakref.WeakSet()
         self._abandon_timer: asyncio.TimerHandle | None = None
+        self._give_up_at = 0.0  # loop time: when a suspended session is given up
         self._replacing: asyncio.Task[None] | None = None
         self._without_session = False  # the session was given up; no new one connected yet
         # Asked before giving a session up: True when this process is cut off from most of
@@ -260,13 +262,17 @@ class MetaStore:
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 15.0,
         op_timeout_s: float = 10.0,
+        ordered: bool = False,
     ) -> MetaStore:
         """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot) as
         `login`, whose user alone may read and write the znodes this store creates; None is
-        an anonymous session, which the deployment's ZooKeeper refuses (a test's intruder)."""
+        an anonymous session, which the deployment's ZooKeeper refuses (a test's intruder).
+        `ordered`: every (re)connection tries the hosts in their order, the first that
+        serves wins (else in a random order, spreading clients over the ensemble)."""
         client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
+            randomize_hosts=not ordered,
             connection_retry={"max_tries": -1, "max_delay": 1.0},
             **kazoo_login(login),
         )
@@ -290,11 +296,28 @@ class MetaStore:
         return cls(client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s, login)
 
     @classmethod
-    async def of(cls, topology: Topology, region: str | None = None, **options: float) -> MetaStore:
-        """A session with the topology's ensemble (or `region`'s own nodes), logged in with
-        the deployment's ZooKeeper secret."""
-        hosts = topology.zk_connect if region is None else topology.zk_connect_for(region)
-        return await cls.connect(hosts, zk_login(topology.security), **options)
+    async def of(
+        cls,
+        topology: Topology,
+        region: str | None = None,
+        *,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 15.0,
+        op_timeout_s: float = 10.0,
+    ) -> MetaStore:
+        """A session with the topology's ensemble, logged in with the deployment's ZooKeeper
+        secret; from `region`, with its own region's nodes first (`routes.zk_hosts_for`)."""
+        login = zk_login(topology.security)
+        ordered = region is not None
+        hosts = topology.zk_connect if region is None else zk_hosts_for(topology, region)
+        return await cls.connect(
+            hosts,
+            login,
+            session_timeout_s=session_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            op_timeout_s=op_timeout_s,
+            ordered=ordered,
+        )
 
     async def close(self) -> None:
         """Ends the session (its ephemeral nodes go) and releases the kazoo threads."""
@@ -632,12 +655,19 @@ class MetaStore:
             self._without_session = False
         if state is SessionState.SUSPENDED and not self._closing:
             if self._abandon_timer is None:
+                give_up_s = GIVE_UP_AFTER_SESSIONS * self._session_timeout_s
+                self._give_up_at = self._loop.time() + give_up_s
                 self._abandon_timer = self._loop.call_later(
-                    GIVE_UP_AFTER_SESSIONS * self._session_timeout_s, self._give_up_session
+                    give_up_s - self._check_lead_s(), self._give_up_session
                 )
         elif self._abandon_timer is not None:
             self._abandon_timer.cancel()
             self._abandon_timer = None
+
+    def _check_lead_s(self) -> float:
+        if self.isolation_check is None:
+            return 0.0
+        return min(ISOLATION_CHECK_LEAD_S, GIVE_UP_AFTER_SESSIONS * self._session_timeout_s / 2)
 
     def _give_up_session(self) -> None:
         self._abandon_timer = None
@@ -655,6 +685,8 @@ class MetaStore:
         except Exception:
             log.warning("the isolation check failed; taking this process as cut off", exc_info=True)
             cut_off = True
+        if cut_off:  # the check ran ahead of the give-up time: not before it
+            await asyncio.sleep(max(0.0, self._give_up_at - self._loop.time()))
         if self._closing or self._client.state != KazooState.SUSPENDED:
             return  # a server came back meanwhile
         if cut_off:
@@ -668,9 +700,10 @@ class MetaStore:
         self._abandon_timer = self._loop.call_later(self._session_timeout_s, self._give_up_session)
 
     def _abandon_session(self) -> None:
-        """No server for two session timeouts: the ensemble has expired the session (unless
-        an election ran that long), but kazoo learns that only from a server, which a client
-        whose region's ZooKeeper node lost the quorum does not reach until the cut heals.
+        """No server for a session timeout: the ensemble has expired the session (unless an
+        election ran that long), but kazoo learns that only from a server, which a client
+        cut off from every ZooKeeper node that follows the leader does not reach until the
+        cut heals.
         Until then a write proxy would keep believing it owns its streams and its clients
         would keep waiting on it. So the session is given up here: subscribers see
         EXPIRED (owners let their streams go), operations fail at once, and a new session is
@@ -678,7 +711,7 @@ class MetaStore:
         happens only once the check says this process is cut off from most of the cluster; a
         process that still reaches most regions waits on (its server is electing)."""
         log.warning(
-            "no ZooKeeper server for %.1f s, %d session timeouts: giving the session up",
+            "no ZooKeeper server for %.1f s (%g session timeouts): giving the session up",
             GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,
             GIVE_UP_AFTER_SESSIONS,
         )

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ClusterError, GlobelogError, NoNodeError
-from core.rebuild_settings import REBUILDERS_ZNODE
 from core.security.credentials import adopt_operator_credentials, client_ssl, default_token
 from core.security.files import init_security
 from core.security.secrets import zk_login
+from core.settings.rebuild_settings import REBUILDERS_ZNODE
 from core.topology import Topology
 from core.topology_loader import require_local
 from global_meta import ANY_VERSION, MetaStore, tokens

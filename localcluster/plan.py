@@ -12,7 +12,10 @@ from localcluster import nodes
 from localcluster.tools import Tools
 
 ZK_TICK_MS = 200  # short ticks: sessions can be as short as 2 ticks, so tests run fast
-ZK_SYNC_LIMIT_TICKS = 10  # a follower cut from the leader stops serving after 2 s
+# A follower that hears nothing from the leader for 1 s stops serving (and a leader without a
+# quorum of followers steps down): below the proxies' 1.5 s sessions, so their clients still
+# have time to carry the session over to a node that follows the leader (routes.zk_hosts_for)
+ZK_SYNC_LIMIT_TICKS = 5
 BOOKIE_HEAP = "-Xmx512m"
 BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 # A local cluster runs nine to a dozen JVMs on one machine. Lean ones (the client compiler

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from core import errors
-from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE
 from core.routes import PublishedTopology, publish_topology
+from core.settings.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE
 from core.topology import Topology
 from core.topology_loader import parse_topology
 from global_meta import MetaStore

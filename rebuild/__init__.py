@@ -7,7 +7,7 @@
   status.py     what `globelog rebuild status` shows: marked ledgers, claims, rebuilders
   service.py    the `globelog serve rebuilder` role: an auditor candidate and a worker
 
-Its settings are topology.yaml's `rebuild:` section (core/rebuild_settings.py). The state
+Its settings are topology.yaml's `rebuild:` section (core/settings/rebuild_settings.py). The state
 lives in ZooKeeper in BookKeeper's own under-replication layout
 (ledger.codecs.underreplication), so BookKeeper's tools see what globelog marks. The copying
 itself is the ledger's (ledger.drivers.rebuild); docs/operations.md says how it behaves.

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core import errors, runtime
-from core.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE, RebuildSettings
+from core.settings.rebuild_settings import CHECK_NOW_ZNODE, DECOMMISSION_ZNODE, RebuildSettings
 from core.topology import Replication
 from global_meta import ANY_VERSION, MetaSession
 from global_meta.followers import run_together

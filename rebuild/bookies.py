@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import errors
-from core.rebuild_settings import DECOMMISSION_ZNODE
+from core.settings.rebuild_settings import DECOMMISSION_ZNODE
 from core.topology import Topology
 from global_meta import ANY_VERSION, MetaSession
 from ledger import (

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import errors, runtime
-from core.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
+from core.settings.rebuild_settings import REBUILDERS_ZNODE, RebuildSettings
 from global_meta import ANY_VERSION, MetaSession
 from global_meta.followers import Follower
 from ledger import LedgerClient, UnderReplication, VersionedMetadata, pending_copies

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import GlobelogError
-from core.rebuild_settings import RebuildSettings
+from core.settings.rebuild_settings import RebuildSettings
 from global_meta import MetaSession
 from global_meta.followers import run_together
 from ledger import Claim, LedgerClient, UnderReplication

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from core.routes import PublishedTopology
 from ledger import BookieUnreachableError, ping_bookie
 
-PING_TIMEOUT_S = 1.0
+PING_TIMEOUT_S = 0.5  # within the MetaStore's ISOLATION_CHECK_LEAD_S
 
 
 def cut_off_check(

@@ -23,7 +23,7 @@ from core.errors import (
     OwnershipError,
     OwnerUnreachableError,
 )
-from core.limits import ProxyLimits
+from core.settings.limits import ProxyLimits
 from core.streams import StreamSettings
 from core.topology import Replication
 from global_meta import MetaSession

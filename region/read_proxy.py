@@ -15,7 +15,7 @@ HTTP API (docs/http-api.md), under /v1:
         the same records as newline-delimited JSON, streamed as they arrive, until the client
         goes away
 Reads come from the bookies of the proxy's region first (its ledger client's read order).
-Everything a client can make it hold is bounded by core/limits.py's ProxyLimits: pages, long
+Everything a client can make it hold is bounded by core/settings/limits.py's ProxyLimits: pages, long
 polls and tails at once, a page's records and bytes, the read-aheads' number, bytes and idle
 time, and each client's read quota.
 """
@@ -42,9 +42,9 @@ from core.errors import (
     ReadTimeoutError,
     UnauthenticatedError,
 )
-from core.limits import ProxyLimits
 from core.parsing import bounded_int
 from core.records import LogRecord
+from core.settings.limits import ProxyLimits
 from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus
 from global_meta.streams import StreamMetaStore

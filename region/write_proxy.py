@@ -43,9 +43,9 @@ from core.errors import (
     SeqMismatchError,
     SessionFencedError,
 )
-from core.limits import ProxyLimits
 from core.parsing import bounded_int
 from core.records import Record
+from core.settings.limits import ProxyLimits
 from global_meta.followers import Follower, FollowerStatus
 from ledger import LedgerClient
 from region import registry

@@ -45,7 +45,7 @@ from benchmarks.harness import (
     run_on_bench_cluster,
 )
 from core.errors import ConfigError, GlobelogError
-from core.rebuild_settings import RebuildSettings
+from core.settings.rebuild_settings import RebuildSettings
 from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from global_meta import MetaStore

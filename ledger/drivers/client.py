@@ -18,8 +18,8 @@ from opentelemetry import metrics
 
 from core import errors, runtime
 from core.errors import MetadataError, QuorumError
-from core.rebuild_settings import DECOMMISSION_ZNODE
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
+from core.settings.rebuild_settings import DECOMMISSION_ZNODE
 from core.topology import Replication
 from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, run_together

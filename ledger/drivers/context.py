@@ -28,6 +28,7 @@ from ledger.errors import (
     LedgerMetadataConflictError,
     MetadataFormatError,
 )
+from ledger.machines.add_state import QUORUM_LAG_S
 from ledger.machines.signals import Health, RecordHealth
 from placement import PlacementState
 
@@ -45,6 +46,10 @@ class LedgerConfig:
     rack: str | None = None
     digest_type: DigestType = DigestType.CRC32C
     add_timeout_s: float = 5.0
+    # an entry some bookies acknowledged waits this long for the rest of its ack quorum, then
+    # the bookies it waits for are replaced (ledger/machines/add_state.py); None: only on
+    # add_timeout_s
+    quorum_lag_s: float | None = QUORUM_LAG_S
     read_timeout_s: float = 5.0
     long_poll_timeout_ms: int = 1000
     explicit_lac_interval_s: float = 0.0  # 0: off; >0: send the LAC when no entry carries it

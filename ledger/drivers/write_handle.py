@@ -62,7 +62,10 @@ class LedgerWriter:
         self._requests = LedgerRequests(
             context.bookies, self.ledger_id, self._codec, self._master_key
         )
-        config = AddConfig(add_timeout_s=context.config.add_timeout_s)
+        config = AddConfig(
+            add_timeout_s=context.config.add_timeout_s,
+            quorum_lag_s=context.config.quorum_lag_s,
+        )
         self._state = AddState(
             metadata.current_ensemble,
             metadata.write_quorum,

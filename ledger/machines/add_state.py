@@ -8,7 +8,11 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   quorum for recovery adds) AND every earlier entry completed: `CompleteAdds` comes strictly
   in entry order and moves the LAC, which later entries piggyback (`SendAdd.lac`).
 - A failed or timed-out bookie (other than fenced/unauthorized) starts one ensemble change:
-  `ChangeEnsemble` from entry LAC+1. Completions wait for it, since the new ensemble's first
+  `ChangeEnsemble` from entry LAC+1. So does a bookie that holds up an ack quorum: when the
+  oldest pending entry has some acks but not enough `quorum_lag_s` after its first, the
+  bookies it still waits for are replaced (a cut link or a stalled bookie answers nothing,
+  while its peers answer within a WAN round trip; a slow disk shared by all answers late
+  everywhere, and with no ack at all nothing is replaced). Completions wait for it, since the new ensemble's first
   entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
   bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
 - Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
@@ -49,17 +53,20 @@ from ledger.machines.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDead
 from ledger.machines.signals import Outbox, Ticked
 
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
+QUORUM_LAG_S = 0.5  # an ack quorum waits this long past an entry's first ack for the rest
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
 
 
 @dataclass(frozen=True, slots=True)
 class AddConfig:
     add_timeout_s: float = ADD_TIMEOUT_S
+    quorum_lag_s: float | None = QUORUM_LAG_S  # None: only add_timeout_s replaces bookies
     pending_adds_max: int = PENDING_ADDS_MAX
     ensemble_changes_max: int = ENSEMBLE_CHANGES_MAX
 
     def __post_init__(self) -> None:
         assert self.add_timeout_s > 0, self.add_timeout_s
+        assert self.quorum_lag_s is None or self.quorum_lag_s > 0, self.quorum_lag_s
         assert self.pending_adds_max > 0, self.pending_adds_max
         assert self.ensemble_changes_max >= 0, self.ensemble_changes_max
 
@@ -79,6 +86,8 @@ class _Pending:
     write_set: tuple[int, ...]
     acked: set[int] = field(default_factory=set)  # ensemble positions
     sent_s: dict[int, float] = field(default_factory=dict)  # in flight: position -> sent at
+    # the machine's clock when its first ack of the current ensemble came (None: no ack yet)
+    first_ack_s: float | None = None
 
 
 class AddState:
@@ -172,8 +181,23 @@ class AddState:
         return self._phase in (_Phase.CLOSED, _Phase.FAILED)
 
     def next_wakeup_s(self) -> float | None:
-        """When the next add times out (tick then), or None when nothing is in flight."""
-        return self._sends.next_wakeup_s()
+        """When the next add times out or the oldest entry's ack quorum has lagged too long
+        (tick then), or None when nothing is in flight."""
+        timeout_s = self._sends.next_wakeup_s()
+        lag_s = self._quorum_lag_deadline_s()
+        if lag_s is None or (timeout_s is not None and timeout_s <= lag_s):
+            return timeout_s
+        return lag_s
+
+    def _quorum_lag_deadline_s(self) -> float | None:
+        """When the oldest pending entry's ack quorum counts as held up, if it has begun."""
+        lag_s = self.config.quorum_lag_s
+        if lag_s is None or self._recovery or self._changing is not None:
+            return None
+        head = self._pending.get(self._lac + 1)
+        if head is None or head.first_ack_s is None or len(head.acked) >= self._acks_needed:
+            return None
+        return head.first_ack_s + lag_s
 
     def _sent_s_of(self, entry_id: int) -> dict[int, float] | None:
         pending = self._pending.get(entry_id)
@@ -245,6 +269,8 @@ class AddState:
             return  # completed already, or the bookie was replaced: a stale answer
         pending.sent_s.pop(index, None)
         pending.acked.add(index)
+        if pending.first_ack_s is None:
+            pending.first_ack_s = self._now_s
         self._complete_ready()
 
     def _on_failed(self, event: AddFailed) -> None:
@@ -277,15 +303,24 @@ class AddState:
         return self._sends.straggler_answered(entry_id, lambda i: self._ensemble[i] == bookie)
 
     def _on_tick(self) -> None:
-        expired = self._sends.expire(self._now_s)
-        if expired:  # one ensemble change for every position that timed out on this tick
-            self._positions_failed(expired)
+        failed = self._sends.expire(self._now_s) | self._holding_up_the_quorum()
+        if failed:  # one ensemble change for every position that failed on this tick
+            self._positions_failed(failed)
+
+    def _holding_up_the_quorum(self) -> set[int]:
+        """The positions the oldest entry still waits for, once its quorum lagged too long."""
+        deadline_s = self._quorum_lag_deadline_s()
+        if deadline_s is None or self._now_s < deadline_s:
+            return set()
+        return set(self._pending[self._lac + 1].sent_s)
 
     def _on_ensemble_changed(self, event: EnsembleChanged) -> None:
         assert self._changing is not None, "EnsembleChanged without a ChangeEnsemble"
         assert event.first_entry_id == self._lac + 1, (event.first_entry_id, self._lac)
         assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
         changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
+        if not changed:  # placement had no better bookie: a wait, not a change used up
+            self._changes -= 1
         self._ensemble = tuple(event.ensemble)
         if self._recovery:  # not in the metadata yet: the close writes them
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
@@ -294,6 +329,8 @@ class AddState:
         self._sends.forget_positions(changed)
         still_failed, self._failed_later = self._failed_later - changed, set()
         for pending in self._pending.values():
+            # the replacements get their own quorum_lag_s from now
+            pending.first_ack_s = self._now_s if pending.acked - changed else None
             for index in pending.write_set:
                 if index in changed:  # the old bookie's copy is not where readers will look
                     pending.acked.discard(index)

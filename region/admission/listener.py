@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
-from core.limits import ProxyLimits
 from core.records import RECORD_BYTES_MAX
+from core.settings.limits import ProxyLimits
 from region.http_errors import error_body
 
 CLOSE_TIMEOUT_S = 10.0

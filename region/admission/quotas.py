@@ -1,7 +1,7 @@
 """Quotas: what one client may take of one proxy each second, per namespace.
 
 A client is its token's subject (security on, the default), else its address. Each (client, namespace, kind) has two token
-buckets, requests and bytes, each holding at most one second of its rate (core/limits.py
+buckets, requests and bytes, each holding at most one second of its rate (core/settings/limits.py
 `Quota`; per-namespace overrides in topology.yaml). A request is let in while its buckets are
 not in debt, and then takes what it uses, into debt if need be: a request bigger than a
 second's worth of bytes passes once, and the client's next one waits until the debt is paid
@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from core.errors import QuotaExceededError
-from core.limits import ProxyLimits, Quota
+from core.settings.limits import ProxyLimits, Quota
 from core.streams import check_name
 from region.observability.telemetry import PROXY_METRICS
 from region.security.gate import TOKEN

@@ -327,20 +327,26 @@ class ProxyClient:
                     error.retry_after_s = retry_after_s(answer_headers.get("Retry-After"))
                 if isinstance(error, CUT_OFF_ERRORS):
                     # The proxy answers but has no ZooKeeper: its region is cut off.
-                    # Another region's proxy can take the stream; pass this one over.
+                    # Another region's proxy can take the stream; pass this one over, and
+                    # name it to the next proxy, which would otherwise send the client back
+                    # to it for as long as its lock outlives its session.
                     self._down[proxy] = runtime.monotonic() + DOWN_FOR_S
+                    self._name_unreachable(proxy, stream)
                 return error
             except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, KeyError) as err:
                 self._down[proxy] = runtime.monotonic() + DOWN_FOR_S
-                name = self._names.get(proxy)
-                if name is not None and stream:
-                    self._unreachable[stream] = name
+                self._name_unreachable(proxy, stream)
                 # Only a connection never made is known not to have carried the request.
                 sent = not isinstance(err, aiohttp.ClientConnectorError)
                 return ProxyUnreachableError(f"{method} {url}: {type(err).__name__}: {err}", sent)
         return ProxyError(
             "redirect_loop", f"{method} {path}: over {REDIRECTS_MAX} redirects", True, 307
         )
+
+    def _name_unreachable(self, proxy: str, stream: str) -> None:
+        name = self._names.get(proxy)
+        if name is not None and stream:
+            self._unreachable[stream] = name
 
     async def _exchange(
         self, method: str, url: str, kwargs: dict[str, Any]

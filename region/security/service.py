@@ -30,7 +30,6 @@ from core.errors import (
     NotFoundError,
     RequestTooLargeError,
 )
-from core.limits import ProxyLimits
 from core.security import pki
 from core.security.settings import SecuritySettings
 from core.security.tokens import (
@@ -41,6 +40,7 @@ from core.security.tokens import (
     load_public_key,
     load_signing_key,
 )
+from core.settings.limits import ProxyLimits
 from global_meta import MetaStore
 from global_meta import tokens as records
 from global_meta.followers import Follower, FollowerStatus

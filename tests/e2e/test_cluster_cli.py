@@ -64,7 +64,8 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert len(rebuilders) == 3 and all(p["healthy"] for p in rebuilders)
         assert {p["region"] for p in rebuilders} == {"us-east", "us-west", "eu-west"}
         routes = sorted(r["kind"] for r in report["wan"].values())
-        assert routes == ["bookie"] * 12 + ["zk-election"] * 6 + ["zk-peer"] * 6
+        zk_routes = ["zk-client"] * 6 + ["zk-election"] * 6 + ["zk-peer"] * 6
+        assert routes == ["bookie"] * 12 + zk_routes
         # every process has a log; every one but the rebuilders (no port) its ports
         assert all(p["log"] for p in report["processes"].values())
         assert all(p["ports"] for p in report["processes"].values() if p["kind"] != "rebuilder")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from core.limits import ProxyLimits
+from core.settings.limits import ProxyLimits
 from global_meta import MetaStore
 from ledger import LedgerClient, LedgerConfig
 from localcluster.controller import Cluster

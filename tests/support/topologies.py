@@ -122,9 +122,10 @@ def topology_document(
         "security": {"dir": str(SECURITY.directory)},
         "wan": {
             "toxiproxy": {"api_port": next(ports)},
-            # every WAN route, then a peer relay per ZooKeeper node (core/routes.py)
+            # every WAN route (to bookies; to ZooKeeper's client, peer and election ports),
+            # then a peer relay per ZooKeeper node (core/routes.py)
             "listen_port_base": free_port_block(
-                len(REGIONS) * (bookies + 2 * zk_nodes) + zk_nodes, port_list
+                len(REGIONS) * (bookies + 3 * zk_nodes) + zk_nodes, port_list
             ),
             "default_profile": "ci",
             "profiles": {

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 
 from core import errors, runtime
-from core.rebuild_settings import CHECK_NOW_ZNODE
+from core.settings.rebuild_settings import CHECK_NOW_ZNODE
 from global_meta import MetaSession
 from ledger import LedgerMetadataStore, UnderReplication, VersionedMetadata
 

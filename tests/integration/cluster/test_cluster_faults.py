@@ -27,8 +27,10 @@ async def test_status_reports_every_process_healthy(cluster: Cluster) -> None:
     modes = sorted(p["detail"] for p in report["processes"].values() if p["kind"] == "zookeeper")
     assert modes == ["mode follower", "mode follower", "mode leader"]
     kinds_of_routes = sorted(route["kind"] for route in report["wan"].values())
-    # 3 regions x 4 remote bookies; 3 ZooKeeper nodes x 2 remote regions x (peer, election)
-    assert kinds_of_routes == ["bookie"] * 12 + ["zk-election"] * 6 + ["zk-peer"] * 6
+    # 3 regions x 4 remote bookies; 3 ZooKeeper nodes x 2 remote regions x (client, peer,
+    # election)
+    zk_routes = ["zk-client"] * 6 + ["zk-election"] * 6 + ["zk-peer"] * 6
+    assert kinds_of_routes == ["bookie"] * 12 + zk_routes
     for route in report["wan"].values():
         link = cluster.topology.wan.link("ci", route["from_region"], route["to_region"])
         assert route["present"] and not route["partitioned"]

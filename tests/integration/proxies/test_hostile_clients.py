@@ -1,5 +1,5 @@
 """Hostile clients against real proxies on the real cluster: each attack meets its bound (a
-named limit of core/limits.py, set low here) while a well-behaved client in the same test is
+named limit of core/settings/limits.py, set low here) while a well-behaved client in the same test is
 still served."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import aiohttp
 
-from core.limits import ProxyLimits, Quota
 from core.security.tokens import Scope, issue, load_signing_key
+from core.settings.limits import ProxyLimits, Quota
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.client import ProxyClient

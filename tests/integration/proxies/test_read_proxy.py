@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 
-from core.limits import ProxyLimits
+from core.settings.limits import ProxyLimits
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from region.read_proxy import ReadProxy

@@ -17,7 +17,7 @@ from core.errors import (
     SessionFencedError,
     StreamNotFoundError,
 )
-from core.limits import ProxyLimits
+from core.settings.limits import ProxyLimits
 from global_meta.streams import LOCK_PREFIX
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from core.errors import GlobelogError
-from core.rebuild_settings import RebuildSettings
+from core.settings.rebuild_settings import RebuildSettings
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.followers import Follower

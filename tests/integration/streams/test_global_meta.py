@@ -144,7 +144,7 @@ async def test_unreachable_ensemble_is_a_clear_retriable_error() -> None:
 async def test_a_session_is_given_up_only_when_the_isolation_check_says_cut_off(
     cluster: Cluster, cut_off: bool
 ) -> None:
-    """With no server for two session timeouts, a store gives its session up (EXPIRED while
+    """With no server for a session timeout, a store gives its session up (EXPIRED while
     the cut lasts) only if its isolation check says this process is cut off from most of the
     cluster; otherwise (an election) it keeps waiting for a server. Either way, once a
     server answers again the store ends up with a working session."""

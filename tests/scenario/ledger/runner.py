@@ -135,6 +135,8 @@ class Runner:
     def cmd_new_add(self, args: Args) -> list[str]:
         config = AddConfig(
             add_timeout_s=args.number("timeout", 5.0),
+            # off unless a script names it: the scripts time adds out by add_timeout_s
+            quorum_lag_s=args.number("quorum-lag", 0.0) or None,
             pending_adds_max=args.integer("max-pending", 1000),
             ensemble_changes_max=args.integer("max-changes", 64),
         )

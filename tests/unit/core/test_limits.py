@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from core.limits import MIB, ProxyLimits, Quota, limit_names, quota_names, shown
-from core.limits_loader import parse_limits
+from core.settings.limits import MIB, ProxyLimits, Quota, limit_names, quota_names, shown
+from core.settings.limits_loader import parse_limits
 
 pytestmark = pytest.mark.unit
 DOC = Path(__file__).resolve().parents[3] / "docs" / "http-api.md"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from core.errors import TopologyError
+from core.routes import peer_relays, plan_routes, route_to, zk_hosts_for
 from core.topology_loader import (
     load_topology,
     local_problems,
@@ -301,6 +302,29 @@ def test_a_deployment_of_named_hosts_without_a_wan_section_validates() -> None:
     assert proxy.endpoint.host == proxy.endpoint.host.lower()
     port = topology.zookeeper[0].client.port
     assert topology.zk_connect_for("us-east") == f"zk-us-east.us-east.example.com:{port}"
+    # a process falls back to the other regions' nodes, dialled directly, its own first
+    assert zk_hosts_for(topology, "us-west").split(",") == [
+        f"{node.client.host}:{node.client.port}"
+        for node in sorted(topology.zookeeper, key=lambda n: n.region != "us-west")
+    ]
+
+
+def test_zookeeper_clients_fall_back_to_other_regions_through_the_wan() -> None:
+    """In the local cluster a region's processes reach another region's ZooKeeper node
+    through that link's WAN route (so a partition cuts it), their own region's node first."""
+    topology = load_topology(REPO / "topology.yaml")
+    routes = plan_routes(topology)
+    for region in topology.region_names:
+        hosts = zk_hosts_for(topology, region).split(",")
+        own = [n for n in topology.zookeeper if n.region == region]
+        assert hosts[: len(own)] == [n.client.address for n in own]
+        remote = [n for n in topology.zookeeper if n.region != region]
+        expected = [route_to(routes, region, "zk-client", n.name) for n in remote]
+        assert hosts[len(own) :] == [r.listen.address for r in expected if r is not None]
+        assert len(hosts) == len(topology.zookeeper)
+    # every listen port is distinct, the peer relays' included
+    ports = [r.listen.port for r in routes] + [r.listen.port for r in peer_relays(topology)]
+    assert len(ports) == len(set(ports))
 
 
 def test_the_local_launcher_refuses_real_hosts_and_says_why() -> None:

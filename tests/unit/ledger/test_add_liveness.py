@@ -14,6 +14,7 @@ from ledger.machines.add_events import (
     AddFailed,
     ChangeEnsemble,
     CompleteAdds,
+    EnsembleChanged,
     FailAdds,
     FailClose,
     SendSkipped,
@@ -103,3 +104,59 @@ def test_without_the_skip_the_silent_bookie_is_replaced() -> None:
     state.handle(AddAcked(0, "b1"))
     state.handle(Ticked(60.0))
     assert any(isinstance(a, ChangeEnsemble) for a in state.take_actions())
+
+
+def held_up_machine(acks: tuple[str, ...]) -> AddState:
+    """E/W/A 4/4/3: entry 0 acknowledged by `acks` at t=0.1 (the machine's clock)."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, now_s=0.0)
+    assert state.submit(3) == 0
+    state.take_actions()
+    state.handle(Ticked(0.1))
+    for bookie in acks:
+        state.handle(AddAcked(0, bookie))
+    state.take_actions()
+    return state
+
+
+def test_bookies_holding_up_an_ack_quorum_are_replaced_after_the_quorum_lag() -> None:
+    """Two of four copies acknowledged (a cut took the other two): the two silent bookies
+    are replaced `quorum_lag_s` after the first ack, long before the add timeout."""
+    state = held_up_machine(("b0", "b1"))
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None and lag_s < state.config.add_timeout_s
+    assert state.next_wakeup_s() == pytest.approx(0.1 + lag_s)
+    state.handle(Ticked(0.1 + lag_s * 0.9))
+    assert not any(isinstance(a, ChangeEnsemble) for a in state.take_actions())
+    state.handle(Ticked(0.1 + lag_s))
+    changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [c.bookies for c in changes] == [("b2", "b3")], changes
+    assert state.next_wakeup_s() is not None and state.next_wakeup_s() > 0.1 + lag_s
+
+
+def test_no_ack_at_all_or_a_met_quorum_replaces_nobody_before_the_add_timeout() -> None:
+    """Every bookie slow (a shared disk) is not a cut: nothing to compare with, nothing
+    replaced early; a quorum met leaves the last copy to the add timeout."""
+    for acks in ((), ("b0", "b1", "b2")):
+        state = held_up_machine(acks)
+        state.handle(Ticked(4.0))
+        assert not any(isinstance(a, ChangeEnsemble) for a in state.take_actions()), acks
+        state.handle(Ticked(5.1))  # the add timeout
+        changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+        assert len(changes) == 1, (acks, changes)
+
+
+def test_a_change_that_keeps_the_bookies_is_not_counted_against_the_limit() -> None:
+    """Placement with no better bookie gives the same ensemble back: the machine waits
+    and asks again, as often as it lags, without using up `ensemble_changes_max`."""
+    state = held_up_machine(("b0", "b1"))
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None
+    now_s = 0.1
+    for _ in range(state.config.ensemble_changes_max + 5):
+        now_s += lag_s
+        state.handle(Ticked(now_s))
+        changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+        assert len(changes) == 1 and not state.is_terminal, (now_s, changes)
+        state.handle(EnsembleChanged(changes[0].first_entry_id, ("b0", "b1", "b2", "b3")))
+        state.take_actions()
+        state.validate()

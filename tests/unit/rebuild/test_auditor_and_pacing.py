@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ConfigError
-from core.rebuild_settings import RebuildSettings, parse_rebuild
+from core.settings.rebuild_settings import RebuildSettings, parse_rebuild
 from core.topology import Replication
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState

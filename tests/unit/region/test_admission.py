@@ -12,7 +12,7 @@ from aiohttp import web
 
 from core.dlsn import DLSN
 from core.errors import QuotaExceededError
-from core.limits import ProxyLimits, Quota
+from core.settings.limits import ProxyLimits, Quota
 from region.admission import listener as listener_module
 from region.admission.listener import Listener, request_body
 from region.admission.quotas import Quotas, hold_refusal

@@ -12,8 +12,8 @@ import pytest
 
 from core.dlsn import DLSN
 from core.errors import StreamNotFoundError
-from core.limits import ProxyLimits
 from core.records import LogRecord
+from core.settings.limits import ProxyLimits
 from region import read_proxy
 from region.read_proxy import ReadProxy, within_page_bytes
 from region.registry import ProxyInfo

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from core import errors
 from global_meta.store import (
     GIVE_UP_AFTER_SESSIONS,
+    ISOLATION_CHECK_LEAD_S,
     ISOLATION_CHECK_TIMEOUT_S,
     NodeStat,
     Op,
@@ -168,6 +169,7 @@ class SimMetaStore:
         self._pinger: asyncio.Task[None] | None = None
         self._closing = False
         self._abandon_timer: asyncio.TimerHandle | None = None
+        self._give_up_at = 0.0
         self.isolation_check: Callable[[], Awaitable[bool]] | None = None
         self.login = None
 
@@ -211,9 +213,13 @@ class SimMetaStore:
     def _publish(self, state: SessionState) -> None:
         self._state = state
         if state is SessionState.SUSPENDED and self._abandon_timer is None:
-            self._abandon_timer = asyncio.get_running_loop().call_later(
-                GIVE_UP_AFTER_SESSIONS * self._session_timeout_s, self._give_up
+            give_up_s = GIVE_UP_AFTER_SESSIONS * self._session_timeout_s
+            lead_s = (
+                0.0 if self.isolation_check is None else min(ISOLATION_CHECK_LEAD_S, give_up_s / 2)
             )
+            loop = asyncio.get_running_loop()
+            self._give_up_at = loop.time() + give_up_s
+            self._abandon_timer = loop.call_later(give_up_s - lead_s, self._give_up)
         elif state is not SessionState.SUSPENDED and self._abandon_timer is not None:
             self._abandon_timer.cancel()
             self._abandon_timer = None
@@ -271,6 +277,9 @@ class SimMetaStore:
                     cut_off = await self.isolation_check()
             except Exception:  # noqa: BLE001 - as MetaStore: a failed check counts as cut off
                 cut_off = True
+        if cut_off:  # as MetaStore: the check ran ahead of the give-up time, not before it
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(max(0.0, self._give_up_at - loop.time()))
         if self._closing or self._state is not SessionState.SUSPENDED:
             return
         if cut_off:

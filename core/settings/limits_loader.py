@@ -1,4 +1,4 @@
-"""Parses topology.yaml's optional `limits:` section (core/limits.py) over the defaults.
+"""Parses topology.yaml's optional `limits:` section (core/settings/limits.py) over the defaults.
 
     limits:
       connections_max: 10000          # any scalar of ProxyLimits
@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from core.limits import ProxyLimits, Quota, limit_names, quota_names
-from core.stream_settings_loader import Problems
+from core.settings.limits import ProxyLimits, Quota, limit_names, quota_names
+from core.settings.stream_settings_loader import Problems
 
 QUOTA_RATE_MAX = 1e12
 

@@ -1,7 +1,7 @@
 """Every bound a proxy keeps on what clients can make it hold, and the quotas it enforces.
 
 One frozen value per proxy, built from topology.yaml's optional `limits:` section over the
-defaults below (core/limits_loader.py). docs/http-api.md's "Limits" table lists each one with
+defaults below (core/settings/limits_loader.py). docs/http-api.md's "Limits" table lists each one with
 its default and the answer a client gets past it; a test holds the two to each other.
 """
 
