@@ -3,8 +3,8 @@
 Traffic between regions goes through one emulated WAN link (a toxiproxy proxy) per
 (source region, remote bookie) and per (source region, remote ZooKeeper node, port: quorum,
 election, client); traffic inside a region goes straight to its target. Clients talk to their
-own region's ZooKeeper nodes while those serve, and cross the WAN to another region's node only
-when theirs stops serving them (`zk_hosts_for`).
+own region's ZooKeeper nodes first, and cross the WAN to another region's node when theirs stops
+serving them (`zk_hosts_for`).
 """
 
 from __future__ import annotations
@@ -122,11 +122,13 @@ def zk_hosts_for(topology: Topology, region: str) -> str:
     ZooKeeper nodes, then every other region's as `region` reaches them (through the WAN
     emulator where there is one).
 
-    A client stays with its own region's node while it serves. When that node stops serving
-    (it lost the leader: a cut between its region and the leader's), the client carries its
-    session over to a node that still follows the leader before the session's timeout runs
-    out, instead of losing the session and every stream it owns with it; only a region cut
-    off from every other loses its sessions.
+    A client connects to its own region's node first. When that node stops serving (it lost
+    the leader: a cut between its region and the leader's), the client carries its session
+    over to a node that still follows the leader before the session's timeout runs out,
+    instead of losing the session and every stream it owns with it; only a region cut off
+    from every other loses its sessions. (kazoo moves down the list from the node that
+    dropped it and starts again at the top after the last: a client that moved to another
+    region's node stays there, its reads crossing the WAN, until that connection drops.)
     """
     routes = plan_routes(topology)
     local = topology.zk_nodes_for(region)

@@ -39,13 +39,29 @@ log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
 GET_MANY_CHUNK = 500  # reads one get_many sends at once (and waits for within the op timeout)
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
-# A client without any server for this many session timeouts gives its session up: by then
-# the ensemble has expired it, unless a leader election left every server not serving for a
-# while (after which sessions carry on). The isolation check tells the two apart: it starts
-# ISOLATION_CHECK_LEAD_S before the give-up, so its answer is there when the time is up.
+# A client without any server for a session timeout gives its session up: by then the
+# ensemble has expired it, unless a leader election left every server not serving for a while
+# (after which sessions carry on). An isolation check tells the two apart: it starts
+# ISOLATION_CHECK_LEAD_S before the give-up, so its answer is there when the time is up. A
+# store without one waits two timeouts: the local cluster's elections take 1.3-2.3 s, and its
+# 1.5 s sessions would otherwise be given up at each.
 GIVE_UP_AFTER_SESSIONS = 1
+GIVE_UP_UNCHECKED_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
-ISOLATION_CHECK_LEAD_S = 0.6
+ISOLATION_CHECK_LEAD_S = 0.75
+
+
+def give_up_after_s(session_timeout_s: float, checked: bool) -> float:
+    """How long a store stays without a server before it gives its session up."""
+    sessions = GIVE_UP_AFTER_SESSIONS if checked else GIVE_UP_UNCHECKED_AFTER_SESSIONS
+    return sessions * session_timeout_s
+
+
+def isolation_check_lead_s(give_up_s: float, checked: bool) -> float:
+    """How long before the give-up the isolation check starts."""
+    return min(ISOLATION_CHECK_LEAD_S, give_up_s / 2) if checked else 0.0
+
+
 ENSEMBLE_CONFIG_ZNODE = "/zookeeper/config"  # ZooKeeper's own record of its members
 
 
@@ -243,6 +259,7 @@ class MetaStore:
         self._subscribers: weakref.WeakSet[SessionEvents] = weakref.WeakSet()
         self._abandon_timer: asyncio.TimerHandle | None = None
         self._give_up_at = 0.0  # loop time: when a suspended session is given up
+        self._suspensions = 0  # counts them, so a check answers for its own suspension only
         self._replacing: asyncio.Task[None] | None = None
         self._without_session = False  # the session was given up; no new one connected yet
         # Asked before giving a session up: True when this process is cut off from most of
@@ -267,8 +284,9 @@ class MetaStore:
         """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot) as
         `login`, whose user alone may read and write the znodes this store creates; None is
         an anonymous session, which the deployment's ZooKeeper refuses (a test's intruder).
-        `ordered`: every (re)connection tries the hosts in their order, the first that
-        serves wins (else in a random order, spreading clients over the ensemble)."""
+        `ordered`: the hosts are tried in their order (a dropped connection moves on to the
+        next, and after the last the list starts again at the top), else in a random order,
+        spreading clients over the ensemble."""
         client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
@@ -373,7 +391,7 @@ class MetaStore:
             # so callers (a proxy's clients) can turn to another region at once.
             raise errors.MetadataUnavailableError(
                 f"{operation} {path!r}: no ZooKeeper session (the last one was given up after "
-                f"{GIVE_UP_AFTER_SESSIONS * self._session_timeout_s} s without a ZooKeeper "
+                f"{self._give_up_s():g} s without a ZooKeeper "
                 "server; reconnecting)"
             )
         try:
@@ -655,19 +673,23 @@ class MetaStore:
             self._without_session = False
         if state is SessionState.SUSPENDED and not self._closing:
             if self._abandon_timer is None:
-                give_up_s = GIVE_UP_AFTER_SESSIONS * self._session_timeout_s
+                self._suspensions += 1
+                give_up_s = self._give_up_s()
+                lead_s = isolation_check_lead_s(give_up_s, self.isolation_check is not None)
                 self._give_up_at = self._loop.time() + give_up_s
                 self._abandon_timer = self._loop.call_later(
-                    give_up_s - self._check_lead_s(), self._give_up_session
+                    give_up_s - lead_s, self._give_up_session
                 )
-        elif self._abandon_timer is not None:
+            return
+        if self._abandon_timer is not None:
             self._abandon_timer.cancel()
             self._abandon_timer = None
+        if self._checking is not None:  # its answer was for a suspension that has ended
+            self._checking.cancel()
+            self._checking = None
 
-    def _check_lead_s(self) -> float:
-        if self.isolation_check is None:
-            return 0.0
-        return min(ISOLATION_CHECK_LEAD_S, GIVE_UP_AFTER_SESSIONS * self._session_timeout_s / 2)
+    def _give_up_s(self) -> float:
+        return give_up_after_s(self._session_timeout_s, self.isolation_check is not None)
 
     def _give_up_session(self) -> None:
         self._abandon_timer = None
@@ -679,6 +701,8 @@ class MetaStore:
             self._checking = self._loop.create_task(self._check_then_give_up(self.isolation_check))
 
     async def _check_then_give_up(self, check: Callable[[], Awaitable[bool]]) -> None:
+        suspension = self._suspensions
+        started_s = self._loop.time()
         try:
             async with asyncio.timeout(ISOLATION_CHECK_TIMEOUT_S):
                 cut_off = await check()
@@ -687,7 +711,11 @@ class MetaStore:
             cut_off = True
         if cut_off:  # the check ran ahead of the give-up time: not before it
             await asyncio.sleep(max(0.0, self._give_up_at - self._loop.time()))
-        if self._closing or self._client.state != KazooState.SUSPENDED:
+        if (
+            self._closing
+            or self._client.state != KazooState.SUSPENDED
+            or suspension != self._suspensions
+        ):
             return  # a server came back meanwhile
         if cut_off:
             self._abandon_session()
@@ -695,7 +723,7 @@ class MetaStore:
         log.warning(
             "no ZooKeeper server for %.1f s, but most regions answer: an election, not a "
             "cut; keeping the session",
-            GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,
+            started_s - (self._give_up_at - self._give_up_s()),
         )
         self._abandon_timer = self._loop.call_later(self._session_timeout_s, self._give_up_session)
 
@@ -712,8 +740,8 @@ class MetaStore:
         process that still reaches most regions waits on (its server is electing)."""
         log.warning(
             "no ZooKeeper server for %.1f s (%g session timeouts): giving the session up",
-            GIVE_UP_AFTER_SESSIONS * self._session_timeout_s,
-            GIVE_UP_AFTER_SESSIONS,
+            self._give_up_s(),
+            self._give_up_s() / self._session_timeout_s,
         )
         self._without_session = True
         self._replacing = self._loop.create_task(self._replace_session())

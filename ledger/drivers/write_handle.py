@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 
 from core import runtime
 from core.errors import GlobelogError
@@ -43,6 +44,7 @@ from ledger.machines.add_state import AddConfig, AddState
 from ledger.machines.signals import Ticked, failure_kind
 from placement import PlacementError
 
+log = logging.getLogger(__name__)
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
 # An ensemble change that would keep the same bookies waits this long (doubling) to retry them.
 UNCHANGED_FIRST_S, UNCHANGED_MAX_S = 0.1, 2.0
@@ -223,6 +225,8 @@ class LedgerWriter:
 
         def done(error: GlobelogError | None) -> None:
             if error is None:
+                if self._state.wants_ack_time(action.entry_id):
+                    self._runner.feed(Ticked(self._context.clock()))
                 self._runner.feed(AddAcked(action.entry_id, action.bookie))
             else:
                 self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(error)))
@@ -259,7 +263,10 @@ class LedgerWriter:
         if payload is None:
             self._skipped(action)
             return
-        self._runner.feed(await self._requests.add(action, payload))
+        answer = await self._requests.add(action, payload)
+        if isinstance(answer, AddAcked) and self._state.wants_ack_time(action.entry_id):
+            self._runner.feed(Ticked(self._context.clock()))
+        self._runner.feed(answer)
 
     def _complete(self, action: CompleteAdds) -> None:
         now_s = self._context.clock()
@@ -309,10 +316,13 @@ class LedgerWriter:
             )
             if tuple(ensemble) == tuple(self._state.ensemble):
                 # Placement kept the same bookies (no better one usable now): an ensemble that
-                # changes nothing is not written. Wait a little, then retry the same bookies.
-                await asyncio.sleep(self._unchanged_backoff_s)
-                self._unchanged_backoff_s = min(2 * self._unchanged_backoff_s, UNCHANGED_MAX_S)
+                # changes nothing is not written. Wait a little, then retry the same bookies;
+                # slow ones (not failed: their adds are still in flight) are waited for as is.
+                if not action.lagging:
+                    await asyncio.sleep(self._unchanged_backoff_s)
+                    self._unchanged_backoff_s = min(2 * self._unchanged_backoff_s, UNCHANGED_MAX_S)
                 self._context.metrics.ensemble_changes.add(1, {"outcome": "unchanged"})
+                self._runner.feed(Ticked(self._context.clock()))
                 self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
                 return
             self._unchanged_backoff_s = UNCHANGED_FIRST_S
@@ -333,6 +343,14 @@ class LedgerWriter:
             self._context.metrics.ensemble_changes.add(1, {"outcome": "changed"})
             for bookie in action.bookies:
                 self._context.placement.record_failure(bookie, self._context.clock())
+            log.info(
+                "ledger %d: from entry %d, %s replaced by %s (%s)",
+                self.ledger_id, action.first_entry_id, ", ".join(action.bookies),
+                ", ".join(b for b in ensemble if b not in self._state.ensemble),
+                "slow to acknowledge" if action.lagging else "failed",
+            )  # fmt: skip
+            # the re-sends to the new bookies are timed from now, not from the last add
+            self._runner.feed(Ticked(self._context.clock()))
             self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
 
     def _ensemble_change_failed(self, kind: AddErrorKind, err: GlobelogError) -> None:

@@ -143,6 +143,9 @@ class ChangeEnsemble:
     indices: tuple[int, ...]
     bookies: tuple[str, ...]  # the failed bookies at those indices
     persist: bool
+    # True: only bookies that held up an ack quorum (`AddConfig.quorum_lag_s`), none failed;
+    # a placement with no better bookie then answers at once with the same ensemble
+    lagging: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,7 @@ class AddState:
         self._sends = SendDeadlines(self.config.add_timeout_s, in_flight_max, self._sent_s_of)
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
+        self._changing_lagging = False  # that change replaces slow bookies only, none failed
         self._failed_later: set[int] = set()  # positions that failed during that change
         self._changes = 0
         self._new_ensembles: tuple[Ensemble, ...] = ()  # recovery's, in entry order
@@ -197,7 +198,17 @@ class AddState:
         head = self._pending.get(self._lac + 1)
         if head is None or head.first_ack_s is None or len(head.acked) >= self._acks_needed:
             return None
+        if not head.sent_s:  # nothing in flight to wait for: the failures' change does it
+            return None
         return head.first_ack_s + lag_s
+
+    def wants_ack_time(self, entry_id: int) -> bool:
+        """Whether an ack of `entry_id` would be its first: the driver stamps the clock
+        (Ticked) before feeding it, as the quorum lag counts from the first ack."""
+        if self.config.quorum_lag_s is None or self._recovery:
+            return False
+        pending = self._pending.get(entry_id)
+        return pending is not None and pending.first_ack_s is None
 
     def _sent_s_of(self, entry_id: int) -> dict[int, float] | None:
         pending = self._pending.get(entry_id)
@@ -303,9 +314,10 @@ class AddState:
         return self._sends.straggler_answered(entry_id, lambda i: self._ensemble[i] == bookie)
 
     def _on_tick(self) -> None:
-        failed = self._sends.expire(self._now_s) | self._holding_up_the_quorum()
-        if failed:  # one ensemble change for every position that failed on this tick
-            self._positions_failed(failed)
+        expired = self._sends.expire(self._now_s)
+        lagging = self._holding_up_the_quorum() - expired
+        if expired or lagging:  # one ensemble change for every position on this tick
+            self._positions_failed(expired | lagging, lagging_only=not expired)
 
     def _holding_up_the_quorum(self) -> set[int]:
         """The positions the oldest entry still waits for, once its quorum lagged too long."""
@@ -319,8 +331,8 @@ class AddState:
         assert event.first_entry_id == self._lac + 1, (event.first_entry_id, self._lac)
         assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
         changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
-        if not changed:  # placement had no better bookie: a wait, not a change used up
-            self._changes -= 1
+        if not changed and self._changing_lagging:
+            self._changes -= 1  # no better bookie for a slow one: a wait, not a change used up
         self._ensemble = tuple(event.ensemble)
         if self._recovery:  # not in the metadata yet: the close writes them
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
@@ -372,13 +384,13 @@ class AddState:
             SendAdd(pending.entry_id, index, bookie, pending.lac, pending.length, self._recovery)
         )
 
-    def _positions_failed(self, indices: set[int]) -> None:
+    def _positions_failed(self, indices: set[int], lagging_only: bool = False) -> None:
         if self._changing is not None:  # one change at a time; the next one follows it
             self._failed_later |= indices - set(self._changing)
             return
-        self._start_change(indices)
+        self._start_change(indices, lagging_only)
 
-    def _start_change(self, indices: set[int]) -> None:
+    def _start_change(self, indices: set[int], lagging_only: bool = False) -> None:
         if self._changes >= self.config.ensemble_changes_max:
             failed = ", ".join(self._ensemble[i] for i in sorted(indices))
             self._fail(
@@ -391,9 +403,10 @@ class AddState:
             return
         self._changes += 1
         self._changing = tuple(sorted(indices))
+        self._changing_lagging = lagging_only
         bookies = tuple(self._ensemble[i] for i in self._changing)
         persist = not self._recovery
-        self._emit(ChangeEnsemble(self._lac + 1, self._changing, bookies, persist))
+        self._emit(ChangeEnsemble(self._lac + 1, self._changing, bookies, persist, lagging_only))
 
     def _complete_ready(self) -> None:
         if self._changing is not None:

@@ -20,7 +20,7 @@ from ledger.machines.add_events import (
     SendSkipped,
     TaskCrashed,
 )
-from ledger.machines.add_state import AddState
+from ledger.machines.add_state import AddConfig, AddState
 from ledger.machines.signals import BookieFailure, Ticked
 
 pytestmark = pytest.mark.unit
@@ -160,3 +160,41 @@ def test_a_change_that_keeps_the_bookies_is_not_counted_against_the_limit() -> N
         state.handle(EnsembleChanged(changes[0].first_entry_id, ("b0", "b1", "b2", "b3")))
         state.take_actions()
         state.validate()
+
+
+def test_the_lag_counts_from_the_first_ack_as_the_driver_stamps_it() -> None:
+    """The machine's clock moves only with Ticked: the driver stamps it before an entry's
+    first ack (`wants_ack_time`), so a first ack that came late (every bookie slow) starts
+    the lag then, not at the entry's send."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, now_s=0.0)
+    assert state.submit(3) == 0
+    state.take_actions()
+    assert state.wants_ack_time(0)
+    state.handle(Ticked(2.0))  # as the driver does
+    state.handle(AddAcked(0, "b0"))
+    assert not state.wants_ack_time(0)
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None
+    assert state.next_wakeup_s() == pytest.approx(2.0 + lag_s)
+    state.handle(AddAcked(0, "b1"))
+    state.handle(AddAcked(0, "b2"))
+    state.handle(Ticked(2.0 + lag_s))
+    actions = state.take_actions()
+    assert any(isinstance(a, CompleteAdds) for a in actions)
+    assert not any(isinstance(a, ChangeEnsemble) for a in actions), actions
+
+
+def test_a_failed_bookie_kept_by_placement_still_counts_against_the_limit() -> None:
+    """A dead bookie with no spare ends the handle after `ensemble_changes_max` attempts (as
+    before); only slow ones are waited for without end."""
+    state = AddState(["b0", "b1", "b2"], 3, 2, now_s=0.0, config=AddConfig(ensemble_changes_max=3))
+    assert state.submit(3) == 0
+    state.take_actions()
+    for _ in range(3):
+        state.handle(AddFailed(0, "b2", BookieFailure.BOOKIE_DOWN))
+        changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+        assert len(changes) == 1 and not changes[0].lagging
+        state.handle(EnsembleChanged(0, ("b0", "b1", "b2")))
+        state.take_actions()
+    state.handle(AddFailed(0, "b2", BookieFailure.BOOKIE_DOWN))
+    assert state.is_terminal

@@ -12,7 +12,7 @@ without a serving server it waits, and fails MetadataUnavailableError after its 
 timeout; its session is kept alive by pings, goes SUSPENDED when pings go unanswered, and is
 learnt EXPIRED when a server answers again after the ensemble expired it (a new session is
 made at once, as kazoo does). Like MetaStore, it gives a session up itself after
-`GIVE_UP_AFTER_SESSIONS` session timeouts without a server (asking `isolation_check` first).
+`give_up_after_s` without a server (asking `isolation_check` first).
 Data may be any value; the real code stores bytes.
 """
 
@@ -33,14 +33,14 @@ from typing import Any, TypeVar
 
 from core import errors
 from global_meta.store import (
-    GIVE_UP_AFTER_SESSIONS,
-    ISOLATION_CHECK_LEAD_S,
     ISOLATION_CHECK_TIMEOUT_S,
     NodeStat,
     Op,
     SessionEvent,
     SessionEvents,
     SessionState,
+    give_up_after_s,
+    isolation_check_lead_s,
 )
 from verify.sim.io.loop import Host, SimLoop, current_host
 from verify.sim.io.network import Network
@@ -170,6 +170,7 @@ class SimMetaStore:
         self._closing = False
         self._abandon_timer: asyncio.TimerHandle | None = None
         self._give_up_at = 0.0
+        self._suspensions = 0
         self.isolation_check: Callable[[], Awaitable[bool]] | None = None
         self.login = None
 
@@ -213,13 +214,14 @@ class SimMetaStore:
     def _publish(self, state: SessionState) -> None:
         self._state = state
         if state is SessionState.SUSPENDED and self._abandon_timer is None:
-            give_up_s = GIVE_UP_AFTER_SESSIONS * self._session_timeout_s
-            lead_s = (
-                0.0 if self.isolation_check is None else min(ISOLATION_CHECK_LEAD_S, give_up_s / 2)
-            )
+            checked = self.isolation_check is not None
+            give_up_s = give_up_after_s(self._session_timeout_s, checked)
             loop = asyncio.get_running_loop()
+            self._suspensions += 1
             self._give_up_at = loop.time() + give_up_s
-            self._abandon_timer = loop.call_later(give_up_s - lead_s, self._give_up)
+            self._abandon_timer = loop.call_later(
+                give_up_s - isolation_check_lead_s(give_up_s, checked), self._give_up
+            )
         elif state is not SessionState.SUSPENDED and self._abandon_timer is not None:
             self._abandon_timer.cancel()
             self._abandon_timer = None
@@ -270,6 +272,7 @@ class SimMetaStore:
         asyncio.get_running_loop().create_task(self._check_then_give_up())
 
     async def _check_then_give_up(self) -> None:
+        suspension = self._suspensions
         cut_off = True
         if self.isolation_check is not None:
             try:
@@ -280,7 +283,11 @@ class SimMetaStore:
         if cut_off:  # as MetaStore: the check ran ahead of the give-up time, not before it
             loop = asyncio.get_running_loop()
             await asyncio.sleep(max(0.0, self._give_up_at - loop.time()))
-        if self._closing or self._state is not SessionState.SUSPENDED:
+        if (
+            self._closing
+            or self._state is not SessionState.SUSPENDED
+            or suspension != self._suspensions  # as MetaStore: answers for its suspension only
+        ):
             return
         if cut_off:
             self._session = None
