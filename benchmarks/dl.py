@@ -11,7 +11,13 @@ deployment's logins and TLS. globelog runs the same workloads through its librar
      batched to 64 KiB flushed at least every 2 ms (20 000 outstanding);
   3. delivery: a writer paced at `--tail-rate` records/s and a reader tailing the stream,
      write -> read latency;
-  4. catch-up: a new reader of that whole stream, from its first record.
+  4. catch-up: a new reader of that whole stream, from its first record;
+  5. writer takeover after SIGKILL of the owner, to the first acknowledged write: on globelog's
+     side the owning write proxy is killed while a client writes (`bench failover`'s rounds:
+     the proxy the client turns to takes the stream); on DistributedLog's, a JVM holding the
+     log's writer is killed while a second JVM waits for its lock (DistributedLog's lock and
+     ZooKeeper session; its session is set in whole seconds, so it runs at 1 s and at 2 s
+     beside the proxies' 1.5 s).
 
 Both dial bookie ids directly: DistributedLog's client resolves a bookie by its registered
 address and has no notion of globelog's per-region WAN routes, so neither side crosses the
@@ -24,14 +30,17 @@ names), so its ensembles are any E bookies.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+from benchmarks.failover import failover_rounds
 from benchmarks.harness import (
     add_cluster_arguments,
     bench_cluster,
@@ -52,11 +61,13 @@ from benchmarks.stream import (
 from core.errors import ClusterError, ConfigError
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.streams import TransmitPolicy
+from figures.percentiles import percentile
 from global_meta import MetaStore
 from global_meta.streams import StreamMetaStore
 from ledger import BookieClient, LedgerClient, LedgerConfig
 from localcluster import nodes
 from localcluster.controller import Cluster
+from localcluster.plan import PROXY_ZK_SESSION_TIMEOUT_S
 from localcluster.probes import log_tail
 from localcluster.tools import Tools, cache_dir, find_tools
 from region.connections import Session
@@ -72,6 +83,10 @@ BATCH_BUFFER_BYTES = 64 * 1024
 BATCH_FLUSH_MS = 2
 TAIL_BUFFER_BYTES = 16 * 1024
 _RESULT = re.compile(r"^RESULT (\S+) (\d+) (\d+)$", re.MULTILINE)
+TAKEOVERS_MAX = 50
+DL_SESSIONS_S = (1, 2)  # DistributedLog's ZooKeeper session in row 5 (whole seconds only)
+JVM_LINE_TIMEOUT_S = 120.0  # a JVM's start, or a lock's wait, to its next line
+STANDBY_SETTLE_S = 2.0  # the standby's lock request queued behind the owner's
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tail-rate", type=int, default=2000, help="records/s of the tail run")
     parser.add_argument("--tail-seconds", type=int, default=5)
+    parser.add_argument(
+        "--takeovers", type=int, default=5, help="row 5's rounds on each side (0: no row 5)"
+    )
 
 
 def distributedlog_classpath() -> str:
@@ -104,8 +122,12 @@ def run(args: argparse.Namespace) -> int:
         problems.append(f"--record-bytes {args.record_bytes}: expected sizes in 1..1048576")
     if not 1 <= args.tail_rate <= 50_000 or not 1 <= args.tail_seconds <= 120:
         problems.append("--tail-rate 1..50000 and --tail-seconds 1..120 expected")
+    if not 0 <= args.takeovers <= TAKEOVERS_MAX:
+        problems.append(f"--takeovers {args.takeovers}: expected 0..{TAKEOVERS_MAX}")
     if problems:
         raise ConfigError("bench dl: " + "; ".join(problems))
+    # row 5 kills write proxies: the cluster runs them
+    cluster = dataclasses.replace(cluster, services=args.takeovers > 0)
     classpath = distributedlog_classpath()
     check_cluster_ports(cluster, args.use_running)
     workload = StreamWorkload(
@@ -116,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         tail_rate=args.tail_rate,
         tail_seconds=args.tail_seconds,
     )
+    takeovers = args.takeovers
     tools = find_tools()
     progress = bench_progress("dl")
     run_on_bench_cluster(
@@ -123,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         args.use_running,
         tools,
         progress,
-        lambda c: bench_dl(c, workload, DlJvm(tools, c, classpath), progress),
+        lambda c: bench_dl(c, workload, DlJvm(tools, c, classpath), progress, tools, takeovers),
     )
     return 0
 
@@ -138,22 +161,27 @@ class DlJvm:
     classpath: str
     warmup_s: int = 5  # unmeasured writes first, in each JVM
 
-    async def run(self, mode: str, *args: object) -> dict[str, Figures]:
-        """One DlBench run: a Figures per RESULT line (latencies from its file, in ms)."""
+    def argv(
+        self, mode: str, log_name: str, out: Path, *args: object, flags: tuple[str, ...] = ()
+    ) -> tuple[str, ...]:
         topology = self.cluster.topology
         zk = topology.zk_connect_for(topology.regions[0].name)
         namespace = f"distributedlog://{zk.split(',')[0]}{DL_NAMESPACE}"
         rep = topology.replication
+        return (
+            self.tools.java, JAVA_HEAP, f"-Ddlbench.warmup.seconds={self.warmup_s}", *flags,
+            *nodes.java_client_flags(topology),
+            "-cp", self.classpath, str(DL_BENCH), mode, namespace, zk, log_name,
+            str(rep.ensemble_size), str(rep.write_quorum), str(rep.ack_quorum), str(out),
+            *(str(a) for a in args),
+        )  # fmt: skip
+
+    async def run(self, mode: str, *args: object) -> dict[str, Figures]:
+        """One DlBench run: a Figures per RESULT line (latencies from its file, in ms)."""
         log_name = f"{mode}-{uuid.uuid4().hex[:8]}"
         with tempfile.TemporaryDirectory(prefix="globelog-bench-dl-") as home:
             out, log = Path(home) / "latencies", Path(home) / "jvm.log"
-            argv = (
-                self.tools.java, JAVA_HEAP, f"-Ddlbench.warmup.seconds={self.warmup_s}",
-                *nodes.java_client_flags(topology),
-                "-cp", self.classpath, str(DL_BENCH), mode, namespace, zk, log_name,
-                str(rep.ensemble_size), str(rep.write_quorum), str(rep.ack_quorum), str(out),
-                *(str(a) for a in args),
-            )  # fmt: skip
+            argv = self.argv(mode, log_name, out, *args)
             code = await run_jvm(argv, log, JVM_TIMEOUT_S, "DlBench.java")
             text = log.read_text(errors="replace")
             results = parse_results(text)
@@ -168,6 +196,80 @@ class DlJvm:
             samples = latencies if label != "catch-up" else (nanos / 1e6 / max(records, 1),)
             figures[label] = Figures(f"DistributedLog {label}", records, nanos / 1e9, samples)
         return figures
+
+    async def takeovers(
+        self, rounds: int, session_s: int, progress: Callable[[str], None]
+    ) -> list[float]:
+        """Per round, seconds from the SIGKILL of a JVM writing a log to the first write
+        acknowledged by a JVM that waited for the log's lock."""
+        flags = ("-Ddlbench.warmup.seconds=0", f"-Ddlbench.zk.session.seconds={session_s}")
+        samples: list[float] = []
+        with tempfile.TemporaryDirectory(prefix="globelog-bench-dl-") as home:
+            out = Path(home) / "latencies"
+            for round_no in range(1, rounds + 1):
+                log_name = f"takeover-{uuid.uuid4().hex[:8]}"
+                async with (
+                    Jvm(self.argv("own", log_name, out, flags=flags)) as owner,
+                    Jvm(self.argv("standby", log_name, out, flags=flags), False) as standby,
+                ):
+                    await owner.line("OWNING")
+                    await standby.start()
+                    await standby.line("WAITING")
+                    await asyncio.sleep(STANDBY_SETTLE_S)
+                    killed_at = time.time()
+                    await owner.kill()
+                    acked_ms = int((await standby.line("TAKEOVER ")).split()[1])
+                samples.append(acked_ms / 1000 - killed_at)
+                progress(
+                    f"DistributedLog takeover {round_no}/{rounds} (session {session_s} s): "
+                    f"{samples[-1]:.2f} s"
+                )
+        return samples
+
+
+class Jvm:
+    """A DlBench JVM whose output is read line by line, started on entering the block (or
+    by `start`, when `started` is False); killed when the block ends."""
+
+    def __init__(self, argv: tuple[str, ...], started: bool = True) -> None:
+        self._argv = argv
+        self._proc: asyncio.subprocess.Process | None = None
+        self._seen: list[str] = []
+        self._start_now = started
+
+    async def __aenter__(self) -> Jvm:
+        if self._start_now:
+            await self.start()
+        return self
+
+    async def start(self) -> None:
+        if self._proc is None:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+
+    async def line(self, prefix: str) -> str:
+        """The next line of output starting with `prefix` (within JVM_LINE_TIMEOUT_S)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        async with asyncio.timeout(JVM_LINE_TIMEOUT_S):
+            while raw := await self._proc.stdout.readline():
+                text = raw.decode(errors="replace").rstrip()
+                self._seen = [*self._seen[-19:], text]
+                if text.startswith(prefix):
+                    return text
+        tail = "\n".join(self._seen)
+        raise ClusterError(f"DlBench.java ended without a line {prefix!r}; its last lines:\n{tail}")
+
+    async def kill(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.kill()
+            await self._proc.wait()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.kill()
 
 
 def parse_results(text: str) -> list[tuple[str, int, int]]:
@@ -194,9 +296,15 @@ async def direct_session(
 
 
 async def bench_dl(
-    cluster: Cluster, workload: StreamWorkload, jvm: DlJvm, progress: Callable[[str], None]
+    cluster: Cluster,
+    workload: StreamWorkload,
+    jvm: DlJvm,
+    progress: Callable[[str], None],
+    tools: Tools,
+    takeovers: int,
 ) -> str:
     pairs: list[tuple[str, Figures, Figures]] = []  # (row, globelog, DistributedLog)
+    takeover_rows: list[tuple[str, list[float]]] = []
     async with AsyncExitStack() as stack:
         namespace = f"benchdl{uuid.uuid4().hex[:6]}"
         s = await direct_session(stack, cluster, workload.region, namespace)
@@ -224,7 +332,18 @@ async def bench_dl(
         )
         pairs.append(("tail, write -> read", tail, theirs["tail"]))
         pairs.append(("catch-up read", catch_up, theirs["catch-up"]))
-    return report(cluster, workload, pairs, fsync_policy(cluster))
+    if takeovers:
+        progress(f"writer takeover after SIGKILL, {takeovers} rounds: globelog's proxies")
+        rounds = await failover_rounds(cluster, tools, takeovers, progress)
+        if not rounds.intact:
+            raise ClusterError("bench dl: globelog's takeover rounds lost or reordered a record")
+        takeover_rows.append(
+            (f"globelog (proxy session {PROXY_ZK_SESSION_TIMEOUT_S:g} s)", rounds.samples)
+        )
+        for session_s in DL_SESSIONS_S:
+            samples = await jvm.takeovers(takeovers, session_s, progress)
+            takeover_rows.append((f"DistributedLog (session {session_s} s)", samples))
+    return report(cluster, workload, pairs, fsync_policy(cluster), takeover_rows)
 
 
 def report(
@@ -232,6 +351,7 @@ def report(
     workload: StreamWorkload,
     pairs: list[tuple[str, Figures, Figures]],
     fsync: str,
+    takeovers: list[tuple[str, list[float]]],
 ) -> str:
     topology = cluster.topology
     rep = topology.replication
@@ -267,4 +387,16 @@ def report(
         "at least every 2 ms on both sides; an entry each: globelog's immediate transmit, "
         "DistributedLog's output buffer 0. Catch-up p50/p99: the time per record.",
     ]
+    if takeovers:
+        lines += [
+            "",
+            "writer takeover after SIGKILL of the owner, to the first acknowledged write:",
+        ]
+        for who, samples in takeovers:
+            ordered = sorted(samples)
+            lines.append(
+                f"  {who:<36} median {percentile(ordered, 50):.2f} s, "
+                f"p90 {percentile(ordered, 90):.2f} s, max {ordered[-1]:.2f} s "
+                f"({len(ordered)} rounds)"
+            )
     return "\n".join(lines)

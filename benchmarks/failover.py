@@ -39,18 +39,28 @@ WRITES_PER_ROUND = 20
 KILLS_MAX = 200
 
 
-async def bench_failover(
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailoverRounds:
+    samples: list[float]  # kill -> next acknowledged write, s
+    expiries: list[float]  # kill -> the owner's lock gone (broken, or its session expired), s
+    owners: list[str]
+    acknowledged: int
+    intact: bool  # every acknowledged record read back once and in order
+    stale: int  # first writes after a kill sent on the dead proxy's connection, sent again
+
+
+async def failover_rounds(
     cluster: Cluster, tools: Tools, kills: int, progress: Callable[[str], None]
-) -> str:
+) -> FailoverRounds:
+    """`kills` rounds of: writes, SIGKILL of the stream's owning proxy, the next write timed."""
     topology = cluster.topology
     urls = [topology.proxy_url(p) for region in topology.regions for p in region.write_proxies]
     namespace = f"failover{uuid.uuid4().hex[:6]}"
     samples: list[float] = []
-    # kill -> the owner's lock gone (broken by the proxy taking over, or its session expired)
     expiries: list[float] = []
     acked: list[Acked] = []
     owners: list[str] = []
-    stale: list[int] = []  # writes sent on a connection of the proxy killed before they were
+    stale: list[int] = []
     async with (
         ProxyClient(urls, namespace=namespace, deadline_s=60) as client,
         session(topology, topology.region_names[0], namespace) as s,
@@ -79,9 +89,20 @@ async def bench_failover(
         async with reader:
             seqs = [r.seq async for r in reader]
     intact = seqs == [a.seq for a in acked] == list(range(len(acked)))
-    ordered = sorted(samples)
-    expired = sorted(expiries)
-    after = sorted(total - gone for total, gone in zip(samples, expiries, strict=True))
+    return FailoverRounds(samples, expiries, owners, len(acked), intact, len(stale))
+
+
+async def bench_failover(
+    cluster: Cluster, tools: Tools, kills: int, progress: Callable[[str], None]
+) -> str:
+    topology = cluster.topology
+    urls = [topology.proxy_url(p) for region in topology.regions for p in region.write_proxies]
+    rounds = await failover_rounds(cluster, tools, kills, progress)
+    ordered = sorted(rounds.samples)
+    expired = sorted(rounds.expiries)
+    after = sorted(
+        total - gone for total, gone in zip(rounds.samples, rounds.expiries, strict=True)
+    )
     return "\n".join(
         [
             f"globelog bench failover: topology {topology.name}, WAN profile {cluster.profile}, "
@@ -94,10 +115,10 @@ async def bench_failover(
             f"max {expired[-1]:.2f} s; lock gone -> acknowledged write (takeover: fencing, "
             f"recovery, new segment, session marker, the write): median "
             f"{percentile(after, 50):.2f} s, max {after[-1]:.2f} s",
-            f"owners killed: {', '.join(sorted(set(owners)))}",
-            f"records acknowledged {len(acked)}, read back once and in order: {intact}; "
-            f"first writes after a kill sent on the dead proxy's kept-alive connection and "
-            f"sent again: {len(stale)}",
+            f"owners killed: {', '.join(sorted(set(rounds.owners)))}",
+            f"records acknowledged {rounds.acknowledged}, read back once and in order: "
+            f"{rounds.intact}; first writes after a kill sent on the dead proxy's kept-alive "
+            f"connection and sent again: {rounds.stale}",
         ]
     )
 

@@ -17,6 +17,13 @@
 //   tail RATE SECONDS BUFFER FLUSH_MS a writer paced at RATE records/s of 100 B and a reader
 //                                     of the same log: write -> read latency; then a second
 //                                     reader reads the whole log from its start (catch-up)
+//   own                               the log's writer: a 100 B record every 10 ms until the
+//                                     process is killed; prints "OWNING" after the first
+//   standby                           prints "WAITING", opens the log's writer (which queues
+//                                     for the lock the owner holds), writes one record and
+//                                     prints "TAKEOVER <epoch ms>" when it is acknowledged
+// DistributedLog's ZooKeeper session (its lock's) is -Ddlbench.zk.session.seconds (whole
+// seconds; default DistributedLog's, 30).
 // Each run first writes for -Ddlbench.warmup.seconds (default 5) to a log of its own (JIT,
 // connections), unmeasured.
 // It prints "RESULT <label> <records> <nanoseconds>" per measured run and exits 0.
@@ -44,6 +51,7 @@ import org.apache.distributedlog.metadata.DLMetadata;
 
 public class DlBench {
     static final int WARMUP_S = Integer.getInteger("dlbench.warmup.seconds", 5);
+    static final int ZK_SESSION_S = Integer.getInteger("dlbench.zk.session.seconds", 30);
     static final int SAMPLES_MAX = 4_000_000;
     static final long DRAIN_S = 60;
     static final int CATCH_UP_BULK = 1000; // records a catch-up read asks for at a time
@@ -83,10 +91,11 @@ public class DlBench {
         Path out = Path.of(args[7]);
         bind(uri, zk);
         int buffer = switch (mode) {
-            case "commit" -> 0;
+            case "commit", "own", "standby" -> 0;
             case "write" -> Integer.parseInt(args[11]);
             case "tail" -> Integer.parseInt(args[10]);
-            default -> throw new IllegalArgumentException("mode " + mode + ": expected commit, write or tail");
+            default -> throw new IllegalArgumentException(
+                    "mode " + mode + ": expected commit, write, tail, own or standby");
         };
         int flushMs = switch (mode) {
             case "write" -> Integer.parseInt(args[12]);
@@ -104,6 +113,11 @@ public class DlBench {
         // double the entries written)
         conf.setImmediateFlushEnabled(mode.equals("tail"));
         conf.setCreateStreamIfNotExists(true);
+        conf.setZKSessionTimeoutSeconds(ZK_SESSION_S);
+        // a tailing reader keeps up with the writer: read-ahead of more than DistributedLog's
+        // defaults (2 entries a batch, 10 records cached), which fall behind 2000 records/s
+        conf.setReadAheadBatchSize(16);
+        conf.setReadAheadMaxRecords(10_000);
         Namespace namespace = NamespaceBuilder.newBuilder().conf(conf).uri(uri).clientId("globelog-bench").build();
         try {
             if (WARMUP_S > 0) {
@@ -112,6 +126,8 @@ public class DlBench {
             Latencies latencies = new Latencies(SAMPLES_MAX);
             switch (mode) {
                 case "commit" -> commit(namespace, log, Integer.parseInt(args[8]), latencies);
+                case "own" -> own(namespace, log);
+                case "standby" -> standby(namespace, log);
                 case "write" -> {
                     int size = Integer.parseInt(args[8]);
                     long[] done = write(namespace, log, size, Integer.parseInt(args[9]), Integer.parseInt(args[10]), latencies);
@@ -147,6 +163,36 @@ public class DlBench {
             latencies.add(sent);
         }
         System.out.println("RESULT commit " + count + " " + (System.nanoTime() - began));
+        writer.asyncClose().get(DRAIN_S, TimeUnit.SECONDS);
+        manager.close();
+    }
+
+    /** Writes until the process is killed, holding the log's lock. */
+    static void own(Namespace namespace, String log) throws Exception {
+        DistributedLogManager manager = namespace.openLog(log);
+        AsyncLogWriter writer = manager.openAsyncLogWriter().get(DRAIN_S, TimeUnit.SECONDS);
+        byte[] payload = new byte[100];
+        for (long txid = 1; ; txid++) {
+            writer.write(new LogRecord(txid, payload)).get(DRAIN_S, TimeUnit.SECONDS);
+            if (txid == 1) {
+                System.out.println("OWNING");
+                System.out.flush();
+            }
+            TimeUnit.MILLISECONDS.sleep(10);
+        }
+    }
+
+    /** Queues for the log's lock, then writes one record: its acknowledgement's wall time. */
+    static void standby(Namespace namespace, String log) throws Exception {
+        DistributedLogManager manager = namespace.openLog(log);
+        System.out.println("WAITING");
+        System.out.flush();
+        AsyncLogWriter writer = manager.openAsyncLogWriter().get(DRAIN_S, TimeUnit.SECONDS);
+        // past any txid the owner wrote (1, 2, ...): no look at the log's end in the way
+        writer.write(new LogRecord(Long.MAX_VALUE / 2, new byte[100])).get(DRAIN_S, TimeUnit.SECONDS);
+        System.out.println("TAKEOVER " + System.currentTimeMillis());
+        System.out.println("RESULT takeover 1 0");
+        System.out.flush();
         writer.asyncClose().get(DRAIN_S, TimeUnit.SECONDS);
         manager.close();
     }

@@ -34,9 +34,14 @@ def test_the_table_sets_each_run_side_by_side_with_its_ratios(tmp_path: Path) ->
     ours = Figures("globelog", 2000, 1.0, (1.0, 2.0, 3.0))
     theirs = Figures("DistributedLog", 1000, 1.0, (2.0, 4.0, 6.0))
     workload = StreamWorkload(region="us-east", reader_region="us-west", seconds=1.0)
-    text = report(cluster, workload, [("write 100 B, batched", ours, theirs)], "journal fsync")
+    takeovers = [("globelog (proxy session 1.5 s)", [0.9, 1.1, 0.8]), ("DistributedLog", [2.5])]
+    text = report(
+        cluster, workload, [("write 100 B, batched", ours, theirs)], "journal fsync", takeovers
+    )
     [row] = [line for line in text.splitlines() if line.lstrip().startswith("write 100 B")]
     cells = row.split()
     assert "2.00x" in cells, row  # records/s: 2000 against 1000
     assert cells[-1] == "0.50x", row  # p50: 2 ms against 4 ms
     assert "E/W/A" in text and "fsync" in text
+    [ours_line] = [line for line in text.splitlines() if line.lstrip().startswith("globelog (")]
+    assert "median 0.90 s" in ours_line and "max 1.10 s" in ours_line and "(3 rounds)" in ours_line
