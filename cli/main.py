@@ -16,12 +16,12 @@ from benchmarks import dl as bench_dl
 from benchmarks import failover as bench_failover
 from benchmarks import harness as bench_ledger_options
 from benchmarks import reads as bench_reads
-from benchmarks import spark as bench_spark
 from benchmarks import stream_command as bench_stream_main
 from benchmarks.console import bench as bench_console
 from benchmarks.proxies import abuse as bench_abuse
 from benchmarks.proxies import throughput as bench_proxy
 from benchmarks.rebuild import bench as bench_rebuild
+from benchmarks.spark import bench as bench_spark
 from cli import (
     console_logs,
     deploy,

@@ -33,6 +33,7 @@ from global_meta import MetaStore
 from global_meta.store import kazoo_login
 from ledger import LEDGERS_ROOT
 from localcluster.controller import Cluster
+from localcluster.plan import ZK_SYNC_LIMIT_TICKS, ZK_TICK_MS
 from tests.support import security
 from tests.support.security import SECURITY
 from tests.support.streams import fresh_namespace, stream_env
@@ -42,6 +43,10 @@ FOREIGN = f"/intruder-{uuid.uuid4().hex[:8]}"
 DEPLOYMENT_TLS = zk_tls(SECURITY)
 assert DEPLOYMENT_TLS is not None, "the tests' deployment has TLS on"
 OUR_LOGIN = Id("sasl", ZK_USER)
+
+# how long a handshaken election connection must stay open to count as accepted: below the
+# local nodes' quorum socket timeout, tickTime x syncLimit (localcluster/plan.py)
+QUIET_PEER_WAIT_S = 0.6 * ZK_TICK_MS * ZK_SYNC_LIMIT_TICKS / 1000
 
 
 def ours(entry: ACL) -> bool:
@@ -210,8 +215,9 @@ async def _election_handshake(host: str, port: int, context: ssl.SSLContext) -> 
         return type(err).__name__
     try:
         # In TLS 1.3 a server refuses the client's certificate after the client's side of the
-        # handshake ended: the alert comes with the first read.
-        async with asyncio.timeout(1.5):
+        # handshake ended: the alert comes with the first read. A peer that sends nothing is
+        # dropped after the node's quorum socket timeout (tickTime x syncLimit): wait less.
+        async with asyncio.timeout(QUIET_PEER_WAIT_S):
             return "closed" if await reader.read(1) == b"" else "answered"
     except TimeoutError:
         return "ok"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks import spark_sources as read_bench
-from benchmarks.spark import SparkWorkload, _tail, run
-from benchmarks.spark_sources import TimedSource, interleaved_reads
+from benchmarks.spark import sources as read_bench
+from benchmarks.spark.bench import SparkWorkload, _tail, run
+from benchmarks.spark.sources import TimedSource, interleaved_reads
 from cli.main import _parser
 from core.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""The Spark side of `globelog bench spark` (benchmarks/spark.py): timed reads by one query that
+"""The Spark side of `globelog bench spark` (benchmarks/spark/bench.py): timed reads by one query that
 touches every column, interleaved across the sources compared, and the ceiling of Spark's
 Python data source API on this machine: a source that does no work of its own (it yields Arrow
 batches built once, shaped like the benchmark's records), read by the same query. No Python

@@ -239,8 +239,8 @@ def _measure(
     meter: CpuMeter,
     progress: Callable[[str], None],
 ) -> list[ReadFigure]:
-    """The sources' reads, interleaved (benchmarks.spark_sources.interleaved_reads), as figures."""
-    from benchmarks.spark_sources import TimedSource, interleaved_reads
+    """The sources' reads, interleaved (benchmarks.spark.sources.interleaved_reads), as figures."""
+    from benchmarks.spark.sources import TimedSource, interleaved_reads
 
     timed = [TimedSource(name, load) for name, load in sources.items()]
     interleaved_reads(timed, workload.repeat, meter.sample, progress)
@@ -254,7 +254,7 @@ def _measure(
 
 
 def bench_spark(cluster: Cluster, workload: SparkWorkload, progress: Callable[[str], None]) -> str:
-    from benchmarks.spark_sources import CeilingSource
+    from benchmarks.spark.sources import CeilingSource
     from pipeline import spark_session
     from pipeline.archive import ArchiveJob, archive_stream
 
