@@ -202,15 +202,19 @@ class DlJvm:
     ) -> list[float]:
         """Per round, seconds from the SIGKILL of a JVM writing a log to the first write
         acknowledged by a JVM that waited for the log's lock."""
-        flags = ("-Ddlbench.warmup.seconds=0", f"-Ddlbench.zk.session.seconds={session_s}")
+        session = f"-Ddlbench.zk.session.seconds={session_s}"
+        # the owner starts cold; the standby warms up first (JIT, connections to the bookies),
+        # as a long-running process waiting to take over would be (the later -D wins)
+        owner_flags = ("-Ddlbench.warmup.seconds=0", session)
+        standby_flags = (f"-Ddlbench.warmup.seconds={self.warmup_s}", session)
         samples: list[float] = []
         with tempfile.TemporaryDirectory(prefix="globelog-bench-dl-") as home:
             out = Path(home) / "latencies"
             for round_no in range(1, rounds + 1):
                 log_name = f"takeover-{uuid.uuid4().hex[:8]}"
                 async with (
-                    Jvm(self.argv("own", log_name, out, flags=flags)) as owner,
-                    Jvm(self.argv("standby", log_name, out, flags=flags), False) as standby,
+                    Jvm(self.argv("own", log_name, out, flags=owner_flags)) as owner,
+                    Jvm(self.argv("standby", log_name, out, flags=standby_flags), False) as standby,
                 ):
                     await owner.line("OWNING")
                     await standby.start()

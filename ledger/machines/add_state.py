@@ -8,11 +8,12 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   quorum for recovery adds) AND every earlier entry completed: `CompleteAdds` comes strictly
   in entry order and moves the LAC, which later entries piggyback (`SendAdd.lac`).
 - A failed or timed-out bookie (other than fenced/unauthorized) starts one ensemble change:
-  `ChangeEnsemble` from entry LAC+1. So does a bookie that holds up an ack quorum: when the
-  oldest pending entry has some acks but not enough `quorum_lag_s` after its first, the
-  bookies it still waits for are replaced (a cut link or a stalled bookie answers nothing,
-  while its peers answer within a WAN round trip; a slow disk shared by all answers late
-  everywhere, and with no ack at all nothing is replaced). Completions wait for it, since the new ensemble's first
+  `ChangeEnsemble` from entry LAC+1. So does a silent bookie that holds up an ack quorum:
+  when the oldest pending entry has some acks but not its quorum, each bookie it still waits
+  for that has acknowledged nothing for `quorum_lag_s` since that entry's first ack is
+  replaced. A cut link or a stalled bookie answers nothing while its peers answer within a WAN
+  round trip; a busy one (a saturated host, a queue of adds) keeps acknowledging earlier
+  entries and is waited for; with no ack at all (a slow disk shared by all) nothing is. Completions wait for it, since the new ensemble's first
   entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
   bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
 - Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
@@ -54,6 +55,11 @@ from ledger.machines.signals import Outbox, Ticked
 
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
 QUORUM_LAG_S = 0.5  # an ack quorum waits this long past an entry's first ack for the rest
+# Changes for silent bookies a handle makes at most; past it only failures and the add timeout
+# replace bookies. A host saturated for minutes can make a bookie look silent now and then:
+# each change is a metadata write and a longer ensemble history, so they are bounded, and
+# running out of them never fails the handle.
+LAG_CHANGES_MAX = 16
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
 
 
@@ -125,8 +131,11 @@ class AddState:
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
         self._changing_lagging = False  # that change replaces slow bookies only, none failed
+        # position -> the machine's clock at its last ack (the quorum lag's silence)
+        self._last_ack_s: dict[int, float] = {}
         self._failed_later: set[int] = set()  # positions that failed during that change
-        self._changes = 0
+        self._changes = 0  # for failed bookies
+        self._lag_changes = 0  # for silent ones
         self._new_ensembles: tuple[Ensemble, ...] = ()  # recovery's, in entry order
         self._error: AddError | None = None
         self._outbox: Outbox[AddAction] = Outbox()
@@ -195,12 +204,19 @@ class AddState:
         lag_s = self.config.quorum_lag_s
         if lag_s is None or self._recovery or self._changing is not None:
             return None
+        if self._lag_changes >= LAG_CHANGES_MAX:
+            return None
         head = self._pending.get(self._lac + 1)
         if head is None or head.first_ack_s is None or len(head.acked) >= self._acks_needed:
             return None
         if not head.sent_s:  # nothing in flight to wait for: the failures' change does it
             return None
-        return head.first_ack_s + lag_s
+        return min(self._silent_from_s(head, index) for index in head.sent_s) + lag_s
+
+    def _silent_from_s(self, head: _Pending, index: int) -> float:
+        """Since when the bookie at `index` has acknowledged nothing, as far as `head` counts."""
+        assert head.first_ack_s is not None
+        return max(head.first_ack_s, self._last_ack_s.get(index, head.first_ack_s))
 
     def wants_ack_time(self, entry_id: int) -> bool:
         """Whether an ack of `entry_id` would be its first: the driver stamps the clock
@@ -276,10 +292,13 @@ class AddState:
         pending = self._pending.get(event.entry_id)
         index = self._position(pending, event.bookie)
         if pending is None or index is None:
-            self._straggler_answered(event.entry_id, event.bookie)
+            late = self._straggler_answered(event.entry_id, event.bookie)
+            if late is not None and self._ensemble[late] == event.bookie:
+                self._last_ack_s[late] = self._now_s  # slow, but not silent
             return  # completed already, or the bookie was replaced: a stale answer
         pending.sent_s.pop(index, None)
         pending.acked.add(index)
+        self._last_ack_s[index] = self._now_s
         if pending.first_ack_s is None:
             pending.first_ack_s = self._now_s
         self._complete_ready()
@@ -320,11 +339,16 @@ class AddState:
             self._positions_failed(expired | lagging, lagging_only=not expired)
 
     def _holding_up_the_quorum(self) -> set[int]:
-        """The positions the oldest entry still waits for, once its quorum lagged too long."""
+        """The silent positions the oldest entry still waits for, once its quorum lagged."""
+        if self._lag_changes >= LAG_CHANGES_MAX:
+            return set()
         deadline_s = self._quorum_lag_deadline_s()
         if deadline_s is None or self._now_s < deadline_s:
             return set()
-        return set(self._pending[self._lac + 1].sent_s)
+        head = self._pending[self._lac + 1]
+        lag_s = self.config.quorum_lag_s
+        assert lag_s is not None
+        return {i for i in head.sent_s if self._silent_from_s(head, i) + lag_s <= self._now_s}
 
     def _on_ensemble_changed(self, event: EnsembleChanged) -> None:
         assert self._changing is not None, "EnsembleChanged without a ChangeEnsemble"
@@ -332,13 +356,15 @@ class AddState:
         assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
         changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
         if not changed and self._changing_lagging:
-            self._changes -= 1  # no better bookie for a slow one: a wait, not a change used up
+            self._lag_changes -= 1  # no better bookie for a silent one: a wait, not a change
         self._ensemble = tuple(event.ensemble)
         if self._recovery:  # not in the metadata yet: the close writes them
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None
         self._sends.forget_positions(changed)
+        for index in changed:  # a new bookie: silent only from now on
+            self._last_ack_s[index] = self._now_s
         still_failed, self._failed_later = self._failed_later - changed, set()
         for pending in self._pending.values():
             # the replacements get their own quorum_lag_s from now
@@ -391,7 +417,9 @@ class AddState:
         self._start_change(indices, lagging_only)
 
     def _start_change(self, indices: set[int], lagging_only: bool = False) -> None:
-        if self._changes >= self.config.ensemble_changes_max:
+        if lagging_only:  # bounded by LAG_CHANGES_MAX (_holding_up_the_quorum), never fatal
+            self._lag_changes += 1
+        elif self._changes >= self.config.ensemble_changes_max:
             failed = ", ".join(self._ensemble[i] for i in sorted(indices))
             self._fail(
                 AddError(
@@ -401,7 +429,8 @@ class AddState:
                 )
             )
             return
-        self._changes += 1
+        else:
+            self._changes += 1
         self._changing = tuple(sorted(indices))
         self._changing_lagging = lagging_only
         bookies = tuple(self._ensemble[i] for i in self._changing)
@@ -457,6 +486,7 @@ class AddState:
         assert 0 <= self._length <= self._pushed_length, (self._length, self._pushed_length)
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
+        assert 0 <= self._lag_changes <= LAG_CHANGES_MAX, self._lag_changes
         self._sends.validate(self._lac)
         if self.is_terminal:
             assert not self._pending and self._changing is None, "work left after the end"

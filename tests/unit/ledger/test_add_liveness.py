@@ -20,7 +20,7 @@ from ledger.machines.add_events import (
     SendSkipped,
     TaskCrashed,
 )
-from ledger.machines.add_state import AddConfig, AddState
+from ledger.machines.add_state import LAG_CHANGES_MAX, AddConfig, AddState
 from ledger.machines.signals import BookieFailure, Ticked
 
 pytestmark = pytest.mark.unit
@@ -198,3 +198,56 @@ def test_a_failed_bookie_kept_by_placement_still_counts_against_the_limit() -> N
         state.take_actions()
     state.handle(AddFailed(0, "b2", BookieFailure.BOOKIE_DOWN))
     assert state.is_terminal
+
+
+def test_a_busy_bookie_that_keeps_acknowledging_earlier_entries_is_waited_for() -> None:
+    """A saturated bookie answers late but answers: its acks of earlier entries keep it from
+    counting as silent, while a cut one beside it (b3, silent) is replaced."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, now_s=0.0)
+    for entry in range(4):
+        assert state.submit(3) == entry
+    state.take_actions()
+    for entry in range(4):  # b0 and b1 answer at once; b2 is busy, b3 is cut
+        state.handle(Ticked(0.01 * (entry + 1)))
+        state.handle(AddAcked(entry, "b0"))
+        state.handle(AddAcked(entry, "b1"))
+    replaced: list[tuple[str, ...]] = []
+    now_s = 0.05
+    for entry in range(4):  # b2 works through its queue, an entry every 0.4 s
+        now_s += 0.4
+        state.handle(Ticked(now_s))
+        for action in state.take_actions():
+            if isinstance(action, ChangeEnsemble):
+                replaced.append(action.bookies)
+                state.handle(EnsembleChanged(action.first_entry_id, ("b0", "b1", "b2", "b4")))
+                for resent in range(action.first_entry_id, 4):  # b4 answers at once
+                    state.handle(AddAcked(resent, "b4"))
+        state.handle(AddAcked(entry, "b2"))
+        state.validate()
+    assert replaced == [("b3",)], replaced
+    state.handle(Ticked(now_s + 0.01))
+    assert state.lac == 3 and not state.is_terminal
+
+
+def test_changes_for_silent_bookies_are_bounded_and_never_fail_the_handle() -> None:
+    """Past LAG_CHANGES_MAX changes for silent bookies, a handle waits for the add timeout
+    instead (each change is a metadata write): it is not failed for them."""
+    state = held_up_machine(("b0", "b1"))
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None
+    now_s, spare = 0.1, 10
+    for _ in range(LAG_CHANGES_MAX):
+        now_s += lag_s
+        state.handle(Ticked(now_s))
+        [change] = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+        ensemble = list(state.ensemble)
+        for index in change.indices:  # new bookies, as silent as the old ones
+            ensemble[index], spare = f"b{spare}", spare + 1
+        state.handle(EnsembleChanged(change.first_entry_id, tuple(ensemble)))
+        state.take_actions()
+        state.validate()
+    state.handle(Ticked(now_s + 2 * lag_s))
+    assert not any(isinstance(a, ChangeEnsemble) for a in state.take_actions())
+    assert not state.is_terminal
+    state.handle(Ticked(now_s + state.config.add_timeout_s))  # the add timeout still replaces
+    assert any(isinstance(a, ChangeEnsemble) for a in state.take_actions())
