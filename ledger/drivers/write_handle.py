@@ -311,9 +311,16 @@ class LedgerWriter:
         check = require_open(self.ledger_id)
         try:
             check(self._versioned.metadata)
-            ensemble = self._context.replace(
-                self._versioned.metadata, self._state.ensemble, action.bookies
-            )
+            try:
+                ensemble = self._context.replace(
+                    self._versioned.metadata, self._state.ensemble, action.bookies
+                )
+            except PlacementError:
+                if not action.lagging:
+                    raise
+                # nowhere to move a silent bookie (every usable one is in the ensemble): it is
+                # not failed, so its adds are waited for, up to the add timeout
+                ensemble = tuple(self._state.ensemble)
             if tuple(ensemble) == tuple(self._state.ensemble):
                 # Placement kept the same bookies (no better one usable now): an ensemble that
                 # changes nothing is not written. Wait a little, then retry the same bookies;

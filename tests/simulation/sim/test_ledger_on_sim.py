@@ -185,3 +185,35 @@ def test_each_broken_variant_of_the_ledger_is_caught(fault: str) -> None:
             pytest.fail(f"{fault}: no violation in {CAUGHT_WITHIN} seeds")
     assert not runtime.broken(fault)
     print(f"{fault}: caught at seed {tried}")
+
+
+def test_a_silent_bookie_with_nowhere_to_go_is_waited_for_not_fatal() -> None:
+    """Every bookie is in the ensemble (E = 6 of 6) and one goes silent for 1.5 s (paused:
+    past the quorum lag, short of the add timeout). Placement has no bookie to move its copies
+    to; the writer waits for it instead of failing, and every add completes."""
+    shape = Shape(racks=2, ensemble_size=6, write_quorum=3, ack_quorum=3)
+    cluster = SimCluster(3, shape)
+    loop = cluster.loop
+    writer_host = cluster.add_host("writer", "us-east")
+    done: dict[str, object] = {}
+
+    async def write() -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        client = await LedgerClient.connect(store, config("us-east"))
+        writer = await client.create(cluster.topology.replication)
+        first = [await writer.add(f"before-{i}".encode()) for i in range(6)]
+        silent = cluster.bookies[sorted(cluster.bookies)[0]]
+        loop.pause(silent.host)
+        loop.call_later(1.5, loop.resume, silent.host)
+        added = [writer.append(f"during-{i}".encode()) for i in range(12)]
+        async with asyncio.timeout(30):
+            done["entries"] = [*first, *await asyncio.gather(*added)]
+        done["ensembles"] = len(writer.metadata.ensembles)
+
+    async def main() -> None:
+        await cluster.start()
+        await loop.spawn(writer_host, write())
+
+    run(loop, main())
+    assert done["entries"] == list(range(18)), done
+    assert done["ensembles"] == 1, "a change was written with no bookie to change to"
