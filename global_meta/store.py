@@ -258,6 +258,7 @@ class MetaStore:
         self._session_timeout_s = session_timeout_s
         self._subscribers: weakref.WeakSet[SessionEvents] = weakref.WeakSet()
         self._abandon_timer: asyncio.TimerHandle | None = None
+        self._suspended_at = 0.0  # loop time: the last suspension began
         self._give_up_at = 0.0  # loop time: when a suspended session is given up
         self._suspensions = 0  # counts them, so a check answers for its own suspension only
         self._replacing: asyncio.Task[None] | None = None
@@ -676,7 +677,8 @@ class MetaStore:
                 self._suspensions += 1
                 give_up_s = self._give_up_s()
                 lead_s = isolation_check_lead_s(give_up_s, self.isolation_check is not None)
-                self._give_up_at = self._loop.time() + give_up_s
+                self._suspended_at = self._loop.time()
+                self._give_up_at = self._suspended_at + give_up_s
                 self._abandon_timer = self._loop.call_later(
                     give_up_s - lead_s, self._give_up_session
                 )
@@ -723,7 +725,7 @@ class MetaStore:
         log.warning(
             "no ZooKeeper server for %.1f s, but most regions answer: an election, not a "
             "cut; keeping the session",
-            started_s - (self._give_up_at - self._give_up_s()),
+            started_s - self._suspended_at,
         )
         self._abandon_timer = self._loop.call_later(self._session_timeout_s, self._give_up_session)
 

@@ -225,9 +225,7 @@ class LedgerWriter:
 
         def done(error: GlobelogError | None) -> None:
             if error is None:
-                if self._state.wants_ack_time(action.entry_id):
-                    self._runner.feed(Ticked(self._context.clock()))
-                self._runner.feed(AddAcked(action.entry_id, action.bookie))
+                self._feed_ack(AddAcked(action.entry_id, action.bookie))
             else:
                 self._runner.feed(AddFailed(action.entry_id, action.bookie, failure_kind(error)))
 
@@ -264,9 +262,16 @@ class LedgerWriter:
             self._skipped(action)
             return
         answer = await self._requests.add(action, payload)
-        if isinstance(answer, AddAcked) and self._state.wants_ack_time(action.entry_id):
+        if isinstance(answer, AddAcked):
+            self._feed_ack(answer)
+        else:
+            self._runner.feed(answer)
+
+    def _feed_ack(self, ack: AddAcked) -> None:
+        """An entry's first ack comes with the clock: the quorum lag counts from it."""
+        if self._state.wants_ack_time(ack.entry_id):
             self._runner.feed(Ticked(self._context.clock()))
-        self._runner.feed(answer)
+        self._runner.feed(ack)
 
     def _complete(self, action: CompleteAdds) -> None:
         now_s = self._context.clock()

@@ -13,8 +13,8 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   for that has acknowledged nothing for `quorum_lag_s` since that entry's first ack is
   replaced. A cut link or a stalled bookie answers nothing while its peers answer within a WAN
   round trip; a busy one (a saturated host, a queue of adds) keeps acknowledging earlier
-  entries and is waited for; with no ack at all (a slow disk shared by all) nothing is. Completions wait for it, since the new ensemble's first
-  entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
+  entries and is waited for; with no ack at all (a slow disk shared by all) nothing is.
+  Completions wait for a change, since the new ensemble's first entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
   bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
 - Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
   end the handle: `FailAdds` for every pending entry and `FailClose` (so a close, asked
@@ -54,7 +54,7 @@ from ledger.machines.add_sends import PENDING_ADDS_MAX, STRAGGLERS_MAX, SendDead
 from ledger.machines.signals import Outbox, Ticked
 
 ADD_TIMEOUT_S = 5.0  # BK addEntryTimeoutSec: an unanswered add counts as a bookie failure
-QUORUM_LAG_S = 0.5  # an ack quorum waits this long past an entry's first ack for the rest
+QUORUM_LAG_S = 0.5  # a bookie silent this long while it holds up an ack quorum is replaced
 # Changes for silent bookies a handle makes at most; past it only failures and the add timeout
 # replace bookies. A host saturated for minutes can make a bookie look silent now and then:
 # each change is a metadata write and a longer ensemble history, so they are bounded, and
@@ -340,8 +340,6 @@ class AddState:
 
     def _holding_up_the_quorum(self) -> set[int]:
         """The silent positions the oldest entry still waits for, once its quorum lagged."""
-        if self._lag_changes >= LAG_CHANGES_MAX:
-            return set()
         deadline_s = self._quorum_lag_deadline_s()
         if deadline_s is None or self._now_s < deadline_s:
             return set()
