@@ -35,6 +35,7 @@ class PlacementPolicy(Protocol):
         bookie_id: str,
         excluded: Collection[str] = frozenset(),
         now_s: float | None = None,
+        avoid_regions: Collection[str] = frozenset(),
     ) -> tuple[str, ...]: ...
 
     def read_order(self, write_set: Sequence[str], now_s: float) -> tuple[str, ...]: ...
@@ -124,6 +125,7 @@ class PlacementState:
         bookie_id: str,
         excluded: Collection[str] = frozenset(),
         now_s: float | None = None,
+        avoid_regions: Collection[str] = frozenset(),
     ) -> tuple[str, ...]:
         rotation = self._next_rotation()
         failed = self._recently_failed(now_s)
@@ -131,7 +133,7 @@ class PlacementState:
         def place(skip: frozenset[str]) -> tuple[str, ...]:
             request = ReplaceRequest(
                 replication, tuple(ensemble), bookie_id, self.config.client, skip, rotation,
-                failed,
+                failed, frozenset(avoid_regions),
             )  # fmt: skip
             return replace_bookie(request, self.cluster)
 

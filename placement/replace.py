@@ -1,5 +1,7 @@
 """Replacing one ensemble member: same rack first, then same region, then another allowed region.
 
+A member that fell silent (no answer, rather than a failure answered) is more likely cut off
+by the network than dead alone, and its region mates with it: then its region comes last.
 Only candidates that keep the durability rule in every window are considered, so the
 preference order never trades durability for locality. A member in a drained region is
 always moved out of it, which is how an operator empties a region one replacement at a time.
@@ -31,6 +33,8 @@ class ReplaceRequest:
     excluded: frozenset[str] = frozenset()
     rotation: int = 0
     avoid: frozenset[str] = frozenset()  # picked last among equals (recent failures)
+    # picked last of all regions (a silent member's: likely behind the same cut)
+    avoid_regions: frozenset[str] = frozenset()
 
 
 def replace_bookie(request: ReplaceRequest, cluster: ClusterView) -> tuple[str, ...]:
@@ -103,7 +107,7 @@ def _choose(
     locations: Mapping[str, LocatedBookie],
 ) -> LocatedBookie | None:
     failed = locations.get(request.bookie_id)
-    if failed is not None:
+    if failed is not None and failed.region not in request.avoid_regions:
         same_rack = [c for c in candidates if (c.region, c.rack) == (failed.region, failed.rack)]
         same_region = [c for c in candidates if c.region == failed.region]
         for tier in (same_rack, same_region):
@@ -113,8 +117,12 @@ def _choose(
     preference = region_preference(
         request.writer.region, sorted({c.region for c in candidates}), request.rotation
     )
+
     # The region with the fewest copies first: it spreads the ensemble the most.
-    for region in sorted(preference, key=lambda r: (others[r], preference.index(r))):
+    def order(region: str) -> tuple[bool, int, int]:
+        return region in request.avoid_regions, others[region], preference.index(region)
+
+    for region in sorted(preference, key=order):
         tier = [c for c in candidates if c.region == region]
         if tier:
             return _pick_in_region(tier, request, index, locations)

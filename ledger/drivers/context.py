@@ -98,14 +98,26 @@ class LedgerContext:
         )
 
     def replace(
-        self, metadata: LedgerMetadata, ensemble: Sequence[str], failed: Sequence[str]
+        self,
+        metadata: LedgerMetadata,
+        ensemble: Sequence[str],
+        failed: Sequence[str],
+        silent: Sequence[str] = (),
     ) -> tuple[str, ...]:
-        """`ensemble` with each failed bookie replaced by placement (never by a failed one)."""
+        """`ensemble` with each failed bookie replaced by placement (never by a failed one);
+        the regions of the `silent` ones (no answer: likely cut off) are picked last."""
         replication = self.replication_of(metadata)
+        located = self.placement.cluster.by_id
+        avoid = frozenset(located[b].region for b in silent if b in located)
         current = tuple(ensemble)
         for bookie in failed:
             current = self.placement.replace_bookie(
-                replication, current, bookie, excluded=frozenset(failed), now_s=self.clock()
+                replication,
+                current,
+                bookie,
+                excluded=frozenset(failed),
+                now_s=self.clock(),
+                avoid_regions=avoid,
             )
         return current
 

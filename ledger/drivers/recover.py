@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -37,10 +38,11 @@ from ledger.machines.read_lac_state import LacReadFailed, SendReadLac
 from ledger.machines.read_state import CompleteRead, EntryReadFailed, SendRead
 from ledger.machines.recovery_events import FailRecovery, RecoveryAction
 from ledger.machines.recovery_state import RecoveryConfig, RecoveryState
-from ledger.machines.signals import RecordHealth
+from ledger.machines.signals import RecordHealth, Ticked
 from placement import PlacementError
 
 E = TypeVar("E")
+log = logging.getLogger(__name__)
 FAILED = (AddFailed, EntryReadFailed, LacReadFailed)  # the answers that count a bookie failed
 
 
@@ -237,18 +239,37 @@ class _Recovery:
         payload = self._recovered.get(action.entry_id)
         if payload is None or await self._confirmed() is None:
             return
-        self._runner.feed(await self._ask(action.bookie, self._requests.add(action, payload)))
+        answer = await self._ask(action.bookie, self._requests.add(action, payload))
+        # the quorum lag counts from an entry's first ack: the machine must know its time
+        self._runner.feed(Ticked(self._context.clock()))
+        self._runner.feed(answer)
 
     def _change_ensemble(self, action: ChangeEnsemble) -> None:
         # Recovery's changes are written with the close (persist is False), so decide now.
         assert not action.persist, action
         try:
             ensemble = self._context.replace(
-                self._versioned.metadata, self._ensemble, action.bookies
+                self._versioned.metadata, self._ensemble, action.bookies, action.silent
             )
         except (PlacementError, GlobelogError) as err:
+            if action.lagging and isinstance(err, PlacementError):
+                # nowhere to move a silent bookie: it is not failed, its re-add is waited for
+                # (up to the add timeout), as a writer waits
+                self._runner.feed(EnsembleChanged(action.first_entry_id, self._ensemble))
+                return
             self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
             return
+        if ensemble == self._ensemble:  # no better bookie usable now: the same ones again
+            self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+            return
+        for bookie in action.bookies:
+            self._context.placement.record_failure(bookie, self._context.clock())
+        log.info(
+            "ledger %d: recovery re-adds from entry %d, %s replaced by %s (%s)",
+            self.ledger_id, action.first_entry_id, ", ".join(action.bookies),
+            ", ".join(b for b in ensemble if b not in self._ensemble),
+            "slow to acknowledge" if action.lagging else "failed",
+        )  # fmt: skip
         self._ensemble = ensemble
         self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
 

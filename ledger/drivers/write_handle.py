@@ -318,7 +318,7 @@ class LedgerWriter:
             check(self._versioned.metadata)
             try:
                 ensemble = self._context.replace(
-                    self._versioned.metadata, self._state.ensemble, action.bookies
+                    self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
                 )
             except PlacementError:
                 if not action.lagging:

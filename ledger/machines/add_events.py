@@ -146,6 +146,9 @@ class ChangeEnsemble:
     # True: only bookies that held up an ack quorum (`AddConfig.quorum_lag_s`), none failed;
     # a placement with no better bookie then answers at once with the same ensemble
     lagging: bool = False
+    # those of `bookies` that fell silent (timed out or lagged) rather than answered a
+    # failure: their region mates are picked last, as a cut link is likely behind them too
+    silent: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

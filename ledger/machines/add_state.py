@@ -8,14 +8,17 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   quorum for recovery adds) AND every earlier entry completed: `CompleteAdds` comes strictly
   in entry order and moves the LAC, which later entries piggyback (`SendAdd.lac`).
 - A failed or timed-out bookie (other than fenced/unauthorized) starts one ensemble change:
-  `ChangeEnsemble` from entry LAC+1. So does a silent bookie that holds up an ack quorum:
-  when the oldest pending entry has some acks but not its quorum, each bookie it still waits
-  for that has acknowledged nothing for `quorum_lag_s` since that entry's first ack is
-  replaced. A cut link or a stalled bookie answers nothing while its peers answer within a WAN
+  `ChangeEnsemble` from entry LAC+1. So does a silent bookie that holds up an ack quorum
+  (recovery's re-adds too, whose quorum is the write quorum): when the oldest pending entry
+  has some acks but not its quorum, each bookie it still waits for that has acknowledged
+  nothing for `quorum_lag_s` since that entry's first ack is replaced. The change names the
+  bookies that fell silent (`ChangeEnsemble.silent`), whose region mates placement picks
+  last. A cut link or a stalled bookie answers nothing while its peers answer within a WAN
   round trip; a busy one (a saturated host, a queue of adds) keeps acknowledging earlier
   entries and is waited for; with no ack at all (a slow disk shared by all) nothing is.
-  Completions wait for a change, since the new ensemble's first entry is fixed at LAC+1 (an entry completed in between would be looked for on the wrong
-  bookies). On `EnsembleChanged` every pending entry is sent to the replaced positions.
+  Completions wait for a change, since the new ensemble's first entry is fixed at LAC+1 (an
+  entry completed in between would be looked for on the wrong bookies). On
+  `EnsembleChanged` every pending entry is sent to the replaced positions.
 - Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
   end the handle: `FailAdds` for every pending entry and `FailClose` (so a close, asked
   before or after, ends with the error); later `submit` calls are refused (None) and
@@ -134,6 +137,9 @@ class AddState:
         # position -> the machine's clock at its last ack (the quorum lag's silence)
         self._last_ack_s: dict[int, float] = {}
         self._failed_later: set[int] = set()  # positions that failed during that change
+        # positions whose bookie fell silent (timed out, lagged, too many stragglers) rather
+        # than answered a failure: a cut link, whose region mates are likely behind it too
+        self._silent: set[int] = set()
         self._changes = 0  # for failed bookies
         self._lag_changes = 0  # for silent ones
         self._new_ensembles: tuple[Ensemble, ...] = ()  # recovery's, in entry order
@@ -202,7 +208,7 @@ class AddState:
     def _quorum_lag_deadline_s(self) -> float | None:
         """When the oldest pending entry's ack quorum counts as held up, if it has begun."""
         lag_s = self.config.quorum_lag_s
-        if lag_s is None or self._recovery or self._changing is not None:
+        if lag_s is None or self._changing is not None:
             return None
         if self._lag_changes >= LAG_CHANGES_MAX:
             return None
@@ -221,7 +227,7 @@ class AddState:
     def wants_ack_time(self, entry_id: int) -> bool:
         """Whether an ack of `entry_id` would be its first: the driver stamps the clock
         (Ticked) before feeding it, as the quorum lag counts from the first ack."""
-        if self.config.quorum_lag_s is None or self._recovery:
+        if self.config.quorum_lag_s is None:
             return False
         pending = self._pending.get(entry_id)
         return pending is not None and pending.first_ack_s is None
@@ -318,6 +324,7 @@ class AddState:
         else:  # any other failure: replace the bookie
             if pending is not None:
                 pending.sent_s.pop(index, None)
+            self._silent.discard(index)
             self._positions_failed({index})
 
     def _on_skipped(self, event: SendSkipped) -> None:
@@ -336,6 +343,7 @@ class AddState:
         expired = self._sends.expire(self._now_s)
         lagging = self._holding_up_the_quorum() - expired
         if expired or lagging:  # one ensemble change for every position on this tick
+            self._silent |= expired | lagging
             self._positions_failed(expired | lagging, lagging_only=not expired)
 
     def _holding_up_the_quorum(self) -> set[int]:
@@ -361,6 +369,7 @@ class AddState:
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None
         self._sends.forget_positions(changed)
+        self._silent -= changed
         for index in changed:  # a new bookie: silent only from now on
             self._last_ack_s[index] = self._now_s
         still_failed, self._failed_later = self._failed_later - changed, set()
@@ -432,8 +441,11 @@ class AddState:
         self._changing = tuple(sorted(indices))
         self._changing_lagging = lagging_only
         bookies = tuple(self._ensemble[i] for i in self._changing)
+        silent = tuple(self._ensemble[i] for i in self._changing if i in self._silent)
         persist = not self._recovery
-        self._emit(ChangeEnsemble(self._lac + 1, self._changing, bookies, persist, lagging_only))
+        self._emit(
+            ChangeEnsemble(self._lac + 1, self._changing, bookies, persist, lagging_only, silent)
+        )
 
     def _complete_ready(self) -> None:
         if self._changing is not None:
@@ -448,6 +460,7 @@ class AddState:
             self._emit(CompleteAdds(first, self._lac, self._length))
         lagging = self._sends.overflow()
         if lagging:
+            self._silent |= lagging
             self._positions_failed(lagging)
         self._maybe_close()
 

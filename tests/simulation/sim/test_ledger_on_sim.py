@@ -12,6 +12,7 @@ a violation within a few seeds, so these checks can fail in production code. See
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ import pytest
 from core import runtime
 from core.errors import GlobelogError
 from ledger import LedgerClient, LedgerConfig, LedgerHandleError
+from ledger.codecs.metadata import LedgerMetadata
 from verify.sim.io.cluster import PASSWORD, Shape, SimCluster
 from verify.sim.io.loop import run
 from verify.sim.io.zookeeper import SimMetaStore
@@ -217,3 +219,66 @@ def test_a_silent_bookie_with_nowhere_to_go_is_waited_for_not_fatal() -> None:
     run(loop, main())
     assert done["entries"] == list(range(18)), done
     assert done["ensembles"] == 1, "a change was written with no bookie to change to"
+
+
+def test_a_recovery_moves_a_silent_regions_copy_within_the_quorum_lag(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A writer's ledger (E/W/A 4/4/3, two regions per ack quorum) has one copy in a region
+    whose bookies all go silent (a cut: paused, no answer) as the writer dies. The recovery
+    from another region re-adds to the whole write quorum: the silent bookie is replaced once
+    it has lagged the others by the quorum lag, by a bookie outside its region (its region
+    mate is silent too), and the recovery ends long before the 5 s add timeout."""
+    cluster = SimCluster(5, Shape())
+    loop = cluster.loop
+    region_of = {b.bookie_id: b.region for b in cluster.topology.bookies}
+    writer_host = cluster.add_host("writer", "us-east")
+    recovery_host = cluster.add_host("recovery", "eu-west")
+    made: dict[str, object] = {}
+
+    async def write() -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        client = await LedgerClient.connect(store, config("us-east"))
+        writer = await client.create(cluster.topology.replication)
+        made["acked"] = [await writer.add(f"entry-{i}".encode()) for i in range(10)]
+        made["ledger"] = writer.ledger_id
+        made["ensemble"] = writer.metadata.ensembles[-1].bookies
+
+    async def recover() -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        client = await LedgerClient.connect(store, config("eu-west"))
+        started = loop.time()
+        reader = await client.open(int(str(made["ledger"])), recover_ledger=True)
+        made["recovery_s"] = loop.time() - started
+        made["closed"] = reader.metadata
+        made["read"] = [
+            await reader.read_entry(e) for e in range(reader.metadata.last_entry_id + 1)
+        ]
+
+    async def main() -> None:
+        await cluster.start()
+        await loop.spawn(writer_host, write())
+        ensemble = made["ensemble"]
+        assert isinstance(ensemble, tuple)
+        counts = {r: sum(region_of[b] == r for b in ensemble) for r in set(region_of.values())}
+        alone = next(r for r in sorted(counts) if counts[r] == 1 and r != "eu-west")
+        made["cut"] = alone
+        loop.crash(writer_host, machine_up=False)
+        for node in cluster.bookies.values():
+            if node.host.region == alone:
+                loop.pause(node.host)
+        async with asyncio.timeout(60):
+            await loop.spawn(recovery_host, recover())
+
+    with caplog.at_level(logging.INFO, logger="ledger.drivers.recover"):
+        run(loop, main())
+    closed = made["closed"]
+    assert isinstance(closed, LedgerMetadata)
+    assert made["read"] == [f"entry-{i}".encode() for i in range(10)], made["read"]
+    last = closed.ensembles[-1].bookies
+    assert made["cut"] not in {region_of[b] for b in last}, (made["cut"], last)
+    assert len({region_of[b] for b in last}) >= MIN_REGIONS, last
+    recovery_s = made["recovery_s"]
+    assert isinstance(recovery_s, float) and recovery_s < 2.5, made
+    changes = [r.getMessage() for r in caplog.records if "recovery re-adds from" in r.getMessage()]
+    assert len(changes) == 1, changes  # not first to the silent bookie's region mate

@@ -251,3 +251,47 @@ def test_changes_for_silent_bookies_are_bounded_and_never_fail_the_handle() -> N
     assert not state.is_terminal
     state.handle(Ticked(now_s + state.config.add_timeout_s))  # the add timeout still replaces
     assert any(isinstance(a, ChangeEnsemble) for a in state.take_actions())
+
+
+def test_a_recovery_re_add_held_up_by_a_silent_bookie_replaces_it_after_the_quorum_lag() -> None:
+    """Recovery re-adds wait for the whole write quorum: three of four copies made and the
+    fourth bookie behind a cut, the re-add replaces it after the lag, not the add timeout
+    (a new owner's takeover waited 5 s per cut bookie for this)."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, recovery=True, now_s=0.0)
+    assert state.submit(3) == 0
+    state.take_actions()
+    assert state.wants_ack_time(0)
+    state.handle(Ticked(0.1))
+    for bookie in ("b0", "b1", "b2"):
+        state.handle(AddAcked(0, bookie))
+    assert not any(isinstance(a, CompleteAdds) for a in state.take_actions())
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None and state.next_wakeup_s() == pytest.approx(0.1 + lag_s)
+    state.handle(Ticked(0.1 + lag_s))
+    changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [(c.bookies, c.silent, c.lagging, c.persist) for c in changes] == [
+        (("b3",), ("b3",), True, False)
+    ], changes
+    state.handle(EnsembleChanged(0, ("b0", "b1", "b2", "b4")))
+    resent = state.take_actions()
+    state.handle(AddAcked(0, "b4"))
+    assert any(getattr(a, "bookie", None) == "b4" for a in resent), resent
+    assert any(isinstance(a, CompleteAdds) for a in state.take_actions())
+
+
+def test_a_change_names_the_bookies_that_fell_silent_not_those_that_answered_a_failure() -> None:
+    """A timed-out bookie is `silent` (likely cut off, with its region mates); one that
+    answered an error is not (it is down on its own)."""
+    state = AddState(["b0", "b1", "b2"], 3, 2, now_s=0.0)
+    assert state.submit(3) == 0
+    state.take_actions()
+    state.handle(AddFailed(0, "b0", BookieFailure.BOOKIE_DOWN))
+    answered = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [(c.bookies, c.silent) for c in answered] == [(("b0",), ())], answered
+    state.handle(EnsembleChanged(0, ("b3", "b1", "b2")))
+    state.take_actions()
+    state.handle(AddAcked(0, "b1"))
+    state.handle(Ticked(state.config.add_timeout_s + 1.0))  # b2 and b3 never answer
+    timed_out = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [set(c.silent) for c in timed_out] == [{"b2", "b3"}], timed_out
+    assert set(timed_out[0].bookies) == {"b2", "b3"}

@@ -54,6 +54,30 @@ def test_another_region_when_the_failed_region_has_no_other_bookie() -> None:
     assert replaced == ("east-a-0:3181", "ap-a-0:3181", "eu-a-0:3181")
 
 
+def test_a_silent_members_region_comes_last() -> None:
+    """A member that answered nothing is likely behind a cut with its rack and region mates:
+    another region that keeps the rule is chosen first (4/4/3, two regions per ack quorum)."""
+    rep = Replication(4, 4, 3, 2)
+    ensemble = ("east-a-0:3181", "eu-a-0:3181", "west-a-0:3181", "east-a-1:3181")
+    cluster = roomy()
+    told = ReplaceRequest(rep, ensemble, "west-a-0:3181", EAST_A, avoid_regions=frozenset({"west"}))
+    replaced = replace_bookie(told, cluster)
+    assert regions_of(replaced, cluster) == ["east", "eu", "eu", "east"]
+    assert adheres(replaced, cluster, rep)
+    # without the hint the same rack is the choice, as for a member that answered a failure
+    assert replace(cluster, ensemble, "west-a-0:3181", rep)[2] == "west-a-1:3181"
+
+
+def test_a_silent_members_region_is_still_used_when_only_it_keeps_the_rule() -> None:
+    """The hint orders; it never trades the rule away: with east holding two copies, a third
+    in east would leave an ack quorum in one region, so west it is."""
+    rep = Replication(4, 4, 3, 2)
+    ensemble = ("east-a-0:3181", "east-a-1:3181", "west-a-0:3181", "west-b-0:3181")
+    cluster = cluster_of({"east": {"a": 2}, "west": {"a": 2, "b": 1}})
+    told = ReplaceRequest(rep, ensemble, "west-a-0:3181", EAST_A, avoid_regions=frozenset({"west"}))
+    assert replace_bookie(told, cluster)[2] == "west-a-1:3181"
+
+
 def test_another_region_is_chosen_only_if_it_keeps_the_rule() -> None:
     # Moving west's copy to east would leave east with 2 of 3 copies, an ack quorum by itself.
     cluster = cluster_of({"east": {"a": 2}, "west": {"a": 1}, "eu": {"a": 1}})
