@@ -24,6 +24,12 @@ BOOKIE_DIRECT_MEMORY = "-XX:MaxDirectMemorySize=512m"
 # which is most of what a test or a demo asks of them. Benchmarks that time the bookies
 # start theirs "full" (the JVM's defaults, as a deployment runs them).
 LEAN_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# ZooKeeper logs through slf4j-simple, which stamps no time by default: an election's steps
+# are then impossible to line up with the proxies' logs
+ZK_LOG_TIMES = (
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ",
+)
 PROXY_ZK_SESSION_TIMEOUT_S = 1.5  # a dead proxy's streams are taken over after this
 
 
@@ -74,6 +80,7 @@ def zookeeper_spec(
         tools.java,
         "-Xmx256m",
         *(LEAN_JVM if lean else ("-XX:+UseSerialGC",)),
+        *ZK_LOG_TIMES,
         nodes.java_login_flag(topology),
         "-cp",
         tools.zookeeper_classpath,

@@ -94,8 +94,12 @@ async def region_up(cluster: Cluster, tools: Tools, region: str) -> list[str]:
 async def isolate(cluster: Cluster, region: str) -> int:
     """Cuts every WAN route between `region` and the others; returns how many were cut."""
     _check_region(cluster, region)
-    cut = 0
-    for other in cluster.topology.region_names:
-        if other != region:
-            cut += len(await wan.partition(cluster.topology, region, other))
-    return cut
+    topology = cluster.topology
+    routes = [
+        route
+        for other in topology.region_names
+        if other != region
+        for route in wan.routes_between(topology, region, other)
+    ]
+    await wan.cut(topology, routes)
+    return len(routes)

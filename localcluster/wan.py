@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -122,16 +123,25 @@ async def partition(topology: Topology, region_a: str, region_b: str) -> list[Ro
     leader for minutes; with refused connections it elects within seconds, which is what a
     real partition gives once TCP gives up."""
     routes = routes_between(topology, region_a, region_b)
-    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
-        for route in routes:
-            if route.kind != "bookie":
-                await api.set_enabled(route, False)
-                continue
-            for stream in ("upstream", "downstream"):
-                await api.set_toxic(
-                    route.name, f"{PARTITION_TOXIC}-{stream}", "timeout", stream, {"timeout": 0}
-                )
+    await cut(topology, routes)
     return routes
+
+
+async def cut(topology: Topology, routes: list[Route]) -> None:
+    """Cuts `routes` all at once, as a real cut does (one by one, 20 routes took 3.6 s, and
+    ZooKeeper elected a node half cut off meanwhile)."""
+
+    async def cut_one(api: Toxiproxy, route: Route) -> None:
+        if route.kind != "bookie":
+            await api.set_enabled(route, False)
+            return
+        for stream in ("upstream", "downstream"):
+            await api.set_toxic(
+                route.name, f"{PARTITION_TOXIC}-{stream}", "timeout", stream, {"timeout": 0}
+            )
+
+    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
+        await asyncio.gather(*(cut_one(api, route) for route in routes))
 
 
 async def heal(
@@ -143,13 +153,16 @@ async def heal(
         if region_a is None or region_b is None
         else routes_between(topology, region_a, region_b)
     )
+
+    async def heal_one(api: Toxiproxy, route: Route) -> None:
+        if route.kind != "bookie":
+            await api.set_enabled(route, True)
+            return
+        for stream in ("upstream", "downstream"):
+            await api.remove_toxic(route.name, f"{PARTITION_TOXIC}-{stream}")
+
     async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
-        for route in routes:
-            if route.kind != "bookie":
-                await api.set_enabled(route, True)
-                continue
-            for stream in ("upstream", "downstream"):
-                await api.remove_toxic(route.name, f"{PARTITION_TOXIC}-{stream}")
+        await asyncio.gather(*(heal_one(api, route) for route in routes))
     return routes
 
 

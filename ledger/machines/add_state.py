@@ -29,7 +29,7 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ledger.codecs.metadata import Ensemble, write_set_indices
@@ -114,7 +114,10 @@ class AddState:
         recovery: bool = False,
         now_s: float = 0.0,
         config: AddConfig | None = None,
+        silent_since: Mapping[int, float] | None = None,
     ) -> None:
+        """`silent_since`: positions whose bookie has answered nothing since the time given
+        (a recovery's: not even its fence), whose quorum lag counts from then."""
         assert 1 <= ack_quorum <= write_quorum <= len(ensemble), (ensemble, write_quorum)
         assert lac >= INVALID_ENTRY_ID and length >= 0, (lac, length)
         self.config = config if config is not None else AddConfig()
@@ -136,6 +139,7 @@ class AddState:
         self._changing_lagging = False  # that change replaces slow bookies only, none failed
         # position -> the machine's clock at its last ack (the quorum lag's silence)
         self._last_ack_s: dict[int, float] = {}
+        self._silent_since = dict(silent_since or {})
         self._failed_later: set[int] = set()  # positions that failed during that change
         # positions whose bookie fell silent (timed out, lagged, too many stragglers) rather
         # than answered a failure: a cut link, whose region mates are likely behind it too
@@ -222,7 +226,17 @@ class AddState:
     def _silent_from_s(self, head: _Pending, index: int) -> float:
         """Since when the bookie at `index` has acknowledged nothing, as far as `head` counts."""
         assert head.first_ack_s is not None
+        since = self._silent_since.get(index)
+        if since is not None:  # never heard from since well before this entry
+            return since
         return max(head.first_ack_s, self._last_ack_s.get(index, head.first_ack_s))
+
+    def heard_from(self, bookie: str) -> None:
+        """`bookie` answered something else (a recovery's read): no longer silent since
+        `silent_since`; its quorum lag counts from entries' first acks again."""
+        for index, member in enumerate(self._ensemble):
+            if member == bookie:
+                self._silent_since.pop(index, None)
 
     def wants_ack_time(self, entry_id: int) -> bool:
         """Whether an ack of `entry_id` would be its first: the driver stamps the clock
@@ -301,10 +315,12 @@ class AddState:
             late = self._straggler_answered(event.entry_id, event.bookie)
             if late is not None and self._ensemble[late] == event.bookie:
                 self._last_ack_s[late] = self._now_s  # slow, but not silent
+                self._silent_since.pop(late, None)
             return  # completed already, or the bookie was replaced: a stale answer
         pending.sent_s.pop(index, None)
         pending.acked.add(index)
         self._last_ack_s[index] = self._now_s
+        self._silent_since.pop(index, None)
         if pending.first_ack_s is None:
             pending.first_ack_s = self._now_s
         self._complete_ready()
@@ -325,6 +341,7 @@ class AddState:
             if pending is not None:
                 pending.sent_s.pop(index, None)
             self._silent.discard(index)
+            self._silent_since.pop(index, None)
             self._positions_failed({index})
 
     def _on_skipped(self, event: SendSkipped) -> None:
@@ -361,6 +378,7 @@ class AddState:
         assert event.first_entry_id == self._lac + 1, (event.first_entry_id, self._lac)
         assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
         changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
+        asked = self._changing
         if not changed and self._changing_lagging:
             self._lag_changes -= 1  # no better bookie for a silent one: a wait, not a change
         self._ensemble = tuple(event.ensemble)
@@ -370,6 +388,8 @@ class AddState:
         self._changing = None
         self._sends.forget_positions(changed)
         self._silent -= changed
+        for index in asked:  # replaced, or kept: either way a lag from now on
+            self._silent_since.pop(index, None)
         for index in changed:  # a new bookie: silent only from now on
             self._last_ack_s[index] = self._now_s
         still_failed, self._failed_later = self._failed_later - changed, set()
@@ -498,6 +518,7 @@ class AddState:
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
         assert 0 <= self._lag_changes <= LAG_CHANGES_MAX, self._lag_changes
+        assert all(0 <= i < len(self._ensemble) for i in self._silent_since), self._silent_since
         self._sends.validate(self._lac)
         if self.is_terminal:
             assert not self._pending and self._changing is None, "work left after the end"

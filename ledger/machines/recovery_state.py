@@ -102,6 +102,8 @@ class RecoveryState:
         self._first_entry_id = last.first_entry_id
         self._now_s = now_s
         self._phase = _Phase.FENCING
+        self._fenced_s = now_s  # when the fences were asked
+        self._heard: set[str] = set()  # bookies that answered anything of this recovery
         self._lac_read = ReadLacState(
             last.bookies,
             metadata.write_quorum,
@@ -152,6 +154,8 @@ class RecoveryState:
             self._now_s = event.now_s
         if self.is_terminal:
             return
+        if isinstance(event, LacReplied | LacReadFailed | EntryRead | EntryReadFailed):
+            self._heard_from(event.bookie)
         match event:
             case LacReplied() | LacReadFailed():
                 self._lac_read.handle(event)
@@ -164,6 +168,12 @@ class RecoveryState:
                 self._pull_adds()
             case Ticked():
                 self._on_tick(event)
+
+    def _heard_from(self, bookie: str) -> None:
+        if bookie not in self._heard:
+            self._heard.add(bookie)
+            if self._adds is not None:
+                self._adds.heard_from(bookie)
 
     # ----------------------------------------------------------------- fencing (phase 1)
 
@@ -259,6 +269,8 @@ class RecoveryState:
 
     def _re_add(self, entry_id: int, found: _Found) -> None:
         if self._adds is None:
+            # A bookie that has answered nothing, not even its fence, is silent since it was
+            # asked: its quorum lag counts from then, not from the first re-add's first ack.
             self._adds = AddState(
                 self._ensemble,
                 self._metadata.write_quorum,
@@ -268,6 +280,11 @@ class RecoveryState:
                 recovery=True,
                 now_s=self._now_s,
                 config=self.config.add,
+                silent_since={
+                    i: self._fenced_s
+                    for i, bookie in enumerate(self._ensemble)
+                    if bookie not in self._heard
+                },
             )
         expected = self._adds.pushed_length + found.payload_len
         if found.length != expected:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from core.errors import GlobelogError
-from verify.run.recorder import Recorder, WorkerFailedError
+from verify.run.recorder import Recorder, WorkerFailedError, wall_now
 
 # A heal waits for what it brings back: a region's processes restarted and serving again take
 # the cluster's own longest waits (ZooKeeper 60 s, bookies 120 s, proxies 60 s in
@@ -63,10 +63,11 @@ class FaultsInForce:
             await _undo(f"heal of {fault.what}", fault.undo)
         except HealFailedError as failed:
             self._rec.add(process="nemesis", type="fail", f="heal", fault=fault.kind,
-                          value=fault.what, detail=str(failed))  # fmt: skip
+                          value=fault.what, detail=str(failed), wall=wall_now())  # fmt: skip
             raise
         self._in_force = None
-        self._rec.add(process="nemesis", type="info", f="heal", fault=fault.kind, value=fault.what)
+        self._rec.add(process="nemesis", type="info", f="heal", fault=fault.kind,
+                      value=fault.what, wall=wall_now())  # fmt: skip
 
     async def heal_all(self) -> list[HealFailedError]:
         """At the run's end: the fault in force, then each of `always`, each bounded; the

@@ -14,7 +14,7 @@ from core import runtime
 from core.errors import GlobelogError
 from verify.run.deployment import Deployment, Faults
 from verify.run.faults import FaultsInForce, Undo
-from verify.run.recorder import Recorder
+from verify.run.recorder import Recorder, wall_now
 
 FAULT_KINDS = (
     "kill-write-proxy", "pause-write-proxy", "kill-read-proxy", "pause-read-proxy",
@@ -72,7 +72,7 @@ async def nemesis(
         in_force.applying(kind, planned.what, planned.undo)
         done = await planned.apply()
         rec.add(process="nemesis", type="info", f="fault", fault=kind, value=planned.what,
-                **({"detail": done} if isinstance(done, str) else {}))  # fmt: skip
+                wall=wall_now(), **({"detail": done} if isinstance(done, str) else {}))  # fmt: skip
         if planned.hold is None:
             await asyncio.sleep(HOLD_S[kind])
         else:

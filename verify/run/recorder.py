@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
 from core import errors, runtime
@@ -141,6 +142,12 @@ def one_failure(leaves: list[BaseException]) -> WorkerFailedError:
     combined = WorkerFailedError(failures)
     combined.__cause__ = failures[0][1]
     return combined
+
+
+def wall_now() -> str:
+    """The wall clock (UTC, ms) for a fault's records: what lines them up with the logs of the
+    processes it hit, which stamp wall time (the history's own `time` is from the run's start)."""
+    return datetime.fromtimestamp(runtime.wall_s(), UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass

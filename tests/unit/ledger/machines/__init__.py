@@ -1,0 +1,1 @@
+"""Unit tests of the ledger state machines: adds, recovery, their signals and liveness."""
