@@ -11,6 +11,7 @@ import aiohttp
 from core.errors import ClusterError, ConfigError
 from core.routes import Route, plan_routes
 from core.topology import Topology, WanLink
+from localcluster import election_links
 
 HTTP_TIMEOUT_S = 5.0
 PARTITION_TOXIC = "partition"
@@ -142,6 +143,7 @@ async def cut(topology: Topology, routes: list[Route]) -> None:
 
     async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
         await asyncio.gather(*(cut_one(api, route) for route in routes))
+    await election_links.cut_bypasses(topology, routes)
 
 
 async def heal(

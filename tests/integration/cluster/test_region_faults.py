@@ -9,12 +9,12 @@ import pytest
 
 from core.answers import ANSWERS
 from core.errors import GlobelogError, MetadataUnavailableError, OutcomeUnknownError
-from core.routes import publish_topology
+from core.routes import plan_routes, publish_topology
 from global_meta import MetaStore
 from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
 from ledger import audit_ledgers
-from localcluster import controller, regions, wan
+from localcluster import controller, election_links, regions, wan
 from localcluster.controller import Cluster
 from localcluster.probes import zookeeper_mode, zookeeper_tls
 from localcluster.tools import Tools
@@ -287,6 +287,39 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
                 await wait_for_zk(cluster, region, serving=True)
     finally:
         await wan.configure_wan(cluster.topology, cluster.profile)
+
+
+async def test_isolating_the_zookeeper_leaders_region_cuts_its_election_links_too(
+    cluster: Cluster,
+) -> None:
+    """Regression: a higher-numbered ZooKeeper node answers a lower one's connection by
+    connecting straight back to the address the lower one advertises (its own listener, no
+    WAN route), so a cut left those election links up: with the leader's region isolated,
+    the other two kept hearing it lead, followed it, could not reach its (routed) quorum port,
+    and had no leader until the heal. Now the cut resets them, and no direct link between the
+    separated nodes is left; the two others elect a leader between them while it lasts."""
+    modes = {
+        node.region: await zookeeper_mode(node.client, ZK_TLS)
+        for node in cluster.topology.zookeeper
+    }
+    leader = next(region for region, mode in modes.items() if mode == "leader")
+    others = [n for n in cluster.topology.zookeeper if n.region != leader]
+    await regions.isolate(cluster, leader)
+    try:
+        cut = [r for r in plan_routes(cluster.topology) if leader in (r.from_region, r.to_region)]
+        pairs = election_links.separated_nodes(cluster.topology, cut)
+        listed = await election_links.established_sockets()
+        assert listed is not None, "ss could not list the connections"
+        assert election_links.bypassing_sockets(cluster.topology, pairs, listed) == []
+        async with asyncio.timeout(10.0):
+            modes_now = ["-"]
+            while sorted(modes_now) != ["follower", "leader"]:
+                await asyncio.sleep(0.1)  # polling servers
+                modes_now = [await zookeeper_mode(n.client, ZK_TLS) or "-" for n in others]
+    finally:
+        await wan.heal(cluster.topology)
+    for region in cluster.topology.region_names:
+        await wait_for_zk(cluster, region, serving=True)
 
 
 async def test_the_isolation_check_tells_the_isolated_region_from_the_others(
