@@ -340,8 +340,11 @@ class AddState:
         else:  # any other failure: replace the bookie
             if pending is not None:
                 pending.sent_s.pop(index, None)
-            self._silent.discard(index)
-            self._silent_since.pop(index, None)
+            if event.kind.answered:
+                self._silent.discard(index)
+                self._silent_since.pop(index, None)
+            else:  # no answer (a connection lost or stalled): likely a cut, as a timeout
+                self._silent.add(index)
             self._positions_failed({index})
 
     def _on_skipped(self, event: SendSkipped) -> None:

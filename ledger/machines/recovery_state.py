@@ -154,7 +154,9 @@ class RecoveryState:
             self._now_s = event.now_s
         if self.is_terminal:
             return
-        if isinstance(event, LacReplied | LacReadFailed | EntryRead | EntryReadFailed):
+        if isinstance(event, LacReplied | EntryRead) or (
+            isinstance(event, LacReadFailed | EntryReadFailed) and event.kind.answered
+        ):
             self._heard_from(event.bookie)
         match event:
             case LacReplied() | LacReadFailed():

@@ -47,6 +47,12 @@ class BookieFailure(enum.Enum):
     OTHER = "other"  # any other bookie status (EIO, EBADREQ, ETOOMANYREQUESTS, ...)
 
     @property
+    def answered(self) -> bool:
+        """The bookie itself said so; False for silence (no answer in time, a connection
+        that failed or stalled), which is what a cut looks like."""
+        return self not in (BookieFailure.TIMEOUT, BookieFailure.BOOKIE_DOWN)
+
+    @property
     def holds_nothing(self) -> bool:
         """The bookie positively says it has no copy (it answered, and it is not an error)."""
         return self in (BookieFailure.NO_SUCH_LEDGER, BookieFailure.NO_SUCH_ENTRY)

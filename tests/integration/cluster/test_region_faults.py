@@ -55,6 +55,16 @@ async def zk_serving(cluster: Cluster, region: str) -> bool:
     return await zookeeper_mode(node.client, ZK_TLS) is not None
 
 
+async def wait_for_a_leader_without(cluster: Cluster, gone: str) -> None:
+    """Until the ZooKeeper nodes outside region `gone` are one leader and one follower."""
+    others = [n for n in cluster.topology.zookeeper if n.region != gone]
+    async with asyncio.timeout(10.0):
+        modes = ["-"]
+        while sorted(modes) != ["follower", "leader"]:
+            await asyncio.sleep(0.1)  # polling servers
+            modes = [await zookeeper_mode(n.client, ZK_TLS) or "-" for n in others]
+
+
 async def wait_for_zk(cluster: Cluster, region: str, serving: bool) -> None:
     async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
         while await zk_serving(cluster, region) != serving:  # noqa: ASYNC110 - polling a server
@@ -275,12 +285,7 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
             try:
                 # Until they notice, the others still call themselves followers of the dead
                 # leader: wait for one of them to lead and the other to follow it.
-                others = [n for n in cluster.topology.zookeeper if n.region != leader]
-                async with asyncio.timeout(10.0):
-                    modes_now = ["-"]
-                    while sorted(modes_now) != ["follower", "leader"]:
-                        await asyncio.sleep(0.1)  # polling servers
-                        modes_now = [await zookeeper_mode(n.client, ZK_TLS) or "-" for n in others]
+                await wait_for_a_leader_without(cluster, leader)
             finally:
                 await regions.region_up(cluster, tools, leader)
             for region in cluster.topology.region_names:
@@ -303,7 +308,6 @@ async def test_isolating_the_zookeeper_leaders_region_cuts_its_election_links_to
         for node in cluster.topology.zookeeper
     }
     leader = next(region for region, mode in modes.items() if mode == "leader")
-    others = [n for n in cluster.topology.zookeeper if n.region != leader]
     await regions.isolate(cluster, leader)
     try:
         cut = [r for r in plan_routes(cluster.topology) if leader in (r.from_region, r.to_region)]
@@ -311,11 +315,7 @@ async def test_isolating_the_zookeeper_leaders_region_cuts_its_election_links_to
         listed = await election_links.established_sockets()
         assert listed is not None, "ss could not list the connections"
         assert election_links.bypassing_sockets(cluster.topology, pairs, listed) == []
-        async with asyncio.timeout(10.0):
-            modes_now = ["-"]
-            while sorted(modes_now) != ["follower", "leader"]:
-                await asyncio.sleep(0.1)  # polling servers
-                modes_now = [await zookeeper_mode(n.client, ZK_TLS) or "-" for n in others]
+        await wait_for_a_leader_without(cluster, leader)
     finally:
         await wan.heal(cluster.topology)
     for region in cluster.topology.region_names:

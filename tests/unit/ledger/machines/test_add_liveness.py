@@ -280,14 +280,21 @@ def test_a_recovery_re_add_held_up_by_a_silent_bookie_replaces_it_after_the_quor
 
 
 def test_a_change_names_the_bookies_that_fell_silent_not_those_that_answered_a_failure() -> None:
-    """A timed-out bookie is `silent` (likely cut off, with its region mates); one that
-    answered an error is not (it is down on its own)."""
+    """A timed-out bookie is `silent` (likely cut off, with its region mates), and so is one
+    whose connection failed or stalled; one that answered an error is not (it is down on its
+    own)."""
     state = AddState(["b0", "b1", "b2"], 3, 2, now_s=0.0)
     assert state.submit(3) == 0
     state.take_actions()
-    state.handle(AddFailed(0, "b0", BookieFailure.BOOKIE_DOWN))
+    state.handle(AddFailed(0, "b0", BookieFailure.OTHER))
     answered = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
     assert [(c.bookies, c.silent) for c in answered] == [(("b0",), ())], answered
+    lost = AddState(["b0", "b1", "b2"], 3, 2, now_s=0.0)
+    assert lost.submit(3) == 0
+    lost.take_actions()
+    lost.handle(AddFailed(0, "b0", BookieFailure.BOOKIE_DOWN))
+    dropped = [a for a in lost.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [(c.bookies, c.silent) for c in dropped] == [(("b0",), ("b0",))], dropped
     state.handle(EnsembleChanged(0, ("b3", "b1", "b2")))
     state.take_actions()
     state.handle(AddAcked(0, "b1"))

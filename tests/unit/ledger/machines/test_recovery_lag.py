@@ -8,7 +8,7 @@ import pytest
 
 from ledger.codecs.metadata import DigestType, Ensemble, LedgerMetadata
 from ledger.machines.add_events import AddAcked, ChangeEnsemble, CloseLedger, EnsembleChanged
-from ledger.machines.read_lac_state import LacReplied
+from ledger.machines.read_lac_state import LacReadFailed, LacReplied
 from ledger.machines.read_state import EntryRead, EntryReadFailed
 from ledger.machines.recovery_state import RecoveryState
 from ledger.machines.signals import BookieFailure, Ticked
@@ -88,3 +88,17 @@ def test_a_silent_bookie_kept_for_want_of_a_better_one_gets_a_fresh_lag() -> Non
     state.handle(EnsembleChanged(5, ENSEMBLE))
     state.take_actions()
     assert state.next_wakeup_s() == pytest.approx(10.0 + 2 * LAG_S)
+
+
+def test_a_fence_that_failed_on_our_side_is_no_answer_from_the_bookie() -> None:
+    """A connection that stalled or was lost (BOOKIE_DOWN) or a fence that timed out is the
+    client's failure, not the bookie speaking: it stays silent since the fence."""
+    state = RecoveryState(open_ledger(), now_s=10.0)
+    state.take_actions()
+    state.handle(Ticked(10.05))
+    state.handle(LacReadFailed("b3", BookieFailure.BOOKIE_DOWN))
+    fenced_and_read(state, ("b0", "b1", "b2"), at_s=10.1)
+    state.handle(Ticked(10.2))
+    for bookie in ("b0", "b1", "b2"):
+        state.handle(AddAcked(5, bookie))
+    assert state.next_wakeup_s() == pytest.approx(10.0 + LAG_S)
