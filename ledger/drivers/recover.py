@@ -252,9 +252,10 @@ class _Recovery:
                 self._versioned.metadata, self._ensemble, action.bookies, action.silent
             )
         except (PlacementError, GlobelogError) as err:
-            if action.lagging and isinstance(err, PlacementError):
-                # nowhere to move a silent bookie: it is not failed, its re-add is waited for
-                # (up to the add timeout), as a writer waits
+            silent_only = action.lagging or set(action.bookies) <= set(action.silent)
+            if silent_only and isinstance(err, PlacementError):
+                # nowhere to move a silent bookie: its re-add is waited for or asked again
+                # (bounded by the add timeout and ensemble_changes_max), as a writer does
                 self._runner.feed(EnsembleChanged(action.first_entry_id, self._ensemble))
                 return
             self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))

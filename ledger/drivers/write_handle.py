@@ -321,10 +321,13 @@ class LedgerWriter:
                     self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
                 )
             except PlacementError:
-                if not action.lagging:
+                if not (action.lagging or set(action.bookies) <= set(action.silent)):
                     raise
-                # nowhere to move a silent bookie (every usable one is in the ensemble): it is
-                # not failed, so its adds are waited for, up to the add timeout
+                # Nowhere to move a silent bookie: every usable one is in the ensemble, or the
+                # others are not registered again yet after a cut. A slow one's adds are
+                # waited for (up to the add timeout); a lost one is asked again after a wait
+                # (bounded by ensemble_changes_max), rather than the writer failing and the
+                # next owner recovering the segment from the same cut bookies.
                 ensemble = tuple(self._state.ensemble)
             if tuple(ensemble) == tuple(self._state.ensemble):
                 # Placement kept the same bookies (no better one usable now): an ensemble that

@@ -221,6 +221,38 @@ def test_a_silent_bookie_with_nowhere_to_go_is_waited_for_not_fatal() -> None:
     assert done["ensembles"] == 1, "a change was written with no bookie to change to"
 
 
+def test_a_lost_bookie_with_nowhere_to_go_is_asked_again_not_fatal() -> None:
+    """Every bookie is in the ensemble (E = 6 of 6) and one's connection is lost (its process
+    down for 3 s, its machine refusing connections): the failure is silence, not an answer,
+    and placement has nowhere to move its copies. The writer asks again after a wait instead
+    of failing (before, the handle failed, and the stream's next owner recovered its segment),
+    and every add completes once the bookie is back."""
+    shape = Shape(racks=2, ensemble_size=6, write_quorum=3, ack_quorum=3)
+    cluster = SimCluster(4, shape)
+    loop = cluster.loop
+    writer_host = cluster.add_host("writer", "us-east")
+    done: dict[str, object] = {}
+
+    async def write() -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        client = await LedgerClient.connect(store, config("us-east"))
+        writer = await client.create(cluster.topology.replication)
+        first = [await writer.add(f"before-{i}".encode()) for i in range(6)]
+        lost = sorted(cluster.bookies)[0]
+        cluster.crash_bookie(lost, machine_up=True)
+        loop.call_later(3.0, cluster.restart_bookie, lost)
+        added = [writer.append(f"during-{i}".encode()) for i in range(12)]
+        async with asyncio.timeout(60):
+            done["entries"] = [*first, *await asyncio.gather(*added)]
+
+    async def main() -> None:
+        await cluster.start()
+        await loop.spawn(writer_host, write())
+
+    run(loop, main())
+    assert done["entries"] == list(range(18)), done
+
+
 def test_a_recovery_moves_a_silent_regions_copy_within_the_quorum_lag(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
