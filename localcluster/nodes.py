@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.routes import zk_hosts_for
 from core.security.secrets import ZK_USER, zk_jaas_file
 from core.security.settings import LEDGER_ROLE, SecuritySettings
 from core.topology import Bookie, Topology, ZkNode
@@ -270,15 +269,9 @@ def myid_file(data_dir: Path, node: ZkNode) -> tuple[Path, str]:
 
 
 def metadata_service_uri(topology: Topology, region: str | None = None) -> str:
-    """BookKeeper's metadata URI: every ZooKeeper node as a process in `region` reaches it
-    (`routes.zk_hosts_for`), or the whole ensemble directly. A bookie that listed only its
-    region's node lost its session, and with it its registration (placement then counts it
-    down), whenever a cut kept that node from the leader for its 10 s session; and after the
-    heal it waited for that node to rejoin the quorum before it could register again."""
-    if region is None:
-        hosts = ";".join(node.client.address for node in topology.zookeeper)
-    else:
-        hosts = zk_hosts_for(topology, region).replace(",", ";")
+    """BookKeeper's metadata URI: the region's own ZooKeeper nodes, or the whole ensemble."""
+    nodes = topology.zookeeper if region is None else topology.zk_nodes_for(region)
+    hosts = ";".join(node.client.address for node in nodes)
     return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
 
 

@@ -95,7 +95,7 @@ def test_config_zookeeper_write_puts_the_myid_beside_the_data(tmp_path: Path) ->
     assert (data / "zookeeper" / "zk-eu-west" / "data" / "myid").read_text() == "3\n"
 
 
-def test_config_bookie_registers_by_host_name_with_its_regions_zookeeper_first(
+def test_config_bookie_registers_by_host_name_with_its_regions_zookeeper(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = deployment_file(tmp_path)
@@ -109,11 +109,7 @@ def test_config_bookie_registers_by_host_name_with_its_regions_zookeeper_first(
     assert cfg["advertisedAddress"] == f"{name}.{DOMAIN}"
     assert cfg["bookiePort"] == "3181"
     assert cfg["useHostNameAsBookieID"] == "false"
-    # its region's ZooKeeper node first, then the others (its session outlives its node)
-    assert cfg["metadataServiceUri"] == (
-        f"zk+hierarchical://zk-us-west.{DOMAIN}:2181;zk-us-east.{DOMAIN}:2181;"
-        f"zk-eu-west.{DOMAIN}:2181/ledgers"
-    )
+    assert cfg["metadataServiceUri"] == f"zk+hierarchical://zk-us-west.{DOMAIN}:2181/ledgers"
     assert cfg["journalSyncData"] == "true"
     # a real host: bound to every interface, not loopback-only, not the local disk overrides
     assert not {"allowLoopback", "listeningInterface", "diskUsageThreshold"} & set(cfg)
