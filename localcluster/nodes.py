@@ -103,6 +103,10 @@ def zoo_cfg(
         # its own election address included, which is a route's listener it cannot bind.
         lines += ["reconfigEnabled=true", f"superUser={ZK_USER}"]
     if len(topology.zookeeper) > 1:
+        # A node that hears no vote re-sends its own after a wait that doubles up to 60 s by
+        # default; across a WAN, where a cut loses a round of votes, elections waited 0.8-1.6 s
+        # for the next round (zoo.cfg passes it on as zookeeper.fastleader.*)
+        lines.append(f"fastleader.maxNotificationInterval={ELECTION_NOTIFICATION_MAX_MS}")
         lines += _quorum_tls(topology.security, node)
         for peer in topology.zookeeper:
             host, peer_port, election_port = peer_address(node, peer)
@@ -110,6 +114,7 @@ def zoo_cfg(
     return "\n".join(lines) + "\n"
 
 
+ELECTION_NOTIFICATION_MAX_MS = 400
 LOOPBACK_PORT_OFFSET = 10000
 
 
