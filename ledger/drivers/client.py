@@ -273,12 +273,20 @@ class LedgerClient:
         return LedgerWriter(self.context, versioned)
 
     async def open(
-        self, ledger_id: int, password: bytes | None = None, *, recover_ledger: bool = False
+        self,
+        ledger_id: int,
+        password: bytes | None = None,
+        *,
+        recover_ledger: bool = False,
+        synced: bool = True,
     ) -> LedgerReader:
         """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner).
         `password` (by default the client's) must be the ledger's: bookies refuse a fence
-        with another, and so does this client before asking them."""
-        versioned = await self._metadata_for(ledger_id, password)
+        with another, and so does this client before asking them. `synced=False` reads the
+        metadata as this client's ZooKeeper server has it (no round trip to the leader): for
+        a ledger the caller knows is closed from something it read through the same server
+        (a completed segment: the close came first, or in the same multi-op)."""
+        versioned = await self._metadata_for(ledger_id, password, synced=synced)
         if recover_ledger:
             recovered = await recover(self.context, versioned)
             return LedgerReader(self.context, recovered.metadata, known=recovered.tail)

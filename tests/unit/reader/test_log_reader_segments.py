@@ -75,10 +75,12 @@ class Ledgers:
 
     def __init__(self) -> None:
         self.opened: list[int] = []
+        self.synced: list[bool] = []  # per open: was the metadata synced with the leader
         self.opening = asyncio.Event()
 
-    async def open(self, ledger_id: int) -> Any:
+    async def open(self, ledger_id: int, *, synced: bool = True) -> Any:
         self.opened.append(ledger_id)
+        self.synced.append(synced)
         self.opening.set()
         await asyncio.Event().wait()
 
@@ -99,6 +101,20 @@ async def test_a_segment_started_while_the_reader_opens_is_read_from_its_first_r
         async with asyncio.timeout(WAIT_S):
             await ledgers.opening.wait()
         assert ledgers.opened == [101]
+        assert ledgers.synced == [True], "a segment being written: its ledger's metadata synced"
+
+
+async def test_a_completed_segments_ledger_is_opened_without_a_sync() -> None:
+    """Its ledger was closed before (or with) its completion, which the reader saw through the
+    same ZooKeeper server: no round trip to the leader per segment."""
+    stream = Stream()
+    stream.start(in_progress(1).completed(5, DLSN(1, 2, 0), 6, 0, False))
+    ledgers = Ledgers()
+    reader = await open_reader(stream, ledgers, Position.earliest())
+    async with reader:
+        async with asyncio.timeout(WAIT_S):
+            await ledgers.opening.wait()
+        assert (ledgers.opened, ledgers.synced) == ([101], [False])
 
 
 async def test_a_segment_the_watch_does_not_report_is_found_by_the_check(
