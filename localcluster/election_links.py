@@ -37,7 +37,8 @@ _ZOO_CFG = re.compile(r"/zookeeper/(?P<node>[^/\x00]+)/zoo\.cfg")
 
 
 def separated_nodes(topology: Topology, routes: Iterable[Route]) -> set[frozenset[str]]:
-    """The pairs of ZooKeeper nodes (by name) whose election links `routes` cut."""
+    """The pairs of ZooKeeper nodes (by name) whose election links `routes` cut (the local
+    cluster has one node per region)."""
     by_region = {node.region: node.name for node in topology.zookeeper}
     return {
         frozenset((by_region[route.from_region], route.target))
@@ -93,14 +94,15 @@ async def cut_bypasses(topology: Topology, routes: Iterable[Route]) -> int:
     listed = await established_sockets()
     if listed is None:
         return 0
-    sockets = bypassing_sockets(topology, pairs, listed)
-    for sport, dport in sockets:
+    cut = 0
+    for sport, dport in bypassing_sockets(topology, pairs, listed):
         killed = await _run(
             "ss", "-K", "-tnH", "sport", "=", f":{sport}", "dport", "=", f":{dport}"
         )
         if killed is None:
-            return 0
-    return len(sockets)
+            break
+        cut += 1
+    return cut
 
 
 async def _run(*argv: str) -> str | None:
@@ -114,13 +116,18 @@ async def _run(*argv: str) -> str | None:
     try:
         async with asyncio.timeout(SS_TIMEOUT_S):
             out, err = await process.communicate()
-    except TimeoutError:
+    except BaseException as stopped:  # its time ran out, or the caller was cancelled
         process.kill()
         await process.wait()
+        if not isinstance(stopped, TimeoutError):
+            raise
         log.warning("cannot cut ZooKeeper's direct election links: %s took over %s s",
                     " ".join(argv), SS_TIMEOUT_S)  # fmt: skip
         return None
-    if process.returncode != 0:
+    # `ss -K` exits 0 when the kernel refused to destroy a socket (not root: "SOCK_DESTROY
+    # answers: Operation not permitted"; no socket destruction in the kernel): its stderr
+    # says so
+    if process.returncode != 0 or err.strip():
         log.warning(
             "cannot cut ZooKeeper's direct election links: %s exited %s: %s",
             " ".join(argv), process.returncode, err.decode(errors="replace").strip()[:200],

@@ -42,7 +42,7 @@ from ledger.machines.add_events import (
 )
 from ledger.machines.add_state import AddConfig, AddState
 from ledger.machines.signals import Ticked, failure_kind
-from placement import PlacementError
+from placement import NotEnoughBookiesError, PlacementError
 
 log = logging.getLogger(__name__)
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
@@ -320,7 +320,7 @@ class LedgerWriter:
                 ensemble = self._context.replace(
                     self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
                 )
-            except PlacementError:
+            except NotEnoughBookiesError:
                 if not (action.lagging or set(action.bookies) <= set(action.silent)):
                     raise
                 # Nowhere to move a silent bookie: every usable one is in the ensemble, or the

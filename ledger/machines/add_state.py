@@ -385,7 +385,7 @@ class AddState:
         if not changed and self._changing_lagging:
             self._lag_changes -= 1  # no better bookie for a silent one: a wait, not a change
         self._ensemble = tuple(event.ensemble)
-        if self._recovery:  # not in the metadata yet: the close writes them
+        if self._recovery and changed:  # not in the metadata yet: the close writes them
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None

@@ -148,6 +148,11 @@ class RecoveryState:
     def take_actions(self) -> list[RecoveryAction]:
         return self._outbox.take()
 
+    def wants_ack_time(self, entry_id: int) -> bool:
+        """Whether an ack of `entry_id`'s re-add would be its first (the driver stamps the
+        clock before feeding it: the quorum lag counts from the first ack)."""
+        return self._adds is not None and self._adds.wants_ack_time(entry_id)
+
     def handle(self, event: RecoveryEvent) -> None:
         if isinstance(event, Ticked):
             assert event.now_s >= self._now_s, (event.now_s, self._now_s)

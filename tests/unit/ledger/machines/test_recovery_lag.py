@@ -88,6 +88,10 @@ def test_a_silent_bookie_kept_for_want_of_a_better_one_gets_a_fresh_lag() -> Non
     state.handle(EnsembleChanged(5, ENSEMBLE))
     state.take_actions()
     assert state.next_wakeup_s() == pytest.approx(10.0 + 2 * LAG_S)
+    state.handle(Ticked(10.7))
+    state.handle(AddAcked(5, "b3"))  # it answers after all
+    closes = [a for a in state.take_actions() if isinstance(a, CloseLedger)]
+    assert [c.ensembles for c in closes] == [()], "a change that changed nothing was written"
 
 
 def test_a_fence_that_failed_on_our_side_is_no_answer_from_the_bookie() -> None:
