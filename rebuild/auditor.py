@@ -98,6 +98,7 @@ class Auditor:
         """Stands for election and audits while elected; a Follower's loop (a lost session
         ends it with an error, and the restart votes again)."""
         await self._under.ensure_layout()
+        await self._drop_orphan_votes()
         vote = await self._store.create(
             f"{self._layout.election}/{VOTE_PREFIX}",
             encode_vote(self.name),
@@ -118,6 +119,28 @@ class Auditor:
             self.leading = False
             with contextlib.suppress(errors.GlobelogError):
                 await self._store.delete(vote, version=ANY_VERSION)
+
+    async def _drop_orphan_votes(self) -> None:
+        """Deletes this session's votes left by an earlier run: a vote whose create went
+        through while its answer was lost with the connection stays as long as the session,
+        and, lower than the new vote, held every candidate's turn (no auditor for minutes in
+        a failover run with partitions) until the session ended."""
+        session = self._store.session_id
+        if session is None:
+            return
+        try:
+            names = await self._store.children(self._layout.election)
+        except errors.NoNodeError:
+            return  # no election yet: the first vote makes it
+        for name in names:
+            if not name.startswith(VOTE_PREFIX):
+                continue
+            path = f"{self._layout.election}/{name}"
+            stat = await self._store.exists(path)
+            if stat is not None and stat.ephemeral_owner == session:
+                log.warning("%s: dropping its orphaned vote %s", self.name, path)
+                with contextlib.suppress(errors.NoNodeError):
+                    await self._store.delete(path, version=stat.version)
 
     async def _wait_for_turn(self, vote: str) -> None:
         mine = vote.rsplit("/", 1)[1]

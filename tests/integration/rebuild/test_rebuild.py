@@ -26,7 +26,7 @@ from core.settings.rebuild_settings import RebuildSettings
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.followers import Follower
-from ledger import Layout, LedgerClient, LedgerConfig, UnderReplication, decode_vote
+from ledger import Layout, LedgerClient, LedgerConfig, UnderReplication, decode_vote, encode_vote
 from ledger.codecs.entry import EntryCodec
 from ledger.codecs.metadata import LedgerState
 from ledger.connections.connection import REQUEST_TIMEOUT_S
@@ -329,6 +329,37 @@ async def test_two_auditors_elect_one_and_the_other_takes_over_when_it_dies(
             with contextlib.suppress(Exception):
                 await store.close()
         async with await MetaStore.of(cluster.topology) as store:
+            await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
+
+
+async def test_an_auditor_drops_the_vote_its_session_left_behind(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication
+) -> None:
+    """Regression: a vote whose create went through while its answer was lost with the
+    connection stayed as long as the session; the restarted candidate's new vote, higher,
+    waited on it for ever (a failover run went minutes without an auditor). Such a vote is
+    made here by hand, in the candidate's own session, before it stands."""
+    layout = Layout(f"/test-election-{uuid.uuid4().hex[:8]}/ledgers")
+    async with await MetaStore.of(cluster.topology) as store:
+        auditor = Auditor(store, client, SETTINGS, "test-auditor-orphan", layout=layout)
+        orphan = await store.create(
+            f"{layout.election}/V_",
+            encode_vote(auditor.name),
+            ephemeral=True,
+            sequential=True,
+            make_parents=True,
+        )
+        follower = Follower(auditor.name, auditor.run)
+        try:
+            follower.start()
+
+            async def leads() -> bool:
+                return auditor.leading
+
+            await wait_until("the auditor elected over its own orphaned vote", leads, 30)
+            assert await store.exists(orphan) is None
+        finally:
+            await follower.stop()
             await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
 
 
