@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -229,47 +230,71 @@ def test_a_silent_bookie_with_nowhere_to_go_is_waited_for_not_fatal(fault: str) 
     assert done["ensembles"] == 1, "a change was written with no bookie to change to"
 
 
+class WriterThenRecovery:
+    """A writer in us-east adds `entries` and dies with its machine; `fault` then strikes
+    (given the ledger's last ensemble) and a client in eu-west recovers the ledger."""
+
+    def __init__(self, cluster: SimCluster, entries: int) -> None:
+        self.cluster = cluster
+        self.entries = entries
+        self.writer_host = cluster.add_host("writer", "us-east")
+        self.recovery_host = cluster.add_host("recovery", "eu-west")
+        self.ledger_id = -1
+        self.ensemble: tuple[str, ...] = ()
+        self.recovery_s = -1.0
+        self.closed: LedgerMetadata | None = None
+        self.read: list[bytes] = []
+
+    async def _write(self) -> None:
+        store = await SimMetaStore.connect(self.cluster.ensemble)
+        client = await LedgerClient.connect(store, config("us-east"))
+        writer = await client.create(self.cluster.topology.replication)
+        for i in range(self.entries):
+            await writer.add(f"entry-{i}".encode())
+        self.ledger_id = writer.ledger_id
+        self.ensemble = writer.metadata.ensembles[-1].bookies
+
+    async def _recover(self) -> None:
+        loop = self.cluster.loop
+        store = await SimMetaStore.connect(self.cluster.ensemble)
+        client = await LedgerClient.connect(store, config("eu-west"))
+        started = loop.time()
+        reader = await client.open(self.ledger_id, recover_ledger=True)
+        self.recovery_s = loop.time() - started
+        self.closed = reader.metadata
+        self.read = [await reader.read_entry(e) for e in range(reader.metadata.last_entry_id + 1)]
+
+    def run(self, fault: Callable[[tuple[str, ...]], None]) -> None:
+        loop = self.cluster.loop
+
+        async def main() -> None:
+            await self.cluster.start()
+            await loop.spawn(self.writer_host, self._write())
+            loop.crash(self.writer_host, machine_up=False)
+            fault(self.ensemble)
+            async with asyncio.timeout(60):
+                await loop.spawn(self.recovery_host, self._recover())
+
+        run(loop, main())
+        assert self.read == [f"entry-{i}".encode() for i in range(self.entries)], self.read
+
+
 def test_a_recovery_asks_a_lost_bookie_again_after_a_wait_when_there_is_no_spare() -> None:
     """E = 6 of 6 (no spare bookie): the writer dies and a bookie of the last entry's write
     set is down for 3 s, its machine refusing connections (which its connection, backing
     off, fails at once). The recovery waits and asks again, 0.1 s doubling to 2 s, rather than
     spending its 64 ensemble changes in a fifth of a second; it closes once the bookie is back."""
-    shape = Shape(racks=2, ensemble_size=6, write_quorum=3, ack_quorum=3)
-    cluster = SimCluster(4, shape)
-    loop = cluster.loop
-    writer_host = cluster.add_host("writer", "us-east")
-    recovery_host = cluster.add_host("recovery", "eu-west")
-    made: dict[str, object] = {}
+    cluster = SimCluster(4, Shape(racks=2, ensemble_size=6, write_quorum=3, ack_quorum=3))
+    scenario = WriterThenRecovery(cluster, entries=6)
 
-    async def write() -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
-        client = await LedgerClient.connect(store, config("us-east"))
-        writer = await client.create(cluster.topology.replication)
-        made["acked"] = [await writer.add(f"entry-{i}".encode()) for i in range(6)]
-        made["ledger"] = writer.ledger_id
-        made["ensemble"] = writer.metadata.ensembles[-1].bookies
-
-    async def recover() -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
-        client = await LedgerClient.connect(store, config("eu-west"))
-        reader = await client.open(int(str(made["ledger"])), recover_ledger=True)
-        made["last"] = reader.metadata.last_entry_id
-
-    async def main() -> None:
-        await cluster.start()
-        await loop.spawn(writer_host, write())
-        loop.crash(writer_host, machine_up=False)
-        ensemble = made["ensemble"]
-        assert isinstance(ensemble, tuple)
+    def lose_one(ensemble: tuple[str, ...]) -> None:
         lost_id = ensemble[write_set_indices(5, len(ensemble), 3)[-1]]
         lost = next(name for name, node in cluster.bookies.items() if node.bookie_id == lost_id)
         cluster.crash_bookie(lost, machine_up=True)
-        loop.call_later(3.0, cluster.restart_bookie, lost)
-        async with asyncio.timeout(60):
-            await loop.spawn(recovery_host, recover())
+        cluster.loop.call_later(3.0, cluster.restart_bookie, lost)
 
-    run(loop, main())
-    assert made["last"] == 5, made
+    scenario.run(lose_one)
+    assert scenario.closed is not None and scenario.closed.last_entry_id == 5
 
 
 def test_a_recovery_moves_a_silent_regions_copy_within_the_quorum_lag(
@@ -281,55 +306,23 @@ def test_a_recovery_moves_a_silent_regions_copy_within_the_quorum_lag(
     it has lagged the others by the quorum lag, by a bookie outside its region (its region
     mate is silent too), and the recovery ends long before the 5 s add timeout."""
     cluster = SimCluster(5, Shape())
-    loop = cluster.loop
     region_of = {b.bookie_id: b.region for b in cluster.topology.bookies}
-    writer_host = cluster.add_host("writer", "us-east")
-    recovery_host = cluster.add_host("recovery", "eu-west")
-    made: dict[str, object] = {}
+    scenario = WriterThenRecovery(cluster, entries=10)
+    cut: list[str] = []
 
-    async def write() -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
-        client = await LedgerClient.connect(store, config("us-east"))
-        writer = await client.create(cluster.topology.replication)
-        made["acked"] = [await writer.add(f"entry-{i}".encode()) for i in range(10)]
-        made["ledger"] = writer.ledger_id
-        made["ensemble"] = writer.metadata.ensembles[-1].bookies
-
-    async def recover() -> None:
-        store = await SimMetaStore.connect(cluster.ensemble)
-        client = await LedgerClient.connect(store, config("eu-west"))
-        started = loop.time()
-        reader = await client.open(int(str(made["ledger"])), recover_ledger=True)
-        made["recovery_s"] = loop.time() - started
-        made["closed"] = reader.metadata
-        made["read"] = [
-            await reader.read_entry(e) for e in range(reader.metadata.last_entry_id + 1)
-        ]
-
-    async def main() -> None:
-        await cluster.start()
-        await loop.spawn(writer_host, write())
-        ensemble = made["ensemble"]
-        assert isinstance(ensemble, tuple)
+    def cut_a_lone_region(ensemble: tuple[str, ...]) -> None:
         counts = {r: sum(region_of[b] == r for b in ensemble) for r in set(region_of.values())}
-        alone = next(r for r in sorted(counts) if counts[r] == 1 and r != "eu-west")
-        made["cut"] = alone
-        loop.crash(writer_host, machine_up=False)
+        cut.append(next(r for r in sorted(counts) if counts[r] == 1 and r != "eu-west"))
         for node in cluster.bookies.values():
-            if node.host.region == alone:
-                loop.pause(node.host)
-        async with asyncio.timeout(60):
-            await loop.spawn(recovery_host, recover())
+            if node.host.region == cut[0]:
+                cluster.loop.pause(node.host)
 
     with caplog.at_level(logging.INFO, logger="ledger.drivers.recover"):
-        run(loop, main())
-    closed = made["closed"]
-    assert isinstance(closed, LedgerMetadata)
-    assert made["read"] == [f"entry-{i}".encode() for i in range(10)], made["read"]
-    last = closed.ensembles[-1].bookies
-    assert made["cut"] not in {region_of[b] for b in last}, (made["cut"], last)
+        scenario.run(cut_a_lone_region)
+    assert scenario.closed is not None
+    last = scenario.closed.ensembles[-1].bookies
+    assert cut[0] not in {region_of[b] for b in last}, (cut, last)
     assert len({region_of[b] for b in last}) >= MIN_REGIONS, last
-    recovery_s = made["recovery_s"]
-    assert isinstance(recovery_s, float) and recovery_s < 2.5, made
+    assert scenario.recovery_s < 2.5, scenario.recovery_s
     changes = [r.getMessage() for r in caplog.records if "recovery re-adds from" in r.getMessage()]
     assert len(changes) == 1, changes  # not first to the silent bookie's region mate
