@@ -66,6 +66,10 @@ def bookie_named(topology: Topology, name: str) -> Bookie:
     raise ConfigError(f"no bookie {name!r} in topology {topology.name!r}; bookies: {names}")
 
 
+# a ZooKeeper node that hears no vote in an election sends its own again after at most this
+ELECTION_NOTIFICATION_MAX_MS = 400
+
+
 def zoo_cfg(
     topology: Topology,
     node: ZkNode,
@@ -114,7 +118,6 @@ def zoo_cfg(
     return "\n".join(lines) + "\n"
 
 
-ELECTION_NOTIFICATION_MAX_MS = 400
 LOOPBACK_PORT_OFFSET = 10000
 
 

@@ -94,12 +94,6 @@ async def region_up(cluster: Cluster, tools: Tools, region: str) -> list[str]:
 async def isolate(cluster: Cluster, region: str) -> int:
     """Cuts every WAN route between `region` and the others; returns how many were cut."""
     _check_region(cluster, region)
-    topology = cluster.topology
-    routes = [
-        route
-        for other in topology.region_names
-        if other != region
-        for route in wan.routes_between(topology, region, other)
-    ]
-    await wan.cut(topology, routes)
+    routes = wan.routes_of(cluster.topology, region)
+    await wan.cut(cluster.topology, routes)
     return len(routes)

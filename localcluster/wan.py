@@ -116,6 +116,11 @@ def routes_between(topology: Topology, region_a: str, region_b: str) -> list[Rou
     ]
 
 
+def routes_of(topology: Topology, region: str) -> list[Route]:
+    """Every route into or out of `region`: what isolating it cuts."""
+    return [r for r in plan_routes(topology) if region in (r.from_region, r.to_region)]
+
+
 async def partition(topology: Topology, region_a: str, region_b: str) -> list[Route]:
     """Cuts the link both ways. Bookie traffic is held, never delivered, as in a real
     partition (a client waits for its own timeouts). ZooKeeper's quorum links are closed and
@@ -131,19 +136,27 @@ async def partition(topology: Topology, region_a: str, region_b: str) -> list[Ro
 async def cut(topology: Topology, routes: list[Route]) -> None:
     """Cuts `routes` all at once, as a real cut does (one by one, 20 routes took 3.6 s, and
     ZooKeeper elected a node half cut off meanwhile)."""
+    await _set_cut(topology, routes, True)
+    await election_links.cut_bypasses(topology, routes)
 
-    async def cut_one(api: Toxiproxy, route: Route) -> None:
+
+async def _set_cut(topology: Topology, routes: list[Route], cut: bool) -> None:
+    """Cuts or restores every route of `routes` at once: bookie routes hold their traffic
+    (a timeout toxic each way), ZooKeeper's are disabled (refused)."""
+
+    async def one(api: Toxiproxy, route: Route) -> None:
         if route.kind != "bookie":
-            await api.set_enabled(route, False)
+            await api.set_enabled(route, not cut)
             return
         for stream in ("upstream", "downstream"):
-            await api.set_toxic(
-                route.name, f"{PARTITION_TOXIC}-{stream}", "timeout", stream, {"timeout": 0}
-            )
+            name = f"{PARTITION_TOXIC}-{stream}"
+            if cut:
+                await api.set_toxic(route.name, name, "timeout", stream, {"timeout": 0})
+            else:
+                await api.remove_toxic(route.name, name)
 
     async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
-        await asyncio.gather(*(cut_one(api, route) for route in routes))
-    await election_links.cut_bypasses(topology, routes)
+        await asyncio.gather(*(one(api, route) for route in routes))
 
 
 async def heal(
@@ -155,16 +168,7 @@ async def heal(
         if region_a is None or region_b is None
         else routes_between(topology, region_a, region_b)
     )
-
-    async def heal_one(api: Toxiproxy, route: Route) -> None:
-        if route.kind != "bookie":
-            await api.set_enabled(route, True)
-            return
-        for stream in ("upstream", "downstream"):
-            await api.remove_toxic(route.name, f"{PARTITION_TOXIC}-{stream}")
-
-    async with Toxiproxy(topology.emulated_wan.toxiproxy.address) as api:
-        await asyncio.gather(*(heal_one(api, route) for route in routes))
+    await _set_cut(topology, routes, False)
     return routes
 
 

@@ -34,6 +34,10 @@ from placement import PlacementState
 
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
 MIN_REGIONS_KEY = "globelog.min_regions_for_durability"  # custom metadata: the ledger's rule
+# An ensemble change that placement answers with the same bookies (none better usable) asks
+# the failed ones again after a wait that starts here and doubles up to the max (writers and
+# recoveries alike)
+UNCHANGED_FIRST_S, UNCHANGED_MAX_S = 0.1, 2.0
 
 
 @dataclass(frozen=True, slots=True)

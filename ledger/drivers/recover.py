@@ -19,11 +19,16 @@ from core import runtime
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
-from ledger.drivers.context import LedgerContext, update_metadata, with_ensemble
+from ledger.drivers.context import (
+    UNCHANGED_FIRST_S,
+    UNCHANGED_MAX_S,
+    LedgerContext,
+    update_metadata,
+    with_ensemble,
+)
 from ledger.drivers.metadata_store import VersionedMetadata
 from ledger.drivers.requests import LedgerRequests, ReadOutcome
 from ledger.drivers.runner import MachineRunner
-from ledger.drivers.write_handle import UNCHANGED_FIRST_S, UNCHANGED_MAX_S
 from ledger.errors import LedgerRecoveryError, LedgerRecoveryTimeoutError
 from ledger.machines.add_events import (
     AddAcked,
@@ -256,8 +261,7 @@ class _Recovery:
                 self._versioned.metadata, self._ensemble, action.bookies, action.silent
             )
         except (PlacementError, GlobelogError) as err:
-            silent_only = action.lagging or set(action.bookies) <= set(action.silent)
-            if silent_only and isinstance(err, NotEnoughBookiesError):
+            if action.only_silent and isinstance(err, NotEnoughBookiesError):
                 # Nowhere to move a silent bookie: a slow one's re-add is waited for (up to
                 # the add timeout), a lost one asked again after a wait (bounded by
                 # ensemble_changes_max), as a writer does.

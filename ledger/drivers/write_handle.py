@@ -17,7 +17,14 @@ from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.frames import AddFrames
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
 from ledger.connections.bookie_client import add_frames
-from ledger.drivers.context import LedgerContext, require_open, update_metadata, with_ensemble
+from ledger.drivers.context import (
+    UNCHANGED_FIRST_S,
+    UNCHANGED_MAX_S,
+    LedgerContext,
+    require_open,
+    update_metadata,
+    with_ensemble,
+)
 from ledger.drivers.handle_errors import add_error, raise_bugs
 from ledger.drivers.metadata_store import VersionedMetadata
 from ledger.drivers.requests import LedgerRequests
@@ -47,7 +54,6 @@ from placement import NotEnoughBookiesError, PlacementError
 log = logging.getLogger(__name__)
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
 # An ensemble change that would keep the same bookies waits this long (doubling) to retry them.
-UNCHANGED_FIRST_S, UNCHANGED_MAX_S = 0.1, 2.0
 
 
 class LedgerWriter:
@@ -321,7 +327,7 @@ class LedgerWriter:
                     self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
                 )
             except NotEnoughBookiesError:
-                if not (action.lagging or set(action.bookies) <= set(action.silent)):
+                if not action.only_silent:
                     raise
                 # Nowhere to move a silent bookie: every usable one is in the ensemble, or the
                 # others are not registered again yet after a cut. A slow one's adds are

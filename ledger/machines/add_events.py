@@ -150,6 +150,12 @@ class ChangeEnsemble:
     # failure: their region mates are picked last, as a cut link is likely behind them too
     silent: tuple[str, ...] = ()
 
+    @property
+    def only_silent(self) -> bool:
+        """Every bookie to replace fell silent or is slow: with nowhere to move them, they
+        are waited for or asked again rather than the handle failing."""
+        return self.lagging or set(self.bookies) <= set(self.silent)
+
 
 @dataclass(frozen=True, slots=True)
 class FailAdds:

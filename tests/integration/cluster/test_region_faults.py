@@ -9,7 +9,7 @@ import pytest
 
 from core.answers import ANSWERS
 from core.errors import GlobelogError, MetadataUnavailableError, OutcomeUnknownError
-from core.routes import plan_routes, publish_topology
+from core.routes import publish_topology
 from global_meta import MetaStore
 from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
@@ -53,6 +53,15 @@ async def owned_by(url: str) -> list[str]:
 async def zk_serving(cluster: Cluster, region: str) -> bool:
     node = cluster.topology.zk_nodes_for(region)[0]
     return await zookeeper_mode(node.client, ZK_TLS) is not None
+
+
+async def leader_region(cluster: Cluster) -> str:
+    """The region whose ZooKeeper node leads now."""
+    modes = {
+        node.region: await zookeeper_mode(node.client, ZK_TLS)
+        for node in cluster.topology.zookeeper
+    }
+    return next(region for region, mode in modes.items() if mode == "leader")
 
 
 async def wait_for_a_leader_without(cluster: Cluster, gone: str) -> None:
@@ -276,11 +285,7 @@ async def test_the_zookeeper_leaders_region_down_leaves_a_serving_quorum_in_seco
     await wan.configure_wan(cluster.topology, profile)
     try:
         for _ in range(2):
-            modes = {
-                node.region: await zookeeper_mode(node.client, ZK_TLS)
-                for node in cluster.topology.zookeeper
-            }
-            leader = next(region for region, mode in modes.items() if mode == "leader")
+            leader = await leader_region(cluster)
             await regions.region_down(cluster, leader)
             try:
                 # Until they notice, the others still call themselves followers of the dead
@@ -303,14 +308,10 @@ async def test_isolating_the_zookeeper_leaders_region_cuts_its_election_links_to
     the other two kept hearing it lead, followed it, could not reach its (routed) quorum port,
     and had no leader until the heal. Now the cut resets them, and no direct link between the
     separated nodes is left; the two others elect a leader between them while it lasts."""
-    modes = {
-        node.region: await zookeeper_mode(node.client, ZK_TLS)
-        for node in cluster.topology.zookeeper
-    }
-    leader = next(region for region, mode in modes.items() if mode == "leader")
+    leader = await leader_region(cluster)
     await regions.isolate(cluster, leader)
     try:
-        cut = [r for r in plan_routes(cluster.topology) if leader in (r.from_region, r.to_region)]
+        cut = wan.routes_of(cluster.topology, leader)
         pairs = election_links.separated_nodes(cluster.topology, cut)
         listed = await election_links.established_sockets()
         assert listed is not None, "ss could not list the connections"
