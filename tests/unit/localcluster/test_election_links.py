@@ -51,3 +51,14 @@ def test_only_direct_links_between_separated_nodes_are_reset() -> None:
     )
     found = election_links.bypassing_sockets(TOPOLOGY, pairs, listed, PIDS.get)
     assert found == [(41326, east), (44956, eu)]
+
+
+async def test_ss_is_bounded_and_its_refusals_count_as_failures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every await ends (I8): a command past its time is killed and reported as failed; one
+    that exits 0 but says on stderr that the kernel refused (`ss -K` when not root) fails."""
+    monkeypatch.setattr(election_links, "SS_TIMEOUT_S", 0.2)
+    assert await election_links._run("sleep", "30") is None
+    assert await election_links._run("sh", "-c", "echo refused >&2") is None
+    assert await election_links._run("sh", "-c", "echo listed") == "listed\n"
