@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import ssl
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -29,9 +30,11 @@ from kazoo.security import make_acl
 
 from core import errors
 from core.routes import zk_hosts_for
+from core.security.pki import client_context, mutual_context
 from core.security.secrets import ZkLogin, ZkTls, zk_login
 from core.topology import Topology
 from global_meta.errors import translate
+from global_meta.homing import Homing
 from global_meta.watch import Mailbox
 
 T = TypeVar("T")
@@ -113,6 +116,16 @@ def retry_dropped_logins(client: KazooClient) -> threading.Event:
 
     connection._authenticate_with_sasl = authenticate_or_drop
     return refused
+
+
+def _probe_tls(login: ZkLogin | None) -> ssl.SSLContext | None:
+    """What a probe of a node's `srvr` speaks: TLS as the session's connection does."""
+    tls = None if login is None else login.tls
+    if tls is None:
+        return None
+    if tls.cert is None or tls.key is None:
+        return client_context(tls.ca)
+    return mutual_context(tls.ca, tls.cert, tls.key)
 
 
 def _discard(client: KazooClient) -> None:
@@ -250,9 +263,11 @@ class MetaStore:
         op_timeout_s: float,
         session_timeout_s: float = 10.0,
         login: ZkLogin | None = None,
+        homing: Homing | None = None,
     ):
         self._client = client
         self.login = login
+        self.homing = homing  # brings a session that moved to another region's node back
         self._loop = loop
         self._op_timeout_s = op_timeout_s
         self._session_timeout_s = session_timeout_s
@@ -270,6 +285,8 @@ class MetaStore:
         self._checking: asyncio.Task[None] | None = None
         self._closing = False
         client.add_listener(self._on_state)
+        if homing is not None:
+            homing.start()
 
     @classmethod
     async def connect(
@@ -281,13 +298,16 @@ class MetaStore:
         connect_timeout_s: float = 15.0,
         op_timeout_s: float = 10.0,
         ordered: bool = False,
+        home: int = 0,
     ) -> MetaStore:
         """Connects to `hosts` (a ZooKeeper connect string, optionally with a chroot) as
         `login`, whose user alone may read and write the znodes this store creates; None is
         an anonymous session, which the deployment's ZooKeeper refuses (a test's intruder).
         `ordered`: the hosts are tried in their order (a dropped connection moves on to the
         next, and after the last the list starts again at the top), else in a random order,
-        spreading clients over the ensemble."""
+        spreading clients over the ensemble. `home` (ordered only): the first `home` hosts
+        are this process's region's; a session connected elsewhere comes back to one of them
+        once it serves (global_meta.homing)."""
         client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
@@ -296,6 +316,9 @@ class MetaStore:
             **kazoo_login(login),
         )
         refused = retry_dropped_logins(client)
+        homing = None
+        if ordered and home > 0:
+            homing = Homing(client, list(client.hosts)[:home], _probe_tls(login))
         who = "anonymously" if login is None else f"as {login.user!r}"
         try:
             await asyncio.to_thread(client.start, connect_timeout_s)
@@ -312,7 +335,9 @@ class MetaStore:
             raise errors.MetadataUnavailableError(
                 f"connect to ZooKeeper {hosts!r} {who}: no session within {connect_timeout_s} s"
             ) from err
-        return cls(client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s, login)
+        return cls(
+            client, asyncio.get_running_loop(), op_timeout_s, session_timeout_s, login, homing
+        )
 
     @classmethod
     async def of(
@@ -336,6 +361,7 @@ class MetaStore:
             connect_timeout_s=connect_timeout_s,
             op_timeout_s=op_timeout_s,
             ordered=ordered,
+            home=0 if region is None else len(topology.zk_nodes_for(region)),
         )
 
     async def close(self) -> None:
@@ -347,6 +373,8 @@ class MetaStore:
             self._checking.cancel()
         if self._replacing is not None:
             await asyncio.wait({self._replacing}, timeout=self._op_timeout_s)
+        if self.homing is not None:
+            await self.homing.stop()
         await asyncio.to_thread(self._client.stop)
         await asyncio.to_thread(self._client.close)
 

@@ -14,6 +14,7 @@ from core.errors import ClusterError
 from core.security.credentials import auth_headers, bookie_tls, client_ssl, default_token
 from core.security.settings import SecuritySettings
 from core.topology import Endpoint
+from global_meta.homing import server_mode
 
 PROBE_TIMEOUT_S = 2.0
 POLL_INTERVAL_S = 0.1
@@ -21,34 +22,8 @@ POLL_INTERVAL_S = 0.1
 
 async def zookeeper_mode(endpoint: Endpoint, tls: ssl.SSLContext | None) -> str | None:
     """The server's mode (leader, follower, standalone) from `srvr` (over TLS when its port
-    is: `zookeeper_tls`), or None if not serving.
-
-    A listening port is not enough: ZooKeeper accepts before it serves requests.
-    """
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                endpoint.host,
-                endpoint.port,
-                ssl=tls,
-                server_hostname=endpoint.host if tls is not None else None,
-            ),
-            PROBE_TIMEOUT_S,
-        )
-    except (OSError, TimeoutError):
-        return None
-    try:
-        writer.write(b"srvr")
-        await writer.drain()
-        reply = await asyncio.wait_for(reader.read(4096), PROBE_TIMEOUT_S)
-    except (OSError, TimeoutError):
-        return None
-    finally:
-        writer.close()
-    for line in reply.decode(errors="replace").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
+    is: `zookeeper_tls`), or None if not serving."""
+    return await server_mode(endpoint.host, endpoint.port, tls, PROBE_TIMEOUT_S)
 
 
 def zookeeper_tls(security: SecuritySettings) -> ssl.SSLContext | None:

@@ -388,3 +388,34 @@ async def test_a_regions_read_proxy_follows_a_segment_written_on_through_its_out
     west = services.topology.region("us-west").read_proxies[0].endpoint
     url = f"https://{west.host}:{west.port}"
     assert await tail_from(url, namespace, 0, 50, 60) == expected
+
+
+async def test_a_session_that_moved_to_another_regions_node_comes_back_after_the_heal(
+    cluster: Cluster,
+) -> None:
+    """A process's session moves to another region's ZooKeeper node when its own stops
+    serving (its region cut from the leader's); kazoo would leave it there, every read
+    crossing the WAN, until that connection dropped. Once its own node serves again the
+    session comes back to it: the same session, its ephemeral node kept."""
+    leader = await leader_region(cluster)
+    region = next(r for r in cluster.topology.region_names if r != leader)
+    async with await MetaStore.of(cluster.topology, region, session_timeout_s=4.0) as store:
+        homing = store.homing
+        assert homing is not None, "a store of a region has no way home"
+        first = store.session_id
+        mine = await store.create("/homing-test-", ephemeral=True, sequential=True)
+        assert await homing.at_home() is True
+        await wan.partition(cluster.topology, region, leader)
+        try:
+            async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+                while await homing.at_home() is not False:  # noqa: ASYNC110 - polling kazoo
+                    await asyncio.sleep(0.1)
+            assert store.session_id == first, "the session did not carry over to another node"
+        finally:
+            await wan.heal(cluster.topology)
+        async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+            while await homing.at_home() is not True:  # noqa: ASYNC110 - polling kazoo
+                await asyncio.sleep(0.1)
+        assert store.session_id == first
+        assert homing.moves >= 1
+        await store.get(mine)  # the ephemeral node is still there: the same session

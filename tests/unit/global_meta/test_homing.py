@@ -1,0 +1,83 @@
+"""Homing's pieces without ZooKeeper: the connect loop's pass that turns home on request, and
+the `srvr` probe's reading of an answer (the move itself: tests/integration/cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from global_meta.homing import Address, _Pass, server_mode
+
+HOSTS = [("home", "10.0.0.1", 2181), ("east", "10.0.0.2", 2181), ("west", "10.0.0.3", 2181)]
+
+
+class Turns:
+    """The homing side of a pass: a turn home asked for, taken once."""
+
+    def __init__(self) -> None:
+        self.turn: Address | None = None
+
+    def take_turn(self) -> Address | None:
+        turn, self.turn = self.turn, None
+        return turn
+
+
+def test_a_pass_without_a_turn_is_the_list_in_order() -> None:
+    assert list(_Pass(HOSTS, Turns())) == HOSTS
+    assert len(_Pass(HOSTS, Turns())) == 3
+
+
+def test_a_turn_asked_while_away_goes_home_next_then_on_down_the_list() -> None:
+    turns = Turns()
+    walk = iter(_Pass(HOSTS, turns))
+    assert next(walk) == HOSTS[0]
+    assert next(walk) == HOSTS[1]  # the home node dropped it: connected to east
+    turns.turn = ("home", 2181)  # homing drops the connection, asking for home
+    assert next(walk) == HOSTS[0]
+    assert turns.turn is None, "the turn is taken once"
+    assert next(walk) == HOSTS[2]  # home dropped it again: on from where it was
+    assert list(walk) == []
+
+
+def test_a_turn_to_a_host_not_in_the_list_is_ignored() -> None:
+    turns = Turns()
+    walk = iter(_Pass(HOSTS, turns))
+    next(walk)
+    turns.turn = ("elsewhere", 2181)
+    assert list(walk) == HOSTS[1:]
+
+
+async def answering(reply: bytes) -> tuple[asyncio.Server, int]:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4)
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_the_probe_reads_the_mode_of_a_serving_node() -> None:
+    server, port = await answering(
+        b"Zookeeper version: 3.8\nLatency min/avg/max: 0/0/0\nMode: follower\n"
+    )
+    async with server:
+        assert await server_mode("127.0.0.1", port, None) == "follower"
+
+
+async def test_a_node_looking_for_a_leader_is_not_serving() -> None:
+    server, port = await answering(b"This ZooKeeper instance is not currently serving requests\n")
+    async with server:
+        assert await server_mode("127.0.0.1", port, None) is None
+
+
+async def test_a_node_that_never_answers_is_not_serving_within_the_bound() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # reads the question, answers nothing, until the probe hangs up
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        async with asyncio.timeout(2.0):
+            assert await server_mode("127.0.0.1", port, None, timeout_s=0.2) is None
