@@ -75,6 +75,10 @@ class ReaderConfig:
     open_timeout_s: float = 30.0
     # read_next_written waits this long for a record while records exist (docs/http-api.md)
     catch_up_s: float = 3.0
+    # A reader that does not follow ends before the first segment that starts at or past this
+    # sequence id, without opening its ledger (a producer table's rebuild reads up to the
+    # new owner's own segment, which an open would sync across the WAN for nothing).
+    end_seq: int | None = None
 
 
 ARCHIVE_ENTRIES_PER_READ = 256  # entries of an archived segment read at once
@@ -285,6 +289,11 @@ class LogReader:
                 self.at_end = True
                 await self._queue.put(_End(sealed=False))
                 return
+            end_seq = self.config.end_seq
+            if end_seq is not None and not self.config.follow and segment.first_seq >= end_seq:
+                self.at_end = True
+                await self._queue.put(_End(sealed=False))
+                return
             self.at_end = False  # a segment to read: the end is known again once it is read
             if segment.sequence > position.segment:
                 position = segment.first_dlsn
@@ -400,7 +409,7 @@ class LogReader:
                 return _Outcome.NEXT
             if not refreshed.is_in_progress:
                 segment = refreshed
-                reader = await self._ledgers.open(segment.ledger_id)
+                reader = await self._ledgers.open(segment.ledger_id, synced=False)  # as above
                 continue
             if not self.config.follow:
                 if lac_asked:
@@ -546,7 +555,8 @@ async def resolve_position(
             if segment.archived_only:
                 found = await asyncio.to_thread(find_archived, stream, segment, position)
             else:
-                reader = await ledgers.open(segment.ledger_id)
+                # a completed segment's ledger needs no sync (see _read_ledger)
+                reader = await ledgers.open(segment.ledger_id, synced=segment.is_in_progress)
                 last = reader.lac if reader.is_closed else await reader.read_lac()
                 found = await search_segment(reader, segment, position, last)
             if position.by is not By.SEQ and segment.min_active is not None:

@@ -125,8 +125,9 @@ class LogWriter:
         self._timer_at = 0.0
         self._finished: asyncio.Future[None] = self._loop.create_future()
         self._released = False
-        # how long each step of taking the stream took (s): its lock, the last segment's
-        # recovery, the new segment's start (LogWriter.open fills it)
+        # how long each step of taking the stream took (s): its lock, the reads of its
+        # segments and counters, the last segment's recovery, the new segment's start
+        # (LogWriter.open fills it)
         self.open_steps: dict[str, float] = {}
         self._spawn(self._watch_session())
         self._spawn(self._watch_lock())
@@ -168,7 +169,10 @@ class LogWriter:
         recovery and the start took (seconds)."""
         clock = asyncio.get_running_loop().time
         began = clock()
-        segments = await streams.segments(stream)
+        segments, counters = await asyncio.gather(
+            streams.segments(stream), streams.counters(stream)
+        )
+        steps["segments"] = clock() - began
         # Only the last segment is normally in progress (a writer that died); one before it
         # is left by a start that failed after creating the next.
         for index, versioned in enumerate(segments[:-1]):
@@ -179,7 +183,7 @@ class LogWriter:
             last = segments[-1] if segments else None
             if last is not None and last.segment.is_in_progress:
                 completed, close = await recovered(ledgers, stream, last)
-                steps["recovery"] = clock() - began
+                steps["recovery"] = clock() - began - steps["segments"]
                 if not completed.end_of_stream:
                     return last, completed, close
                 last = await streams.complete_segment(stream, last, completed, lock, close)
@@ -192,9 +196,10 @@ class LogWriter:
 
         # the new segment's ledger is made while the last segment is recovered
         segment, ledger, max_txid = await start_segment(
-            streams, ledgers, stream, config.replication, config.region, lock, recover_last
-        )
-        steps["start"] = clock() - began - steps.get("recovery", 0.0)
+            streams, ledgers, stream, config.replication, config.region, lock, recover_last,
+            counters,
+        )  # fmt: skip
+        steps["start"] = clock() - began - steps["segments"] - steps.get("recovery", 0.0)
         return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)
 
     # ----------------------------------------------------------------------------- API

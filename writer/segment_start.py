@@ -19,7 +19,7 @@ from core.segments import SegmentMetadata, SegmentState
 from core.streams import LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
 from core.topology import Replication
 from global_meta.store import Op
-from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
+from global_meta.streams import OwnerLock, StreamCounters, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ async def start_segment(
     region: str,
     lock: OwnerLock,
     end_last: Callable[[], Awaitable[Completing]] | None = None,
+    counters: StreamCounters | None = None,
 ) -> tuple[VersionedSegment, LedgerWriter, int]:
     """Creates the next segment's ledger and metadata: the owner's new epoch. `end_last`
     ends the current segment meanwhile (its ledger recovered or closed) and says what to
@@ -49,8 +50,10 @@ async def start_segment(
 
     Its first sequence id and txid floor come from the stream's counters, which every
     completion moves past the previous segment (and which outlive segments deleted by
-    retention). Returns the segment, its ledger and the txid floor."""
-    counters = await streams.counters(stream)
+    retention; `counters`: as the caller just read them). Returns the segment, its ledger and
+    the txid floor."""
+    if counters is None:
+        counters = await streams.counters(stream)
     sequence = counters.max_sequence + 1
     making = asyncio.ensure_future(_new_ledger(ledgers, stream, sequence, replication))
     try:

@@ -27,8 +27,9 @@ REBUILD_FAULT_KINDS = ("wipe-bookie", "wipe-two-bookies")
 REBUILT_WAIT_S = 300.0  # a wipe's hold ends when no ledger names the bookie, or after this
 QUIET_S = 3.0  # between faults
 # How long each fault lasts; a pause outlasts the proxies' ZooKeeper session (1.5 s) and the
-# clients' bookie request timeouts, so a paused owner comes back as a zombie.
-HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 4.0, "kill-read-proxy": 2.0,
+# clients' bookie request timeouts, so a paused owner comes back as a zombie. A write proxy's
+# pause is the 6 s of the paused-owner goal (its streams write again elsewhere within 3 s).
+HOLD_S = {"kill-write-proxy": 2.0, "pause-write-proxy": 6.0, "kill-read-proxy": 2.0,
           "pause-read-proxy": 4.0, "kill-bookie": 4.0, "pause-bookie": 4.0, "slow-bookie": 6.0,
           "partition": 6.0, "isolate-region": 6.0, "region-down": 6.0,
           "expire-session": 0.5, "wipe-bookie": 0.0, "wipe-two-bookies": 0.0}  # fmt: skip

@@ -148,3 +148,28 @@ async def test_a_lost_ledger_is_reported_as_a_gap_with_its_range(cluster: Cluste
         assert gaps[0].first == str(lost.first_dlsn) and gaps[0].last == str(lost.last_dlsn)
         expected = [w.seq for w in written if w.dlsn.segment != lost.sequence]
         assert [r.seq for r in got] == expected, "the records around the gap, none skipped"
+
+
+async def test_a_reader_with_an_end_seq_stops_before_the_segment_that_starts_there(
+    cluster: Cluster,
+) -> None:
+    """A producer table's rebuild reads up to the new owner's own segment: the reader ends
+    before the first segment starting at or past `end_seq`, without opening its ledger."""
+    async with stream_env(cluster, "us-west", fresh_namespace()) as env:
+        written = await write_multisegment(env, "e")
+        segments = [s.segment for s in await env.streams.segments("e")]
+        assert len(segments) >= 3, "the stream spans several segments"
+        stop = segments[2]
+        opened: list[int] = []
+        ledgers_open = env.ledgers.open
+
+        async def spied_open(ledger_id: int, **options: object) -> object:
+            opened.append(ledger_id)
+            return await ledgers_open(ledger_id, **options)  # type: ignore[arg-type]
+
+        env.ledgers.open = spied_open  # type: ignore[assignment,method-assign]
+        reader = await env.reader("e", follow=False, end_seq=stop.first_seq)
+        records = await read_all(reader)
+        assert [r.seq for r in records] == [w.seq for w in written[: stop.first_seq]]
+        assert stop.ledger_id not in opened
+        assert opened == [s.ledger_id for s in segments[:2]]
