@@ -71,6 +71,9 @@ ENSEMBLE_MOVES_MAX = 5
 # The last entries a recovery read, kept for its reader: a new stream owner reads the last
 # one or two (the segment's summary) right after, and each read would cross the WAN again.
 TAIL_KEPT = 4
+# A recovery slower than this logs when each of its steps came (info; faster ones at debug):
+# a new owner's takeover waits for it.
+SLOW_RECOVERY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ async def recover(
         finally:
             recovery.let_marking_go()
         context.metrics.recoveries.add(1, {"outcome": "closed"})
+        recovery.log_steps()
         return Recovered(ended, recovery.tail, recovery.closing)
     raise LedgerRecoveryError(
         f"ledger {versioned.ledger_id}: its ensemble changed {ENSEMBLE_MOVES_MAX} times while "
@@ -168,9 +172,27 @@ class _Recovery:
         self._recovered: dict[int, bytes] = {}  # entries to re-add
         self.tail: dict[int, bytes] = {}  # the last TAIL_KEPT entries read, by entry id
         self._done: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
+        self._began_s = context.clock()
+        self._steps: dict[str, float] = {}  # step -> seconds into the run it first came
+        self._changes = 0
+
+    def _step(self, name: str) -> None:
+        self._steps.setdefault(name, self._context.clock() - self._began_s)
+
+    def log_steps(self) -> None:
+        """Says when each step of this run came: IN_RECOVERY written, the first reads past
+        the fenced LAC, the first re-add, every re-add acknowledged."""
+        took = self._context.clock() - self._began_s
+        steps = ", ".join(f"{name} {at:.3f} s" for name, at in self._steps.items())
+        level = logging.INFO if took > SLOW_RECOVERY_S else logging.DEBUG
+        log.log(
+            level, "ledger %d recovered in %.3f s (%s; %d ensemble changes)",
+            self.ledger_id, took, steps, self._changes,
+        )  # fmt: skip
 
     async def run(self) -> VersionedMetadata:
         self._marking = asyncio.ensure_future(self._mark())
+        self._marking.add_done_callback(lambda _: self._step("marked"))
         self._runner.pump()
         timeout_s = self._context.config.recovery_timeout_s
         try:
@@ -210,6 +232,7 @@ class _Recovery:
             case SendReadLac():
                 self._runner.spawn(self._fence(action.bookie))
             case SendRead():
+                self._step("reads")
                 self._runner.spawn(self._read(action))
             case CompleteRead():
                 body = self._bodies[(action.entry_id, action.bookie)]
@@ -219,6 +242,7 @@ class _Recovery:
                 for key in [k for k in self._bodies if k[0] == action.entry_id]:
                     del self._bodies[key]
             case SendAdd():
+                self._step("re-adds")
                 self._runner.spawn(self._add(action))
             case CompleteAdds():
                 for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
@@ -226,6 +250,7 @@ class _Recovery:
             case ChangeEnsemble():
                 self._change_ensemble(action)
             case CloseLedger():
+                self._step("re-added")
                 self._runner.spawn(self._close(action))
             case FailRecovery():
                 self._fail(action.message)
@@ -273,6 +298,7 @@ class _Recovery:
             self._runner.feed(EnsembleChangeFailed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, str(err)))
             return
         self._unchanged_backoff_s = UNCHANGED_FIRST_S
+        self._changes += 1
         for bookie in action.bookies:
             self._context.placement.record_failure(bookie, self._context.clock())
         log.info(
