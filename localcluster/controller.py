@@ -442,6 +442,40 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     return f"restart {name} (pid {record.pid} -> {records[name].pid})"
 
 
+async def revive(cluster: Cluster, tools: Tools) -> list[str]:
+    """Starts again every process of the cluster that is not running, as the deployment's
+    systemd units do (Restart=on-failure; deploy/systemd): a bookie whose re-registration
+    met its own node after a long cut exits with code 4 (docs/cluster.md). For callers that
+    know no fault holds a process down (a failover run between its faults). What it started,
+    each with the last error its log shows."""
+    revived = []
+    for name, record in load_records(cluster).items():
+        if processes.run_state(record) is not RunState.DEAD:
+            continue
+        why = _last_error(cluster.data_dir / "logs" / f"{name}.log")
+        done = await fault(cluster, tools, "restart", name)
+        revived.append(f"{name} had exited ({why}); {done}")
+    return revived
+
+
+LAST_ERROR_TAIL_BYTES = 64 * 1024  # of a log, read for the last error line
+LAST_ERROR_CHARS = 300
+
+
+def _last_error(log_path: Path) -> str:
+    """The last line of the log that says ERROR or exit code, else 'no error logged'."""
+    try:
+        with log_path.open("rb") as log_file:
+            log_file.seek(max(0, log_path.stat().st_size - LAST_ERROR_TAIL_BYTES))
+            tail = log_file.read().decode(errors="replace").splitlines()
+    except OSError as err:
+        return f"its log unreadable: {err}"
+    for line in reversed(tail):
+        if "ERROR" in line or "exitCode" in line:
+            return line.strip()[:LAST_ERROR_CHARS]
+    return "no error logged"
+
+
 async def _restart_bookie(cluster: Cluster, tools: Tools, record: ProcessRecord) -> str:
     processes.stop(record)
     spec = next(

@@ -41,10 +41,11 @@ TYPES = frozenset({"invoke", "ok", "fail", "info"})
 # region's read proxy (what users read through), `catch-up` the harness's wait for its tailing
 # readers to reach the acknowledged end before the final reads. `held` ends a fault held
 # until something happened (a wiped bookie's copies re-made); `replicas` is the read-back of
-# every settled fragment's copies after the ensemble `audit`.
+# every settled fragment's copies after the ensemble `audit`. `revive` is a process that had
+# exited on its own started again after a heal, as the deployment's supervisor would.
 FUNCTIONS = frozenset(
-    {"send", "poll", "final", "proxy-final", "catch-up", "fault", "held", "heal", "audit",
-     "replicas"}
+    {"send", "poll", "final", "proxy-final", "catch-up", "fault", "held", "heal", "revive",
+     "audit", "replicas"}
 )  # fmt: skip
 
 

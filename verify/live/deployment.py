@@ -67,6 +67,9 @@ class LiveFaults:
     async def wipe(self, bookie: str) -> str:
         return await controller.wipe_bookie(self.cluster, bookie)
 
+    async def revive(self) -> list[str]:
+        return await controller.revive(self.cluster, self.tools)
+
     async def rebuilt(self, bookie_id: str, bound_s: float) -> str:
         async with await MetaStore.of(self.topology) as store:
             return await rebuilt(store, bookie_id, bound_s)

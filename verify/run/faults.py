@@ -35,11 +35,19 @@ class _Fault:
 
 class FaultsInForce:
     """The fault the nemesis is applying or holding (one at a time), and what the run undoes at
-    its end whatever happened (`always`: every WAN partition and slowed route)."""
+    its end whatever happened (`always`: every WAN partition and slowed route). After each
+    heal, `revive` starts processes that exited on their own again, as a deployment's
+    supervisor does (a bookie stopped by its own re-registration, say)."""
 
-    def __init__(self, rec: Recorder, always: list[tuple[str, Undo]]) -> None:
+    def __init__(
+        self,
+        rec: Recorder,
+        always: list[tuple[str, Undo]],
+        revive: Callable[[], Awaitable[list[str]]] | None = None,
+    ) -> None:
         self._rec = rec
         self._always = always
+        self._revive = revive
         self._in_force: _Fault | None = None
 
     @property
@@ -68,6 +76,28 @@ class FaultsInForce:
         self._in_force = None
         self._rec.add(process="nemesis", type="info", f="heal", fault=fault.kind,
                       value=fault.what, wall=wall_now())  # fmt: skip
+        await self.revive()
+
+    async def revive(self) -> None:
+        """With no fault in force: processes that exited on their own started again, as the
+        deployment's supervisor would, each written to the history (bounded as a heal is)."""
+        if self._revive is None or self._in_force is not None:
+            return
+        revive = self._revive
+        revived: list[str] = []
+
+        async def run() -> None:
+            revived.extend(await revive())
+
+        try:
+            await _undo("revive exited processes", run)
+        except HealFailedError as failed:
+            self._rec.add(process="nemesis", type="fail", f="revive", detail=str(failed),
+                          wall=wall_now())  # fmt: skip
+            raise
+        for what in revived:
+            self._rec.add(process="nemesis", type="info", f="revive", value=what.split(" ")[0],
+                          detail=what, wall=wall_now())  # fmt: skip
 
     async def heal_all(self) -> list[HealFailedError]:
         """At the run's end: the fault in force, then each of `always`, each bounded; the
@@ -75,6 +105,7 @@ class FaultsInForce:
         failures: list[HealFailedError] = []
         try:
             await self.heal()
+            await self.revive()  # also with nothing in force: one may have exited since
         except HealFailedError as failed:
             failures.append(failed)
         for what, undo in self._always:

@@ -72,7 +72,7 @@ async def failover_run(
     faults = FaultsInForce(rec, [
         ("heal every WAN partition", deployment.faults.heal),
         ("unslow every WAN route", deployment.faults.unslow),
-    ])  # fmt: skip
+    ], revive=deployment.faults.revive)  # fmt: skip
     workload = _workload(deployment, cfg, streams, rec, frontier, faults, progress)
     try:
         await supervised(workload)

@@ -111,6 +111,9 @@ class SimFaults:
         self._wiped.add(bookie)
         return f"{bookie} wiped"
 
+    async def revive(self) -> list[str]:
+        return []  # a simulated process stops only by the nemesis's hand
+
     async def rebuilt(self, bookie_id: str, bound_s: float) -> str:
         async with await SimMetaStore.connect(self.cluster.ensemble) as store:
             return await rebuilt(store, bookie_id, bound_s)

@@ -31,6 +31,7 @@ class Controls:
         self.paused = asyncio.Event()
         self.pause_never_settles = False  # the SIGSTOP is sent; the wait for it never ends
         self.failing_undos = 0  # how many resumes raise before one works
+        self.exited: list[str] = []  # processes that stopped on their own
 
     async def fault(self, action: str, name: str) -> str:
         await asyncio.sleep(0)
@@ -57,6 +58,13 @@ class Controls:
     async def unslow(self) -> None:
         await asyncio.sleep(0)
         self.log.append("unslow every route")
+
+    async def revive(self) -> list[str]:
+        await asyncio.sleep(0)
+        revived = [f"{name} had exited (exitCode 4); restart {name}" for name in self.exited]
+        self.log += [f"revive {name}" for name in self.exited]
+        self.exited = []
+        return revived
 
 
 class FakeAdmin:
@@ -193,3 +201,29 @@ async def test_an_interrupt_as_a_worker_fails_stays_an_interrupt_and_the_fault_i
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(running, RUN_BOUND_S)
     assert controls.log == ["pause b1", "resume b1", "heal every partition", "unslow every route"]
+
+
+async def test_a_process_that_exited_on_its_own_is_started_again_after_the_heal(
+    controls: Controls, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As the deployment's supervisor does: a bookie that stopped itself (BookKeeper's
+    re-registration meeting its own node) is started again once no fault holds anything
+    down, and the history says so."""
+    controls.exited = ["b2"]
+
+    async def final_reads_never_end(*args: Any) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(run, "proxy_final_reads", final_reads_never_end)
+    running = await start(tmp_path, [], controls)
+    async with asyncio.timeout(RUN_BOUND_S):
+        while "revive b2" not in controls.log:  # noqa: ASYNC110 - the fake logs, no event
+            await asyncio.sleep(0.01)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, RUN_BOUND_S)
+    assert controls.log[:3] == ["pause b1", "resume b1", "revive b2"]
+    history = load_history(tmp_path / "history.jsonl")
+    [revived] = [op for op in history if op.f == "revive"]
+    assert revived.type == "info" and revived.value == "b2"
+    assert "exitCode 4" in revived.detail
