@@ -348,13 +348,15 @@ class StreamMetaStore:
                 return True
         return False
 
-    async def owner(self, stream: str) -> str | None:
+    async def owner(self, stream: str, synced: bool = True) -> str | None:
         """Who holds the lock now ("owner@region"), or None. Synced first: a lock released
-        through another region's ZooKeeper server is not reported as still held."""
-        try:
-            await self.store.sync(f"{self.path(stream)}/lock")
-        except NoNodeError:
-            return None
+        through another region's ZooKeeper server is not reported as still held (unless
+        `synced` is False: this server's view, a WAN round trip sooner)."""
+        if synced:
+            try:
+                await self.store.sync(f"{self.path(stream)}/lock")
+            except NoNodeError:
+                return None
         holder = await self.holder(stream)
         return None if holder is None else holder.owner
 

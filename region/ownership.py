@@ -158,7 +158,7 @@ class Ownership:
             return await asyncio.shield(opening)
         streams = self.streams(namespace)
         await streams.require(stream)
-        elsewhere = await self._owner_elsewhere(streams, stream)
+        elsewhere = await self._owner_elsewhere(streams, stream, unreachable)
         if elsewhere is not None and elsewhere.owner != unreachable:
             return elsewhere
         owned = self._owned.get(key)  # taken by this proxy while this request looked around
@@ -194,8 +194,19 @@ class Ownership:
                 return Redirect(info.url, f"{home}@{info.region} (home on the ring)")
         return None
 
-    async def _owner_elsewhere(self, streams: StreamMetaStore, stream: str) -> Redirect | None:
-        owner = await streams.owner(stream)
+    async def _owner_elsewhere(
+        self, streams: StreamMetaStore, stream: str, unreachable: str | None = None
+    ) -> Redirect | None:
+        """Where the stream's owner is, None when nobody holds its lock (or this proxy is
+        taking it). Asked with the owner a client could not reach, this server's view is
+        taken when it names that owner (no sync with the leader: a WAN round trip off the
+        takeover; the queue for the lock finds out whether it is still held), and read
+        again synced when it names another."""
+        owner = None
+        if unreachable is not None:
+            owner = await streams.owner(stream, synced=False)
+        if owner is None or owner != unreachable:
+            owner = await streams.owner(stream)
         if owner is None:
             return None
         name, _, region = owner.rpartition("@")
