@@ -127,8 +127,8 @@ def zk_hosts_for(topology: Topology, region: str) -> str:
     over to a node that still follows the leader before the session's timeout runs out,
     instead of losing the session and every stream it owns with it; only a region cut off
     from every other loses its sessions. (kazoo moves down the list from the node that
-    dropped it and starts again at the top after the last: a client that moved to another
-    region's node stays there, its reads crossing the WAN, until that connection drops.)
+    dropped it and starts again at the top only after the last: a store made with its region
+    brings a session that moved back home once its node serves, global_meta.homing.)
     """
     routes = plan_routes(topology)
     local = topology.zk_nodes_for(region)
