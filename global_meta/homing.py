@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 HOME_CHECK_S = 1.0  # how often a session away from home looks whether home serves
 HOME_WAIT_MAX_S = 30.0  # the longest wait between moves that did not land
 SRVR_TIMEOUT_S = 1.0  # the probe's connect and answer, each
+# A busy session (a proxy redirecting requests reads ZooKeeper for each) is seldom idle at any
+# given instant; between its requests it is, for a WAN round trip at a time from elsewhere.
+IDLE_WAIT_S = 1.0  # how long a move looks for an idle moment
+IDLE_POLL_S = 0.005
+AWAY_SAID_AFTER_S = 5.0  # a session away this long says why it stays
 SERVING_MODES = frozenset({"leader", "follower", "observer", "standalone"})
 
 Address = tuple[str, int]  # (host, port) as the connect string names it
@@ -161,10 +166,22 @@ class Homing:
     def _idle(self) -> bool:
         return not self._client._pending and not self._client._queue
 
+    async def _until_idle(self) -> bool:
+        """Whether the session had no request in flight or queued at some instant within
+        IDLE_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + IDLE_WAIT_S
+        while not self._idle():
+            if loop.time() >= until:
+                return False
+            await asyncio.sleep(IDLE_POLL_S)
+        return True
+
     async def _run(self, following: Callable[[], None]) -> None:
         following()
         wait_s = HOME_CHECK_S
         away_since: float | None = None
+        said = False  # why it stays away, once per spell away
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(wait_s)
@@ -172,12 +189,19 @@ class Homing:
             if home is None:
                 continue
             if home:
-                wait_s, away_since = HOME_CHECK_S, None
+                wait_s, away_since, said = HOME_CHECK_S, None, False
                 continue
             if away_since is None:
                 away_since = loop.time()
             target = await self.serving_home()
-            if target is None or not self._idle():
+            if target is None or not await self._until_idle():
+                if not said and loop.time() - away_since > AWAY_SAID_AFTER_S:
+                    said = True
+                    why = "that node does not serve" if target is None else "never idle"
+                    log.info(
+                        "ZooKeeper session %s away from its region's node for %.1f s: %s",
+                        self._session_hex(), loop.time() - away_since, why,
+                    )  # fmt: skip
                 continue
             log.info(
                 "ZooKeeper session %s moves back to its region's node %s:%d (away %.1f s)",

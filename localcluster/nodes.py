@@ -155,6 +155,9 @@ def _client_port(topology: Topology, node: ZkNode) -> list[str]:
         "ssl.trustStore.type=PEM",
         # clients show a certificate of the deployment's CA, then log in with SASL inside TLS
         "ssl.clientAuth=need",
+        # ZooKeeper 3.9 serves TLS 1.3 only by default; Java clients ask for 1.2, which every
+        # server release speaks (java_zookeeper_flags)
+        "ssl.enabledProtocols=TLSv1.3,TLSv1.2",
     ]
 
 
@@ -188,7 +191,8 @@ def java_zookeeper_flags(topology: Topology) -> tuple[str, ...]:
             "-Dzookeeper.ssl.trustStore.type=PEM",
             f"-Dzookeeper.ssl.keyStore.location={topology.security.ledger_client_bundle}",
             "-Dzookeeper.ssl.keyStore.type=PEM",
-            # ZooKeeper 3.8's port speaks TLS 1.2; BookKeeper's 3.9 client would offer 1.3 only
+            # ZooKeeper 3.8's port (Debian 12's package) speaks TLS 1.2 only, BookKeeper's 3.9
+            # client would offer 1.3 only; globelog's zoo.cfg accepts both (_client_port)
             "-Dzookeeper.ssl.protocol=TLSv1.2",
         ]
     return tuple(flags)

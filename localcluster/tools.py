@@ -15,14 +15,9 @@ from core.errors import ClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BOOKKEEPER_VERSION = "4.17.3"
-# ZooKeeper's manifest leaves out two Netty jars its TLS port (NettyServerCnxnFactory) needs;
-# Debian's libnetty-java, a dependency of the zookeeper package, has them.
-ZOOKEEPER_JARS = (
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/slf4j-simple.jar",
-    "/usr/share/java/netty-codec.jar",
-    "/usr/share/java/netty-resolver.jar",
-)
+# Pinned past the releases that lose committed transactions when a follower's sync with a new
+# leader is cut off (scripts/zookeeper-jars.pom.xml says which).
+ZOOKEEPER_VERSION = "3.9.5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +38,9 @@ def find_tools() -> Tools:
     java = shutil.which("java")
     if java is None:
         missing.append("java: not on PATH (install a JDK 17)")
-    for jar in ZOOKEEPER_JARS:
-        if not Path(jar).is_file():
-            missing.append(f"{jar}: missing (Debian package zookeeper / libslf4j-java)")
+    zookeeper = cache_dir() / f"zookeeper-{ZOOKEEPER_VERSION}" / "jars"
+    if not (zookeeper / f"zookeeper-{ZOOKEEPER_VERSION}.jar").is_file():
+        missing.append(f"{zookeeper}: ZooKeeper {ZOOKEEPER_VERSION} jars missing")
     jars = cache_dir() / f"bookkeeper-{BOOKKEEPER_VERSION}" / "jars"
     if not (jars / f"bookkeeper-server-{BOOKKEEPER_VERSION}.jar").is_file():
         missing.append(f"{jars}: BookKeeper {BOOKKEEPER_VERSION} jars missing")
@@ -56,4 +51,4 @@ def find_tools() -> Tools:
         listed = "; ".join(missing)
         raise ClusterError(f"cluster tools not installed: {listed}. Run `make setup` first.")
     assert java is not None
-    return Tools(java, ":".join(ZOOKEEPER_JARS), f"{jars}/*", str(toxiproxy))
+    return Tools(java, f"{zookeeper}/*", f"{jars}/*", str(toxiproxy))

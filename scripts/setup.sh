@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # globelog's one set-up step: installs everything `make demo` and `make test` need, idempotently.
-#   - Debian packages: zookeeper (server jars), libslf4j-java, iproute2 (the multi-host test),
-#     chromium and chromium-driver (the console's browser tests)
+#   - Debian packages: iproute2 (the multi-host test), chromium and chromium-driver (the
+#     console's browser tests)
+#   - Apache ZooKeeper server jars (pinned) resolved by Maven into .cache/
 #   - Apache BookKeeper server jars (pinned) resolved by Maven into .cache/
 #   - Apache DistributedLog's library (the same release) into .cache/, for `bench dl`
 #   - toxiproxy (pinned) built with `go install` into .cache/bin
@@ -11,6 +12,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${GLOBELOG_CACHE:-$ROOT/.cache}"
 BOOKKEEPER_VERSION=4.17.3
+ZOOKEEPER_VERSION=3.9.5
 TOXIPROXY_VERSION=v2.12.0
 PYTHON="${PYTHON:-python3}"
 
@@ -22,9 +24,8 @@ as_root() {
 }
 
 debian_packages() {
-  local packages="zookeeper libslf4j-java iproute2 chromium chromium-driver"
-  if [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] &&
-    command -v ip >/dev/null && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+  local packages="iproute2 chromium chromium-driver"
+  if command -v ip >/dev/null && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
     return
   fi
   say "installing Debian packages: $packages"
@@ -37,27 +38,16 @@ debian_packages() {
   }
 }
 
-bookkeeper_jars() {
-  local dir="$CACHE/bookkeeper-$BOOKKEEPER_VERSION"
+maven_jars() {
+  # maven_jars NAME VERSION POM PROPERTY: the POM's dependencies at VERSION (given as -DPROPERTY)
+  # resolved by Maven into $CACHE/NAME-VERSION/jars, once
+  local name=$1 version=$2 pom=$3 property=$4
+  local dir="$CACHE/$name-$version"
   if [ -f "$dir/.complete" ]; then return; fi
-  say "resolving BookKeeper $BOOKKEEPER_VERSION jars with Maven into $dir"
+  say "resolving $name $version jars with Maven into $dir"
   rm -rf "$dir/jars"
   mkdir -p "$dir"
-  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/bookkeeper-jars.pom.xml" \
-    -Dbookkeeper.version="$BOOKKEEPER_VERSION" \
-    dependency:copy-dependencies -DoutputDirectory="$dir/jars"
-  touch "$dir/.complete"
-}
-
-distributedlog_jars() {
-  # DistributedLog's Java library, for `globelog bench dl` (kept apart from the bookies' jars)
-  local dir="$CACHE/distributedlog-$BOOKKEEPER_VERSION"
-  if [ -f "$dir/.complete" ]; then return; fi
-  say "resolving DistributedLog $BOOKKEEPER_VERSION jars with Maven into $dir"
-  rm -rf "$dir/jars"
-  mkdir -p "$dir"
-  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/distributedlog-jars.pom.xml" \
-    -Ddistributedlog.version="$BOOKKEEPER_VERSION" \
+  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/$pom" -D"$property=$version" \
     dependency:copy-dependencies -DoutputDirectory="$dir/jars"
   touch "$dir/.complete"
 }
@@ -87,8 +77,10 @@ python_venv() {
 }
 
 debian_packages
-bookkeeper_jars
-distributedlog_jars
+maven_jars zookeeper "$ZOOKEEPER_VERSION" zookeeper-jars.pom.xml zookeeper.version
+maven_jars bookkeeper "$BOOKKEEPER_VERSION" bookkeeper-jars.pom.xml bookkeeper.version
+# DistributedLog's Java library, for `globelog bench dl` (kept apart from the bookies' jars)
+maven_jars distributedlog "$BOOKKEEPER_VERSION" distributedlog-jars.pom.xml distributedlog.version
 toxiproxy
 python_venv
 say "ready"

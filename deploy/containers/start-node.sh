@@ -16,11 +16,8 @@ case "$role" in
     . "${conf%.conf}.env"
     BOOKIE_CONF="$conf" BOOKIE_EXTRA_OPTS="$BOOKIE_EXTRA_OPTS" exec /opt/bookkeeper/bin/bookkeeper bookie ;;
   zookeeper)
-    # ZooKeeper's main class directly: Debian's zkServer.sh leaves off the Netty jars its TLS
-    # port needs
-    jars=/usr/share/java
-    exec java -Xmx1g "$login" \
-      -cp "$jars/zookeeper.jar:$jars/netty-codec.jar:$jars/netty-resolver.jar:$jars/slf4j-simple.jar" \
+    # ZooKeeper's main class directly, over the jars scripts/zookeeper-jars.pom.xml resolves
+    exec java -Xmx1g "$login" -cp "/opt/zookeeper/lib/*" \
       org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf" ;;
   *) echo "start-node: unknown role $role (expected bookie or zookeeper)" >&2; exit 2 ;;
 esac

@@ -175,6 +175,7 @@ class _Recovery:
         self._began_s = context.clock()
         self._steps: dict[str, float] = {}  # step -> seconds into the run it first came
         self._changes = 0
+        self._said_nowhere = False  # that silent bookies had nowhere to go, logged once
 
     def _step(self, name: str) -> None:
         self._steps.setdefault(name, self._context.clock() - self._began_s)
@@ -290,6 +291,12 @@ class _Recovery:
                 # Nowhere to move a silent bookie: a slow one's re-add is waited for (up to
                 # the add timeout), a lost one asked again after a wait (bounded by
                 # ensemble_changes_max), as a writer does.
+                if not self._said_nowhere:
+                    self._said_nowhere = True
+                    log.info(
+                        "ledger %d: recovery waits for silent %s, placement has no other: %s",
+                        self.ledger_id, ", ".join(action.bookies), err,
+                    )  # fmt: skip
                 if action.lagging:
                     self._runner.feed(EnsembleChanged(action.first_entry_id, self._ensemble))
                 else:

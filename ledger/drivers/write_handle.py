@@ -92,6 +92,7 @@ class LedgerWriter:
         self._room.set()
         self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
         self._unchanged_backoff_s = UNCHANGED_FIRST_S
+        self._said_nowhere = False  # that silent bookies had nowhere to go, logged once
         self._piggybacked_lac = self._state.lac  # the LAC the newest entry carried
         self._explicit_lac = self._state.lac  # the newest LAC sent with WRITE_LAC
         interval_s = context.config.explicit_lac_interval_s
@@ -326,9 +327,15 @@ class LedgerWriter:
                 ensemble = self._context.replace(
                     self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
                 )
-            except NotEnoughBookiesError:
+            except NotEnoughBookiesError as err:
                 if not action.only_silent:
                     raise
+                if not self._said_nowhere:  # once per handle: it may wait many times
+                    self._said_nowhere = True
+                    log.info(
+                        "ledger %d: waits for silent %s, placement has no other: %s",
+                        self.ledger_id, ", ".join(action.bookies), err,
+                    )  # fmt: skip
                 # Nowhere to move a silent bookie: every usable one is in the ensemble, or the
                 # others are not registered again yet after a cut. A slow one's adds are
                 # waited for (up to the add timeout); a lost one is asked again after a wait
