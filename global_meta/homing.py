@@ -10,12 +10,15 @@ connected to another region's node took 2.5 s against 0.6-0.7 s from home, and r
 producer table (a few dozen reads) 2.4 s against 0.25 s.
 
 `Homing` watches where the session is connected. While it is away and a home node serves
-(its `srvr` answer names a mode: it follows a leader, or leads), it drops the connection at
-an idle moment (no request in flight or queued: a drop fails those with ConnectionLoss, as
-any drop does) with kazoo's next attempt pointed at that node. The session carries over
+(its `srvr` answer names a mode, it follows a leader or leads, and its Zxid has caught up with
+the last one this session saw: ZooKeeper refuses a session that has seen more than the node),
+it drops the connection at a moment when kazoo has no request queued or waiting for an answer,
+with kazoo's next attempt pointed at that node. A drop fails such requests with
+ConnectionLoss, as any drop does; one queued between the look and the drop is failed so, as
+it could be by any dropped connection (callers already handle it). The session carries over
 (the same id, its ephemeral nodes kept, kazoo's watch recipes re-set their watches). A move
-that does not land (home stopped serving meanwhile) doubles the wait before the next, up to
-HOME_WAIT_MAX_S.
+that does not land (home refused or dropped it) goes back to the node it came from and
+doubles the wait before the next, up to HOME_WAIT_MAX_S.
 
 It leans on kazoo 2.11's connection handler (its host expansion and its test hook for a
 dropped connection), as `store.retry_dropped_logins` does; tests/integration pin the
@@ -56,6 +59,15 @@ async def server_mode(
     """The ZooKeeper server's mode (leader, follower, standalone) from its `srvr` answer
     (over TLS when its port speaks it), or None when it does not serve: a port that accepts
     is not enough, ZooKeeper accepts before it serves and while it looks for a leader."""
+    status = await server_status(host, port, tls, timeout_s)
+    return None if status is None else status[0]
+
+
+async def server_status(
+    host: str, port: int, tls: ssl.SSLContext | None, timeout_s: float = SRVR_TIMEOUT_S
+) -> tuple[str, int] | None:
+    """The server's mode and the last transaction id it has applied (`srvr`'s Mode and
+    Zxid lines), None when it does not serve."""
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
@@ -73,10 +85,16 @@ async def server_mode(
         return None
     finally:
         writer.close()
-    for line in reply.decode(errors="replace").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
+    fields = dict(
+        line.split(":", 1) for line in reply.decode(errors="replace").splitlines() if ":" in line
+    )
+    if "Mode" not in fields:
+        return None
+    try:
+        zxid = int(fields.get("Zxid", "-1").strip(), 0)
+    except ValueError:
+        zxid = -1
+    return fields["Mode"].strip(), zxid
 
 
 class _Pass:
@@ -93,12 +111,13 @@ class _Pass:
     def __iter__(self) -> Iterator[HostPort]:
         index = 0
         while index < len(self._hosts):
+            yield self._hosts[index]
+            # the connection to hosts[index] has ended: dropped by a move home, or not
             home = self._homing.take_turn()
             turn = [h for h in self._hosts if (h[0], h[2]) == home] if home else []
             if turn and index > 0:
                 yield turn[0]
-                continue
-            yield self._hosts[index]
+                continue  # home refused or dropped it: back to the node it came from
             index += 1
 
 
@@ -157,9 +176,14 @@ class Homing:
         return False
 
     async def serving_home(self) -> Address | None:
-        """The first home node that serves now, None if none does."""
+        """The first home node that serves now and has applied every transaction this
+        session has seen (ZooKeeper refuses a session that has seen more than it), None if
+        none does."""
         for host, port in self.homes:
-            if await server_mode(host, port, self._tls) in SERVING_MODES:
+            status = await server_status(host, port, self._tls)
+            if status is None or status[0] not in SERVING_MODES:
+                continue
+            if status[1] >= self._client.last_zxid:
                 return host, port
         return None
 
@@ -185,8 +209,9 @@ class Homing:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(wait_s)
+            away = self.connected_to()
             home = await self.at_home()
-            if home is None:
+            if home is None or self.connected_to() != away:
                 continue
             if home:
                 wait_s, away_since, said = HOME_CHECK_S, None, False
@@ -203,6 +228,8 @@ class Homing:
                         self._session_hex(), loop.time() - away_since, why,
                     )  # fmt: skip
                 continue
+            if self.connected_to() != away:
+                continue  # its connection changed meanwhile: a drop now would hit the new one
             log.info(
                 "ZooKeeper session %s moves back to its region's node %s:%d (away %.1f s)",
                 self._session_hex(), *target, loop.time() - away_since,

@@ -373,9 +373,11 @@ class MetaStore:
             self._checking.cancel()
         if self._replacing is not None:
             await asyncio.wait({self._replacing}, timeout=self._op_timeout_s)
-        if self.homing is not None:
-            await self.homing.stop()
-        await asyncio.to_thread(self._client.stop)
+        try:
+            if self.homing is not None:
+                await self.homing.stop()
+        finally:
+            await asyncio.to_thread(self._client.stop)
         await asyncio.to_thread(self._client.close)
 
     async def __aenter__(self) -> MetaStore:

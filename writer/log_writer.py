@@ -36,7 +36,7 @@ from core.streams import (
 )
 from core.topology import Replication
 from global_meta import SessionState
-from global_meta.streams import OwnerLock, StreamMetaStore, VersionedSegment
+from global_meta.streams import OwnerLock, StreamCounters, StreamMetaStore, VersionedSegment
 from ledger import LedgerClient, LedgerFencedError, LedgerWriter
 from writer.bulk import Batch, Run
 from writer.events import (
@@ -169,6 +169,7 @@ class LogWriter:
         recovery and the start took (seconds)."""
         clock = asyncio.get_running_loop().time
         began = clock()
+        counters: StreamCounters | None
         segments, counters = await asyncio.gather(
             streams.segments(stream), streams.counters(stream)
         )
@@ -178,6 +179,7 @@ class LogWriter:
         for index, versioned in enumerate(segments[:-1]):
             if versioned.segment.is_in_progress:
                 segments[index] = await recover_segment(streams, ledgers, stream, versioned, lock)
+                counters = None  # its completion moved them: the start reads them again
 
         async def recover_last() -> Completing:
             last = segments[-1] if segments else None

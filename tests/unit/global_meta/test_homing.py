@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from global_meta.homing import Address, _Pass, server_mode
+from global_meta.homing import Address, _Pass, server_mode, server_status
 
 HOSTS = [("home", "10.0.0.1", 2181), ("east", "10.0.0.2", 2181), ("west", "10.0.0.3", 2181)]
 
@@ -26,7 +26,7 @@ def test_a_pass_without_a_turn_is_the_list_in_order() -> None:
     assert len(_Pass(HOSTS, Turns())) == 3
 
 
-def test_a_turn_asked_while_away_goes_home_next_then_on_down_the_list() -> None:
+def test_a_turn_asked_while_away_goes_home_next_then_back_where_it_was() -> None:
     turns = Turns()
     walk = iter(_Pass(HOSTS, turns))
     assert next(walk) == HOSTS[0]
@@ -34,7 +34,8 @@ def test_a_turn_asked_while_away_goes_home_next_then_on_down_the_list() -> None:
     turns.turn = ("home", 2181)  # homing drops the connection, asking for home
     assert next(walk) == HOSTS[0]
     assert turns.turn is None, "the turn is taken once"
-    assert next(walk) == HOSTS[2]  # home dropped it again: on from where it was
+    assert next(walk) == HOSTS[1]  # home refused it: back to east, where it came from
+    assert next(walk) == HOSTS[2]
     assert list(walk) == []
 
 
@@ -57,12 +58,14 @@ async def answering(reply: bytes) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
-async def test_the_probe_reads_the_mode_of_a_serving_node() -> None:
+async def test_the_probe_reads_the_mode_and_zxid_of_a_serving_node() -> None:
     server, port = await answering(
-        b"Zookeeper version: 3.8\nLatency min/avg/max: 0/0/0\nMode: follower\n"
+        b"Zookeeper version: 3.9.5\nLatency min/avg/max: 0/0/0\nZxid: 0x10000017b\n"
+        b"Mode: follower\nNode count: 42\n"
     )
     async with server:
         assert await server_mode("127.0.0.1", port, None) == "follower"
+        assert await server_status("127.0.0.1", port, None) == ("follower", 0x10000017B)
 
 
 async def test_a_node_looking_for_a_leader_is_not_serving() -> None:
