@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -442,12 +443,14 @@ async def fault(cluster: Cluster, tools: Tools, action: str, name: str) -> str:
     return f"restart {name} (pid {record.pid} -> {records[name].pid})"
 
 
-async def revive(cluster: Cluster, tools: Tools) -> list[str]:
+async def revive(
+    cluster: Cluster, tools: Tools, said: Callable[[str], None] | None = None
+) -> list[str]:
     """Starts again every process of the cluster that is not running, as the deployment's
     systemd units do (Restart=on-failure; deploy/systemd): a bookie whose re-registration
     met its own node after a long cut exits with code 4 (docs/cluster.md). For callers that
     know no fault holds a process down (a failover run between its faults). What it started,
-    each with the last error its log shows."""
+    each with the last error its log shows (given to `said` as soon as it is started)."""
     revived = []
     for name, record in load_records(cluster).items():
         if processes.run_state(record) is not RunState.DEAD:
@@ -455,6 +458,8 @@ async def revive(cluster: Cluster, tools: Tools) -> list[str]:
         why = _last_error(cluster.data_dir / "logs" / f"{name}.log")
         done = await fault(cluster, tools, "restart", name)
         revived.append(f"{name} had exited ({why}); {done}")
+        if said is not None:
+            said(revived[-1])
     return revived
 
 

@@ -4,7 +4,7 @@ process opens them, and its own controls for the faults."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -67,8 +67,8 @@ class LiveFaults:
     async def wipe(self, bookie: str) -> str:
         return await controller.wipe_bookie(self.cluster, bookie)
 
-    async def revive(self) -> list[str]:
-        return await controller.revive(self.cluster, self.tools)
+    async def revive(self, said: Callable[[str], None]) -> None:
+        await controller.revive(self.cluster, self.tools, said)
 
     async def rebuilt(self, bookie_id: str, bound_s: float) -> str:
         async with await MetaStore.of(self.topology) as store:

@@ -10,7 +10,7 @@ reaches them, a ZooKeeper session for the library's reads and the audits, and th
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -43,10 +43,10 @@ class Faults(Protocol):
     async def expire_session(self, proxy: str) -> object: ...
     async def wipe(self, bookie: str) -> str: ...
     async def rebuilt(self, bookie_id: str, bound_s: float) -> str: ...
-    async def revive(self) -> list[str]:
+    async def revive(self, said: Callable[[str], None]) -> None:
         """Starts again every process that exited on its own (no fault holds it down now),
-        as a deployment's supervisor does (systemd's Restart=on-failure); what it started,
-        each with what is known of why it had stopped."""
+        as a deployment's supervisor does (systemd's Restart=on-failure); `said` gets each
+        one started, with what is known of why it had stopped, as soon as it is."""
         ...
 
 

@@ -43,7 +43,7 @@ class FaultsInForce:
         self,
         rec: Recorder,
         always: list[tuple[str, Undo]],
-        revive: Callable[[], Awaitable[list[str]]] | None = None,
+        revive: Callable[[Callable[[str], None]], Awaitable[None]] | None = None,
     ) -> None:
         self._rec = rec
         self._always = always
@@ -84,10 +84,14 @@ class FaultsInForce:
         if self._revive is None or self._in_force is not None:
             return
         revive = self._revive
-        revived: list[str] = []
+
+        def said(what: str) -> None:  # each one as it is started: a later failure keeps it
+            name = what.split(" ", maxsplit=1)[0]
+            self._rec.add(process="nemesis", type="info", f="revive", value=name, detail=what,
+                          wall=wall_now())  # fmt: skip
 
         async def run() -> None:
-            revived.extend(await revive())
+            await revive(said)
 
         try:
             await _undo("revive exited processes", run)
@@ -95,9 +99,6 @@ class FaultsInForce:
             self._rec.add(process="nemesis", type="fail", f="revive", detail=str(failed),
                           wall=wall_now())  # fmt: skip
             raise
-        for what in revived:
-            self._rec.add(process="nemesis", type="info", f="revive", value=what.split(" ")[0],
-                          detail=what, wall=wall_now())  # fmt: skip
 
     async def heal_all(self) -> list[HealFailedError]:
         """At the run's end: the fault in force, then each of `always`, each bounded; the

@@ -6,7 +6,7 @@ and proxies)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -111,8 +111,8 @@ class SimFaults:
         self._wiped.add(bookie)
         return f"{bookie} wiped"
 
-    async def revive(self) -> list[str]:
-        return []  # a simulated process stops only by the nemesis's hand
+    async def revive(self, said: Callable[[str], None]) -> None:
+        return None  # a simulated process stops only by the nemesis's hand
 
     async def rebuilt(self, bookie_id: str, bound_s: float) -> str:
         async with await SimMetaStore.connect(self.cluster.ensemble) as store:

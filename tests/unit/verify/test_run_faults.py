@@ -6,6 +6,7 @@ at its seam (verify/run/deployment.py), its fault controls logging each call."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -59,12 +60,12 @@ class Controls:
         await asyncio.sleep(0)
         self.log.append("unslow every route")
 
-    async def revive(self) -> list[str]:
+    async def revive(self, said: Callable[[str], None]) -> None:
         await asyncio.sleep(0)
-        revived = [f"{name} had exited (exitCode 4); restart {name}" for name in self.exited]
-        self.log += [f"revive {name}" for name in self.exited]
+        for name in self.exited:
+            self.log.append(f"revive {name}")
+            said(f"{name} had exited (exitCode 4); restart {name}")
         self.exited = []
-        return revived
 
 
 class FakeAdmin:
