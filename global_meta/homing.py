@@ -98,8 +98,8 @@ async def server_status(
 
 
 class _Pass:
-    """One pass of kazoo's connect loop over the hosts, which turns to a home node first
-    when a move asks for it (then goes on down the list from where it was)."""
+    """One pass of kazoo's connect loop over the hosts, which turns to a home node when a
+    move asks for it (and, if that node refuses or drops it, back to the node it left)."""
 
     def __init__(self, hosts: list[HostPort], homing: Homing) -> None:
         self._hosts = hosts

@@ -25,7 +25,14 @@ from global_meta.faults import expire_session_of, read_session_file
 from ledger import LEDGERS_ROOT, init_cluster_metadata
 from localcluster import metadata, nodes, plan, processes, wan
 from localcluster.metadata import registered_bookies
-from localcluster.probes import log_tail, service_health, wait_until, zookeeper_mode, zookeeper_tls
+from localcluster.probes import (
+    log_lines,
+    log_tail,
+    service_health,
+    wait_until,
+    zookeeper_mode,
+    zookeeper_tls,
+)
 from localcluster.processes import ProcessRecord, RunState
 from localcluster.tools import Tools
 
@@ -455,7 +462,7 @@ async def revive(
     for name, record in load_records(cluster).items():
         if processes.run_state(record) is not RunState.DEAD:
             continue
-        why = _last_error(cluster.data_dir / "logs" / f"{name}.log")
+        why = _last_error(record.log)
         done = await fault(cluster, tools, "restart", name)
         revived.append(f"{name} had exited ({why}); {done}")
         if said is not None:
@@ -467,15 +474,9 @@ LAST_ERROR_TAIL_BYTES = 64 * 1024  # of a log, read for the last error line
 LAST_ERROR_CHARS = 300
 
 
-def _last_error(log_path: Path) -> str:
+def _last_error(log_path: str) -> str:
     """The last line of the log that says ERROR or exit code, else 'no error logged'."""
-    try:
-        with log_path.open("rb") as log_file:
-            log_file.seek(max(0, log_path.stat().st_size - LAST_ERROR_TAIL_BYTES))
-            tail = log_file.read().decode(errors="replace").splitlines()
-    except OSError as err:
-        return f"its log unreadable: {err}"
-    for line in reversed(tail):
+    for line in reversed(log_lines(log_path, LAST_ERROR_TAIL_BYTES)):
         if "ERROR" in line or "exitCode" in line:
             return line.strip()[:LAST_ERROR_CHARS]
     return "no error logged"

@@ -115,13 +115,17 @@ async def wait_until(
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
-def log_tail(path: str, lines: int = 15) -> str:
-    """The last lines of a process log, to put into a startup failure message."""
+def log_lines(path: str, tail_bytes: int = 8192) -> list[str]:
+    """The lines of the last `tail_bytes` of a process log ([] when it cannot be read)."""
     try:
         with open(path, "rb") as file:
             file.seek(0, 2)
-            file.seek(max(0, file.tell() - 8192))
-            tail = file.read().decode(errors="replace").splitlines()[-lines:]
+            file.seek(max(0, file.tell() - tail_bytes))
+            return file.read().decode(errors="replace").splitlines()
     except OSError:
-        return ""
-    return "\n  | ".join(["", *tail])
+        return []
+
+
+def log_tail(path: str, lines: int = 15) -> str:
+    """The last lines of a process log, to put into a startup failure message."""
+    return "\n  | ".join(["", *log_lines(path)[-lines:]])

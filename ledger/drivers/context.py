@@ -7,6 +7,7 @@ compare-and-set that re-reads and re-decides when it loses a race.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from ledger.machines.add_state import QUORUM_LAG_S
 from ledger.machines.signals import Health, RecordHealth
 from placement import PlacementState
 
+log = logging.getLogger(__name__)
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
 MIN_REGIONS_KEY = "globelog.min_regions_for_durability"  # custom metadata: the ledger's rule
 # An ensemble change that placement answers with the same bookies (none better usable) asks
@@ -185,3 +187,12 @@ def _min_regions(stored: bytes) -> int:
             f"ledger custom metadata {MIN_REGIONS_KEY}={stored!r}: expected a decimal integer >= 1"
         )
     return value
+
+
+def say_nowhere(ledger_id: int, who: str, bookies: Sequence[str], err: Exception) -> None:
+    """Logs that silent bookies of a ledger are waited for, placement having no other
+    (callers say it once per handle or recovery: they may wait many times)."""
+    log.info(
+        "ledger %d: %s waits for silent %s, placement has no other: %s",
+        ledger_id, who, ", ".join(bookies), err,
+    )  # fmt: skip

@@ -23,6 +23,7 @@ from ledger.drivers.context import (
     UNCHANGED_FIRST_S,
     UNCHANGED_MAX_S,
     LedgerContext,
+    say_nowhere,
     update_metadata,
     with_ensemble,
 )
@@ -293,10 +294,7 @@ class _Recovery:
                 # ensemble_changes_max), as a writer does.
                 if not self._said_nowhere:
                     self._said_nowhere = True
-                    log.info(
-                        "ledger %d: recovery waits for silent %s, placement has no other: %s",
-                        self.ledger_id, ", ".join(action.bookies), err,
-                    )  # fmt: skip
+                    say_nowhere(self.ledger_id, "recovery", action.bookies, err)
                 if action.lagging:
                     self._runner.feed(EnsembleChanged(action.first_entry_id, self._ensemble))
                 else:

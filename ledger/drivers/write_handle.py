@@ -22,6 +22,7 @@ from ledger.drivers.context import (
     UNCHANGED_MAX_S,
     LedgerContext,
     require_open,
+    say_nowhere,
     update_metadata,
     with_ensemble,
 )
@@ -332,10 +333,7 @@ class LedgerWriter:
                     raise
                 if not self._said_nowhere:  # once per handle: it may wait many times
                     self._said_nowhere = True
-                    log.info(
-                        "ledger %d: waits for silent %s, placement has no other: %s",
-                        self.ledger_id, ", ".join(action.bookies), err,
-                    )  # fmt: skip
+                    say_nowhere(self.ledger_id, "the writer", action.bookies, err)
                 # Nowhere to move a silent bookie: every usable one is in the ensemble, or the
                 # others are not registered again yet after a cut. A slow one's adds are
                 # waited for (up to the add timeout); a lost one is asked again after a wait
