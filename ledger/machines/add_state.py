@@ -29,6 +29,7 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -211,17 +212,28 @@ class AddState:
 
     def _quorum_lag_deadline_s(self) -> float | None:
         """When the oldest pending entry's ack quorum counts as held up, if it has begun."""
+        # Asked after every answer (the runner's wake-up), so `_silent_from_s` is inlined.
         lag_s = self.config.quorum_lag_s
         if lag_s is None or self._changing is not None:
             return None
         if self._lag_changes >= LAG_CHANGES_MAX:
             return None
         head = self._pending.get(self._lac + 1)
-        if head is None or head.first_ack_s is None or len(head.acked) >= self._acks_needed:
+        if head is None or len(head.acked) >= self._acks_needed:
             return None
-        if not head.sent_s:  # nothing in flight to wait for: the failures' change does it
+        first_s = head.first_ack_s
+        if first_s is None or not head.sent_s:  # nothing in flight: the failures' change does it
             return None
-        return min(self._silent_from_s(head, index) for index in head.sent_s) + lag_s
+        silent_since = self._silent_since
+        last_ack_s = self._last_ack_s
+        earliest_s = math.inf
+        for index in head.sent_s:
+            since_s = silent_since.get(index)
+            if since_s is None:
+                since_s = last_ack_s.get(index, first_s)
+                since_s = max(since_s, first_s)
+            earliest_s = min(earliest_s, since_s)
+        return earliest_s + lag_s
 
     def _silent_from_s(self, head: _Pending, index: int) -> float:
         """Since when the bookie at `index` has acknowledged nothing, as far as `head` counts."""
