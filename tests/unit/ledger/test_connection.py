@@ -56,6 +56,11 @@ class FakeTransport(asyncio.Transport):
         assert not self.closed, "write after close"
         self.writes.append(bytes(data))
 
+    def writelines(self, list_of_data: Any) -> None:
+        # as asyncio's TLS transport does: each piece its own write (its own TLS record)
+        for data in list_of_data:
+            self.write(data)
+
     def is_closing(self) -> bool:
         return self.closed
 
@@ -449,13 +454,15 @@ async def test_a_failing_answer_callback_is_reported_and_the_others_are_answered
     assert h.connection.is_open
 
 
-async def test_a_pre_encoded_frame_goes_out_in_pieces_and_is_matched_by_its_txn_id() -> None:
+async def test_a_pre_encoded_frame_goes_out_in_one_write_and_is_matched_by_its_txn_id() -> None:
     h = make_harness(inflight_max=1, frame_bytes_max=200)
     frames = AddFrames(AddRequest(0, 5, 9, b"k" * 20, b"entry packet", False))
     answers: Answers = []
     answer = lambda *a: answers.append(a)  # noqa: E731
     assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, answer)
     await settle()
+    # the frame's three pieces joined: over TLS each write is a record both ends pay for
+    assert len(h.transport.writes) == 1
     [request] = h.requests()
     assert isinstance(request, AddRequest) and request.body == b"entry packet"
     h.connection.data_received(encode_response(AddResponse(request.txn_id, StatusCode.EOK, 5, 9)))
