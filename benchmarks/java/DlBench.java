@@ -54,7 +54,7 @@ public class DlBench {
     static final int ZK_SESSION_S = Integer.getInteger("dlbench.zk.session.seconds", 30);
     static final int SAMPLES_MAX = 4_000_000;
     static final long DRAIN_S = 60;
-    static final int CATCH_UP_BULK = 1000; // records a catch-up read asks for at a time
+    static final int READ_BULK = 1000; // records a tailing or catch-up read asks for at a time
 
     /** Latencies of completed operations, from any thread. */
     static final class Latencies {
@@ -114,9 +114,15 @@ public class DlBench {
         conf.setImmediateFlushEnabled(mode.equals("tail"));
         conf.setCreateStreamIfNotExists(true);
         conf.setZKSessionTimeoutSeconds(ZK_SESSION_S);
-        // a tailing reader keeps up with the writer: read-ahead of more than DistributedLog's
-        // defaults (2 entries a batch, 10 records cached), which fall behind 2000 records/s
-        conf.setReadAheadBatchSize(16);
+        // Readers keep up with the writer. A log segment's entry reader has at most
+        // numPrefetchEntriesPerLogSegment reads in flight (default 4), one entry each, so a
+        // reader of one- or two-record entries fell behind a 2000 records/s writer whenever a
+        // bookie round trip took over 2 ms (here, on shared cores, 2.5-3.5 ms): 64 in flight,
+        // with room for them in its cache (maxPrefetchEntriesPerLogSegment, default 32).
+        // The read-ahead's hand-over sizes (2 entries a batch, 10 cached) are raised too.
+        conf.setNumPrefetchEntriesPerLogSegment(64);
+        conf.setMaxPrefetchEntriesPerLogSegment(512);
+        conf.setReadAheadBatchSize(64);
         conf.setReadAheadMaxRecords(10_000);
         Namespace namespace = NamespaceBuilder.newBuilder().conf(conf).uri(uri).clientId("globelog-bench").build();
         try {
@@ -243,9 +249,12 @@ public class DlBench {
         AsyncLogReader reader = manager.openAsyncLogReader(DLSN.InitialDLSN).get(DRAIN_S, TimeUnit.SECONDS);
         CompletableFuture<Void> consumed = CompletableFuture.runAsync(() -> {
             try {
-                for (int i = 0; i < total; i++) {
-                    LogRecordWithDLSN record = reader.readNext().get(DRAIN_S, TimeUnit.SECONDS);
-                    latencies.add(sentAt[(int) record.getTransactionId() - 1]);
+                // readBulk: the records available now (1..n), one scheduler hand-over for all
+                for (int i = 0; i < total; ) {
+                    for (LogRecordWithDLSN record : reader.readBulk(READ_BULK).get(DRAIN_S, TimeUnit.SECONDS)) {
+                        latencies.add(sentAt[(int) record.getTransactionId() - 1]);
+                        i++;
+                    }
                 }
             } catch (Exception error) {
                 throw new IllegalStateException("the tailing reader failed", error);
@@ -270,7 +279,7 @@ public class DlBench {
         AsyncLogReader catchUp = manager.openAsyncLogReader(DLSN.InitialDLSN).get(DRAIN_S, TimeUnit.SECONDS);
         long start = System.nanoTime();
         for (int read = 0; read < total; ) {
-            read += catchUp.readBulk(CATCH_UP_BULK).get(DRAIN_S, TimeUnit.SECONDS).size();
+            read += catchUp.readBulk(READ_BULK).get(DRAIN_S, TimeUnit.SECONDS).size();
         }
         System.out.println("RESULT catch-up " + total + " " + (System.nanoTime() - start));
         catchUp.asyncClose().get(DRAIN_S, TimeUnit.SECONDS);
