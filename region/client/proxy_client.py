@@ -110,6 +110,7 @@ class ProxyClient:
         self._names: dict[str, str] = {}  # proxy -> its name@region, from redirects to it
         self._unreachable: dict[str, str] = {}  # stream -> the owner this client could not reach
         self._sessions: dict[str, int] = {}  # stream -> this client's write session
+        self._served_by: dict[str, str] = {}  # stream -> the proxy that answered it last
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._http: aiohttp.ClientSession | None = None
         self._connector = connector
@@ -231,6 +232,11 @@ class ProxyClient:
         body = await self._call("GET", stream, "/last")
         return None if body["dlsn"] is None else DLSN.parse(body["dlsn"])
 
+    def served_by(self, stream: str) -> str | None:
+        """The write proxy (name@region) that answered this client's last successful request
+        on `stream`, as it named itself; None before one did."""
+        return self._served_by.get(stream)
+
     # ------------------------------------------------------------------------ plumbing
 
     def _proxy_for(self, stream: str) -> str:
@@ -321,6 +327,8 @@ class ProxyClient:
                     continue
                 if status < 300:
                     self._unreachable.pop(stream, None)
+                    if name and stream:
+                        self._served_by[stream] = name
                     return body
                 error = proxy_error(body, status, f"{method} {url}")
                 if isinstance(error, QuotaExceededError):

@@ -91,7 +91,7 @@ async def produce(
                         **answered(err))  # fmt: skip
             else:
                 rec.add(process=process, type="ok", f="send", stream=stream, value=value,
-                        dlsn=str(acked.dlsn))  # fmt: skip
+                        dlsn=str(acked.dlsn), proxy=client.served_by(stream))  # fmt: skip
                 frontier.acknowledged(stream, acked.dlsn)
             await asyncio.sleep(interval_s)
 

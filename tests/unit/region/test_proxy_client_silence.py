@@ -109,12 +109,15 @@ async def test_a_silent_owner_is_left_for_another_proxy_named_unreachable() -> N
     async with running(a, b) as (url_a, url_b), client([url_a, url_b]) as proxies:
         stream = homed_at(proxies, url_a)
         producer = proxies.producer(stream)
+        assert proxies.served_by(stream) is None
         await producer.write(b"first")
         assert len(a.seen) == 1 and not b.seen
+        assert proxies.served_by(stream) == "wp-a@r1"
         a.stalled = True
         started = time.monotonic()
         await producer.write(b"second")
         took = time.monotonic() - started
+        assert proxies.served_by(stream) == "wp-b@r2"  # the history says who answered
     assert b.seen and b.seen[-1].get("unreachable_owner") == "wp-a@r1"
     assert a.probes >= 1
     assert took < SILENCE_S + PROBE_S + 2.0, f"{took:.2f} s: the request timeout was waited"
