@@ -287,6 +287,9 @@ def metadata_service_uri(topology: Topology, region: str | None = None) -> str:
     return f"zk+hierarchical://{hosts}{LEDGERS_ROOT}"
 
 
+BOOKIE_ZK_SESSION_MS = 15_000
+
+
 def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path, local: bool = False) -> str:
     """`bookie`'s bk.conf. The bookie registers as host:port (its id in topology.yaml) and
     fsyncs its journal before every acknowledgement. `local` binds loopback only and lets
@@ -302,7 +305,12 @@ def bookie_conf(topology: Topology, bookie: Bookie, data_dir: Path, local: bool 
         f"ledgerDirectories={home / 'ledgers'}",
         # the bookie's own region's ZooKeeper nodes: registration never waits on the WAN
         f"metadataServiceUri={metadata_service_uri(topology, bookie.region)}",
-        "zkTimeout=10000",
+        # 15 s, not BookKeeper's 10: a bookie reaches only its region's nodes, which stop
+        # serving while the region is cut off, and a 6 s cut plus the time since its last ping
+        # and its reconnect after the heal ended 10 s sessions; a bookie whose registration
+        # is gone is no candidate for placement until it has registered again, and the next
+        # cut then found no region left for replacement copies (docs/deploy.md)
+        f"zkTimeout={BOOKIE_ZK_SESSION_MS}",
         # the znodes it creates are its login's alone (the JAAS file of java_login_flag)
         "zkEnableSecurity=true",
         "httpServerEnabled=false",

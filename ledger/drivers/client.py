@@ -254,7 +254,8 @@ class LedgerClient:
         """A new ledger on an ensemble chosen by region-aware placement, open for writing,
         with `password` (by default the client's, LedgerConfig.password)."""
         password = self._password(password)
-        ensemble = self.context.placement.new_ensemble(replication, now_s=self.context.clock())
+        placed_s = self.context.clock()
+        ensemble = self.context.placement.new_ensemble(replication, now_s=placed_s)
         custom = (
             *custom_metadata,
             (MIN_REGIONS_KEY, str(replication.min_regions_for_durability).encode()),
@@ -270,7 +271,7 @@ class LedgerClient:
             custom_metadata=custom,
         )
         versioned = await self.context.metadata.create(metadata)
-        return LedgerWriter(self.context, versioned)
+        return LedgerWriter(self.context, versioned, placed_s)
 
     async def open(
         self,

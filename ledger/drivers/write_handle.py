@@ -60,7 +60,10 @@ ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with
 class LedgerWriter:
     """The one writer of an OPEN ledger. Use `await client.create(...)` to get one."""
 
-    def __init__(self, context: LedgerContext, versioned: VersionedMetadata) -> None:
+    def __init__(
+        self, context: LedgerContext, versioned: VersionedMetadata, placed_s: float | None = None
+    ) -> None:
+        """`placed_s`: when placement chose the ledger's ensemble (its creation)."""
         metadata = versioned.metadata
         assert metadata.state is LedgerState.OPEN, metadata.state
         self.ledger_id = versioned.ledger_id
@@ -94,6 +97,7 @@ class LedgerWriter:
         self._closed: asyncio.Future[VersionedMetadata] = asyncio.get_running_loop().create_future()
         self._unchanged_backoff_s = UNCHANGED_FIRST_S
         self._said_nowhere = False  # that silent bookies had nowhere to go, logged once
+        self._placed_s = placed_s  # until the first append looks for failures since then
         self._piggybacked_lac = self._state.lac  # the LAC the newest entry carried
         self._explicit_lac = self._state.lac  # the newest LAC sent with WRITE_LAC
         interval_s = context.config.explicit_lac_interval_s
@@ -123,6 +127,9 @@ class LedgerWriter:
         if self._state.error is not None:
             raise self._refused(self._state.error)
         assert self._state.room > 0, "append() without room: await wait_for_room() first"
+        if self._placed_s is not None:
+            self._failures_since_placed(self._placed_s)
+            self._placed_s = None
         # Stamp the machine's clock first: it times each add out from its send time. Feeding
         # (not just handling) runs whatever the tick decided, such as a failure, right away.
         self._runner.feed(Ticked(self._context.clock()))
@@ -140,6 +147,17 @@ class LedgerWriter:
             self._room.clear()
         self._runner.pump()
         return future
+
+    def _failures_since_placed(self, placed_s: float) -> None:
+        """Ensemble members this client saw fail after placement chose them count as silent
+        from that failure. A new owner makes its segment's ledger while it recovers the last
+        one, and the recovery may find bookies cut off: without this the first entries waited
+        a whole quorum lag after their first ack before those bookies were replaced."""
+        now_s = self._context.clock()
+        for bookie in set(self._state.ensemble):
+            failed_s = self._context.placement.last_failure_s(bookie, now_s)
+            if failed_s is not None and failed_s >= placed_s:
+                self._state.failed_since(bookie, failed_s)
 
     def has_room(self) -> bool:
         return self._state.room > 0 or self._state.error is not None

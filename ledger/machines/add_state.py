@@ -243,6 +243,14 @@ class AddState:
             return since
         return max(head.first_ack_s, self._last_ack_s.get(index, head.first_ack_s))
 
+    def failed_since(self, bookie: str, since_s: float) -> None:
+        """This client saw `bookie` fail at `since_s` elsewhere (a recovery, another handle):
+        unless it has acknowledged something of this handle, its quorum lag counts from then,
+        not from an entry's first ack."""
+        for index, member in enumerate(self._ensemble):
+            if member == bookie and index not in self._last_ack_s:
+                self._silent_since[index] = min(since_s, self._silent_since.get(index, since_s))
+
     def heard_from(self, bookie: str) -> None:
         """`bookie` answered something else (a recovery's read): no longer silent since
         `silent_since`; its quorum lag counts from entries' first acks again."""

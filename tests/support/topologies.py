@@ -116,7 +116,7 @@ def topology_document(
         "zookeeper": zookeeper,
         "regions": regions,
         # a wiped bookie's copies re-made within a test's time; longer than any test keeps a
-        # bookie away (its 10 s session included) without wanting its copies re-made
+        # bookie away (its 15 s session included) without wanting its copies re-made
         "rebuild": {"lost_bookie_delay_s": 5},
         # tokens demanded, as by default; one key and admin token for the test process
         "security": {"dir": str(SECURITY.directory)},

@@ -302,3 +302,43 @@ def test_a_change_names_the_bookies_that_fell_silent_not_those_that_answered_a_f
     timed_out = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
     assert [set(c.silent) for c in timed_out] == [{"b2", "b3"}], timed_out
     assert set(timed_out[0].bookies) == {"b2", "b3"}
+
+
+def test_bookies_seen_failing_elsewhere_are_replaced_at_the_first_ack_not_a_lag_later() -> None:
+    """A new owner made its segment's ledger while it recovered the last one, and the
+    recovery found two bookies cut off (at 1.0): the new ledger's first entry replaces them
+    as soon as it has a first ack, instead of waiting a whole lag from it."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, now_s=0.0)
+    state.failed_since("b2", 1.0)
+    state.failed_since("b3", 1.2)
+    state.failed_since("b3", 1.1)  # the earliest failure counts
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None
+    state.handle(Ticked(1.0 + lag_s + 0.3))
+    assert state.submit(3) == 0
+    state.take_actions()
+    state.handle(AddAcked(0, "b0"))
+    assert state.next_wakeup_s() == pytest.approx(1.0 + lag_s)  # already due
+    state.handle(AddAcked(0, "b1"))
+    state.handle(Ticked(1.0 + lag_s + 0.35))
+    changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [(c.bookies, c.lagging) for c in changes] == [(("b2", "b3"), True)], changes
+
+
+def test_a_bookie_that_answered_this_handle_is_not_suspected_for_a_failure_elsewhere() -> None:
+    """Failures seen elsewhere only count for bookies silent here: one that acknowledged an
+    entry of this handle gets the lag from entries' first acks, as usual."""
+    state = AddState(["b0", "b1", "b2", "b3"], 4, 3, now_s=0.0)
+    assert state.submit(3) == 0
+    state.take_actions()
+    for bookie in ("b0", "b1", "b2", "b3"):
+        state.handle(AddAcked(0, bookie))
+    state.take_actions()
+    state.failed_since("b3", 0.5)
+    state.handle(Ticked(2.0))
+    assert state.submit(3) == 1
+    state.take_actions()
+    state.handle(AddAcked(1, "b0"))
+    lag_s = state.config.quorum_lag_s
+    assert lag_s is not None
+    assert state.next_wakeup_s() == pytest.approx(2.0 + lag_s)
