@@ -81,6 +81,17 @@ class BookieHealth:
         record = self._records.get(bookie_id)
         return self._fresh(record.failure_s, now_s) if record is not None else None
 
+    def silent_since_failure_s(self, bookie_id: str, now_s: float) -> float | None:
+        """When the bookie last failed, if within the TTL and nothing it answered has been
+        observed since (a failure it answered, such as a digest error, is no silence)."""
+        record = self._records.get(bookie_id)
+        if record is None:
+            return None
+        failed_s = self._fresh(record.failure_s, now_s)
+        if failed_s is None or (record.samples and record.samples[-1][0] >= failed_s):
+            return None
+        return failed_s
+
     def marked_slow(self, bookie_id: str, now_s: float) -> bool:
         record = self._records.get(bookie_id)
         return record is not None and self._fresh(record.slow_s, now_s) is not None

@@ -165,9 +165,10 @@ class PlacementState:
     def record_slow(self, bookie_id: str, now_s: float) -> None:
         self.health.record_slow(bookie_id, now_s)
 
-    def last_failure_s(self, bookie_id: str, now_s: float) -> float | None:
-        """When this client last saw `bookie_id` fail, if within the health history's TTL."""
-        return self.health.last_failure_s(bookie_id, now_s)
+    def silent_since_failure_s(self, bookie_id: str, now_s: float) -> float | None:
+        """When this client last saw `bookie_id` fail, if within the health history's TTL and
+        the bookie has answered nothing this client observed since."""
+        return self.health.silent_since_failure_s(bookie_id, now_s)
 
     def record_latency(self, bookie_id: str, latency_s: float, now_s: float) -> None:
         self.health.record_latency(bookie_id, latency_s, now_s)

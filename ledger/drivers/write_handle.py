@@ -155,7 +155,7 @@ class LedgerWriter:
         a whole quorum lag after their first ack before those bookies were replaced."""
         now_s = self._context.clock()
         for bookie in set(self._state.ensemble):
-            failed_s = self._context.placement.last_failure_s(bookie, now_s)
+            failed_s = self._context.placement.silent_since_failure_s(bookie, now_s)
             if failed_s is not None and failed_s >= placed_s:
                 self._state.failed_since(bookie, failed_s)
 

@@ -7,6 +7,7 @@ feeding response frames to `data_received`; time is a fake clock the test advanc
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,17 +50,20 @@ class FakeTransport(asyncio.Transport):
     def __init__(self, protocol: asyncio.Protocol) -> None:
         super().__init__()
         self.protocol = protocol
-        self.writes: list[bytes] = []
+        self.writes: list[bytes] = []  # each piece written
+        self.calls = 0  # write and writelines calls
         self.closed = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         assert not self.closed, "write after close"
+        self.calls += 1
         self.writes.append(bytes(data))
 
     def writelines(self, list_of_data: Any) -> None:
-        # as asyncio's TLS transport does: each piece its own write (its own TLS record)
-        for data in list_of_data:
-            self.write(data)
+        # each piece kept apart, as the event loop's TLS transport makes each its own record
+        assert not self.closed, "write after close"
+        self.calls += 1
+        self.writes.extend(bytes(data) for data in list_of_data)
 
     def is_closing(self) -> bool:
         return self.closed
@@ -154,7 +158,7 @@ async def test_responses_are_matched_by_txn_id_in_any_order(harness: Harness) ->
 async def test_pipelined_requests_of_one_loop_iteration_share_one_write(harness: Harness) -> None:
     calls = [info_call(harness) for _ in range(100)]
     await settle()
-    assert len(harness.transport.writes) == 1
+    assert harness.transport.calls == 1
     requests = harness.requests()
     assert len(requests) == 100 and harness.connection.pending_requests == 100
     harness.answer(*(info(r.txn_id) for r in requests))
@@ -454,15 +458,31 @@ async def test_a_failing_answer_callback_is_reported_and_the_others_are_answered
     assert h.connection.is_open
 
 
-async def test_a_pre_encoded_frame_goes_out_in_one_write_and_is_matched_by_its_txn_id() -> None:
+async def test_over_tls_a_loop_iterations_frames_go_out_in_one_write() -> None:
+    """Over TLS each write is a record both ends seal and open: a pre-encoded frame's three
+    pieces, and the other frames of the same loop iteration, are joined; in clear they go
+    out as they are (one writev)."""
+    frames = AddFrames(AddRequest(0, 5, 9, b"k" * 20, b"entry packet", False))
+    for tls, pieces in ((ssl.create_default_context(), 1), (None, 6)):
+        h = make_harness(inflight_max=2, tls=tls)
+        assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, no_answer)
+        assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, no_answer)
+        await settle()
+        assert (h.transport.calls, len(h.transport.writes)) == (1, pieces), tls
+        assert len(h.requests()) == 2
+
+
+def no_answer(*_: object) -> None:
+    pass
+
+
+async def test_a_pre_encoded_frame_goes_out_and_is_matched_by_its_txn_id() -> None:
     h = make_harness(inflight_max=1, frame_bytes_max=200)
     frames = AddFrames(AddRequest(0, 5, 9, b"k" * 20, b"entry packet", False))
     answers: Answers = []
     answer = lambda *a: answers.append(a)  # noqa: E731
     assert h.connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, answer)
     await settle()
-    # the frame's three pieces joined: over TLS each write is a record both ends pay for
-    assert len(h.transport.writes) == 1
     [request] = h.requests()
     assert isinstance(request, AddRequest) and request.body == b"entry packet"
     h.connection.data_received(encode_response(AddResponse(request.txn_id, StatusCode.EOK, 5, 9)))

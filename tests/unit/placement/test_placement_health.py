@@ -108,3 +108,17 @@ def test_cached_quantiles_equal_quantiles_recomputed_from_the_samples(
         fresh = sorted(lat for at_s, lat in samples if at_s > now_s - 30.0)
         expected = fresh[math.ceil(quantile * len(fresh)) - 1] if fresh else None
         assert health.latency_quantile_s("b", quantile, now_s) == expected
+
+
+def test_a_failure_counts_as_silence_only_until_the_bookie_answers_again() -> None:
+    health = BookieHealth()
+    assert health.silent_since_failure_s("b1", 0.0) is None
+    health.record_latency("b1", 0.01, 5.0)
+    health.record_failure("b1", 10.0)  # a cut: nothing answered since
+    assert health.silent_since_failure_s("b1", 11.0) == 10.0
+    health.record_latency("b1", 0.01, 12.0)  # it answered: reachable after all
+    assert health.silent_since_failure_s("b1", 12.5) is None
+    assert health.last_failure_s("b1", 12.5) == 10.0  # placement's quarantine still sees it
+    health.record_failure("b1", 13.0)
+    assert health.silent_since_failure_s("b1", 13.5) == 13.0
+    assert health.silent_since_failure_s("b1", 13.0 + HISTORY_TTL_S + 1) is None  # expired
