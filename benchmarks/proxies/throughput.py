@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import re
+import statistics
 import tempfile
 import time
 import uuid
@@ -255,6 +256,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run again with tokens and TLS off (a second temporary cluster) and compare",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --compare-security: pairs of runs, the order alternating (secure first, "
+        "then plain first, ...); the table compares medians",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
         problems.append(f"--batch {args.batch}: expected 1..100000")
     if not 1 <= args.clients <= 64:
         problems.append(f"--clients {args.clients}: expected 1..64")
+    if not 1 <= args.rounds <= 10:
+        problems.append(f"--rounds {args.rounds}: expected 1..10")
     if any(not 1 <= size <= 1 << 20 for size in args.record_bytes):
         problems.append(f"--record-bytes {args.record_bytes}: expected sizes in 1..1048576")
     if problems:
@@ -291,8 +301,10 @@ def run(args: argparse.Namespace) -> int:
 async def compare_security(
     cluster: Cluster, args: argparse.Namespace, tools: Tools, progress: Callable[[str], None]
 ) -> None:
-    """The bench with the topology's security, then with tokens and TLS off, side by side."""
-    reports = {}
+    """The bench with the topology's security and with tokens and TLS off, side by side;
+    `args.rounds` pairs, the order alternating, as the cluster started first runs on a
+    machine still busy with the other's start (and the second on a warmer disk cache)."""
+    reports: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="globelog-bench-insecure-") as home:
         document = yaml.safe_load(cluster.topology_path.read_text())
         document["security"] = {
@@ -305,36 +317,36 @@ async def compare_security(
         plain = dataclasses.replace(
             cluster, topology=load_local_topology(plain_path), topology_path=plain_path
         )
-        for label, which in (("tokens + TLS", cluster), ("tokens and TLS off", plain)):
-            progress(f"--- {label}")
-            report = await on_bench_cluster(
-                which, False, tools, progress, lambda c: bench_proxy(c, args, progress)
-            )
-            print(f"== {label}\n{report}\n", flush=True)
-            reports[label] = report
+        pair = [("tokens + TLS", cluster), ("tokens and TLS off", plain)]
+        for round_number in range(1, args.rounds + 1):
+            ordered = pair if round_number % 2 else pair[::-1]
+            for label, which in ordered:
+                progress(f"--- round {round_number} of {args.rounds}: {label}")
+                report = await on_bench_cluster(
+                    which, False, tools, progress, lambda c: bench_proxy(c, args, progress)
+                )
+                print(f"== round {round_number}: {label}\n{report}\n", flush=True)
+                reports.setdefault(label, []).append(report)
     print(security_table(reports))
 
 
-def security_table(reports: dict[str, str]) -> str:
-    """Throughput and commit p50 of each report, and the secure run's cost against the other."""
+def security_table(reports: dict[str, list[str]]) -> str:
+    """Throughput and commit p50 of each side (the median over its reports, one per round),
+    and the secure side's cost against the other."""
     rows: dict[str, dict[str, float]] = {}
-    for label, report in reports.items():
-        found = {
-            f"{m[1]} B records/s": float(m[2])
-            for m in re.finditer(r"^\s+(\d+) B\s+(\d+)\s", report, re.MULTILINE)
+    for label, side in reports.items():
+        figures = [_figures(report) for report in side]
+        rows[label] = {
+            key: statistics.median(f[key] for f in figures if key in f)
+            for key in figures[0]
+            if all(key in f for f in figures)
         }
-        for m in re.finditer(r"^\s+(\d+) B CPU per record \(us\): (.*)$", report, re.MULTILINE):
-            for part in m[2].split(", "):
-                group, _, value = part.rpartition(" ")
-                if group in ("write proxy", "bookies", "total"):
-                    found[f"{m[1]} B CPU us/rec {group}"] = float(value)
-        p50 = re.search(r"commit latency.*?p50 ([\d.]+) ms", report, re.DOTALL)
-        if p50 is not None:
-            found["commit p50 ms"] = float(p50[1])
-        rows[label] = found
     secure, plain = (rows[label] for label in reports)
+    rounds = len(next(iter(reports.values())))
     lines = [
-        "security's cost, same machine, same run:",
+        "security's cost, same machine, same run"
+        + (f" (medians of {rounds} rounds, the order alternating)" if rounds > 1 else "")
+        + ":",
         f"  {'':<32}{'secure':>10}{'plain':>10}{'cost':>9}",
     ]
     for key in secure:
@@ -347,3 +359,20 @@ def security_table(reports: dict[str, str]) -> str:
                 cost = f"{secure[key] - plain[key]:+.2f} ms"
             lines.append(f"  {key:<32}{secure[key]:>10.1f}{plain[key]:>10.1f}{cost:>9}")
     return "\n".join(lines)
+
+
+def _figures(report: str) -> dict[str, float]:
+    """Records/s per size, CPU per record of the named groups and commit p50 of one report."""
+    found = {
+        f"{m[1]} B records/s": float(m[2])
+        for m in re.finditer(r"^\s+(\d+) B\s+(\d+)\s", report, re.MULTILINE)
+    }
+    for m in re.finditer(r"^\s+(\d+) B CPU per record \(us\): (.*)$", report, re.MULTILINE):
+        for part in m[2].split(", "):
+            group, _, value = part.rpartition(" ")
+            if group in ("write proxy", "bookies", "total"):
+                found[f"{m[1]} B CPU us/rec {group}"] = float(value)
+    p50 = re.search(r"commit latency.*?p50 ([\d.]+) ms", report, re.DOTALL)
+    if p50 is not None:
+        found["commit p50 ms"] = float(p50[1])
+    return found
