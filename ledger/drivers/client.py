@@ -128,8 +128,7 @@ class LedgerClient:
             return newest.address(config.region, bookie_id)
 
         bookies = BookieClient(resolve, config.bookie_client(), observe=observe)
-        with contextlib.suppress(errors.NodeExistsError):
-            await store.create(DECOMMISSION_ZNODE, make_parents=True)
+        await store.ensure_path(DECOMMISSION_ZNODE)
         client = cls(store, published, config, bookies, meter)
         holder.append(client)
         await client._refresh_membership()
