@@ -16,8 +16,9 @@ it drops the connection at a moment when kazoo has no request queued or waiting 
 with kazoo's next attempt pointed at that node. A drop fails such requests with
 ConnectionLoss, as any drop does; one queued between the look and the drop (kazoo's own
 threads queue some: a watch recipe's read, a create's missing parent) is failed so, as it could
-be by any dropped connection. The store asks a read or an ensure_path failed by a move once
-more (`store.REPEATABLE_AFTER_A_MOVE`); a write's caller handles it as any lost connection. The session carries over
+be by any dropped connection. The store asks a read or an ensure_path failed by a dropped
+connection once more (`store.REPEATABLE_OPS`); a write's caller handles it as any lost
+connection. The session carries over
 (the same id, its ephemeral nodes kept, kazoo's watch recipes re-set their watches). A move
 that does not land (home refused or dropped it) goes back to the node it came from and
 doubles the wait before the next, up to HOME_WAIT_MAX_S.

@@ -53,8 +53,8 @@ GIVE_UP_AFTER_SESSIONS = 1
 GIVE_UP_UNCHECKED_AFTER_SESSIONS = 2
 ISOLATION_CHECK_TIMEOUT_S = 3.0
 ISOLATION_CHECK_LEAD_S = 0.75
-# operations asked again when a move home dropped their connection (repeating them is safe)
-REPEATABLE_AFTER_A_MOVE = frozenset({"sync", "ensure_path", "get", "exists", "children"})
+# operations asked once more when a dropped connection failed them (repeating them is safe)
+REPEATABLE_OPS = frozenset({"sync", "ensure_path", "get", "exists", "children"})
 
 
 def give_up_after_s(session_timeout_s: float, checked: bool) -> float:
@@ -407,20 +407,16 @@ class MetaStore:
     # -- operations -------------------------------------------------------------------------
 
     async def _await(self, operation: str, path: str, start: Callable[[], Any]) -> Any:
-        moves = self.homing.moves if self.homing is not None else 0
         try:
             return await self._await_once(operation, path, start)
         except errors.MetadataUnavailableError as err:
-            # Homing's move home drops the connection at an idle instant, but kazoo's own
-            # threads (a watch recipe's read, a create's missing parent) can queue a request
-            # in between: a read or an ensure_path it failed is asked once more (safe to
-            # repeat); a proxy starting up on another region's node failed its start so.
-            if not (
-                operation in REPEATABLE_AFTER_A_MOVE
-                and isinstance(err.__cause__, ConnectionLoss)
-                and self.homing is not None
-                and self.homing.moves != moves
-            ):
+            # A dropped connection is not a lost session: kazoo connects again and the
+            # session goes on. A read or an ensure_path it failed is asked once more (safe to
+            # repeat; the second try has its own op timeout). Drops come with a move home
+            # (homing drops at an idle instant, but kazoo's own threads can queue a request
+            # in between: a watch recipe's read, a create's missing parent) and with a node
+            # that stops serving; proxies starting up failed their start on them.
+            if not (operation in REPEATABLE_OPS and isinstance(err.__cause__, ConnectionLoss)):
                 raise
             return await self._await_once(operation, path, start)
 

@@ -1,5 +1,5 @@
-"""A read whose connection a move home dropped is asked once more; a write is not (it may have
-landed), and a read that lost its connection for any other reason is not either."""
+"""A read whose connection was dropped (a move home, a node that stopped serving) is asked once
+more; a write is not (it may have landed), and a read that loses its connection twice fails."""
 
 from __future__ import annotations
 
@@ -31,27 +31,18 @@ class _Settled:
         return self.value
 
 
-class _Homing:
-    moves = 0
-
-    def start(self) -> None:
-        pass
-
-
 class _Client:
-    """Each call's first attempt loses its connection to a move home (when `moving`)."""
+    """The first `losses` calls lose their connection."""
 
-    def __init__(self, homing: _Homing, moving: bool = True) -> None:
-        self.homing, self.moving, self.calls = homing, moving, 0
+    def __init__(self, losses: int = 1) -> None:
+        self.losses, self.calls = losses, 0
 
     def add_listener(self, listener: Callable[[Any], None]) -> None:
         pass
 
     def _answer(self, value: Any) -> _Settled:
         self.calls += 1
-        if self.calls == 1:
-            if self.moving:
-                self.homing.moves += 1
+        if self.calls <= self.losses:
             return _Settled(error=ConnectionLoss())
         return _Settled(value)
 
@@ -62,28 +53,25 @@ class _Client:
         return self._answer(path)
 
 
-def store(client: _Client, homing: _Homing) -> MetaStore:
-    return MetaStore(client, asyncio.get_running_loop(), op_timeout_s=5.0, homing=homing)  # type: ignore[arg-type]
+def store(client: _Client) -> MetaStore:
+    return MetaStore(client, asyncio.get_running_loop(), op_timeout_s=5.0)  # type: ignore[arg-type]
 
 
-async def test_a_read_that_a_move_home_dropped_is_asked_again() -> None:
-    homing = _Homing()
-    client = _Client(homing)
-    assert await store(client, homing).children("/x") == ["a"]
+async def test_a_read_whose_connection_was_dropped_is_asked_again() -> None:
+    client = _Client()
+    assert await store(client).children("/x") == ["a"]
     assert client.calls == 2
 
 
-async def test_a_write_that_a_move_home_dropped_fails_as_any_lost_connection() -> None:
-    homing = _Homing()
-    client = _Client(homing)
+async def test_a_write_whose_connection_was_dropped_fails_as_it_may_have_landed() -> None:
+    client = _Client()
     with pytest.raises(errors.MetadataUnavailableError, match="connection to ZooKeeper lost"):
-        await store(client, homing).create("/x/y")
+        await store(client).create("/x/y")
     assert client.calls == 1
 
 
-async def test_a_read_that_lost_its_connection_otherwise_fails() -> None:
-    homing = _Homing()
-    client = _Client(homing, moving=False)
+async def test_a_read_is_asked_once_more_only() -> None:
+    client = _Client(losses=2)
     with pytest.raises(errors.MetadataUnavailableError, match="connection to ZooKeeper lost"):
-        await store(client, homing).children("/x")
-    assert client.calls == 1
+        await store(client).children("/x")
+    assert client.calls == 2
