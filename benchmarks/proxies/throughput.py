@@ -302,8 +302,9 @@ async def compare_security(
     cluster: Cluster, args: argparse.Namespace, tools: Tools, progress: Callable[[str], None]
 ) -> None:
     """The bench with the topology's security and with tokens and TLS off, side by side;
-    `args.rounds` pairs, the order alternating, as the cluster started first runs on a
-    machine still busy with the other's start (and the second on a warmer disk cache)."""
+    `args.rounds` pairs, the order alternating, so that whatever running first or second
+    does to a run (a machine still busy with the other cluster's teardown, a warmer disk
+    cache) falls on both sides alike."""
     reports: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="globelog-bench-insecure-") as home:
         document = yaml.safe_load(cluster.topology_path.read_text())
@@ -336,8 +337,9 @@ def security_table(reports: dict[str, list[str]]) -> str:
     rows: dict[str, dict[str, float]] = {}
     for label, side in reports.items():
         figures = [_figures(report) for report in side]
+        # a figure every report of the side has (a run may lack the commit line)
         rows[label] = {
-            key: statistics.median(f[key] for f in figures if key in f)
+            key: statistics.median(f[key] for f in figures)
             for key in figures[0]
             if all(key in f for f in figures)
         }
