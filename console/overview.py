@@ -17,15 +17,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from console.health import deployment_status
+from console.health import NodeProbes, deployment_status
 from core.errors import NoNodeError
 from core.routes import PublishedTopology, publish_topology
-from core.security.credentials import bookie_tls
 from core.topology import Topology
 from global_meta import MetaStore
 from global_meta.followers import Follower
 from global_meta.streams import ROOT, StreamMetaStore
-from ledger import BookieUnreachableError, UnderReplication, ping_bookie
+from ledger import BookieUnreachableError, UnderReplication
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,7 +61,12 @@ class Overview:
         )
         self.snapshot: dict[str, Any] = {"at_ms": None, "nodes": [], "regions": []}
         self._rounds = 0
+        self._probes = NodeProbes(topology)  # connections kept from round to round
         self.follower = Follower(f"console overview ({region})", self._follow)
+
+    async def close(self) -> None:
+        """After `follower.stop()`: the kept connections closed."""
+        await self._probes.close()
 
     async def _follow(self, following: Callable[[], None]) -> None:
         while True:
@@ -81,7 +85,11 @@ class Overview:
         # each part has its own bound and its own fallback: one part failing (the
         # under-replication walk while ZooKeeper is away) does not freeze the others
         nodes, wan, under, _ = await asyncio.gather(
-            _part("nodes", deployment_status(self.topology, self._store, self._token), []),
+            _part(
+                "nodes",
+                deployment_status(self.topology, self._store, self._token, self._probes),
+                [],
+            ),
             _part("wan", self.wan(), []),
             _part("under-replication", self._under_replicated(), {"ledgers": None}),
             _part("owners", self._poll_owners_now(), None),
@@ -111,14 +119,13 @@ class Overview:
     async def wan(self) -> list[dict[str, Any]]:
         """Round trips from this region to each region's bookies, on the addresses this
         region's clients dial (through the WAN emulation where there is one)."""
-        tls = bookie_tls(self.topology.security)
 
         async def one(bookie_id: str) -> float | None:
             address = self._published.address(self.region, bookie_id)
             times = []
             for _ in range(WAN_PINGS):
                 try:
-                    times.append(await ping_bookie(address, timeout_s=WAN_PING_TIMEOUT_S, tls=tls))
+                    times.append(await self._probes.bookies.ping(address, WAN_PING_TIMEOUT_S))
                 except BookieUnreachableError:
                     return None
             return statistics.median(times)

@@ -196,6 +196,7 @@ class Console:
 
     async def stop(self) -> None:
         await self.overview.follower.stop()
+        await self.overview.close()
         await self.relay.stop()
         await self.security.stop()
 

@@ -23,7 +23,7 @@ from ledger.codecs.underreplication import (
 )
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.connections.bookie_client import BookieClient
-from ledger.connections.ping import ping_bookie
+from ledger.connections.ping import BookiePinger, ping_bookie
 from ledger.drivers.audit import audit_ledgers, audit_replicas, describe_ledger
 from ledger.drivers.client import LedgerClient
 from ledger.drivers.cluster_init import init_cluster_metadata
@@ -67,6 +67,7 @@ __all__ = [
     "LEDGERS_ROOT",
     "MIN_REGIONS_KEY",
     "BookieClient",
+    "BookiePinger",
     "BookieUnreachableError",
     "Claim",
     "DigestType",

@@ -46,19 +46,22 @@ def operator_session(
 
 
 async def service_health(
-    url: str, token: str | None = None, tls: ssl.SSLContext | bool = True
+    url: str,
+    token: str | None = None,
+    tls: ssl.SSLContext | bool = True,
+    http: aiohttp.ClientSession | None = None,
 ) -> tuple[bool, str]:
     """The /v1/health of the globelog service at `url`, asked with `token` (an `observe`
-    scope) and verified with `tls` over HTTPS: (answering, what it said or why not)."""
-    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+    scope) and verified with `tls` over HTTPS: (answering, what it said or why not). Over
+    `http` when given (its connections kept: a prober asking again and again), else over a
+    session of its own."""
+    if http is None:
+        async with probe_session(tls) as own:
+            return await service_health(url, token, tls, own)
     try:
         async with (
-            aiohttp.ClientSession(
-                timeout=timeout,
-                headers=auth_headers(token),
-                connector=aiohttp.TCPConnector(ssl=tls),
-            ) as http,
-            http.get(f"{url}/v1/health") as answer,
+            asyncio.timeout(PROBE_TIMEOUT_S),
+            http.get(f"{url}/v1/health", headers=auth_headers(token)) as answer,
         ):
             body = await answer.json()
             if answer.status != 200:
@@ -70,6 +73,14 @@ async def service_health(
             return True, f"serving, {streams} stream(s)"
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return False, f"not serving: {type(err).__name__}"
+
+
+def probe_session(tls: ssl.SSLContext | bool = True) -> aiohttp.ClientSession:
+    """An HTTP session for `service_health`, each request bounded by PROBE_TIMEOUT_S."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
+        connector=aiohttp.TCPConnector(ssl=tls),
+    )
 
 
 DEGRADED = "degraded"  # a proxy that answers but has followers not following

@@ -51,6 +51,21 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
     return ticks / CLOCK_TICKS
 
 
+def compiler_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of a JVM's JIT compiler threads (HotSpot names them `C1
+    CompilerThre…` and `C2 CompilerThre…`); 0 for a process that has none."""
+    ticks = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICKS
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (children, their children, ...)."""
     parent_of: dict[int, int] = {}

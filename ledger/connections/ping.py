@@ -7,7 +7,12 @@ import time
 
 from ledger.codecs.messages import GetBookieInfoRequest
 from ledger.connections.connection import BookieConnection, ConnectionConfig
-from ledger.errors import BookieConnectionError, BookieTimeoutError, BookieUnreachableError
+from ledger.errors import (
+    BookieConnectionError,
+    BookieTimeoutError,
+    BookieUnreachableError,
+    ClientClosedError,
+)
 
 
 async def ping_bookie(
@@ -19,21 +24,59 @@ async def ping_bookie(
     """Seconds for one GET_BOOKIE_INFO request and its response over a fresh connection
     (over `tls` when given, the certificate verified for `bookie_id`, by default `address`).
 
-    The clock starts after the connection is made, so it measures one request round trip.
+    The clock starts after the connection is made, so it measures one request round trip;
+    `timeout_s` bounds the connection's making and the request together.
     """
-    config = ConnectionConfig(request_timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=tls)
+    pinger = BookiePinger(tls)
     try:
-        connection = await BookieConnection.open(bookie_id or address, address, config)
-    except BookieConnectionError as err:
-        raise BookieUnreachableError(f"ping {address}: {err}") from err
-    try:
-        started = time.perf_counter()
-        await connection.call(GetBookieInfoRequest)
-        return time.perf_counter() - started
-    except BookieTimeoutError as err:
-        raise BookieUnreachableError(f"ping {address}: no answer in {timeout_s} s") from err
-    except BookieConnectionError as err:
-        raise BookieUnreachableError(f"ping {address}: {err}") from err
+        return await pinger.ping(address, timeout_s, bookie_id)
     finally:
-        connection.close()
-        await connection.wait_closed()  # aborted: the transport reports it at once
+        await pinger.close()
+
+
+class BookiePinger:
+    """Round trips to bookies over connections kept between pings, for a caller that asks
+    the same bookies again and again (the console, once a second): one TLS handshake per
+    bookie instead of one per ping, on both ends. A connection that failed or timed out is
+    dropped and the next ping makes a fresh one, so a ping still says whether a new
+    connection could be made."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls
+        self._kept: dict[tuple[str, str], BookieConnection] = {}
+        self.connections_made = 0
+
+    async def ping(self, address: str, timeout_s: float, bookie_id: str | None = None) -> float:
+        """Seconds for one GET_BOOKIE_INFO round trip to `address` (certificate checked for
+        `bookie_id`, by default `address`); BookieUnreachableError if none within `timeout_s`,
+        the connection's making included."""
+        key = (address, bookie_id or address)
+        deadline = time.monotonic() + timeout_s
+        connection = self._kept.get(key)
+        if connection is None or not connection.is_open:
+            config = ConnectionConfig(
+                request_timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=self._tls
+            )
+            try:
+                connection = await BookieConnection.open(key[1], address, config)
+            except BookieConnectionError as err:
+                raise BookieUnreachableError(f"ping {address}: {err}") from err
+            self._kept[key] = connection
+            self.connections_made += 1
+        try:
+            started = time.perf_counter()
+            await connection.call(GetBookieInfoRequest, max(0.001, deadline - time.monotonic()))
+            return time.perf_counter() - started
+        except (BookieConnectionError, ClientClosedError) as err:
+            if self._kept.get(key) is connection:
+                del self._kept[key]
+            connection.close()
+            what = f"no answer in {timeout_s} s" if isinstance(err, BookieTimeoutError) else err
+            raise BookieUnreachableError(f"ping {address}: {what}") from err
+
+    async def close(self) -> None:
+        kept, self._kept = list(self._kept.values()), {}
+        for connection in kept:
+            connection.close()
+        for connection in kept:
+            await connection.wait_closed()

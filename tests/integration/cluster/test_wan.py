@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from core.routes import plan_routes
-from ledger.connections.ping import ping_bookie
+from core.security.credentials import bookie_tls
+from ledger.connections.ping import BookiePinger, ping_bookie
 from ledger.errors import BookieUnreachableError
 from localcluster import wan
 from localcluster.controller import Cluster
@@ -54,3 +57,30 @@ async def test_partition_cuts_a_link_and_heal_restores_it(cluster: Cluster) -> N
     for route in (cut, reverse):
         await ping_bookie(route.listen.address, timeout_s=5.0)
     assert not any(r["partitioned"] for r in (await wan.wan_status(cluster.topology)).values())
+
+
+async def test_a_pinger_keeps_its_connection_and_makes_a_new_one_after_a_cut(
+    cluster: Cluster,
+) -> None:
+    """The console's pings: one TLS connection per bookie while it answers; a cut makes the
+    ping fail within its bound, and the first ping after the heal connects afresh."""
+    route = next(
+        r
+        for r in plan_routes(cluster.topology)
+        if r.kind == "bookie" and {r.from_region, r.to_region} == {"us-east", "eu-west"}
+    )
+    pinger = BookiePinger(bookie_tls(cluster.topology.security))
+    try:
+        for _ in range(5):
+            await pinger.ping(route.listen.address, timeout_s=5.0)
+        assert pinger.connections_made == 1
+        await wan.partition(cluster.topology, route.from_region, route.to_region)
+        try:
+            with pytest.raises(BookieUnreachableError, match=r"no answer in 1\.0 s"):
+                await asyncio.wait_for(pinger.ping(route.listen.address, timeout_s=1.0), 1.5)
+        finally:
+            await wan.heal(cluster.topology, route.from_region, route.to_region)
+        await pinger.ping(route.listen.address, timeout_s=5.0)
+        assert pinger.connections_made == 2
+    finally:
+        await pinger.close()

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from console import access, pages, records
+from console import access, health, pages, records
 from console import streams as streams_module
 from console.access import CHANGE_HEADER, COOKIE, PUBLIC, AuditLog, ConsoleAccess, Need
 from console.records import ProxyAnswerError, ProxyRelay, position_query
@@ -340,3 +340,36 @@ async def test_the_segment_cache_keeps_at_most_its_bound_and_reads_again_once_ag
     now[0] += streams_module.FRESH_S + 1
     await views._segments(meta, "c")
     assert store.reads == reads + 4  # aged: read again
+
+
+async def test_the_overviews_probes_ask_zookeeper_modes_again_after_they_are_kept_or_suspect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`srvr` closes its connection, so each ask is a fresh handshake: the console's probes
+    keep the modes ZOOKEEPER_MODES_KEPT_S, except a node of a region where another node
+    stopped answering, asked again after ZOOKEEPER_MODE_FRESH_S."""
+    topology = load_checked_topology(REPO / "topology.yaml")
+    nodes = len(topology.zookeeper)
+    asked: list[str] = []
+
+    async def mode(endpoint: Any, tls: Any) -> str:
+        asked.append(endpoint.address)
+        return "follower"
+
+    monkeypatch.setattr(health, "zookeeper_mode", mode)
+    now = [100.0]
+    probes = health.NodeProbes(topology, clock=lambda: now[0])
+    try:
+        assert await probes.zookeeper_modes() == ["follower"] * nodes
+        assert len(asked) == nodes
+        now[0] += health.ZOOKEEPER_MODE_FRESH_S
+        await probes.zookeeper_modes()
+        assert len(asked) == nodes  # kept
+        await probes.zookeeper_modes(suspect_regions={"us-west"})
+        west = next(n for n in topology.zookeeper if n.region == "us-west")
+        assert asked[nodes:] == [west.client.address]
+        now[0] += health.ZOOKEEPER_MODES_KEPT_S - health.ZOOKEEPER_MODE_FRESH_S
+        await probes.zookeeper_modes()
+        assert len(asked) == 1 + 2 * nodes - 1  # all but us-west's, asked later
+    finally:
+        await probes.close()
