@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.adds import ENTRIES_MAX, SECONDS_MAX, AddWorkload
+from benchmarks.jit import SETTLED_CORES, WARMUP_MAX_S_DEFAULT, WARMUP_MAX_S_MAX
 from core.errors import ClusterError, ConfigError
 from core.topology import Replication, Topology
 from core.topology_loader import load_topology
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "still lasts --seconds)",
     )
     parser.add_argument("--warmup-entries", type=int, default=2000)
+    parser.add_argument(
+        "--warmup-max-seconds",
+        type=float,
+        default=WARMUP_MAX_S_DEFAULT,
+        help="after the bookies' warm-up, unmeasured adds go on until the JVMs' JIT compilers "
+        f"use under {SETTLED_CORES * 100:.0f}%% of a core, for at most this long; 0: no more",
+    )
     parser.add_argument("--digest", choices=sorted(DIGESTS), default="crc32")
     parser.add_argument(
         "--bookie-tls",
@@ -85,6 +93,7 @@ class LedgerBenchOptions:
     workload: AddWorkload
     replication: Replication
     use_running: bool
+    warmup_max_s: float
 
 
 def _bounded(problems: list[str], flag: str, value: int | None, low: int, high: int) -> None:
@@ -141,6 +150,8 @@ def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:
     _bounded(problems, "--seconds", args.seconds, 1, SECONDS_MAX)
     _bounded(problems, "--entries", args.entries, 1, ENTRIES_MAX)
     _bounded(problems, "--warmup-entries", args.warmup_entries, 0, WARMUP_ENTRIES_MAX)
+    if not 0 <= args.warmup_max_seconds <= WARMUP_MAX_S_MAX:
+        problems.append(f"--warmup-max-seconds {args.warmup_max_seconds}: expected 0..1800")
     if problems:
         raise ConfigError("bench ledger: " + "; ".join(problems))
     workload = AddWorkload(
@@ -153,7 +164,9 @@ def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:
         warmup_entries=args.warmup_entries,
         digest=DIGESTS[args.digest],
     )
-    return LedgerBenchOptions(cluster, workload, replication, args.use_running)
+    return LedgerBenchOptions(
+        cluster, workload, replication, args.use_running, args.warmup_max_seconds
+    )
 
 
 def check_cluster_ports(cluster: Cluster, use_running: bool) -> None:

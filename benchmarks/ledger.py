@@ -18,13 +18,14 @@ import dataclasses
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.adds import AddRun, AddWorkload, run_adds
 from benchmarks.figures import AddFigures, describe_regions, ensemble_regions
 from benchmarks.java_runner import SEND_LIMIT_DEFAULT, JavaBenchRequest, JavaRun, run_java_bench
+from benchmarks.jit import until_jit_settled
 from core.errors import ClusterError
 from core.topology import Replication, Topology
 from global_meta import MetaStore
@@ -59,6 +60,7 @@ async def bench_ledger(
     *,
     use_running: bool,
     progress: Progress,
+    warmup_max_s: float = 0.0,
 ) -> str:
     """Runs every configuration; with `use_running` False, on a temporary cluster torn down
     afterwards (also on errors, Ctrl-C and SIGTERM). Returns the printable report."""
@@ -66,7 +68,9 @@ async def bench_ledger(
         if use_running:
             setup = f"already running from {cluster.data_dir}"
             fsync = fsync_policy(cluster)
-            rows = await _all_runs(cluster, tools, workload, replication, Path(home), progress)
+            rows = await _all_runs(
+                cluster, tools, workload, replication, Path(home), progress, warmup_max_s
+            )
         else:
             cluster = dataclasses.replace(cluster, data_dir=Path(home) / "data")
             try:
@@ -74,7 +78,9 @@ async def bench_ledger(
                 up = await controller.up(cluster, tools)
                 setup = f"temporary (fresh data dir, up in {up.total_s:.1f} s, torn down after)"
                 fsync = fsync_policy(cluster)
-                rows = await _all_runs(cluster, tools, workload, replication, Path(home), progress)
+                rows = await _all_runs(
+                    cluster, tools, workload, replication, Path(home), progress, warmup_max_s
+                )
             finally:
                 controller.down(cluster, purge=True)
     return "\n".join(_header(cluster, workload, replication, setup, fsync) + rows)
@@ -136,10 +142,19 @@ async def _all_runs(
     replication: Replication,
     work_dir: Path,
     progress: Progress,
+    warmup_max_s: float,
 ) -> list[str]:
     topology = cluster.topology
     async with await MetaStore.of(topology) as store:
         warm_up = await _warm_bookies(store, topology, workload, progress)
+        if warmup_max_s > 0:
+            settled = await until_jit_settled(
+                cluster.data_dir,
+                _everywhere_adds(store, topology, workload),
+                warmup_max_s,
+                progress,
+            )
+            warm_up = f"{warm_up}; then {settled.removeprefix('warm-up: ')}"
         rows, notes = await _globelog_runs(store, cluster, workload, replication, progress)
     progress(f"run {len(rows) + 1}/{len(rows) + 1}: BookKeeper BenchThroughputLatency (JVM)")
     request = JavaBenchRequest(
@@ -173,7 +188,7 @@ async def _warm_bookies(
     (E=W=A=all bookies, 10000 adds), so the first run does not pay for the bookies' JIT."""
     bookies = len(topology.bookies)
     progress(f"bookie warm-up: {BOOKIE_WARMUP_ADDS} adds to all {bookies} bookies, direct")
-    everywhere = Replication(bookies, bookies, bookies, min_regions_for_durability=1)
+    everywhere = _everywhere(topology)
     warm = dataclasses.replace(
         workload, entries_max=BOOKIE_WARMUP_ADDS, warmup_entries=0, seconds=BOOKIE_WARMUP_S_MAX
     )
@@ -182,6 +197,27 @@ async def _warm_bookies(
         f"bookie warm-up (unmeasured, as BookKeeper's): {run.figures.adds} adds at "
         f"E=W=A={bookies} in {run.figures.elapsed_s:.1f} s, direct"
     )
+
+
+def _everywhere(topology: Topology) -> Replication:
+    """Every entry on every bookie: a warm-up that reaches them all."""
+    bookies = len(topology.bookies)
+    return Replication(bookies, bookies, bookies, min_regions_for_durability=1)
+
+
+def _everywhere_adds(
+    store: MetaStore, topology: Topology, workload: AddWorkload
+) -> Callable[[int, float], Awaitable[object]]:
+    """Unmeasured adds to every bookie for a given time: the warm-up's load."""
+    everywhere = _everywhere(topology)
+
+    async def load(turn: int, seconds: float) -> None:
+        warm = dataclasses.replace(
+            workload, entries_max=None, warmup_entries=0, seconds=max(1, round(seconds))
+        )
+        await run_adds(store, topology, warm, everywhere, direct=True)
+
+    return load
 
 
 async def _globelog_runs(

@@ -318,6 +318,7 @@ def _run_bench_ledger(args: argparse.Namespace) -> int:
             options.workload,
             options.replication,
             use_running=options.use_running,
+            warmup_max_s=options.warmup_max_s,
             progress=lambda line: print(f"globelog bench ledger: {line}", file=sys.stderr),
         )
     )

@@ -77,9 +77,12 @@ class NodeProbes:
         return self._http
 
     async def close(self) -> None:
-        await self.bookies.close()
-        if self._http is not None:
-            await self._http.close()
+        http, self._http = self._http, None
+        try:
+            await self.bookies.close()
+        finally:
+            if http is not None:
+                await http.close()
 
 
 async def deployment_status(

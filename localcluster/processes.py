@@ -51,10 +51,11 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
     return ticks / CLOCK_TICKS
 
 
-def compiler_cpu_seconds(pid: int) -> float:
-    """CPU seconds so far of a JVM's JIT compiler threads (HotSpot names them `C1
-    CompilerThre…` and `C2 CompilerThre…`); 0 for a process that has none."""
-    ticks = 0
+def compiler_threads_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each of a JVM's JIT compiler threads, by thread id (HotSpot names
+    them `C1 CompilerThre…` and `C2 CompilerThre…`, and starts and ends them as the work
+    comes and goes); {} for a process that has none."""
+    found = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
@@ -62,8 +63,8 @@ def compiler_cpu_seconds(pid: int) -> float:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # the thread ended meanwhile
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLOCK_TICKS
+        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return found
 
 
 def descendants(pid: int) -> list[int]:

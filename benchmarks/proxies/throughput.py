@@ -41,10 +41,16 @@ from benchmarks.harness import (
     on_bench_cluster,
     run_on_bench_cluster,
 )
+from benchmarks.jit import (
+    SETTLED_CORES,
+    WARMUP_MAX_S_DEFAULT,
+    WARMUP_MAX_S_MAX,
+    until_jit_settled,
+)
 from core.errors import ConfigError, StreamExistsError
 from figures.percentiles import percentile
 from localcluster.controller import Cluster
-from localcluster.processes import compiler_cpu_seconds, cpu_seconds, load_state
+from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import Received, proxy_url, tail_region
 from localcluster.tools import Tools, find_tools
 from localcluster.topology_files import load_local_topology
@@ -65,69 +71,31 @@ CPU_GROUPS = (
     ("rebuilders", ("rebuilder",)),
     ("console", ("console",)),
 )
-JVM_KINDS = ("zookeeper", "bookie")
-JIT_SETTLED_CORES = 0.05  # the JVMs' compiler threads together, below which the JIT is settled
-JIT_CHECK_S = 10.0  # warm-up writes between two looks at the compiler threads
-
-
-def jit_cpu_seconds(data_dir: Path) -> float:
-    """CPU seconds so far of the compiler threads of the cluster's JVMs."""
-    total = 0.0
-    for record in load_state(data_dir).values():
-        if record.kind in JVM_KINDS:
-            with contextlib.suppress(OSError):  # a process that ended counts no more
-                total += compiler_cpu_seconds(record.pid)
-    return total
 
 
 async def warm_up(
     cluster: Cluster, namespace: str, args: argparse.Namespace, progress: Callable[[str], None]
 ) -> str:
-    """Unmeasured bulk writes: `--warmup-seconds` at each size, then on (the sizes in turn,
-    JIT_CHECK_S at a time) until the JVMs' JIT compilers use under JIT_SETTLED_CORES or
-    `--warmup-max-seconds` have passed. A fresh bookie compiles for minutes (the C2 threads
-    of six bookies took 40 % of a core in the second minute of a run, and the compilers of
-    all nine JVMs still 5-10 % four minutes in): measured runs that start before it settles
-    time the compiler. Returns the report's
-    line on the warm-up."""
+    """Unmeasured bulk writes: `--warmup-seconds` at each size, then on (the sizes in turn)
+    until the JVMs' JIT compilers settle or `--warmup-max-seconds` have passed
+    (benchmarks/jit.py). Returns the report's line on the warm-up."""
     started = time.monotonic()
     for size in args.record_bytes:
         progress(f"warm-up, {size} B records, {args.warmup_seconds:.0f} s (not measured)")
         await throughput(cluster, namespace, size, args, args.warmup_seconds, "warmup")
-    line = await _until_jit_settled(cluster, namespace, args, progress, started)
+
+    async def load(turn: int, seconds: float) -> None:
+        size = args.record_bytes[turn % len(args.record_bytes)]
+        await throughput(cluster, namespace, size, args, seconds, "warmup")
+
+    line = await until_jit_settled(
+        cluster.data_dir, load, args.warmup_max_seconds, progress, started
+    )
     # deleted: a warm-up of minutes writes gigabytes that --use-running would keep
     async with ProxyClient([proxy_url(cluster, WRITER_REGION, "write")], namespace) as client:
         for size in args.record_bytes:
             await client.delete(f"warmup-{size}")
     return line
-
-
-async def _until_jit_settled(
-    cluster: Cluster,
-    namespace: str,
-    args: argparse.Namespace,
-    progress: Callable[[str], None],
-    started: float,
-) -> str:
-    turn = 0
-    while True:
-        before, at = jit_cpu_seconds(cluster.data_dir), time.monotonic()
-        size = args.record_bytes[turn % len(args.record_bytes)]
-        await throughput(cluster, namespace, size, args, JIT_CHECK_S, "warmup")
-        cores = (jit_cpu_seconds(cluster.data_dir) - before) / (time.monotonic() - at)
-        waited = time.monotonic() - started
-        if cores < JIT_SETTLED_CORES:
-            return (
-                f"warm-up: {waited:.0f} s of unmeasured writes, until the JVMs' JIT compilers "
-                f"used {cores * 100:.1f} % of a core (settled below {JIT_SETTLED_CORES:.0%})"
-            )
-        if waited + JIT_CHECK_S > args.warmup_max_seconds:
-            return (
-                f"warm-up: {waited:.0f} s of unmeasured writes, --warmup-max-seconds reached "
-                f"with the JVMs' JIT compilers still at {cores * 100:.1f} % of a core"
-            )
-        progress(f"warm-up: JIT compilers at {cores * 100:.0f} % of a core; writing on")
-        turn += 1
 
 
 def cpu_by_group(data_dir: Path) -> dict[str, float]:
@@ -311,9 +279,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-max-seconds",
         type=float,
-        default=240.0,
+        default=WARMUP_MAX_S_DEFAULT,
         help="after --warmup-seconds, unmeasured writes go on until the JVMs' JIT compilers "
-        f"use under {JIT_SETTLED_CORES * 100:.0f}%% of a core, for at most this long in all",
+        f"use under {SETTLED_CORES * 100:.0f}%% of a core, for at most this long in all",
     )
     parser.add_argument(
         "--record-bytes", type=lambda text: [int(x) for x in text.split(",")], default=[100, 1024]
@@ -343,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
         problems.append(f"--seconds {args.seconds}: expected 1..600")
     if not 0 <= args.warmup_seconds <= 600:
         problems.append(f"--warmup-seconds {args.warmup_seconds}: expected 0..600")
-    if not 0 <= args.warmup_max_seconds <= 1800:
+    if not 0 <= args.warmup_max_seconds <= WARMUP_MAX_S_MAX:
         problems.append(f"--warmup-max-seconds {args.warmup_max_seconds}: expected 0..1800")
     if not 1 <= args.batch <= 100_000:
         problems.append(f"--batch {args.batch}: expected 1..100000")

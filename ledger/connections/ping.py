@@ -1,7 +1,10 @@
-"""One-shot bookie round trip (GET_BOOKIE_INFO) to check reachability and measure latency."""
+"""Bookie round trips (GET_BOOKIE_INFO) to check reachability and measure latency: one-shot,
+or over connections kept from one ping to the next."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 import time
 
@@ -12,7 +15,10 @@ from ledger.errors import (
     BookieTimeoutError,
     BookieUnreachableError,
     ClientClosedError,
+    ProtocolError,
 )
+
+CLOSE_TIMEOUT_S = 1.0
 
 
 async def ping_bookie(
@@ -25,7 +31,7 @@ async def ping_bookie(
     (over `tls` when given, the certificate verified for `bookie_id`, by default `address`).
 
     The clock starts after the connection is made, so it measures one request round trip;
-    `timeout_s` bounds the connection's making and the request together.
+    `timeout_s` bounds the connection's making and, again, the request.
     """
     pinger = BookiePinger(tls)
     try:
@@ -48,24 +54,15 @@ class BookiePinger:
 
     async def ping(self, address: str, timeout_s: float, bookie_id: str | None = None) -> float:
         """Seconds for one GET_BOOKIE_INFO round trip to `address` (certificate checked for
-        `bookie_id`, by default `address`); BookieUnreachableError if none within `timeout_s`,
-        the connection's making included."""
+        `bookie_id`, by default `address`); BookieUnreachableError if a connection cannot be
+        made within `timeout_s` or the request is not answered within `timeout_s`."""
         key = (address, bookie_id or address)
-        deadline = time.monotonic() + timeout_s
         connection = self._kept.get(key)
         if connection is None or not connection.is_open:
-            config = ConnectionConfig(
-                request_timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=self._tls
-            )
-            try:
-                connection = await BookieConnection.open(key[1], address, config)
-            except BookieConnectionError as err:
-                raise BookieUnreachableError(f"ping {address}: {err}") from err
-            self._kept[key] = connection
-            self.connections_made += 1
+            connection = await self._connect(key, timeout_s)
         try:
             started = time.perf_counter()
-            await connection.call(GetBookieInfoRequest, max(0.001, deadline - time.monotonic()))
+            await connection.call(GetBookieInfoRequest, timeout_s)
             return time.perf_counter() - started
         except (BookieConnectionError, ClientClosedError) as err:
             if self._kept.get(key) is connection:
@@ -74,9 +71,28 @@ class BookiePinger:
             what = f"no answer in {timeout_s} s" if isinstance(err, BookieTimeoutError) else err
             raise BookieUnreachableError(f"ping {address}: {what}") from err
 
+    async def _connect(self, key: tuple[str, str], timeout_s: float) -> BookieConnection:
+        address, bookie_id = key
+        config = ConnectionConfig(
+            request_timeout_s=timeout_s, connect_timeout_s=timeout_s, tls=self._tls
+        )
+        try:
+            made = await BookieConnection.open(bookie_id, address, config)
+        except (BookieConnectionError, ProtocolError) as err:  # ProtocolError: START_TLS's
+            raise BookieUnreachableError(f"ping {address}: {err}") from err
+        kept = self._kept.get(key)
+        if kept is not None and kept.is_open:  # another ping connected meanwhile: share it
+            made.close()
+            return kept
+        self._kept[key] = made
+        self.connections_made += 1
+        return made
+
     async def close(self) -> None:
         kept, self._kept = list(self._kept.values()), {}
         for connection in kept:
             connection.close()
-        for connection in kept:
-            await connection.wait_closed()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):  # aborted: reported within a loop turn
+                for connection in kept:
+                    await connection.wait_closed()

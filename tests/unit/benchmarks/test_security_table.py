@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.jit import jit_cpu_between
 from benchmarks.proxies.throughput import security_table
 
 pytestmark = pytest.mark.unit
@@ -60,3 +61,14 @@ def test_rounds_are_compared_by_their_medians() -> None:
     lines = {line.split()[0] + line.split()[1]: line for line in table.splitlines()[2:]}
     assert lines["100B"].split()[-3:] == ["9000.0", "10000.0", "+10.0%"]
     assert lines["commitp50"].endswith("+0.50 ms")
+
+
+def test_the_compilers_cpu_between_two_samples_counts_threads_started_since_and_never_less() -> (
+    None
+):
+    """HotSpot starts and ends compiler threads as work comes and goes: a thread started
+    since the first sample counts from 0, one that ended is not taken off the total."""
+    before = {(1, 10): 5.0, (1, 11): 2.0, (2, 20): 1.0}
+    after = {(1, 10): 5.5, (2, 20): 1.25, (2, 21): 0.75}  # (1, 11) ended; (2, 21) started
+    assert jit_cpu_between(before, after) == 1.5
+    assert jit_cpu_between(after, after) == 0.0
