@@ -46,8 +46,10 @@ class NodeProbes:
     def __init__(self, topology: Topology, clock: Callable[[], float] = time.monotonic) -> None:
         self._topology = topology
         self._clock = clock
-        self.bookies = BookiePinger(bookie_tls(topology.security))
-        self._http: aiohttp.ClientSession | None = None  # made in the event loop, at first use
+        # both made at first use: the HTTP session in the event loop, and the CA's files
+        # read when a probe needs them (a console is made before `security init` runs)
+        self._bookies: BookiePinger | None = None
+        self._http: aiohttp.ClientSession | None = None
         self._modes: dict[str, tuple[str | None, float]] = {}  # node: (mode, asked at)
 
     async def zookeeper_modes(self, suspect_regions: Collection[str] = ()) -> list[str | None]:
@@ -71,15 +73,23 @@ class NodeProbes:
         return [self._modes[n.name][0] for n in self._topology.zookeeper]
 
     @property
+    def bookies(self) -> BookiePinger:
+        if self._bookies is None:
+            self._bookies = BookiePinger(bookie_tls(self._topology.security))
+        return self._bookies
+
+    @property
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
             self._http = probe_session(client_ssl(self._topology.security))
         return self._http
 
     async def close(self) -> None:
-        http, self._http = self._http, None
+        bookies, http = self._bookies, self._http
+        self._bookies, self._http = None, None
         try:
-            await self.bookies.close()
+            if bookies is not None:
+                await bookies.close()
         finally:
             if http is not None:
                 await http.close()
