@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.adds import ENTRIES_MAX, SECONDS_MAX, AddWorkload
-from benchmarks.jit import SETTLED_CORES, WARMUP_MAX_S_DEFAULT, WARMUP_MAX_S_MAX
+from benchmarks.jit import SETTLED_CORES, WARMUP_MAX_S_DEFAULT, warmup_max_problem
 from core.errors import ClusterError, ConfigError
 from core.topology import Replication, Topology
 from core.topology_loader import load_topology
@@ -150,8 +150,8 @@ def parse_options(args: argparse.Namespace) -> LedgerBenchOptions:
     _bounded(problems, "--seconds", args.seconds, 1, SECONDS_MAX)
     _bounded(problems, "--entries", args.entries, 1, ENTRIES_MAX)
     _bounded(problems, "--warmup-entries", args.warmup_entries, 0, WARMUP_ENTRIES_MAX)
-    if not 0 <= args.warmup_max_seconds <= WARMUP_MAX_S_MAX:
-        problems.append(f"--warmup-max-seconds {args.warmup_max_seconds}: expected 0..1800")
+    if (problem := warmup_max_problem(args.warmup_max_seconds)) is not None:
+        problems.append(problem)
     if problems:
         raise ConfigError("bench ledger: " + "; ".join(problems))
     workload = AddWorkload(

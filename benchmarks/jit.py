@@ -2,7 +2,7 @@
 
 A fresh bookie's JIT compiles for minutes: with `bench proxy`'s writes going, the C2 threads
 of one bookie took 6.6 % of a core in the second minute (40 % for six), and the compilers of
-all nine JVMs of the local cluster were still at 5-12 % of a core four minutes in. On a
+all nine JVMs of the local cluster were still at 5-15 % of a core four minutes in. On a
 machine whose cores every process shares, a measured run that starts before that settles
 times the compiler too, and two runs compared (TLS on and off) may differ only in how far
 each one's JVMs had got.
@@ -24,6 +24,13 @@ WARMUP_MAX_S_DEFAULT = 240.0
 WARMUP_MAX_S_MAX = 1800.0
 
 Threads = dict[tuple[int, int], float]
+
+
+def warmup_max_problem(seconds: float) -> str | None:
+    """What is wrong with a `--warmup-max-seconds`, or None."""
+    if 0 <= seconds <= WARMUP_MAX_S_MAX:
+        return None
+    return f"--warmup-max-seconds {seconds}: expected 0..{WARMUP_MAX_S_MAX:.0f}"
 
 
 def jit_threads_cpu(data_dir: Path) -> Threads:

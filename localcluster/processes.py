@@ -44,7 +44,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int, children: bool = False) -> float:
     """User + system CPU seconds of a live process so far (with `children`, also those of
     its children that ended and were waited for)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"), children)
+
+
+def _stat_cpu_seconds(stat: Path, children: bool = False) -> float:
+    """User + system CPU seconds from a process's or a thread's `stat` file."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])
     if children:
         ticks += int(fields[13]) + int(fields[14])
@@ -58,12 +63,10 @@ def compiler_threads_cpu(pid: int) -> dict[int, float]:
     found = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                found[int(task.name)] = _stat_cpu_seconds(task / "stat")
         except OSError:
             continue  # the thread ended meanwhile
-        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return found
 
 

@@ -44,8 +44,8 @@ from benchmarks.harness import (
 from benchmarks.jit import (
     SETTLED_CORES,
     WARMUP_MAX_S_DEFAULT,
-    WARMUP_MAX_S_MAX,
     until_jit_settled,
+    warmup_max_problem,
 )
 from core.errors import ConfigError, StreamExistsError
 from figures.percentiles import percentile
@@ -311,8 +311,8 @@ def run(args: argparse.Namespace) -> int:
         problems.append(f"--seconds {args.seconds}: expected 1..600")
     if not 0 <= args.warmup_seconds <= 600:
         problems.append(f"--warmup-seconds {args.warmup_seconds}: expected 0..600")
-    if not 0 <= args.warmup_max_seconds <= WARMUP_MAX_S_MAX:
-        problems.append(f"--warmup-max-seconds {args.warmup_max_seconds}: expected 0..1800")
+    if (problem := warmup_max_problem(args.warmup_max_seconds)) is not None:
+        problems.append(problem)
     if not 1 <= args.batch <= 100_000:
         problems.append(f"--batch {args.batch}: expected 1..100000")
     if not 1 <= args.clients <= 64:
