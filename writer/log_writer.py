@@ -109,6 +109,7 @@ class LogWriter:
         self._loop = asyncio.get_running_loop()
         start = SegmentStart(segment.segment.sequence, segment.segment.first_seq, max_txid)
         self._clock_s = self._loop.time()  # the time the machine was last told
+        self._wall_ms = now_ms()  # the wall time then: a txid's floor
         self._state = LogWriterState(stream, config.settings, start, self._clock_s)
         # What waits for each write: its own future, or the batch of a write_bulk call.
         self._futures: dict[int, asyncio.Future[Written]] = {}
@@ -260,15 +261,20 @@ class LogWriter:
         (`await wait_for_room()`), or use `write`, which waits for it.
         """
         state = self._state
-        self._advance_clock()
-        write_id = state.write(record, now_ms())
+        now = self._loop.time()
+        ticked = now - self._clock_s >= CLOCK_STEP_S
+        if ticked:
+            self._tell_time(now)
+        flush_due = state.flush_due_s
+        write_id = state.write(record, self._wall_ms)
         future: asyncio.Future[Written] = self._loop.create_future()
         self._futures[write_id] = future
         if state.room <= 0:
             self._room.clear()
         if state.has_actions:
             self._pump()
-        else:
+        elif ticked or state.flush_due_s != flush_due:
+            # a write without actions moves no wake-up but the buffer's flush (and a tick's)
             self._arm()
         return future
 
@@ -430,8 +436,8 @@ class LogWriter:
 
     def _tick(self) -> None:
         self._timer = None
-        self._clock_s = self._loop.time()
-        self._feed(Ticked(self._clock_s))
+        self._tell_time(self._loop.time())
+        self._pump()
 
     def _advance_clock(self) -> None:
         """Tells the machine the time before it decides on a write or an ack: deadlines it
@@ -439,8 +445,20 @@ class LogWriter:
         """
         now = self._loop.time()
         if now - self._clock_s >= CLOCK_STEP_S:
-            self._clock_s = now
-            self._state.handle(Ticked(now))  # its actions go out with the caller's pump
+            self._tell_time(now)
+
+    def _wall_now_ms(self) -> int:
+        """The wall time, as last read if that was within CLOCK_STEP_S."""
+        if self._loop.time() - self._clock_s < CLOCK_STEP_S:
+            return self._wall_ms
+        return now_ms()
+
+    def _tell_time(self, now: float) -> None:
+        """Moves the machine's clock and the wall time writes take their txids from (read
+        once per CLOCK_STEP_S, not per record); its actions go out with the caller's pump."""
+        self._clock_s = now
+        self._wall_ms = now_ms()
+        self._state.handle(Ticked(now))
 
     def _execute(self, action: WriterAction) -> None:
         match action:
@@ -459,7 +477,7 @@ class LogWriter:
         payload = encode_entry(
             action.records,
             first_position=action.first_position,
-            write_time_ms=now_ms(),
+            write_time_ms=self._wall_now_ms(),
             region=self.config.region,
             codec=self._codec,
         )
@@ -506,6 +524,13 @@ class LogWriter:
         futures = self._futures
         runs = self._runs
         self.last_written = results[-1][1]
+        if not runs:  # single writes only (write_nowait's path): no run to look for
+            for write_id, written in results:
+                future = futures.pop(write_id)
+                if not future.done():
+                    future.set_result(written)
+            self._room.set()
+            return
         for write_id, written in results:
             if runs and runs[0].first_id <= write_id:
                 run = runs[0]

@@ -173,6 +173,11 @@ class LogWriterState:
     def is_terminal(self) -> bool:
         return self._phase in (Phase.CLOSED, Phase.FAILED)
 
+    @property
+    def flush_due_s(self) -> float | None:
+        """When the buffered records go out if nothing sends them before (None: no wait)."""
+        return self._flush_due_s
+
     def next_wakeup_s(self) -> float | None:
         """When the next flush, control record or time roll is due (called after every
         input, so it allocates nothing)."""
@@ -248,21 +253,29 @@ class LogWriterState:
         `checked`: the caller ran `check_write` on it (and on every record before it in a
         batch, with nothing else in between), so it is not checked twice.
         """
-        if not checked:
+        payload, given = record.payload, record.txid
+        size = len(payload)
+        # The common write (an open writer, no txid given, a payload within the limit) passes
+        # check_write: only the others take it, which keeps a record's path short.
+        if not checked and (
+            self._phase is not Phase.OPEN
+            or given is not None
+            or size > RECORD_BYTES_MAX
+            or self._end_of_stream
+        ):
             self.check_write(record)
-        assert self.room > 0, "write() without room: the driver waits for room first"
-        txid = (
-            record.txid if record.txid is not None else min(max(self._last_txid, now_ms), TXID_MAX)
+        assert self._pending_writes < self.settings.pending_writes_max, (
+            "write() without room: the driver waits for room first"
         )
+        txid = given if given is not None else min(max(self._last_txid, now_ms), TXID_MAX)
         self._last_txid = txid
         write_id = self._next_write_id
-        self._next_write_id += 1
+        self._next_write_id = write_id + 1
         self._pending_writes += 1
-        size = len(record.payload)
         if self._buffer_bytes + size > ENTRY_RECORDS_BYTES_MAX:
             self._transmit_buffer()  # the entry would overflow: send what is buffered first
         if record.producer is None:
-            stored = StoredRecord(txid, RecordFlag.NONE, record.payload)
+            stored = StoredRecord(txid, RecordFlag.NONE, payload)
         else:
             stored = StoredRecord(
                 txid, RecordFlag.PRODUCER, producer_payload(*record.producer, record.payload)
@@ -398,20 +411,29 @@ class LogWriterState:
         assert self._in_flight, f"ack without an entry in flight: {event}"
         transmit = self._in_flight.popleft()
         assert transmit.transmit_id == event.transmit_id, (transmit.transmit_id, event)
-        results: list[tuple[int, Written]] = []
         seq = self._first_seq + self._acked_count
         segment, entry = self._sequence, event.entry_id
         pairs = zip(transmit.write_ids, transmit.records, strict=True)
-        for slot, (write_id, record) in enumerate(pairs):
-            if write_id < 0:
-                continue  # a control record: nobody waits for it
-            dlsn = DLSN(segment, entry, slot)
-            if record.flags and record.flags & NO_POSITION:
-                results.append((write_id, Written(dlsn, record.txid, -1)))
-            else:
-                results.append((write_id, Written(dlsn, record.txid, seq)))
-                self._last_dlsn = dlsn
-                seq += 1
+        results: list[tuple[int, Written]]
+        if transmit.user_records == len(transmit.records):
+            # only user records (the common entry): each takes the next sequence id
+            results = [
+                (write_id, Written(DLSN(segment, entry, slot), record.txid, seq + slot))
+                for slot, (write_id, record) in enumerate(pairs)
+            ]
+            self._last_dlsn = results[-1][1].dlsn
+        else:
+            results = []
+            for slot, (write_id, record) in enumerate(pairs):
+                if write_id < 0:
+                    continue  # a control record: nobody waits for it
+                dlsn = DLSN(segment, entry, slot)
+                if record.flags and record.flags & NO_POSITION:
+                    results.append((write_id, Written(dlsn, record.txid, -1)))
+                else:
+                    results.append((write_id, Written(dlsn, record.txid, seq)))
+                    self._last_dlsn = dlsn
+                    seq += 1
         # txids never go down within an entry: its last record holds the highest
         self._last_acked_txid = max(self._last_acked_txid, transmit.records[-1].txid)
         self._acked_count += transmit.user_records
