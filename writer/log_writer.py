@@ -447,12 +447,6 @@ class LogWriter:
         if now - self._clock_s >= CLOCK_STEP_S:
             self._tell_time(now)
 
-    def _wall_now_ms(self) -> int:
-        """The wall time, as last read if that was within CLOCK_STEP_S."""
-        if self._loop.time() - self._clock_s < CLOCK_STEP_S:
-            return self._wall_ms
-        return now_ms()
-
     def _tell_time(self, now: float) -> None:
         """Moves the machine's clock and the wall time writes take their txids from (read
         once per CLOCK_STEP_S, not per record); its actions go out with the caller's pump."""
@@ -477,7 +471,7 @@ class LogWriter:
         payload = encode_entry(
             action.records,
             first_position=action.first_position,
-            write_time_ms=self._wall_now_ms(),
+            write_time_ms=now_ms(),  # afresh (once an entry): never before its segment began
             region=self.config.region,
             codec=self._codec,
         )

@@ -209,7 +209,7 @@ class LogWriterState:
             raise self.failure()
         if self._end_of_stream:
             raise EndOfStreamError(f"stream {self.stream!r} was sealed with an end of stream")
-        if self._phase in (Phase.CLOSING, Phase.CLOSED):
+        if self._close_requested or self._phase in (Phase.CLOSING, Phase.CLOSED):
             raise WriterClosedError(f"stream {self.stream!r}: the writer is closed")
         if len(record.payload) > RECORD_BYTES_MAX:
             raise RecordTooLargeError(

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import WriterClosedError
 from core.records import Record
 from core.streams import StreamSettings
-from writer.events import EntryAcked, RollRequested, RollSegment, SegmentStarted, TransmitEntry
+from writer.events import (
+    CloseSegment,
+    EntryAcked,
+    RollRequested,
+    RollSegment,
+    SegmentStarted,
+    TransmitEntry,
+)
 from writer.state import LogWriterState, Phase, SegmentStart
 
 pytestmark = pytest.mark.unit
@@ -44,3 +52,24 @@ def test_an_empty_segment_is_not_rolled() -> None:
     state = machine()
     state.handle(RollRequested())
     assert state.take_actions() == [] and state.phase is Phase.OPEN
+
+
+def test_a_write_after_close_is_refused_while_a_roll_is_under_way() -> None:
+    state = machine()
+    state.write(Record(b"a"), NOW_MS)
+    state.flush()
+    (entry,) = [a for a in state.take_actions() if isinstance(a, TransmitEntry)]
+    state.handle(RollRequested())
+    state.handle(EntryAcked(entry.transmit_id, 0))
+    assert state.phase is Phase.ROLLING
+    state.close()
+    with pytest.raises(WriterClosedError):
+        state.write(Record(b"late"), NOW_MS)
+    with pytest.raises(WriterClosedError):
+        state.check_batch([b"late"])
+    # nothing was buffered: once the next segment starts, the writer closes it empty
+    state.handle(SegmentStarted(2, 1, 1.0))
+    actions = state.take_actions()
+    assert not any(isinstance(a, TransmitEntry) for a in actions)
+    assert any(isinstance(a, CloseSegment) for a in actions)
+    assert state.pending_writes == 0
