@@ -70,6 +70,7 @@ class Target:
     read_url: str
     namespace: str  # the attacker's
     http: aiohttp.ClientSession
+    source: str | None = None  # the attacker's own address (None: the system's choice)
     answers: Counter[str] = field(default_factory=Counter)
 
     def streams(self, base: str) -> str:
@@ -127,7 +128,8 @@ async def slow_connections(target: Target, stop: asyncio.Event) -> None:
 
     async def open_one() -> None:
         try:
-            reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+            local = None if target.source is None else (target.source, 0)
+            reader, writer = await asyncio.open_connection(host, port, ssl=tls, local_addr=local)
             writer.write(b"POST /v1/health HTTP/1.1\r\nHost: x\r\n")
             held.append((reader, writer))
         except OSError as err:
@@ -395,12 +397,14 @@ async def bench_abuse(
         aiohttp.ClientSession(
             timeout=timeout,
             headers=auth_headers(await attacker_token(write_url, namespace)),
-            connector=aiohttp.TCPConnector(ssl=client_ssl(), limit=0),
+            connector=aiohttp.TCPConnector(
+                ssl=client_ssl(), limit=0, local_addr=(args.attacker_address, 0)
+            ),
         ) as attacker_http,
     ):
         progress("preparing the attacker's streams")
         await prepare(Target(write_url, read_url, namespace, http), args.attacks, progress)
-        target = Target(write_url, read_url, namespace, attacker_http)
+        target = Target(write_url, read_url, namespace, attacker_http, args.attacker_address)
         phases = [Phase("baseline"), *(Phase(name) for name in args.attacks)]
         current = [phases[0]]
         stop = asyncio.Event()
@@ -460,8 +464,8 @@ def report(
         f"{args.seconds:.0f} s per phase, proxies with the topology's limits",
         f"process layout: one machine, {os.cpu_count()} cores: 3 ZooKeeper, "
         f"{len(cluster.topology.bookies)} bookies (journal fsync before every ack), toxiproxy, "
-        f"{len(cluster.topology.region_names) * 2} proxy processes, this process (the attacker), "
-        "the canary's process",
+        f"{len(cluster.topology.region_names) * 2} proxy processes, this process (the attacker, "
+        f"from {args.attacker_address}), the canary's process (from 127.0.0.1)",
         f"canary: a 6-byte record written through {names[0]} every {CANARY_PERIOD_S * 1000:.0f} ms, "
         f"read back through {names[1]}; goals: RSS < {RSS_CEILING_MIB} MiB per proxy, canary "
         f"p99 <= {P99_FACTOR_MAX:g}x baseline",
@@ -510,6 +514,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, of {','.join(ATTACKS)}",
     )
     parser.add_argument("--plot", default=str(REPO_ROOT / "docs" / "img" / "bench-abuse.png"))
+    parser.add_argument(
+        "--attacker-address",
+        default="127.0.0.2",
+        help="the loopback address the attacker's connections come from (the canary's is "
+        "127.0.0.1): per-address limits tell the two apart as they would two hosts",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -518,6 +528,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = dataclasses.replace(bench_cluster(args, problems), services=True)
     if not 5 <= args.seconds <= 600:
         problems.append(f"--seconds {args.seconds}: expected 5..600")
+    if not args.attacker_address.startswith("127."):
+        problems.append(f"--attacker-address {args.attacker_address}: expected a loopback address")
     unknown = [a for a in args.attacks if a not in ATTACKS]
     if unknown:
         problems.append(f"--attacks {unknown}: expected some of {list(ATTACKS)}")

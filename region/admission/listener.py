@@ -24,7 +24,9 @@ from aiohttp import web
 from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.records import RECORD_BYTES_MAX
 from core.settings.limits import ProxyLimits
+from region.admission.accepts import ConnectionRate
 from region.http_errors import error_body
+from region.observability.telemetry import PROXY_METRICS
 
 CLOSE_TIMEOUT_S = 10.0
 LINGER_S = 2.0
@@ -54,6 +56,35 @@ class _Refused(asyncio.Protocol):
         pass  # the request is not read
 
 
+class _Gate(asyncio.Protocol):
+    """A connection just accepted: refused at once when its address opens connections too
+    fast (before any TLS handshake), else handed to the application, through TLS when the
+    listener has it."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        listener = self._listener
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        if not listener.rate.admit(address):
+            PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+            transport.abort()  # a reset: nothing read, no handshake
+            return
+        if listener.tls is None:
+            protocol = listener.protocol()
+            transport.set_protocol(protocol)
+            protocol.connection_made(transport)
+            return
+        transport.pause_reading()  # the client's hello waits for the handshake's protocol
+        listener.upgrade(transport)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # never called: reading is paused, or the connection handed on
+
+
 class Listener:
     """An aiohttp application served on host:port within `limits`."""
 
@@ -71,6 +102,11 @@ class Listener:
             shutdown_timeout=STOP_GRACE_S,
         )
         self._server: asyncio.Server | None = None
+        self.tls: ssl.SSLContext | None = None
+        self.rate = ConnectionRate(
+            limits.connections_per_s_per_address, limits.connection_burst_per_address
+        )
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.refused = 0  # connections refused at the cap, since the start
 
     @property
@@ -86,30 +122,60 @@ class Listener:
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listens on host:port, with TLS when `tls` is given (its handshake bounded by the
-        header deadline, as a request's headers are)."""
+        header deadline, as a request's headers are, and made only for a connection its
+        address's rate lets in)."""
         await self._runner.setup()
-        server = self._runner.server
-        assert server is not None
-
-        def connection() -> asyncio.BaseProtocol:
-            open_now = len(server.connections)
-            if open_now >= self.limits.connections_max:
-                self.refused += 1
-                return _Refused(open_now)
-            return server()
-
+        self.tls = tls
         self._server = await asyncio.get_running_loop().create_server(
-            connection,
-            host,
-            port,
-            reuse_address=True,
-            ssl=tls,
-            ssl_handshake_timeout=self.limits.idle_timeout_s if tls else None,
+            lambda: _Gate(self), host, port, reuse_address=True
         )
+
+    def protocol(self) -> asyncio.Protocol:
+        """The application's protocol for a new connection, or the refusal past the cap."""
+        server = self._runner.server
+        assert server is not None, "not started"
+        open_now = len(server.connections)
+        if open_now >= self.limits.connections_max:
+            self.refused += 1
+            PROXY_METRICS.connections_refused.add(1, {"reason": "connections_max"})
+            return _Refused(open_now)
+        return server()
+
+    def upgrade(self, transport: asyncio.Transport) -> None:
+        """Makes the TLS handshake of an admitted connection, then hands it on."""
+        task = asyncio.get_running_loop().create_task(self._handshake(transport))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        assert self.tls is not None
+        protocol = self.protocol()
+        try:
+            secure = await asyncio.get_running_loop().start_tls(
+                transport,
+                protocol,
+                self.tls,
+                server_side=True,
+                ssl_handshake_timeout=self.limits.idle_timeout_s,  # its bound (I8)
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            transport.abort()  # plaintext on a TLS port, a handshake that failed or stalled
+            return
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        if secure is None:  # the connection closed while the handshake ended
+            transport.abort()
+            return
+        protocol.connection_made(secure)
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        for task in list(self._handshakes):
+            task.cancel()
+        if self._handshakes:
+            await asyncio.wait(self._handshakes)
         await self._runner.cleanup()  # ends the open connections
         if self._server is not None:
             with contextlib.suppress(TimeoutError):

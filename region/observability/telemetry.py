@@ -15,6 +15,7 @@ reader whose registry `/metrics` renders. Names (Prometheus form, docs/operation
     globelog_proxy_quota_used_total{kind, unit}                    bytes | requests taken of
                                                                    clients' quotas
     globelog_proxy_quota_refused_total{kind, unit}                 requests refused by a quota
+    globelog_proxy_connections_refused_total{reason}               address_rate | connections_max
     globelog_proxy_follower_restarts_total{kind, follower}         a background follower failed
                                                                    and was restarted
 
@@ -56,6 +57,7 @@ class ProxyMetrics:
     cache_reads: metrics.Counter
     quota_used: metrics.Counter
     quota_refused: metrics.Counter
+    connections_refused: metrics.Counter
     follower_restarts: metrics.Counter
 
     @classmethod
@@ -96,6 +98,10 @@ class ProxyMetrics:
             ),
             quota_refused=m.create_counter(
                 "globelog.proxy.quota.refused", description="requests refused by a quota"
+            ),
+            connections_refused=m.create_counter(
+                "globelog.proxy.connections.refused",
+                description="connections refused on accept: an address's rate, or the cap",
             ),
             follower_restarts=m.create_counter(
                 "globelog.proxy.follower.restarts",
