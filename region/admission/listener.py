@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator
+from typing import cast
 
 from aiohttp import web
 
@@ -28,8 +32,12 @@ from region.admission.accepts import ConnectionRate
 from region.http_errors import error_body
 from region.observability.telemetry import PROXY_METRICS
 
+log = logging.getLogger(__name__)
+
 CLOSE_TIMEOUT_S = 10.0
-LINGER_S = 2.0
+BACKLOG = 1024  # connections the kernel holds until they are accepted
+ACCEPT_PAUSE_S = 0.1  # after an accept failed (no descriptor left), the next waits this long
+RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
 
 
@@ -40,7 +48,8 @@ class _Refused(asyncio.Protocol):
         self.open_now = open_now
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        stream = cast(asyncio.WriteTransport, transport)
         body = error_body(
             "over_capacity",
             f"this proxy has {self.open_now} connections open, its most; retry later",
@@ -49,44 +58,20 @@ class _Refused(asyncio.Protocol):
             "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
         )
-        transport.write(head.encode() + body)
-        transport.close()
+        stream.write(head.encode() + body)
+        stream.close()
 
     def data_received(self, data: bytes) -> None:
         pass  # the request is not read
 
 
-class _Gate(asyncio.Protocol):
-    """A connection just accepted: refused at once when its address opens connections too
-    fast (before any TLS handshake), else handed to the application, through TLS when the
-    listener has it."""
-
-    def __init__(self, listener: Listener) -> None:
-        self._listener = listener
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        listener = self._listener
-        peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
-        if not listener.rate.admit(address):
-            PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
-            transport.abort()  # a reset: nothing read, no handshake
-            return
-        if listener.tls is None:
-            protocol = listener.protocol()
-            transport.set_protocol(protocol)
-            protocol.connection_made(transport)
-            return
-        transport.pause_reading()  # the client's hello waits for the handshake's protocol
-        listener.upgrade(transport)
-
-    def data_received(self, data: bytes) -> None:
-        pass  # never called: reading is paused, or the connection handed on
-
-
 class Listener:
-    """An aiohttp application served on host:port within `limits`."""
+    """An aiohttp application served on host:port within `limits`.
+
+    It accepts connections itself: a connection whose address opens them faster than its
+    rate (region/admission/accepts.py) is reset as it is accepted, before anything is read
+    and before any TLS handshake; the others are handed to the loop (through TLS when the
+    listener has it) and served by the application."""
 
     def __init__(self, app: web.Application, limits: ProxyLimits) -> None:
         self.limits = limits
@@ -101,12 +86,14 @@ class Listener:
             keepalive_timeout=limits.idle_timeout_s,
             shutdown_timeout=STOP_GRACE_S,
         )
-        self._server: asyncio.Server | None = None
         self.tls: ssl.SSLContext | None = None
         self.rate = ConnectionRate(
             limits.connections_per_s_per_address, limits.connection_burst_per_address
         )
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
+        self._stopping = False
         self.refused = 0  # connections refused at the cap, since the start
 
     @property
@@ -117,23 +104,73 @@ class Listener:
     @property
     def port(self) -> int:
         """The port it listens on (the one the kernel chose, for 0)."""
-        assert self._server is not None, "not started"
-        return int(self._server.sockets[0].getsockname()[1])
+        assert self._sockets, "not started"
+        return int(self._sockets[0].getsockname()[1])
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
-        """Listens on host:port, with TLS when `tls` is given (its handshake bounded by the
-        header deadline, as a request's headers are, and made only for a connection its
-        address's rate lets in)."""
+        """Listens on host:port (every address the host name has), with TLS when `tls` is
+        given (its handshake bounded by the header deadline, as a request's headers are)."""
         await self._runner.setup()
         self.tls = tls
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Gate(self), host, port, reuse_address=True
-        )
+        loop = asyncio.get_running_loop()
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, found_address in dict.fromkeys(found):
+            address = found_address
+            if self._sockets and port == 0:  # the same port on every address
+                address = (found_address[0], self.port, *found_address[2:])
+            listening = socket.socket(family, kind, proto)
+            try:
+                listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                listening.bind(address)
+                listening.listen(BACKLOG)
+                listening.setblocking(False)
+            except OSError:
+                listening.close()
+                await self.stop()
+                raise
+            self._sockets.append(listening)
+        self._acceptors = [loop.create_task(self._accept(s)) for s in self._sockets]
 
-    def protocol(self) -> asyncio.Protocol:
-        """The application's protocol for a new connection, or the refusal past the cap."""
+    async def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                connection, peer = await loop.sock_accept(listening)
+            except OSError as err:  # out of descriptors, say: the backlog waits meanwhile
+                log.warning("accepting a connection failed: %s", err)
+                await asyncio.sleep(ACCEPT_PAUSE_S)
+                continue
+            if self._stopping:
+                connection.close()
+                continue
+            if not self.rate.admit(str(peer[0])):
+                PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+                # a reset, not a close: nothing read, no handshake, no lingering socket
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+                connection.close()
+                continue
+            task = loop.create_task(self._hand_on(connection))
+            self._handing.add(task)
+            task.add_done_callback(self._handing.discard)
+
+    async def _hand_on(self, connection: socket.socket) -> None:
+        """Gives the connection to the loop (the loop owns the socket from then on), after its
+        TLS handshake when there is TLS; one that fails its handshake is closed by the loop."""
+        # plaintext on a TLS port, a handshake that failed or stalled: closed by the loop
+        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            await asyncio.get_running_loop().connect_accepted_socket(
+                self._protocol,
+                connection,
+                ssl=self.tls,
+                ssl_handshake_timeout=self.limits.idle_timeout_s if self.tls else None,
+            )
+
+    def _protocol(self) -> asyncio.Protocol:
         server = self._runner.server
-        assert server is not None, "not started"
+        if server is None:  # stopping: nothing more is served
+            return _Refused(0)
         open_now = len(server.connections)
         if open_now >= self.limits.connections_max:
             self.refused += 1
@@ -141,46 +178,20 @@ class Listener:
             return _Refused(open_now)
         return server()
 
-    def upgrade(self, transport: asyncio.Transport) -> None:
-        """Makes the TLS handshake of an admitted connection, then hands it on."""
-        task = asyncio.get_running_loop().create_task(self._handshake(transport))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
-
-    async def _handshake(self, transport: asyncio.Transport) -> None:
-        assert self.tls is not None
-        protocol = self.protocol()
-        try:
-            secure = await asyncio.get_running_loop().start_tls(
-                transport,
-                protocol,
-                self.tls,
-                server_side=True,
-                ssl_handshake_timeout=self.limits.idle_timeout_s,  # its bound (I8)
-            )
-        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
-            transport.abort()  # plaintext on a TLS port, a handshake that failed or stalled
-            return
-        except asyncio.CancelledError:
-            transport.abort()
-            raise
-        if secure is None:  # the connection closed while the handshake ended
-            transport.abort()
-            return
-        protocol.connection_made(secure)
-
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._handshakes):
+        self._stopping = True
+        for task in self._acceptors:
             task.cancel()
-        if self._handshakes:
-            await asyncio.wait(self._handshakes)
-        await self._runner.cleanup()  # ends the open connections
-        if self._server is not None:
+        for listening in self._sockets:
+            listening.close()
+        for task in list(self._handing):
+            task.cancel()
+        pending = [*self._acceptors, *self._handing]
+        if pending:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await self._server.wait_closed()
+                    await asyncio.wait(pending)
+        await self._runner.cleanup()  # ends the open connections
 
 
 @contextlib.asynccontextmanager

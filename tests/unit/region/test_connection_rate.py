@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import http.client
+import socket
 import ssl
 from pathlib import Path
 
-import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 
 from core.security.pki import Authority, client_context, server_context, write_host
@@ -65,43 +67,112 @@ async def hello(_: web.Request) -> web.Response:
     return web.Response(text="hello")
 
 
-async def connects(port: int, source: str, tls: ssl.SSLContext | None) -> bool:
-    """Whether a connection from `source` is served a request (False: reset or closed)."""
-    connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
-    scheme = "https" if tls else "http"
+def served(port: int, source: str, tls: ssl.SSLContext | None) -> bool:
+    """Whether one request on a new connection from `source` is answered (False: reset or
+    closed). A blocking client in a thread of its own: its hello races the proxy's accept as a
+    remote client's would, not behind the loop's own callbacks."""
+    connection: http.client.HTTPConnection
+    if tls is None:
+        connection = http.client.HTTPConnection("localhost", port, 5, (source, 0))
+    else:
+        connection = http.client.HTTPSConnection(
+            "localhost", port, timeout=5, source_address=(source, 0), context=tls
+        )
     try:
-        async with (
-            aiohttp.ClientSession(connector=connector) as session,
-            session.get(f"{scheme}://localhost:{port}/", ssl=tls or False) as answer,
-        ):
-            return await answer.text() == "hello"
-    except aiohttp.ClientError:
+        connection.request("GET", "/")
+        return connection.getresponse().read() == b"hello"
+    except (OSError, http.client.HTTPException):
         return False
-
-
-@pytest.mark.parametrize("secure", [False, True], ids=["clear", "tls"])
-async def test_an_address_past_its_rate_is_reset_and_another_is_served(
-    secure: bool, tmp_path: Path
-) -> None:
-    tls_server = tls_client = None
-    if secure:
-        now = datetime.datetime.now(datetime.UTC)
-        authority = Authority.make("test", now)
-        authority.save(tmp_path / "ca.pem", tmp_path / "ca.key")
-        cert, key = authority.issue("localhost", now)
-        write_host(tmp_path / "host.pem", tmp_path / "host.key", cert, key)
-        tls_server = server_context(tmp_path / "host.pem", tmp_path / "host.key")
-        tls_client = client_context(tmp_path / "ca.pem")
-    app = web.Application()
-    app.router.add_get("/", hello)
-    limits = ProxyLimits(connections_per_s_per_address=0.5, connection_burst_per_address=3)
-    listener = Listener(app, limits)
-    await listener.start("127.0.0.1", 0, tls_server)
-    try:
-        served = [await connects(listener.port, "127.0.0.1", tls_client) for _ in range(5)]
-        assert served == [True, True, True, False, False]
-        assert listener.rate.refused >= 2  # (a client may try a reset request again)
-        assert await connects(listener.port, "127.0.0.2", tls_client)  # its own bucket
-        assert listener.open_connections <= 1
     finally:
-        await asyncio.wait_for(listener.stop(), 15)
+        connection.close()
+
+
+def certificates(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    now = datetime.datetime.now(datetime.UTC)
+    authority = Authority.make("test", now)
+    authority.save(folder / "ca.pem", folder / "ca.key")
+    cert, key = authority.issue("localhost", now)
+    write_host(folder / "host.pem", folder / "host.key", cert, key)
+    return server_context(folder / "host.pem", folder / "host.key"), client_context(
+        folder / "ca.pem"
+    )
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the proxies run on uvloop
+@pytest.mark.parametrize("secure", [False, True], ids=["clear", "tls"])
+def test_an_address_past_its_rate_is_reset_and_another_is_served(
+    secure: bool, loop: str, tmp_path: Path
+) -> None:
+    tls_server, tls_client = certificates(tmp_path) if secure else (None, None)
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_get("/", hello)
+        limits = ProxyLimits(connections_per_s_per_address=0.5, connection_burst_per_address=3)
+        listener = Listener(app, limits)
+        await listener.start("127.0.0.1", 0, tls_server)
+        try:
+            port = listener.port
+            answers = [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            assert answers == [True, True, True, False]
+            assert listener.rate.refused == 1
+            assert await asyncio.to_thread(served, port, "127.0.0.2", tls_client)
+            await asyncio.sleep(0.1)
+            assert listener.open_connections == 0  # each closed after its answer
+        finally:
+            await asyncio.wait_for(listener.stop(), 15)
+
+    if loop == "uvloop":
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_connections_past_the_cap_are_answered_429_over_tls_and_the_listener_stops(
+    loop: str, tmp_path: Path
+) -> None:
+    tls_server, tls_client = certificates(tmp_path)
+
+    def refused_answer(port: int) -> bytes:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            tls_client.wrap_socket(raw, server_hostname="localhost") as secure,
+        ):
+            secure.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while chunk := secure.recv(4096):
+                answer += chunk
+            return answer
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_get("/", hello)
+        listener = Listener(app, ProxyLimits(connections_max=1))
+        await listener.start("127.0.0.1", 0, tls_server)
+        try:
+            held = await asyncio.to_thread(
+                lambda: tls_client.wrap_socket(
+                    socket.create_connection(("127.0.0.1", listener.port), timeout=5),
+                    server_hostname="localhost",
+                )
+            )
+            await asyncio.sleep(0.1)
+            answer = await asyncio.to_thread(refused_answer, listener.port)
+            assert answer.startswith(b"HTTP/1.1 429"), answer[:80]
+            assert b"over_capacity" in answer and listener.refused == 1
+            # plaintext on the TLS port: closed, and the listener goes on
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=5) as plain:
+                plain.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                assert await asyncio.to_thread(plain.recv, 4096) == b""
+            held.close()
+        finally:
+            await asyncio.wait_for(listener.stop(), 15)
+
+    if loop == "uvloop":
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
