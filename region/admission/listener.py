@@ -151,6 +151,9 @@ class Listener:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
                 connection.close()
                 continue
+            if connection.family in (socket.AF_INET, socket.AF_INET6):
+                # answers go out as written, as the loop's own servers send them
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = loop.create_task(self._hand_on(connection))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
