@@ -35,8 +35,8 @@ class ProxyLimits:
     connections_max: int = 10_000  # open at once; past it a new one is answered 503 and closed
     # new connections an address may open a second (0: any), at most this many at once: a
     # connection past them is reset before its TLS handshake (region/admission/accepts.py)
-    connections_per_s_per_address: float = 20.0
-    connection_burst_per_address: int = 100
+    connections_per_s_per_address: float = 50.0
+    connection_burst_per_address: int = 250
     idle_timeout_s: float = 30.0  # a request's headers are due within it, and idle keep-alive
     body_timeout_s: float = 30.0  # a request's body is due within it once its headers came
     request_bytes_max: int = 64 * MIB  # one request's body (a bulk batch)
