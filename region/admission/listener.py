@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 10.0
 BACKLOG = 1024  # connections the kernel holds until they are accepted
 ACCEPT_PAUSE_S = 0.1  # after an accept failed (no descriptor left), the next waits this long
+ACCEPTS_BEFORE_YIELD = 64  # connections accepted in a row before the loop runs other work
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
 
@@ -93,6 +94,7 @@ class Listener:
         self._sockets: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
         self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
+        self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
         self._stopping = False
         self.refused = 0  # connections refused at the cap, since the start
 
@@ -135,6 +137,7 @@ class Listener:
 
     async def _accept(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        accepted = 0
         while True:
             try:
                 connection, peer = await loop.sock_accept(listening)
@@ -142,25 +145,36 @@ class Listener:
                 log.warning("accepting a connection failed: %s", err)
                 await asyncio.sleep(ACCEPT_PAUSE_S)
                 continue
-            if self._stopping:
+            accepted += 1
+            if accepted % ACCEPTS_BEFORE_YIELD == 0:
+                # a queue of connections is not accepted in one go (an asyncio loop's
+                # sock_accept does not yield while the kernel has one): the rest run between
+                await asyncio.sleep(0)
+            try:
+                self._admit(connection, str(peer[0]))
+            except Exception:  # a bug here must not end the accepting
+                log.exception("a connection from %s could not be handed on", peer)
                 connection.close()
-                continue
-            if not self.rate.admit(str(peer[0])):
-                PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
-                # a reset, not a close: nothing read, no handshake, no lingering socket
-                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
-                connection.close()
-                continue
-            if connection.family in (socket.AF_INET, socket.AF_INET6):
-                # answers go out as written, as the loop's own servers send them
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._hand_on(connection))
-            self._handing.add(task)
-            task.add_done_callback(self._handing.discard)
+
+    def _admit(self, connection: socket.socket, address: str) -> None:
+        if self._stopping:
+            connection.close()
+            return
+        if not self.rate.admit(address):
+            PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+            # a reset, not a close: nothing read, no handshake, no lingering socket
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+            connection.close()
+            return
+        self._unhanded.add(connection)
+        task = asyncio.get_running_loop().create_task(self._hand_on(connection))
+        self._handing.add(task)
+        task.add_done_callback(self._handing.discard)
 
     async def _hand_on(self, connection: socket.socket) -> None:
         """Gives the connection to the loop (the loop owns the socket from then on), after its
         TLS handshake when there is TLS; one that fails its handshake is closed by the loop."""
+        self._unhanded.discard(connection)
         # plaintext on a TLS port, a handshake that failed or stalled: closed by the loop
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError, ConnectionError):
             await asyncio.get_running_loop().connect_accepted_socket(
@@ -183,17 +197,20 @@ class Listener:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._acceptors:
-            task.cancel()
-        for listening in self._sockets:
-            listening.close()
-        for task in list(self._handing):
+        for task in [*self._acceptors, *self._handing]:
             task.cancel()
         pending = [*self._acceptors, *self._handing]
         if pending:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await asyncio.wait(pending)
+        # closed once the accept loops ended: an asyncio loop drops a socket's reader an
+        # iteration after its accept is cancelled, and a new socket may take its number
+        for listening in self._sockets:
+            listening.close()
+        for connection in self._unhanded:  # accepted, cancelled before the loop had them
+            connection.close()
+        self._unhanded.clear()
         await self._runner.cleanup()  # ends the open connections
 
 
