@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
+import uvloop
 
 from tests.support import security
 
@@ -74,3 +76,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(_group(item)))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the order groups are handed out in
         items.sort(key=lambda item: _rank(_group(item)))
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+    """Every async test runs on uvloop, the loop of globelog's processes (region/event_loop.py):
+    what runs in a test's process (proxies, clients) meets the loop it meets in production."""
+    return uvloop.EventLoopPolicy()

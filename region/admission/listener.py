@@ -66,13 +66,51 @@ class _Refused(asyncio.Protocol):
         pass  # the request is not read
 
 
+class _Gate(asyncio.Protocol):
+    """A connection in clear: reset at once when its address opens connections too fast,
+    else served by the application's protocol, which it passes everything on to."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._inner: asyncio.Protocol | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        if not self._listener.admit(address):
+            cast(asyncio.Transport, transport).abort()
+            return
+        self._inner = self._listener.protocol()
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self._inner is None else self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+
 class Listener:
     """An aiohttp application served on host:port within `limits`.
 
-    It accepts connections itself: a connection whose address opens them faster than its
-    rate (region/admission/accepts.py) is reset as it is accepted, before anything is read
-    and before any TLS handshake; the others are handed to the loop (through TLS when the
-    listener has it) and served by the application."""
+    A connection whose address opens them faster than its rate (region/admission/accepts.py)
+    is reset as it arrives, before anything of it is read. With TLS the listener accepts
+    connections itself, so that such a connection costs no handshake, and hands the others to
+    the loop, which makes the handshake; in clear (the simulation's way too) the loop's own
+    server accepts them and a gate protocol checks each first."""
 
     def __init__(self, app: web.Application, limits: ProxyLimits) -> None:
         self.limits = limits
@@ -91,7 +129,9 @@ class Listener:
         self.rate = ConnectionRate(
             limits.connections_per_s_per_address, limits.connection_burst_per_address
         )
-        self._sockets: list[socket.socket] = []
+        self._server: asyncio.Server | None = None  # in clear: the loop's own
+        self._port = 0
+        self._sockets: list[socket.socket] = []  # with TLS: accepted from here
         self._acceptors: list[asyncio.Task[None]] = []
         self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
         self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
@@ -106,6 +146,10 @@ class Listener:
     @property
     def port(self) -> int:
         """The port it listens on (the one the kernel chose, for 0)."""
+        if self._server is not None:
+            if not self._server.sockets:  # a simulated server has no sockets
+                return self._port
+            return int(self._server.sockets[0].getsockname()[1])
         assert self._sockets, "not started"
         return int(self._sockets[0].getsockname()[1])
 
@@ -114,7 +158,13 @@ class Listener:
         given (its handshake bounded by the header deadline, as a request's headers are)."""
         await self._runner.setup()
         self.tls = tls
+        self._port = port
         loop = asyncio.get_running_loop()
+        if tls is None:
+            self._server = await loop.create_server(
+                lambda: _Gate(self), host, port, reuse_address=True, backlog=BACKLOG
+            )
+            return
         found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, found_address in dict.fromkeys(found):
             address = found_address
@@ -156,12 +206,18 @@ class Listener:
                 log.exception("a connection from %s could not be handed on", peer)
                 connection.close()
 
+    def admit(self, address: str) -> bool:
+        """Whether a new connection from `address` is served (counted when it is not)."""
+        if self.rate.admit(address):
+            return True
+        PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+        return False
+
     def _admit(self, connection: socket.socket, address: str) -> None:
         if self._stopping:
             connection.close()
             return
-        if not self.rate.admit(address):
-            PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+        if not self.admit(address):
             # a reset, not a close: nothing read, no handshake, no lingering socket
             connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
             connection.close()
@@ -178,13 +234,14 @@ class Listener:
         # plaintext on a TLS port, a handshake that failed or stalled: closed by the loop
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError, ConnectionError):
             await asyncio.get_running_loop().connect_accepted_socket(
-                self._protocol,
+                self.protocol,
                 connection,
                 ssl=self.tls,
                 ssl_handshake_timeout=self.limits.idle_timeout_s if self.tls else None,
             )
 
-    def _protocol(self) -> asyncio.Protocol:
+    def protocol(self) -> asyncio.Protocol:
+        """The application's protocol for a new connection, or the refusal past the cap."""
         server = self._runner.server
         if server is None:  # stopping: nothing more is served
             return _Refused(0)
@@ -197,6 +254,8 @@ class Listener:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._server is not None:
+            self._server.close()
         for task in [*self._acceptors, *self._handing]:
             task.cancel()
         pending = [*self._acceptors, *self._handing]
@@ -212,6 +271,10 @@ class Listener:
             connection.close()
         self._unhanded.clear()
         await self._runner.cleanup()  # ends the open connections
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._server.wait_closed()
 
 
 @contextlib.asynccontextmanager

@@ -135,6 +135,9 @@ class _Connection:
         to_client = _Pipe(self.network, self.server, self.client, client_protocol)
         client_end = SimTransport(self, to_server, to_client, client_protocol)
         server_end = SimTransport(self, to_client, to_server, server_protocol)
+        client_end.peer = (self.server.ip, self.port)
+        # the simulation's own driver has no host: it speaks from the loopback address
+        server_end.peer = ("127.0.0.1" if self.client is None else self.client.ip, 0)
         self.ends_ = (client_end, server_end)
         return client_end, server_end
 
@@ -235,6 +238,7 @@ class SimTransport(asyncio.Transport):
         self.inbound = inbound
         self._protocol = protocol
         self._closing = False
+        self.peer: tuple[str, int] | None = None  # the other end's address
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if data and not self._closing:
@@ -279,6 +283,8 @@ class SimTransport(asyncio.Transport):
         return self._closing
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername" and self.peer is not None:
+            return self.peer
         return default
 
     def get_write_buffer_size(self) -> int:
