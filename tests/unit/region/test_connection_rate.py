@@ -9,7 +9,9 @@ import datetime
 import http.client
 import socket
 import ssl
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
@@ -19,16 +21,9 @@ from core.security.pki import Authority, client_context, server_context, write_h
 from core.settings.limits import ProxyLimits
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
+from tests.unit.region.test_admission import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_an_address_gets_its_burst_then_its_rate_and_others_are_not_touched() -> None:
@@ -61,6 +56,14 @@ def test_the_table_of_addresses_is_bounded_by_forgetting_the_least_recent() -> N
 def test_a_rate_that_cannot_work_is_refused() -> None:
     with pytest.raises(ValueError, match="burst"):
         ConnectionRate(per_s=1.0, burst=0)
+
+
+def run_on(loop: str, main: Coroutine[Any, Any, None]) -> None:
+    """Runs `main` on a new loop of that kind: the proxies' (uvloop) or asyncio's own."""
+    if loop == "uvloop":
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
 
 
 async def hello(_: web.Request) -> web.Response:
@@ -125,10 +128,7 @@ def test_an_address_past_its_rate_is_reset_and_another_is_served(
         finally:
             await asyncio.wait_for(listener.stop(), 15)
 
-    if loop == "uvloop":
-        uvloop.run(run())
-    else:
-        asyncio.run(run())
+    run_on(loop, run())
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -172,7 +172,4 @@ def test_connections_past_the_cap_are_answered_429_over_tls_and_the_listener_sto
         finally:
             await asyncio.wait_for(listener.stop(), 15)
 
-    if loop == "uvloop":
-        uvloop.run(run())
-    else:
-        asyncio.run(run())
+    run_on(loop, run())
