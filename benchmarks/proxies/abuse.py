@@ -47,7 +47,7 @@ from figures.percentiles import percentile
 from figures.plots import latency_over_time
 from localcluster.controller import Cluster
 from localcluster.probes import operator_session
-from localcluster.processes import load_state
+from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import proxy_url
 from localcluster.tools import REPO_ROOT, find_tools
 from region.batch_format import CONTENT_TYPE
@@ -97,6 +97,7 @@ class Phase:
     reads: list[float] = field(default_factory=list)
     canary_errors: Counter[str] = field(default_factory=Counter)
     rss_mib: dict[str, float] = field(default_factory=dict)
+    cpu_pct: dict[str, float] = field(default_factory=dict)  # of one core, over the attack
     answers: Counter[str] = field(default_factory=Counter)
 
 
@@ -378,6 +379,36 @@ async def watch_rss(pids: dict[str, int], phase: Callable[[], Phase], stop: asyn
         await asyncio.sleep(0.25)
 
 
+async def run_phase(phase: Phase, target: Target, seconds: float, pids: dict[str, int]) -> None:
+    """The phase's attack (none for the baseline) for `seconds`; its answers, and the CPU the
+    processes of `pids` spent meanwhile."""
+    target.answers = Counter()
+    ended = asyncio.Event()
+    attack = ATTACKS.get(phase.name)
+    running = None if attack is None else asyncio.create_task(attack(target, ended))
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    await asyncio.sleep(seconds)
+    phase.cpu_pct = {
+        name: (cpu_seconds(pid) - cpu_before[name]) / seconds * 100 for name, pid in pids.items()
+    }
+    ended.set()
+    if running is not None:
+        try:
+            async with asyncio.timeout(35):
+                await running
+        except TimeoutError:
+            running.cancel()
+            target.answers["attack stopped late"] += 1
+    phase.answers = target.answers
+
+
+def _cpu(phase: Phase, names: list[str]) -> str:
+    """The write proxy's, the read proxy's and the attacker's CPU over the attack, in % of a
+    core (the attacker shares this machine's cores: what it spends, the others lack)."""
+    shares = [phase.cpu_pct.get(name) for name in (*names, "attacker")]
+    return "/".join("-" if share is None else f"{share:.0f}" for share in shares)
+
+
 def _ms(values: list[float], p: float) -> str:
     return f"{percentile(sorted(values), p) * 1000:.1f}" if values else "-"
 
@@ -425,21 +456,8 @@ async def bench_abuse(
         for phase in phases:
             current[0] = phase
             phase.started_s = time.monotonic() - origin
-            target.answers = Counter()
             progress(f"{phase.name}, {args.seconds:.0f} s")
-            ended = asyncio.Event()
-            attack = ATTACKS.get(phase.name)
-            running = None if attack is None else asyncio.create_task(attack(target, ended))
-            await asyncio.sleep(args.seconds)
-            ended.set()
-            if running is not None:
-                try:
-                    async with asyncio.timeout(35):
-                        await running
-                except TimeoutError:
-                    running.cancel()
-                    phase.answers["attack stopped late"] += 1
-            phase.answers = target.answers
+            await run_phase(phase, target, args.seconds, {**pids, "attacker": os.getpid()})
             await asyncio.sleep(2)  # the proxies settle before the next phase
         stop.set()
         stop_canary.set()
@@ -471,7 +489,8 @@ def report(
         f"p99 <= {P99_FACTOR_MAX:g}x baseline",
         "",
         f"  {'phase':<17} {'write p50/p99 ms':>17} {'read p50/p99 ms':>16} "
-        f"{'wp RSS':>7} {'rp RSS':>7} {'goal':>5}  attack's answers / canary errors",
+        f"{'wp RSS':>7} {'rp RSS':>7} {'CPU wp/rp/att':>14} {'goal':>5}  attack's answers / "
+        "canary errors",
     ]
     for phase in phases:
         writes = [latency for _, latency in phase.writes]
@@ -488,7 +507,7 @@ def report(
         errors = ", ".join(f"{k} x{v}" for k, v in phase.canary_errors.most_common(3))
         lines.append(
             f"  {phase.name:<17} {_ms(writes, 50):>8}/{_ms(writes, 99):<8} "
-            f"{_ms(phase.reads, 50):>7}/{_ms(phase.reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M "
+            f"{_ms(phase.reads, 50):>7}/{_ms(phase.reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M {_cpu(phase, names):>14} "
             f"{'yes' if met or phase is baseline else 'NO':>5}  {answers}"
             + (f" / canary: {errors}" if errors else "")
         )
