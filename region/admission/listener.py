@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 from aiohttp import web
@@ -29,6 +30,7 @@ from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.records import RECORD_BYTES_MAX
 from core.settings.limits import ProxyLimits
 from region.admission.accepts import ConnectionRate
+from region.admission.quotas import REFUSAL_HOLD_S
 from region.http_errors import error_body
 from region.observability.telemetry import PROXY_METRICS
 
@@ -38,6 +40,7 @@ CLOSE_TIMEOUT_S = 10.0
 BACKLOG = 1024  # connections the kernel holds until they are accepted
 ACCEPT_PAUSE_S = 0.1  # after an accept failed (no descriptor left), the next waits this long
 ACCEPTS_BEFORE_YIELD = 64  # connections accepted in a row before the loop runs other work
+HELD_MAX = 1024  # refused connections held at once until their reset; past it, reset at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
 
@@ -67,7 +70,7 @@ class _Refused(asyncio.Protocol):
 
 
 class _Gate(asyncio.Protocol):
-    """A connection in clear: reset at once when its address opens connections too fast,
+    """A connection in clear: held, then reset, when its address opens connections too fast,
     else served by the application's protocol, which it passes everything on to."""
 
     def __init__(self, listener: Listener) -> None:
@@ -78,7 +81,9 @@ class _Gate(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         if not self._listener.admit(address):
-            cast(asyncio.Transport, transport).abort()
+            stream = cast(asyncio.Transport, transport)
+            stream.pause_reading()
+            self._listener.refuse(stream.abort)
             return
         self._inner = self._listener.protocol()
         self._inner.connection_made(transport)
@@ -107,10 +112,10 @@ class Listener:
     """An aiohttp application served on host:port within `limits`.
 
     A connection whose address opens them faster than its rate (region/admission/accepts.py)
-    is reset as it arrives, before anything of it is read. With TLS the listener accepts
-    connections itself, so that such a connection costs no handshake, and hands the others to
-    the loop, which makes the handshake; in clear (the simulation's way too) the loop's own
-    server accepts them and a gate protocol checks each first."""
+    is held unread for REFUSAL_HOLD_S, then reset. With TLS the listener accepts connections
+    itself, so that such a connection costs no handshake, and hands the others to the loop,
+    which makes the handshake; in clear (the simulation's way too) the loop's own server
+    accepts them and a gate protocol checks each first."""
 
     def __init__(self, app: web.Application, limits: ProxyLimits) -> None:
         self.limits = limits
@@ -135,6 +140,8 @@ class Listener:
         self._acceptors: list[asyncio.Task[None]] = []
         self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
         self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
+        # refused connections held until their reset: each one's timer and its reset
+        self._held: dict[asyncio.TimerHandle, Callable[[], None]] = {}
         self._stopping = False
         self.refused = 0  # connections refused at the cap, since the start
 
@@ -213,14 +220,29 @@ class Listener:
         PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
         return False
 
+    def refuse(self, reset: Callable[[], None]) -> None:
+        """Resets a refused connection REFUSAL_HOLD_S after it came (nothing of it read
+        meanwhile), or at once when HELD_MAX are held already: a client that reconnects the
+        moment it is refused is held as long as a quota's refusal holds it, instead of making
+        the proxy accept and reset as fast as it can reconnect."""
+        if len(self._held) >= HELD_MAX:
+            reset()
+            return
+        held: list[asyncio.TimerHandle] = []
+
+        def end() -> None:
+            self._held.pop(held[0], None)
+            reset()
+
+        held.append(asyncio.get_running_loop().call_later(REFUSAL_HOLD_S, end))
+        self._held[held[0]] = reset
+
     def _admit(self, connection: socket.socket, address: str) -> None:
         if self._stopping:
             connection.close()
             return
         if not self.admit(address):
-            # a reset, not a close: nothing read, no handshake, no lingering socket
-            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
-            connection.close()
+            self.refuse(functools.partial(_reset, connection))
             return
         self._unhanded.add(connection)
         task = asyncio.get_running_loop().create_task(self._hand_on(connection))
@@ -267,6 +289,10 @@ class Listener:
         # iteration after its accept is cancelled, and a new socket may take its number
         for listening in self._sockets:
             listening.close()
+        for timer, reset in list(self._held.items()):  # refused ones held: reset now
+            timer.cancel()
+            reset()
+        self._held.clear()
         for connection in self._unhanded:  # accepted, cancelled before the loop had them
             connection.close()
         self._unhanded.clear()
@@ -275,6 +301,12 @@ class Listener:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await self._server.wait_closed()
+
+
+def _reset(connection: socket.socket) -> None:
+    """Closes with a reset, not a close: nothing read, no handshake, no lingering socket."""
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+    connection.close()
 
 
 @contextlib.asynccontextmanager

@@ -21,6 +21,7 @@ from core.security.pki import Authority, client_context, server_context, write_h
 from core.settings.limits import ProxyLimits
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
+from region.admission.quotas import REFUSAL_HOLD_S
 from tests.unit.region.test_admission import Clock
 
 pytestmark = pytest.mark.unit
@@ -119,8 +120,11 @@ def test_an_address_past_its_rate_is_reset_and_another_is_served(
             answers = [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
             answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
             answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            began = asyncio.get_running_loop().time()
             answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
+            held_s = asyncio.get_running_loop().time() - began
             assert answers == [True, True, True, False]
+            assert REFUSAL_HOLD_S <= held_s < REFUSAL_HOLD_S + 2  # held, then reset
             assert listener.rate.refused == 1
             assert await asyncio.to_thread(served, port, "127.0.0.2", tls_client)
             await asyncio.sleep(0.1)
