@@ -140,8 +140,8 @@ class Listener:
         self._acceptors: list[asyncio.Task[None]] = []
         self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
         self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
-        # refused connections held until their reset: each one's timer and its reset
-        self._held: dict[asyncio.TimerHandle, Callable[[], None]] = {}
+        # refused connections held until their reset: each one's reset and its timer
+        self._held: dict[Callable[[], None], asyncio.TimerHandle] = {}
         self._stopping = False
         self.refused = 0  # connections refused at the cap, since the start
 
@@ -208,7 +208,7 @@ class Listener:
                 # sock_accept does not yield while the kernel has one): the rest run between
                 await asyncio.sleep(0)
             try:
-                self._admit(connection, str(peer[0]))
+                self._accepted(connection, str(peer[0]))
             except Exception:  # a bug here must not end the accepting
                 log.exception("a connection from %s could not be handed on", peer)
                 connection.close()
@@ -228,16 +228,15 @@ class Listener:
         if len(self._held) >= HELD_MAX:
             reset()
             return
-        held: list[asyncio.TimerHandle] = []
+        self._held[reset] = asyncio.get_running_loop().call_later(
+            REFUSAL_HOLD_S, self._end_hold, reset
+        )
 
-        def end() -> None:
-            self._held.pop(held[0], None)
-            reset()
+    def _end_hold(self, reset: Callable[[], None]) -> None:
+        del self._held[reset]
+        reset()
 
-        held.append(asyncio.get_running_loop().call_later(REFUSAL_HOLD_S, end))
-        self._held[held[0]] = reset
-
-    def _admit(self, connection: socket.socket, address: str) -> None:
+    def _accepted(self, connection: socket.socket, address: str) -> None:
         if self._stopping:
             connection.close()
             return
@@ -289,7 +288,7 @@ class Listener:
         # iteration after its accept is cancelled, and a new socket may take its number
         for listening in self._sockets:
             listening.close()
-        for timer, reset in list(self._held.items()):  # refused ones held: reset now
+        for reset, timer in list(self._held.items()):  # refused ones held: reset now
             timer.cancel()
             reset()
         self._held.clear()

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from core.security.pki import Authority, client_context, server_context, write_host
 from core.settings.limits import ProxyLimits
+from region.admission import listener as listener_module
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
 from region.admission.quotas import REFUSAL_HOLD_S
@@ -177,3 +178,30 @@ def test_connections_past_the_cap_are_answered_429_over_tls_and_the_listener_sto
             await asyncio.wait_for(listener.stop(), 15)
 
     run_on(loop, run())
+
+
+async def test_refused_connections_held_are_bounded_and_past_the_bound_reset_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(listener_module, "HELD_MAX", 2)
+    app = web.Application()
+    app.router.add_get("/", hello)
+    limits = ProxyLimits(connections_per_s_per_address=0.01, connection_burst_per_address=1)
+    listener = Listener(app, limits)
+    await listener.start("127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    try:
+        assert await asyncio.to_thread(served, listener.port, "127.0.0.1", None)
+        held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        assert len(listener._held) == 2  # held, unread
+        began = loop.time()
+        assert not await asyncio.to_thread(served, listener.port, "127.0.0.1", None)
+        assert loop.time() - began < REFUSAL_HOLD_S / 2, "past the bound: reset at once"
+        assert len(listener._held) == 2
+        for reader, writer in held:  # each reset once its hold is over
+            assert await asyncio.wait_for(reader.read(), REFUSAL_HOLD_S + 5) == b""
+            writer.close()
+        assert not listener._held
+    finally:
+        await asyncio.wait_for(listener.stop(), 15)
