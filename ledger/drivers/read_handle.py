@@ -7,9 +7,10 @@ A reader holds the ledger's metadata as it was when opened, and the ensembles in
 while it reads: the writer replaces a bookie it cannot reach (an open ledger), a rebuilder
 moves a lost or decommissioned bookie's copies (any ledger). So the reader reads the metadata
 again when the old ensembles stop serving it: when no bookie of an entry's write set has it or
-answers, before reporting that, and while a tailing long poll brings nothing new, at most once
-every METADATA_REFRESH_S. (A bookie replaced at entry N never learns an LAC past N - 1; a long
-poll there would otherwise wait in vain for ever, while the entries go on arriving elsewhere.)
+answers, before reporting that, and while a tailing long poll brings nothing new (less and
+less often while nothing comes: QUIET_CHECK_S_MIN, then doubling up to QUIET_CHECK_S_MAX).
+(A bookie replaced at entry N never learns an LAC past N - 1; a long poll there would otherwise
+wait in vain for ever, while the entries go on arriving elsewhere.)
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ log = logging.getLogger(__name__)
 
 READS_IN_FLIGHT_MAX = 64  # entries read concurrently by read_entries
 EMPTY_LEDGER_POLL_S = 0.1  # pause of a long poll on a ledger no bookie has seen yet
-# A tailing reader whose long polls bring nothing reads the metadata again this often: the
-# bound on how long an ensemble change it was not told of can stall it.
-METADATA_REFRESH_S = 1.0
-# how long a long poll that brought nothing waits for the rest of the write set's LACs, and how
-# often at most it asks them
-LAC_ELSEWHERE_S = 1.0
-LAC_ELSEWHERE_EVERY_S = 1.0
+# A tailing reader whose long polls bring nothing reads the metadata again, and asks the rest
+# of the write set for their LACs, QUIET_CHECK_S_MIN after the last entry came, then at
+# intervals doubling up to QUIET_CHECK_S_MAX while nothing comes: the bound on how long an
+# ensemble change it was not told of, or a bookie that missed entries, can stall it. At a fixed
+# second, an idle stream's reader cost a ZooKeeper read and three bookie requests a second for
+# as long as it followed (a read proxy's read-aheads of 150 idle streams took 65 % of its core).
+QUIET_CHECK_S_MIN = 1.0
+QUIET_CHECK_S_MAX = 5.0
+LAC_ELSEWHERE_S = 1.0  # how long asking the rest of the write set for their LACs waits
 
 
 class LedgerReader:
@@ -89,6 +92,7 @@ class LedgerReader:
         self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
         self._refreshed_at_s = context.clock()
         self._lac_asked_at_s = float("-inf")  # when the write set was last asked for its LAC
+        self._quiet_every_s = QUIET_CHECK_S_MIN  # between those checks while nothing comes
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -98,13 +102,15 @@ class LedgerReader:
     def metadata_version(self) -> int:
         return self._versioned.version
 
-    async def refresh(self) -> bool:
+    async def refresh(self, synced: bool = True) -> bool:
         """Reads the ledger's metadata again; whether it changed (new ensembles, or closed
         since). A ledger whose metadata is gone (deleted) keeps what the reader had: its
-        reads fail as they would have, and the caller learns of the deletion its own way."""
+        reads fail as they would have, and the caller learns of the deletion its own way.
+        `synced=False` reads what the region's ZooKeeper server has seen, without the round
+        trip to the leader (a periodic check, which the next one completes)."""
         self._refreshed_at_s = self._context.clock()
         try:
-            versioned = await self._context.metadata.read(self.ledger_id)
+            versioned = await self._context.metadata.read(self.ledger_id, synced=synced)
         except NoSuchLedgerMetadataError:
             return False
         if versioned.version <= self._versioned.version:
@@ -323,6 +329,8 @@ class LedgerReader:
             outcome = await self._long_poll(max(remaining_ms, 1))
             if outcome is None or outcome == "empty":
                 await self._refresh_while_waiting()
+            else:
+                self._quiet_every_s = QUIET_CHECK_S_MIN
             if outcome != "empty":
                 return outcome
             if remaining_ms <= 0:
@@ -335,15 +343,16 @@ class LedgerReader:
     async def _refresh_while_waiting(self) -> None:
         """A long poll that brought nothing: the metadata again, if not read lately (an
         ensemble change since it was read leaves the poll asking a bookie that no longer
-        gets the ledger's entries)."""
-        if self._context.clock() - self._refreshed_at_s >= METADATA_REFRESH_S:
-            await self._refresh_quietly()
+        gets the ledger's entries). Less and less often while nothing comes."""
+        if self._context.clock() - self._refreshed_at_s >= self._quiet_every_s:
+            await self._refresh_quietly(synced=False)
+            self._quiet_every_s = min(QUIET_CHECK_S_MAX, self._quiet_every_s * 2)
 
-    async def _refresh_quietly(self) -> bool:
+    async def _refresh_quietly(self, synced: bool = True) -> bool:
         """`refresh()` for the reader's own use: metadata it cannot read now (ZooKeeper
         away) changes nothing, and the read or poll goes on as it would have."""
         try:
-            return await self.refresh()
+            return await self.refresh(synced)
         except GlobelogError as err:
             log.debug("ledger %d: metadata not read again: %s", self.ledger_id, err)
             return False
@@ -397,11 +406,11 @@ class LedgerReader:
 
     async def _lac_elsewhere(self, bookies: list[str]) -> None:
         """Raises the LAC to the highest the last entries of `bookies` carry, from those that
-        answer within LAC_ELSEWHERE_S; at most once every LAC_ELSEWHERE_EVERY_S (an idle
-        stream's polls come back empty several times a second). A bookie that does not
+        answer within LAC_ELSEWHERE_S; at most as often as the metadata is read again while
+        nothing comes (an idle stream's polls come back empty several times a second). A bookie that does not
         answer, or answers with an error, counts as failed for the read order."""
         now_s = self._context.clock()
-        if not bookies or now_s - self._lac_asked_at_s < LAC_ELSEWHERE_EVERY_S:
+        if not bookies or now_s - self._lac_asked_at_s < self._quiet_every_s:
             return
         self._lac_asked_at_s = now_s
 
