@@ -71,10 +71,18 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
-# A page whose payloads pass this is encoded (base64, JSON) in a thread: a 4 MiB page is tens
-# of milliseconds of encoding, which on the event loop would hold every other client's
-# request for that long; in a thread the loop gets the interpreter back every switch interval.
+# A page whose payloads pass PAGE_ENCODE_INLINE_BYTES, or whose records pass
+# PAGE_ENCODE_INLINE_RECORDS, is encoded (base64, JSON) in a thread: a 4 MiB page, or one of
+# 10 000 small records, is tens of milliseconds of encoding, which on the event loop would
+# hold every other client's request for that long; in a thread the loop gets the interpreter
+# back every switch interval. One page is encoded at a time (PAGE_ENCODERS): eight encoding
+# threads at once left the loop an eighth of the interpreter, and every other client waited.
 PAGE_ENCODE_INLINE_BYTES = 256 * 1024
+PAGE_ENCODE_INLINE_RECORDS = 500
+PAGE_ENCODERS = 1
+# A streamed tail sends at most this many records a turn, so that encoding them (a few
+# microseconds each, on the event loop) holds the other clients for milliseconds, not tens.
+TAIL_BATCH_RECORDS = 500
 STREAM = "/v1/namespaces/{ns}/streams/{stream}"
 # Who may call what (docs/http-api.md, "Access"): every route has its rule.
 RULES: Rules = {
@@ -145,6 +153,7 @@ class ReadProxy:
         self._starting: dict[tuple[str, str], _Starting] = {}
         self._reads = _Slots("pages being served", limits.reads_max)  # long polls included
         self._tails = _Slots("streamed tails open", limits.tails_max)
+        self._encoders = asyncio.Semaphore(PAGE_ENCODERS)  # pages encoded in threads at once
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -246,11 +255,14 @@ class ReadProxy:
         if seq is None:
             return json_response({"records": [], "next_seq": None})
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
-        size = self._take_bytes(request, ns, records)
         next_seq = records[-1].seq + 1 if records else seq
-        if size <= PAGE_ENCODE_INLINE_BYTES:
-            return json_response(_page_body(records, next_seq))
-        body = await asyncio.to_thread(lambda: json.dumps(_page_body(records, next_seq)).encode())
+        size = sum(len(r.payload) for r in records)
+        if size <= PAGE_ENCODE_INLINE_BYTES and len(records) <= PAGE_ENCODE_INLINE_RECORDS:
+            body = _encoded_page(records, next_seq)
+        else:
+            async with self._encoders:
+                body = await asyncio.to_thread(_encoded_page, records, next_seq)
+        self._take_bytes(request, ns, len(body))
         return web.Response(body=body, content_type="application/json")
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
@@ -280,13 +292,12 @@ class ReadProxy:
                 # a client past its read quota waits: its tail slows down to the quota
                 client = client_of(request)
                 await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))
-                records = await self._page(
-                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client
-                )
-                self._take_bytes(request, ns, records)
+                most = min(TAIL_BATCH_RECORDS, self.limits.page_records_max)
+                records = await self._page(ns, stream, seq, most, TAIL_POLL_S, client)
                 if records:
-                    lines = "".join(json.dumps(_record(r)) + "\n" for r in records)
-                    await response.write(lines.encode())
+                    lines = "".join(json.dumps(_record(r)) + "\n" for r in records).encode()
+                    self._take_bytes(request, ns, len(lines))
+                    await response.write(lines)
                     seq = records[-1].seq + 1
         except ConnectionResetError:  # the client went away
             pass
@@ -299,11 +310,9 @@ class ReadProxy:
         quota (the one it was let in with included)."""
         self.quotas.take_requests(client, ns, self.limits.reader_open_cost - 1)
 
-    def _take_bytes(self, request: web.Request, ns: str, records: list[LogRecord]) -> int:
-        """Charges the records' payload bytes to the client's read quota; returns them."""
-        size = sum(len(r.payload) for r in records)
+    def _take_bytes(self, request: web.Request, ns: str, size: int) -> None:
+        """Charges an answer's bytes (its records as sent) to the client's read quota."""
         self.quotas.take_bytes(client_of(request), ns, size)
-        return size
 
     async def _sweep(self, following: Callable[[], None]) -> None:
         """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
@@ -468,8 +477,8 @@ def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
     return records
 
 
-def _page_body(records: list[LogRecord], next_seq: int) -> dict[str, Any]:
-    return {"records": [_record(r) for r in records], "next_seq": next_seq}
+def _encoded_page(records: list[LogRecord], next_seq: int) -> bytes:
+    return json.dumps({"records": [_record(r) for r in records], "next_seq": next_seq}).encode()
 
 
 def _record(record: LogRecord) -> dict[str, Any]:

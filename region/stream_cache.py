@@ -39,17 +39,22 @@ from core.records import LogRecord
 from global_meta.followers import Follower, FollowerState, FollowerStatus, RestartBackoff
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
-from reader.log_reader import LogReader, ReaderConfig
+from reader.log_reader import CATCH_UP_STEP_S, LogReader, ReaderConfig
 from reader.positions import By, Position
 
 log = logging.getLogger(__name__)
 CACHE_RECORDS_MAX = 200_000
 CACHE_BYTES_MAX = 64 * 1024 * 1024
 GAPS_MAX = 1000  # lost and truncated ranges remembered per cache (the oldest go first)
+CATCH_UP_S = ReaderConfig().catch_up_s  # a page waits this long while records are being read
 
 
 class RecordSource(Protocol):
     """What the cache follows a stream with (a LogReader)."""
+
+    # True while it has read all that is written and waits for more (False: still reading
+    # records that are there)
+    at_end: bool
 
     async def read_next(self, timeout_s: float | None = None) -> LogRecord | None: ...
 
@@ -155,6 +160,7 @@ class StreamCache:
         self.read_at = 0.0  # when a request last read here (the proxy's clock)
         self.waiters = Waiters()
         self._opened: RecordSource | None = None  # the first source, opened by start()
+        self._reading: RecordSource | None = None  # the source the follow loop reads
         self._follower: Follower | None = None
         self._failure: BaseException | None = None  # the newest failure of the follow loop
         self._closed = False  # then it covers nothing: its waiters go to readers of their own
@@ -252,6 +258,7 @@ class StreamCache:
         try:
             if source is None:
                 source = await self._reopen()
+            self._reading = source
             following()
             self._failure = None
             while True:
@@ -270,6 +277,7 @@ class StreamCache:
             self._failure = err
             raise
         finally:
+            self._reading = None
             self._notify()  # waiters see the failure (or the end) at once
             if source is not None:
                 await source.close()
@@ -334,14 +342,7 @@ class StreamCache:
         from here would start past it. With nothing to give while the cache is not
         following, raises its newest failure (retriable when the cause is, as a lost
         ZooKeeper session is): the reader learns why, not just "nothing"."""
-        if bisect.bisect_left(self._seqs, seq) == len(self._records) and wait_s > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    # Not following, too: a restart within the wait may still bring it.
-                    while bisect.bisect_left(self._seqs, seq) == len(self._records):
-                        if self.gone or not self.covers(seq):
-                            break
-                        await self.waiters.wait(seq)
+        await self._wait_for(seq, wait_s)
         if not self.covers(seq):
             return None
         index = bisect.bisect_left(self._seqs, seq)
@@ -352,6 +353,32 @@ class StreamCache:
             # Not following yet, and nothing failed: still starting, so nothing new (a 500
             # once, for a request with wait_ms=0 that came as the read-ahead started).
         return self._records[index : index + max_records]
+
+    def _lacks(self, seq: int) -> bool:
+        return bisect.bisect_left(self._seqs, seq) == len(self._records)
+
+    @property
+    def catching_up(self) -> bool:
+        """True while the cache's reader is still reading records that are written."""
+        source = self._reading or self._opened
+        return source is not None and not source.at_end
+
+    async def _wait_for(self, seq: int, wait_s: float) -> None:
+        """Waits up to `wait_s` for record `seq` while the cache lacks it, and up to
+        CATCH_UP_S whatever `wait_s` while its reader is still reading records that are there
+        (as a page from a reader of its own does: a client asking again with the same short
+        wait must not be answered an empty page for ever while records exist). Not following
+        too: a restart within the wait may still bring it."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while self._lacks(seq) and not self.gone and self.covers(seq):
+            catching_up = self.catching_up
+            left = (max(wait_s, CATCH_UP_S) if catching_up else wait_s) - (loop.time() - began)
+            if left < 0.001:  # (not 0: a timeout of a few ulps would fire at once, for ever)
+                return
+            with contextlib.suppress(TimeoutError):  # while catching up, look again at the end
+                async with asyncio.timeout(min(left, CATCH_UP_STEP_S) if catching_up else left):
+                    await self.waiters.wait(seq)
 
     def _not_following(self) -> GlobelogError | None:
         """Why the read-ahead is not following: its newest failure (None when none came, as

@@ -296,6 +296,38 @@ async def test_requests_that_open_readers_cost_more_of_the_read_quota(cluster: C
         assert [await read(steady, "s0") for _ in range(8)] == [200] * 8
 
 
+async def test_a_reads_bytes_are_those_of_its_answer(cluster: Cluster) -> None:
+    """Small records cost what encoding and sending them costs: a page of 300 records of 10
+    bytes (3 KB of payloads, about 40 KB of JSON) takes the answer's bytes of the read quota,
+    so a client with 20 KB a second is in debt after it and its next read is refused, while
+    a page of 10 records (about 1.4 KB) leaves a second client room for more."""
+    namespace = fresh_namespace()
+    quota = Quota(None, None, read_bytes_per_s=20 * KIB, read_requests_per_s=None)
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "us-east", ProxyLimits(quota=quota)) as east,
+        client_session(subject_token("wide")) as wide,
+        client_session(subject_token("narrow")) as narrow,
+    ):
+        await env.streams.create_stream("small")
+        writer = await env.writer("small")
+        await writer.write_bulk([b"%010d" % i for i in range(300)])
+        await writer.close()
+        url = f"{east.me.url}/v1/namespaces/{namespace}/streams/small/records"
+
+        async def page(http: aiohttp.ClientSession, most: int) -> tuple[int, int]:
+            params = {"from_seq": "0", "max": str(most), "wait_ms": "0"}
+            async with http.get(url, params=params) as answer:
+                return answer.status, len(await answer.read())
+
+        status, size = await page(wide, 300)
+        assert status == 200 and size > 30 * KIB, size
+        assert (await page(wide, 1))[0] == 429
+        answers = [await page(narrow, 10) for _ in range(5)]
+        assert [status for status, _ in answers] == [200] * 5
+        assert sum(size for _, size in answers) < 20 * KIB
+
+
 async def read_all(
     http: aiohttp.ClientSession, proxy: ReadProxy, namespace: str, stream: str
 ) -> list[bytes]:

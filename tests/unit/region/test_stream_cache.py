@@ -35,6 +35,7 @@ class Source:
         self.items: asyncio.Queue[Item] = asyncio.Queue()
         self.idle = asyncio.Event()  # set when the cache has taken every item and waits
         self.closed = False
+        self.at_end = True  # False: as a reader still reading records that are there
 
     async def read_next(self, timeout_s: float | None = None) -> LogRecord | None:
         if self.items.empty():
@@ -114,6 +115,35 @@ async def test_a_failed_reader_is_replaced_after_the_newest_cached_record() -> N
     assert seqs(await cache.read(0, 10, 0)) == [0, 1, 2, 3]
     await cache.close()
     assert second.closed
+
+
+async def test_a_short_wait_is_not_answered_empty_while_the_reader_reads_records_there() -> (
+    None
+):
+    """A first page with wait_ms=0 on a stream with records came back empty while the new
+    read-ahead was still reading them: asked again the same way, a client could be answered
+    so for ever. While the reader is catching up, a page waits for its first record (up to
+    CATCH_UP_S); once the reader is at the end, a short wait is short again."""
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    source = await opener.opened.get()
+    source.at_end = False
+    page = asyncio.create_task(cache.read(0, 10, 0))
+    await asyncio.sleep(0.3)  # past a few of the cache's looks at the reader's end
+    assert not page.done()
+    await source.items.put(record(0))
+    assert seqs(await page) == [0]
+    source.at_end = True
+    began = asyncio.get_running_loop().time()
+    assert seqs(await cache.read(1, 10, 0)) == []
+    assert asyncio.get_running_loop().time() - began < 0.1
+    source.at_end = False
+    page = asyncio.create_task(cache.read(1, 10, 0))
+    await asyncio.sleep(0.05)
+    source.at_end = True  # read to the end without record 1: the page ends at the next look
+    assert seqs(await asyncio.wait_for(page, 1.0)) == []
+    await cache.close()
 
 
 async def test_while_not_following_a_read_with_nothing_new_fails_with_the_cause() -> None:
