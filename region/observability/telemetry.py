@@ -89,7 +89,7 @@ class ProxyMetrics:
             delivered=m.create_counter("globelog.proxy.delivered.records"),
             delivery_latency=histogram(
                 "globelog.proxy.delivery.latency",
-                "record write time to served by a read proxy (clocks of one machine or NTP)",
+                "write time to served of each answer's newest record (clocks of one machine or NTP)",
                 DELIVERY_BUCKETS_S,
             ),
             cache_reads=m.create_counter("globelog.proxy.cache.reads", description="hit | miss"),
