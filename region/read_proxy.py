@@ -258,7 +258,7 @@ class ReadProxy:
         next_seq = records[-1].seq + 1 if records else seq
         size = sum(len(r.payload) for r in records)
         if size <= PAGE_ENCODE_INLINE_BYTES and len(records) <= PAGE_ENCODE_INLINE_RECORDS:
-            body = _encoded_page(records, next_seq)
+            body = _page_json(self._encodings(ns, stream, records), next_seq)
         else:
             async with self._encoders:
                 body = await asyncio.to_thread(_encoded_page, records, next_seq)
@@ -295,7 +295,7 @@ class ReadProxy:
                 most = min(TAIL_BATCH_RECORDS, self.limits.page_records_max)
                 records = await self._page(ns, stream, seq, most, TAIL_POLL_S, client)
                 if records:
-                    lines = "".join(json.dumps(_record(r)) + "\n" for r in records).encode()
+                    lines = b"\n".join(self._encodings(ns, stream, records)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
                     await response.write(lines)
                     seq = records[-1].seq + 1
@@ -309,6 +309,13 @@ class ReadProxy:
         """A reader is opened for the client: it costs `reader_open_cost` requests of its
         quota (the one it was let in with included)."""
         self.quotas.take_requests(client, ns, self.limits.reader_open_cost - 1)
+
+    def _encodings(self, ns: str, stream: str, records: list[LogRecord]) -> list[bytes]:
+        """Each record as served (JSON): kept by the stream's read-ahead when they came from
+        it (each encoded once for all of its readers), else made now."""
+        cache = self._caches.get((ns, stream))
+        found = None if cache is None else cache.encoded(records)
+        return found if found is not None else [_record_json(r) for r in records]
 
     def _take_bytes(self, request: web.Request, ns: str, size: int) -> None:
         """Charges an answer's bytes (its records as sent) to the client's read quota."""
@@ -436,6 +443,7 @@ class ReadProxy:
                         bytes_max=self.limits.cache_stream_bytes_max,
                         on_failed=follower_restarts(KIND, "stream cache"),
                         budget=self._budget,
+                        encode=_record_json,
                     )
                     await cache.start(seq)
                     while len(self._caches) >= self.limits.cache_streams_max:
@@ -479,7 +487,16 @@ def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
 
 
 def _encoded_page(records: list[LogRecord], next_seq: int) -> bytes:
-    return json.dumps({"records": [_record(r) for r in records], "next_seq": next_seq}).encode()
+    return _page_json([_record_json(r) for r in records], next_seq)
+
+
+def _page_json(encodings: list[bytes], next_seq: int) -> bytes:
+    """A page's body from its records' encodings: what json.dumps makes of the whole page."""
+    return b'{"records": [' + b", ".join(encodings) + b'], "next_seq": %d}' % next_seq
+
+
+def _record_json(record: LogRecord) -> bytes:
+    return json.dumps(_record(record)).encode()
 
 
 def _record(record: LogRecord) -> dict[str, Any]:

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 CACHE_RECORDS_MAX = 200_000
 CACHE_BYTES_MAX = 64 * 1024 * 1024
 GAPS_MAX = 1000  # lost and truncated ranges remembered per cache (the oldest go first)
+Encoding = bytes  # a record as a read proxy serves it (JSON)
 CATCH_UP_S = ReaderConfig().catch_up_s  # a page waits this long while records are being read
 
 
@@ -144,14 +145,19 @@ class StreamCache:
         open_source: SourceOpener | None = None,
         restart_backoff: RestartBackoff | None = None,
         budget: CacheBudget | None = None,
+        encode: Callable[[LogRecord], bytes] | None = None,
     ) -> None:
         self.stream = stream
+        self._encode = encode
         self._streams = streams
         self._ledgers = ledgers
         self._open_source = open_source or self._open_reader
         self._on_failed = on_failed
         self._restart_backoff = restart_backoff
         self._records: list[LogRecord] = []
+        # each record's encoding as served (`encoded`), made when first asked for and kept
+        # with it: its bytes count with the record's against the cache's and the proxy's bounds
+        self._encodings: list[bytes | None] = []
         self._seqs: list[int] = []
         self._bytes = 0
         self._records_max = records_max
@@ -297,10 +303,15 @@ class StreamCache:
         if self.start_seq is None:  # the first readable record after a truncation
             self.start_seq = record.seq
         self._records.append(record)
+        self._encodings.append(None)
         self._seqs.append(record.seq)
-        self._bytes += len(record.payload)
+        self._grow(len(record.payload))
+
+    def _grow(self, size: int) -> None:
+        """Counts `size` more bytes held, and keeps within the bounds."""
+        self._bytes += size
         if self._budget is not None:
-            self._budget.used += len(record.payload)
+            self._budget.used += size
         over = len(self._records) - self._records_max
         while over > 0 or self._bytes > self._bytes_max:
             self._drop(max(over, len(self._records) // 8, 1))
@@ -308,15 +319,38 @@ class StreamCache:
         if self._budget is not None:
             self._budget.grew(self)
 
+    def encoded(self, records: list[LogRecord]) -> list[Encoding] | None:
+        """The encodings of `records`, a run of records this cache served (`read`): each
+        record is encoded once, however many readers are served it (a read proxy's many
+        tails of one stream encoded every record once each). None when the cache has no
+        encoder, or no longer holds the run."""
+        if self._encode is None or not records:
+            return None
+        first = bisect.bisect_left(self._seqs, records[0].seq)
+        end = first + len(records)
+        held = self._records
+        if end > len(held) or held[first] is not records[0] or held[end - 1] is not records[-1]:
+            return None
+        encodings = self._encodings
+        made = 0
+        for index in range(first, end):
+            if encodings[index] is None:
+                encoding = encodings[index] = self._encode(held[index])
+                made += len(encoding)
+        found = [e for e in encodings[first:end] if e is not None]
+        if made:
+            self._grow(made)  # (may drop records: what was found is the caller's)
+        return found
+
     def shed(self, size: int) -> None:
         """Drops the oldest records until `size` bytes are freed or none is left (for the
         proxy's budget over every cache)."""
         freed = 0
         count = 0
-        for record in self._records:
+        for record, encoding in zip(self._records, self._encodings, strict=True):
             if freed >= size:
                 break
-            freed += len(record.payload)
+            freed += len(record.payload) + len(encoding or b"")
             count += 1
         self._drop(count)
 
@@ -326,12 +360,14 @@ class StreamCache:
         if count <= 0 or not self._records:
             return
         size = sum(len(r.payload) for r in self._records[:count])
+        size += sum(len(e) for e in self._encodings[:count] if e is not None)
         if count >= len(self._records):
             self.start_seq = self._seqs[-1] + 1
         self._bytes -= size
         if self._budget is not None:
             self._budget.used -= size
         del self._records[:count]
+        del self._encodings[:count]
         del self._seqs[:count]
 
     async def read(self, seq: int, max_records: int, wait_s: float) -> list[LogRecord] | None:

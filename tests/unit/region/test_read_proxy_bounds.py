@@ -106,3 +106,19 @@ async def test_a_read_ahead_started_far_ahead_moves_back_for_a_reader_from_befor
     assert await server._cache("ns", "s", 2**62, "client") is honest, "never moved forward"
     honest.holds_nothing = False
     assert await server._cache("ns", "s", 0, "client") is honest, "holding records, it stays"
+
+
+def test_a_page_joined_from_its_records_encodings_is_what_json_makes_of_the_page() -> None:
+    """Pages are joined from records encoded one at a time (each kept by the read-ahead for
+    every reader): the bytes must be those of the whole page encoded at once, binary payloads,
+    producers, quotes and non-ASCII text included."""
+    import json
+
+    records = [
+        LogRecord(DLSN(3, 1, 0), 7, 0, b"plain", 1_700_000_000_000, "us-east"),
+        LogRecord(DLSN(3, 1, 1), 8, 1, b'"quoted"\n\xc3\xa9t\xc3\xa9', 1, "eu-west", 42, 9),
+        LogRecord(DLSN(3, 2, 0), 9, 2, bytes(range(256)), 2, "us-west"),
+    ]
+    for page in (records, records[:1], []):
+        whole = {"records": [read_proxy._record(r) for r in page], "next_seq": 3}
+        assert read_proxy._encoded_page(page, 3) == json.dumps(whole).encode()

@@ -117,9 +117,7 @@ async def test_a_failed_reader_is_replaced_after_the_newest_cached_record() -> N
     assert second.closed
 
 
-async def test_a_short_wait_is_not_answered_empty_while_the_reader_reads_records_there() -> (
-    None
-):
+async def test_a_short_wait_is_not_answered_empty_while_the_reader_reads_records_there() -> None:
     """A first page with wait_ms=0 on a stream with records came back empty while the new
     read-ahead was still reading them: asked again the same way, a client could be answered
     so for ever. While the reader is catching up, a page waits for its first record (up to
@@ -304,3 +302,39 @@ async def test_long_polls_that_gave_up_are_let_go() -> None:
     assert not late.done()
     waiters.wake_up_to(5)
     await late
+
+
+async def test_each_record_is_encoded_once_for_all_its_readers_within_the_bounds() -> None:
+    """A read proxy's tails of one stream each encoded every record they sent; the cache now
+    keeps each record's encoding, made at the first reader's asking, and counts its bytes
+    with the record's (so the proxy's budget bounds them too)."""
+    made: list[int] = []
+
+    def encode(r: LogRecord) -> bytes:
+        made.append(r.seq)
+        return b"<%d>" % r.seq  # 3 bytes for 0..9
+
+    budget = CacheBudget(most=1000, order=lambda: [])
+    opener = Opener()
+    cache = StreamCache(
+        cast(Any, None), cast(Any, None), "s0", open_source=opener, budget=budget, encode=encode
+    )
+    await cache.start(0)
+    source = await opener.opened.get()
+    for seq in range(6):
+        await source.items.put(record(seq))
+    assert seqs(await cache.read(5, 10, LONG_WAIT_S)) == [5]
+    page = await cache.read(0, 10, 0)
+    assert page is not None and len(page) == 6
+    assert cache.encoded(page[2:5]) == [b"<2>", b"<3>", b"<4>"]
+    assert cache.encoded(page) == [b"<%d>" % seq for seq in range(6)]
+    assert cache.encoded(page) == [b"<%d>" % seq for seq in range(6)]
+    assert sorted(made) == list(range(6))  # once each, for three askings
+    assert cache.bytes == 6 * 2 + 6 * 3 == budget.used
+    # records the cache did not serve (a reader of its own read them) are not its to encode
+    assert cache.encoded([record(1)]) is None
+    cache.shed(5)  # r0 and its encoding (5 bytes) go
+    assert cache.bytes == 25 == budget.used and not cache.covers(0)
+    assert cache.encoded(page) is None  # it no longer holds the whole run
+    await cache.close()
+    assert budget.used == 0
