@@ -292,13 +292,17 @@ class ReadProxy:
                 # a client past its read quota waits: its tail slows down to the quota
                 client = client_of(request)
                 await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))
-                most = min(TAIL_BATCH_RECORDS, self.limits.page_records_max)
-                records = await self._page(ns, stream, seq, most, TAIL_POLL_S, client)
-                if records:
-                    lines = b"\n".join(self._encodings(ns, stream, records)) + b"\n"
+                records = await self._page(
+                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
+                )
+                for first in range(0, len(records), TAIL_BATCH_RECORDS):
+                    if first:
+                        await asyncio.sleep(0)  # the other clients' turn between batches
+                    batch = records[first : first + TAIL_BATCH_RECORDS]
+                    lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
                     await response.write(lines)
-                    seq = records[-1].seq + 1
+                    seq = batch[-1].seq + 1
         except ConnectionResetError:  # the client went away
             pass
         return response
@@ -361,9 +365,20 @@ class ReadProxy:
         return None if first_record is None else first_record.seq
 
     async def _page(
-        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float, client: str
+        self,
+        ns: str,
+        stream: str,
+        seq: int,
+        max_records: int,
+        wait_s: float,
+        client: str,
+        catch_up: bool = True,
     ) -> list[LogRecord]:
-        records = await self._page_of(ns, stream, seq, max_records, wait_s, client)
+        """Records from `seq`, waiting up to `wait_s` for the first, and with `catch_up` up to
+        CATCH_UP_S while the read-ahead still reads records that are there (a page: a short
+        wait must not answer an empty page while records exist; a tail asks again anyway,
+        and checks on its client every TAIL_POLL_S)."""
+        records = await self._page_of(ns, stream, seq, max_records, wait_s, client, catch_up)
         if records:
             # The delivery latency of the answer's newest record, once per answer: per record,
             # the histogram's bookkeeping (tens of microseconds) was half of what a tail
@@ -375,13 +390,20 @@ class ReadProxy:
         return records
 
     async def _page_of(
-        self, ns: str, stream: str, seq: int, max_records: int, wait_s: float, client: str
+        self,
+        ns: str,
+        stream: str,
+        seq: int,
+        max_records: int,
+        wait_s: float,
+        client: str,
+        catch_up: bool,
     ) -> list[LogRecord]:
         cache = await self._cache(ns, stream, seq, client)
         if cache.covers(seq):
             began_s = asyncio.get_running_loop().time()
             with TRACER.start_as_current_span("globelog.read.cache") as span:
-                cached = await cache.read(seq, max_records, wait_s)
+                cached = await cache.read(seq, max_records, wait_s, catch_up=catch_up)
                 span.set_attributes(
                     {
                         "globelog.seq": seq,
@@ -406,6 +428,8 @@ class ReadProxy:
         async with reader:
             while len(records) < max_records and size <= self.limits.page_bytes_max:
                 try:  # the first record as a long poll waits for it, the next ones briefly
+                    # (a reader of its own waits for records that are there in any case: a tail
+                    # that asked again would open another)
                     record = await (
                         reader.read_next(0.05) if records else reader.read_next_written(wait_s)
                     )

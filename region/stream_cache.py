@@ -370,7 +370,9 @@ class StreamCache:
         del self._encodings[:count]
         del self._seqs[:count]
 
-    async def read(self, seq: int, max_records: int, wait_s: float) -> list[LogRecord] | None:
+    async def read(
+        self, seq: int, max_records: int, wait_s: float, *, catch_up: bool = True
+    ) -> list[LogRecord] | None:
         """Records from sequence id `seq` on (at most `max_records`); waits up to `wait_s`
         for the first when none is there yet. Needs `covers(seq)`. None when `seq` is no
         longer covered once the wait is over (evicted by a burst of newer records, or dropped
@@ -378,7 +380,7 @@ class StreamCache:
         from here would start past it. With nothing to give while the cache is not
         following, raises its newest failure (retriable when the cause is, as a lost
         ZooKeeper session is): the reader learns why, not just "nothing"."""
-        await self._wait_for(seq, wait_s)
+        await self._wait_for(seq, wait_s, catch_up)
         if not self.covers(seq):
             return None
         index = bisect.bisect_left(self._seqs, seq)
@@ -399,16 +401,17 @@ class StreamCache:
         source = self._reading or self._opened
         return source is not None and not source.at_end
 
-    async def _wait_for(self, seq: int, wait_s: float) -> None:
+    async def _wait_for(self, seq: int, wait_s: float, catch_up: bool) -> None:
         """Waits up to `wait_s` for record `seq` while the cache lacks it, and up to
         CATCH_UP_S whatever `wait_s` while its reader is still reading records that are there
         (as a page from a reader of its own does: a client asking again with the same short
         wait must not be answered an empty page for ever while records exist). Not following
-        too: a restart within the wait may still bring it."""
+        too: a restart within the wait may still bring it. Without `catch_up` (a streamed
+        tail, which asks again at once), `wait_s` alone."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         while self._lacks(seq) and not self.gone and self.covers(seq):
-            catching_up = self.catching_up
+            catching_up = catch_up and self.catching_up
             left = (max(wait_s, CATCH_UP_S) if catching_up else wait_s) - (loop.time() - began)
             if left < 0.001:  # (not 0: a timeout of a few ulps would fire at once, for ever)
                 return

@@ -444,9 +444,16 @@ async def _attacker(spec: Attacker, pipe: Any) -> None:
 
 
 async def _answer(pipe: Any, within_s: float, what: str) -> Any:
-    if not await asyncio.to_thread(pipe.poll, within_s):
-        raise GlobelogError(f"bench abuse: {what} within {within_s:.0f} s")
-    return pipe.recv()
+    """What a child process sends next, within `within_s`; GlobelogError when it does not or
+    when it died (its error is on stderr)."""
+    try:
+        if await asyncio.to_thread(pipe.poll, within_s):
+            return pipe.recv()
+    except EOFError:
+        raise GlobelogError(
+            f"bench abuse: {what}: its process ended (see its error above)"
+        ) from None
+    raise GlobelogError(f"bench abuse: {what} within {within_s:.0f} s")
 
 
 async def run_phase(phase: Phase, attacker: Any, seconds: float, pids: dict[str, int]) -> None:
@@ -512,13 +519,16 @@ async def bench_abuse(
     attacker_proc = spawn.Process(
         target=attacker_process, args=(spec, attacker_end), name="attacker", daemon=True
     )
-    canary_proc.start()
-    attacker_proc.start()
+    watchers: list[asyncio.Task[None]] = []
     try:
+        canary_proc.start()
+        attacker_proc.start()
+        sent.close()  # the children's ends: a child that dies is then seen (EOFError) at once
+        attacker_end.close()
         if not await asyncio.to_thread(ready.wait, 60):
             raise GlobelogError("bench abuse: the canary's process did not start within 60 s")
         await _answer(attacker, 60, "the attacker's process did not start")
-        watchers = [asyncio.create_task(watch_rss(pids, lambda: current[0], stop))]
+        watchers.append(asyncio.create_task(watch_rss(pids, lambda: current[0], stop)))
         origin = time.monotonic()
         for phase in phases:
             current[0] = phase
@@ -535,7 +545,11 @@ async def bench_abuse(
             await _answer(received, 60, "the canary's process sent nothing"), phases, origin
         )
     finally:
+        stop.set()
+        await asyncio.gather(*watchers)
         for process in (canary_proc, attacker_proc):
+            if process.pid is None:
+                continue  # never started
             await asyncio.to_thread(process.join, 10)
             if process.is_alive():
                 process.kill()
