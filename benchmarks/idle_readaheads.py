@@ -59,7 +59,7 @@ async def measure(args: argparse.Namespace) -> str:
         base = f"{read_url}/v1/namespaces/{namespace}/streams"
         began = time.monotonic()
         for i in range(args.streams):
-            params = {"from_seq": "0", "wait_ms": "0"}
+            params = {"from_seq": "0", "wait_ms": "2000"}
             async with http.get(f"{base}/s{i}/records", params=params) as answer:
                 page = await answer.json()
                 if answer.status != 200 or not page["records"]:
