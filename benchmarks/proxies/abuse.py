@@ -99,7 +99,7 @@ class Phase:
     name: str
     started_s: float = 0.0
     writes: list[tuple[float, float]] = field(default_factory=list)  # (at s, latency s)
-    reads: list[float] = field(default_factory=list)
+    reads: list[tuple[float, float]] = field(default_factory=list)  # (at s, latency s)
     canary_errors: Counter[str] = field(default_factory=Counter)
     rss_mib: dict[str, float] = field(default_factory=dict)
     cpu_pct: dict[str, float] = field(default_factory=dict)  # of one core, over the attack
@@ -352,7 +352,7 @@ def file_samples(samples: list[Sample], phases: list[Phase], origin: float) -> N
         if sample.write_s is not None:
             phase.writes.append((sample.at - origin, sample.write_s))
         if sample.read_s is not None:
-            phase.reads.append(sample.read_s)
+            phase.reads.append((sample.at - origin, sample.read_s))
         if sample.error is not None:
             phase.canary_errors[sample.error] += 1
 
@@ -563,7 +563,7 @@ def report(
     base_p99 = (
         percentile(sorted(latency for _, latency in baseline.writes), 99) if baseline.writes else 0
     )
-    base_read_p99 = percentile(sorted(baseline.reads), 99) if baseline.reads else 0
+    base_read_p99 = percentile(sorted(r for _, r in baseline.reads), 99) if baseline.reads else 0
     lines = [
         f"globelog bench abuse: topology {cluster.topology.name}, WAN profile {cluster.profile}, "
         f"{args.seconds:.0f} s per phase, proxies with the topology's limits",
@@ -583,7 +583,8 @@ def report(
     for phase in phases:
         writes = [latency for _, latency in phase.writes]
         p99 = percentile(sorted(writes), 99) if writes else float("inf")
-        read_p99 = percentile(sorted(phase.reads), 99) if phase.reads else float("inf")
+        reads = [latency for _, latency in phase.reads]
+        read_p99 = percentile(sorted(reads), 99) if reads else float("inf")
         rss = [phase.rss_mib.get(n, 0.0) for n in names]
         met = (
             max(rss) < RSS_CEILING_MIB
@@ -595,20 +596,28 @@ def report(
         errors = ", ".join(f"{k} x{v}" for k, v in phase.canary_errors.most_common(3))
         lines.append(
             f"  {phase.name:<17} {_ms(writes, 50):>8}/{_ms(writes, 99):<8} "
-            f"{_ms(phase.reads, 50):>7}/{_ms(phase.reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M {_cpu(phase, names):>14} "
+            f"{_ms(reads, 50):>7}/{_ms(reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M {_cpu(phase, names):>14} "
             f"{'yes' if met or phase is baseline else 'NO':>5}  {answers}"
             + (f" / canary: {errors}" if errors else "")
         )
-    plot = latency_over_time(
-        Path(args.plot),
-        "bench abuse: canary write latency through each attack",
-        {
-            p.name: ([at for at, _ in p.writes], [latency * 1000 for _, latency in p.writes])
-            for p in phases
-        },
-    )
-    lines += ["", f"canary write latency over time, by phase: {plot}"]
+    writes_plot = Path(args.plot)
+    reads_plot = writes_plot.with_name(f"{writes_plot.stem}-read{writes_plot.suffix}")
+    for path, what, kind in ((writes_plot, "write", "writes"), (reads_plot, "read-back", "reads")):
+        latency_over_time(
+            path,
+            f"bench abuse: canary {what} latency through each attack",
+            {p.name: _series(getattr(p, kind)) for p in phases},
+        )
+    lines += [
+        "",
+        f"canary latency over time, by phase: {writes_plot} (writes), {reads_plot} (reads)",
+    ]
     return "\n".join(lines)
+
+
+def _series(points: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """(seconds since start, latency ms) of a phase's samples, for a plot."""
+    return [at for at, _ in points], [latency * 1000 for _, latency in points]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
