@@ -39,6 +39,7 @@ from core.dlsn import DLSN
 from core.errors import (
     BadRequestError,
     OverCapacityError,
+    QuotaExceededError,
     ReadTimeoutError,
     UnauthenticatedError,
 )
@@ -71,12 +72,13 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
-# A page whose payloads pass PAGE_ENCODE_INLINE_BYTES, or whose records pass
-# PAGE_ENCODE_INLINE_RECORDS, is encoded (base64, JSON) in a thread: a 4 MiB page, or one of
-# 10 000 small records, is tens of milliseconds of encoding, which on the event loop would
-# hold every other client's request for that long; in a thread the loop gets the interpreter
-# back every switch interval. One page is encoded at a time (PAGE_ENCODERS): eight encoding
-# threads at once left the loop an eighth of the interpreter, and every other client waited.
+# A page whose payloads pass PAGE_ENCODE_INLINE_BYTES is encoded (base64, JSON) in a thread:
+# a 4 MiB page is tens of milliseconds of encoding, which on the event loop would hold every
+# other client's request for that long; in a thread the loop gets the interpreter back every
+# switch interval. One page is encoded at a time (PAGE_ENCODERS): eight encoding threads at
+# once left the loop an eighth of the interpreter, and every other client waited. A smaller
+# page is encoded on the loop PAGE_ENCODE_INLINE_RECORDS records at a time, the other
+# clients' requests served between (a page of 10 000 small records is tens of milliseconds).
 PAGE_ENCODE_INLINE_BYTES = 256 * 1024
 PAGE_ENCODE_INLINE_RECORDS = 500
 PAGE_ENCODERS = 1
@@ -103,27 +105,45 @@ class _Starting:
 
 
 class _Slots:
-    """Requests of one kind served at once, at most `most`; one past it is over_capacity,
-    answered REFUSAL_HOLD_S after it (a client that sends again at once, as many tails or long
-    polls past the cap would, then costs a refusal per second each, not a refusal per turn)."""
+    """Requests of one kind served at once, at most `most`, and at most `per_client` of one
+    client: one past the first is over_capacity, one past its client's share quota_exceeded
+    (a client holding its share of long polls or tails does not take the others' slots).
+    Either is answered REFUSAL_HOLD_S after the request (a client that sends again at once, as
+    many tails or long polls past the cap would, then costs a refusal per second each, not a
+    refusal per turn). The table of clients holds only those with a slot taken."""
 
-    def __init__(self, what: str, most: int) -> None:
+    def __init__(self, what: str, most: int, per_client: int) -> None:
         self.what = what
         self.most = most
+        self.per_client = per_client
         self.taken = 0
+        self.by_client: dict[str, int] = {}
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def slot(self, client: str) -> AsyncIterator[None]:
+        held = self.by_client.get(client, 0)
         if self.taken >= self.most:
             await asyncio.sleep(REFUSAL_HOLD_S)
             raise OverCapacityError(
                 f"this read proxy has {self.taken} {self.what}, its most; retry later"
             )
+        if held >= self.per_client:
+            await asyncio.sleep(REFUSAL_HOLD_S)
+            raise QuotaExceededError(
+                f"{client} has {held} {self.what} at this read proxy, a client's most; "
+                "retry when one ends"
+            )
         self.taken += 1
+        self.by_client[client] = held + 1
         try:
             yield
         finally:
             self.taken -= 1
+            left = self.by_client[client] - 1
+            if left:
+                self.by_client[client] = left
+            else:
+                del self.by_client[client]
 
 
 class ReadProxy:
@@ -151,8 +171,9 @@ class ReadProxy:
         # wait for it; the entry goes with the last of them (names that do not exist leave
         # nothing behind).
         self._starting: dict[tuple[str, str], _Starting] = {}
-        self._reads = _Slots("pages being served", limits.reads_max)  # long polls included
-        self._tails = _Slots("streamed tails open", limits.tails_max)
+        # long polls included
+        self._reads = _Slots("pages being served", limits.reads_max, limits.reads_per_client_max)
+        self._tails = _Slots("streamed tails open", limits.tails_max, limits.tails_per_client_max)
         self._encoders = asyncio.Semaphore(PAGE_ENCODERS)  # pages encoded in threads at once
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
@@ -243,7 +264,7 @@ class ReadProxy:
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.Response:
-        async with self._reads.slot():
+        async with self._reads.slot(client_of(request)):
             return await self._records_page(request)
 
     async def _records_page(self, request: web.Request) -> web.Response:
@@ -257,8 +278,14 @@ class ReadProxy:
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
         next_seq = records[-1].seq + 1 if records else seq
         size = sum(len(r.payload) for r in records)
-        if size <= PAGE_ENCODE_INLINE_BYTES and len(records) <= PAGE_ENCODE_INLINE_RECORDS:
-            body = _page_json(self._encodings(ns, stream, records), next_seq)
+        if size <= PAGE_ENCODE_INLINE_BYTES:
+            encodings: list[bytes] = []
+            for first in range(0, len(records), PAGE_ENCODE_INLINE_RECORDS):
+                if first:
+                    await asyncio.sleep(0)  # the other clients' turn between slices
+                batch = records[first : first + PAGE_ENCODE_INLINE_RECORDS]
+                encodings += self._encodings(ns, stream, batch)
+            body = _page_json(encodings, next_seq)
         else:
             async with self._encoders:
                 body = await asyncio.to_thread(_encoded_page, records, next_seq)
@@ -266,7 +293,7 @@ class ReadProxy:
         return web.Response(body=body, content_type="application/json")
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
-        async with self._tails.slot():
+        async with self._tails.slot(client_of(request)):
             return await self._stream_tail(request)
 
     async def _stream_tail(self, request: web.Request) -> web.StreamResponse:

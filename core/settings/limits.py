@@ -54,6 +54,10 @@ class ProxyLimits:
     page_bytes_max: int = 4 * MIB  # a page's payloads (at least one record, whatever its size)
     reads_max: int = 10_000  # pages served at once, long polls included
     tails_max: int = 1_000  # streamed tails open at once
+    # the same for one client (its token's subject, or its address with tokens off): one
+    # client's long polls or tails cannot take every slot from the others
+    reads_per_client_max: int = 1_000
+    tails_per_client_max: int = 100
     wait_ms_max: int = 30_000  # a long poll's wait
     cache_streams_max: int = 1_000  # streams with a read-ahead (the least recently read go)
     cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead

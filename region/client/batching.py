@@ -16,7 +16,9 @@ from region.client.proxy_client import Acked, ProxyClient
 
 class BatchingWriter:
     """Buffers single writes and sends them as bulk writes of up to `max_records`; each
-    write's future resolves with its acknowledgement (or the batch's error)."""
+    write's future resolves with its acknowledgement (or the batch's error). Batches go one at
+    a time, in the order of the writes: two in flight at once travel on two connections, and
+    the later could reach the proxy first and be sequenced before the earlier."""
 
     def __init__(self, client: ProxyClient, stream: str, max_records: int = 1000) -> None:
         if not 1 <= max_records <= 100_000:
@@ -27,6 +29,7 @@ class BatchingWriter:
         self._payloads: list[bytes] = []
         self._futures: list[asyncio.Future[Acked]] = []
         self._sending: set[asyncio.Task[None]] = set()
+        self._last: asyncio.Task[None] | None = None  # the batch sent last
 
     def write(self, payload: bytes) -> asyncio.Future[Acked]:
         future: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
@@ -48,15 +51,25 @@ class BatchingWriter:
             return
         payloads, futures = self._payloads, self._futures
         self._payloads, self._futures = [], []
-        task = asyncio.get_running_loop().create_task(self._bulk(payloads, futures))
+        task = asyncio.get_running_loop().create_task(self._bulk(payloads, futures, self._last))
+        self._last = task
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _bulk(self, payloads: list[bytes], futures: list[asyncio.Future[Acked]]) -> None:
-        """Sends one batch; every one of its futures ends, with its acknowledgement or with
-        the batch's error, whatever that error is (a future left pending would hang its
-        writer for ever)."""
+    async def _bulk(
+        self,
+        payloads: list[bytes],
+        futures: list[asyncio.Future[Acked]],
+        previous: asyncio.Task[None] | None,
+    ) -> None:
+        """Sends one batch once the `previous` one is answered (its outcome is its writes'
+        futures', whatever it is); every one of its futures ends, with its acknowledgement or
+        with the batch's error, whatever that error is (a future left pending would hang its
+        writer for ever). The wait ends: each batch's write is bounded by the client's
+        deadline."""
         try:
+            if previous is not None:
+                await asyncio.wait({previous})
             acked = await self.client.write_bulk(self.stream, payloads)
             if len(acked) != len(futures):
                 raise GlobelogError(

@@ -5,6 +5,7 @@ still served."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import aiohttp
@@ -326,6 +327,53 @@ async def test_a_reads_bytes_are_those_of_its_answer(cluster: Cluster) -> None:
         answers = [await page(narrow, 10) for _ in range(5)]
         assert [status for status, _ in answers] == [200] * 5
         assert sum(size for _, size in answers) < 20 * KIB
+
+
+async def test_one_clients_tails_and_long_polls_leave_the_others_theirs(cluster: Cluster) -> None:
+    """Past its share of a read proxy's tails (`tails_per_client_max`) and pages
+    (`reads_per_client_max`, long polls included), a client is answered quota_exceeded, while
+    another client of the same proxy still opens a tail and a long poll."""
+    namespace = fresh_namespace()
+    limits = ProxyLimits(quota=NO_QUOTA, tails_per_client_max=2, reads_per_client_max=2)
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "us-east", limits) as east,
+        client_session(subject_token("hog")) as hog,
+        client_session(subject_token("fair")) as fair,
+    ):
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        await writer.write(b"r0")
+        base = f"{east.me.url}/v1/namespaces/{namespace}/streams/s"
+        poll = {"from_seq": "1", "wait_ms": "20000"}
+        tails = [await hog.get(f"{base}/tail", params={"from_seq": "0"}) for _ in range(2)]
+        polls = [asyncio.create_task(hog.get(f"{base}/records", params=poll)) for _ in range(2)]
+        await wait_until("the hog's two long polls", lambda: _long_polls(east, 2), 10)
+        async with hog.get(f"{base}/tail", params={"from_seq": "0"}) as third:
+            refused = await third.json()
+            assert third.status == 429 and refused["code"] == "quota_exceeded", refused
+            assert "2 streamed tails open" in refused["message"]
+        async with hog.get(f"{base}/records", params=poll) as third:
+            refused = await third.json()
+            assert third.status == 429 and refused["code"] == "quota_exceeded", refused
+        async with fair.get(f"{base}/tail", params={"from_seq": "0"}) as tail:
+            assert tail.status == 200
+            assert json.loads(await tail.content.readline())["payload"] == "r0"
+        fair_poll = asyncio.create_task(fair.get(f"{base}/records", params=poll))
+        await wait_until("the fair client's long poll too", lambda: _long_polls(east, 3), 10)
+        await writer.write(b"r1")  # every long poll is answered
+        for answer in await asyncio.gather(*polls, fair_poll):
+            assert answer.status == 200, await answer.text()
+            assert [r["seq"] for r in (await answer.json())["records"]] == [1]
+            answer.release()
+        for tail in tails:
+            assert tail.status == 200
+            tail.release()
+        await writer.close()
+
+
+async def _long_polls(proxy: ReadProxy, count: int) -> bool:
+    return proxy._reads.taken == count
 
 
 async def read_all(

@@ -6,12 +6,13 @@ leave nothing behind; requests for one stream share one start), and a page holds
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
 import pytest
 
 from core.dlsn import DLSN
-from core.errors import StreamNotFoundError
+from core.errors import OverCapacityError, QuotaExceededError, StreamNotFoundError
 from core.records import LogRecord
 from core.settings.limits import ProxyLimits
 from region import read_proxy
@@ -112,8 +113,6 @@ def test_a_page_joined_from_its_records_encodings_is_what_json_makes_of_the_page
     """Pages are joined from records encoded one at a time (each kept by the read-ahead for
     every reader): the bytes must be those of the whole page encoded at once, binary payloads,
     producers, quotes and non-ASCII text included."""
-    import json
-
     records = [
         LogRecord(DLSN(3, 1, 0), 7, 0, b"plain", 1_700_000_000_000, "us-east"),
         LogRecord(DLSN(3, 1, 1), 8, 1, b'"quoted"\n\xc3\xa9t\xc3\xa9', 1, "eu-west", 42, 9),
@@ -122,3 +121,24 @@ def test_a_page_joined_from_its_records_encodings_is_what_json_makes_of_the_page
     for page in (records, records[:1], []):
         whole = {"records": [read_proxy._record(r) for r in page], "next_seq": 3}
         assert read_proxy._encoded_page(page, 3) == json.dumps(whole).encode()
+
+
+async def test_one_clients_long_polls_or_tails_leave_the_others_their_slots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client holding its share (`reads_per_client_max`, `tails_per_client_max`) is refused
+    quota_exceeded, held first, while another client still gets a slot; the table of clients
+    keeps only those holding one."""
+    monkeypatch.setattr(read_proxy, "REFUSAL_HOLD_S", 0.01)
+    slots = read_proxy._Slots("streamed tails open", most=5, per_client=2)
+    async with slots.slot("subject greedy"), slots.slot("subject greedy"):
+        with pytest.raises(QuotaExceededError, match="subject greedy has 2 streamed tails"):
+            async with slots.slot("subject greedy"):
+                pass
+        async with slots.slot("subject other"):
+            assert slots.by_client == {"subject greedy": 2, "subject other": 1}
+            async with slots.slot("subject third"), slots.slot("subject third"):
+                with pytest.raises(OverCapacityError):  # the proxy's cap comes first
+                    async with slots.slot("subject fourth"):
+                        pass
+    assert slots.taken == 0 and slots.by_client == {}
