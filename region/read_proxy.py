@@ -405,27 +405,6 @@ class ReadProxy:
         CATCH_UP_S while the read-ahead still reads records that are there (a page: a short
         wait must not answer an empty page while records exist; a tail asks again anyway,
         and checks on its client every TAIL_POLL_S)."""
-        records = await self._page_of(ns, stream, seq, max_records, wait_s, client, catch_up)
-        if records:
-            # The delivery latency of the answer's newest record, once per answer: per record,
-            # the histogram's bookkeeping (tens of microseconds) was half of what a tail
-            # catching up cost the proxy, more than encoding the records.
-            labels = {"region": self.me.region}
-            PROXY_METRICS.delivered.add(len(records), labels)
-            delay_ms = max(0.0, runtime.wall_s() * 1000 - records[-1].write_time_ms)
-            PROXY_METRICS.delivery_latency.record(delay_ms / 1000, labels)
-        return records
-
-    async def _page_of(
-        self,
-        ns: str,
-        stream: str,
-        seq: int,
-        max_records: int,
-        wait_s: float,
-        client: str,
-        catch_up: bool,
-    ) -> list[LogRecord]:
         cache = await self._cache(ns, stream, seq, client)
         if cache.covers(seq):
             began_s = asyncio.get_running_loop().time()
@@ -440,7 +419,7 @@ class ReadProxy:
                 )
             if cached is not None:
                 PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
-                return within_page_bytes(cached, self.limits.page_bytes_max)
+                return self._delivered(within_page_bytes(cached, self.limits.page_bytes_max))
             # It left the cache while the request waited (evicted by a burst, or dropped at a
             # truncation): a reader of its own, within what is left of the request's wait.
             wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - began_s))
@@ -466,7 +445,18 @@ class ReadProxy:
                     break
                 records.append(record)
                 size += len(record.payload)
-        return within_page_bytes(records, self.limits.page_bytes_max)
+        return self._delivered(within_page_bytes(records, self.limits.page_bytes_max))
+
+    def _delivered(self, records: list[LogRecord]) -> list[LogRecord]:
+        """Counts the records served; the delivery latency of the newest, once per answer:
+        per record, the histogram's bookkeeping (tens of microseconds) was half of what a
+        tail catching up cost the proxy, more than encoding the records."""
+        if records:
+            labels = {"region": self.me.region}
+            PROXY_METRICS.delivered.add(len(records), labels)
+            delay_ms = max(0.0, runtime.wall_s() * 1000 - records[-1].write_time_ms)
+            PROXY_METRICS.delivery_latency.record(delay_ms / 1000, labels)
+        return records
 
     async def _cache(self, ns: str, stream: str, seq: int, client: str) -> StreamCache:
         key = (ns, stream)
