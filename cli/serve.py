@@ -183,6 +183,7 @@ async def serve_proxy(
             else ReadProxy(me, store, ledgers, topology.limits, security)
         )
         await server.start(endpoint.host, endpoint.port)
+        event_loop.freeze_startup_heap()
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
         publishing = (
             None

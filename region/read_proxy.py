@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import itertools
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -38,8 +37,6 @@ from core import runtime
 from core.dlsn import DLSN
 from core.errors import (
     BadRequestError,
-    OverCapacityError,
-    QuotaExceededError,
     ReadTimeoutError,
     UnauthenticatedError,
 )
@@ -54,7 +51,8 @@ from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
 from region.admission.listener import Listener
-from region.admission.quotas import REFUSAL_HOLD_S, Quotas, client_of, quota_middleware
+from region.admission.quotas import Quotas, client_of, quota_middleware
+from region.admission.slots import Slots
 from region.http_errors import error_middleware, json_response
 from region.observability.telemetry import (
     PROXY_METRICS,
@@ -104,48 +102,6 @@ class _Starting:
         self.users = 0
 
 
-class _Slots:
-    """Requests of one kind served at once, at most `most`, and at most `per_client` of one
-    client: one past the first is over_capacity, one past its client's share quota_exceeded
-    (a client holding its share of long polls or tails does not take the others' slots).
-    Either is answered REFUSAL_HOLD_S after the request (a client that sends again at once, as
-    many tails or long polls past the cap would, then costs a refusal per second each, not a
-    refusal per turn). The table of clients holds only those with a slot taken."""
-
-    def __init__(self, what: str, most: int, per_client: int) -> None:
-        self.what = what
-        self.most = most
-        self.per_client = per_client
-        self.taken = 0
-        self.by_client: dict[str, int] = {}
-
-    @contextlib.asynccontextmanager
-    async def slot(self, client: str) -> AsyncIterator[None]:
-        held = self.by_client.get(client, 0)
-        if self.taken >= self.most:
-            await asyncio.sleep(REFUSAL_HOLD_S)
-            raise OverCapacityError(
-                f"this read proxy has {self.taken} {self.what}, its most; retry later"
-            )
-        if held >= self.per_client:
-            await asyncio.sleep(REFUSAL_HOLD_S)
-            raise QuotaExceededError(
-                f"{client} has {held} {self.what} at this read proxy, a client's most; "
-                "retry when one ends"
-            )
-        self.taken += 1
-        self.by_client[client] = held + 1
-        try:
-            yield
-        finally:
-            self.taken -= 1
-            left = self.by_client[client] - 1
-            if left:
-                self.by_client[client] = left
-            else:
-                del self.by_client[client]
-
-
 class ReadProxy:
     def __init__(
         self,
@@ -172,8 +128,13 @@ class ReadProxy:
         # nothing behind).
         self._starting: dict[tuple[str, str], _Starting] = {}
         # long polls included
-        self._reads = _Slots("pages being served", limits.reads_max, limits.reads_per_client_max)
-        self._tails = _Slots("streamed tails open", limits.tails_max, limits.tails_per_client_max)
+        holds = self.quotas.holds
+        self._reads = Slots(
+            "pages being served", limits.reads_max, limits.reads_per_client_max, holds
+        )
+        self._tails = Slots(
+            "streamed tails open", limits.tails_max, limits.tails_per_client_max, holds
+        )
         self._encoders = asyncio.Semaphore(PAGE_ENCODERS)  # pages encoded in threads at once
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set

@@ -58,6 +58,9 @@ class ProxyLimits:
     # client's long polls or tails cannot take every slot from the others
     reads_per_client_max: int = 1_000
     tails_per_client_max: int = 100
+    # refusals (429) one client is answered a second, however many connections it sends on:
+    # past it each is held longer than REFUSAL_HOLD_S (region/admission/quotas.py)
+    refusals_per_s_per_client: float = 50.0
     wait_ms_max: int = 30_000  # a long poll's wait
     cache_streams_max: int = 1_000  # streams with a read-ahead (the least recently read go)
     cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead

@@ -30,7 +30,7 @@ from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.records import RECORD_BYTES_MAX
 from core.settings.limits import ProxyLimits
 from region.admission.accepts import ConnectionRate
-from region.admission.quotas import REFUSAL_HOLD_S
+from region.admission.quotas import refusal_hold_s
 from region.http_errors import error_body
 from region.observability.telemetry import PROXY_METRICS
 
@@ -112,9 +112,9 @@ class Listener:
     """An aiohttp application served on host:port within `limits`.
 
     A connection whose address opens them faster than its rate (region/admission/accepts.py)
-    is held unread for REFUSAL_HOLD_S, then reset. With TLS the listener accepts connections
-    itself, so that such a connection costs no handshake, and hands the others to the loop,
-    which makes the handshake; in clear (the simulation's way too) the loop's own server
+    is held unread for about a second (`refusal_hold_s`), then reset. With TLS the listener
+    accepts connections itself, so that such a connection costs no handshake, and hands the
+    others to the loop, which makes the handshake; in clear (the simulation's way too) the loop's own server
     accepts them and a gate protocol checks each first."""
 
     def __init__(self, app: web.Application, limits: ProxyLimits) -> None:
@@ -221,7 +221,7 @@ class Listener:
         return False
 
     def refuse(self, reset: Callable[[], None]) -> None:
-        """Resets a refused connection REFUSAL_HOLD_S after it came (nothing of it read
+        """Resets a refused connection `refusal_hold_s()` after it came (nothing of it read
         meanwhile), or at once when HELD_MAX are held already: a client that reconnects the
         moment it is refused is held as long as a quota's refusal holds it, instead of making
         the proxy accept and reset as fast as it can reconnect."""
@@ -229,7 +229,7 @@ class Listener:
             reset()
             return
         self._held[reset] = asyncio.get_running_loop().call_later(
-            REFUSAL_HOLD_S, self._end_hold, reset
+            refusal_hold_s(), self._end_hold, reset
         )
 
     def _end_hold(self, reset: Callable[[], None]) -> None:

@@ -7,9 +7,9 @@ not in debt, and then takes what it uses, into debt if need be: a request bigger
 second's worth of bytes passes once, and the client's next one waits until the debt is paid
 (the way Kafka throttles after the fact). Bytes of a read are known once its page is built,
 so they are taken then. A refused request is answered 429 quota_exceeded with Retry-After:
-the seconds until its buckets let it in, counted from the answer, which comes REFUSAL_HOLD_S
-after the request (so a client that ignores Retry-After cannot make the proxy spend its core
-on refusals).
+the seconds until its buckets let it in, counted from the answer, which comes about
+REFUSAL_HOLD_S after the request (so a client that ignores Retry-After cannot make the proxy
+spend its core on refusals).
 
 The buckets are a bounded table (`buckets_max`). A bucket that has refilled is the same as
 none, so those go first when it is full; when every one is still in use, a new client is
@@ -19,6 +19,7 @@ refused until one has refilled (retry after a second).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -33,7 +34,51 @@ from region.security.gate import TOKEN
 
 BUCKETS_MAX = 100_000  # (client, namespace, kind) triples tracked at once
 PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long
-REFUSAL_HOLD_S = 1.0  # a refused request is answered this long after it
+REFUSAL_HOLD_S = 1.0  # a refused request is answered about this long after it
+HOLD_SPREAD = 0.5  # each hold is REFUSAL_HOLD_S times 1 +- this, at random
+HOLD_MAX_S = 10.0  # the longest a refusal is held, however many its client has held
+
+
+def refusal_hold_s() -> float:
+    """How long to hold one refusal: REFUSAL_HOLD_S spread by HOLD_SPREAD either way. Held for
+    one fixed time, the refusals of a client that sends again the moment it is answered come
+    back all in the same turn of the loop, second after second (hundreds of answers, tens of
+    milliseconds in which nobody else is served); spread, they come a few at a time."""
+    return REFUSAL_HOLD_S * random.uniform(1 - HOLD_SPREAD, 1 + HOLD_SPREAD)
+
+
+class RefusalHolds:
+    """The refusals one proxy is holding, counted per client, so that a client is answered
+    about `per_s` refusals a second however many connections it sends them on. Each refusal
+    is held `refusal_hold_s()` times the client's refusals held at that moment over `per_s`
+    (at least once, at most HOLD_MAX_S): a client that sends again the moment it is refused,
+    on N connections, gets N refusals every N / per_s seconds. A fixed hold would answer it N
+    a second, and an attacker's connections (50 more a second from each of its addresses)
+    would buy it refusals the proxy pays a request's CPU for each. The table holds only
+    clients with a refusal held (each a connection: `connections_max` bounds it)."""
+
+    def __init__(self, per_s: float) -> None:
+        self.per_s = per_s
+        self._held: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def hold(self, client: str) -> float:
+        """Waits out one refusal of `client`'s; returns how long it was held."""
+        count = self._held.get(client, 0) + 1
+        self._held[client] = count
+        stretch = count / (self.per_s * REFUSAL_HOLD_S) if self.per_s > 0 else 1.0
+        held_s = min(HOLD_MAX_S, refusal_hold_s() * max(1.0, stretch))
+        try:
+            await asyncio.sleep(held_s)
+        finally:
+            left = self._held[client] - 1
+            if left:
+                self._held[client] = left
+            else:
+                del self._held[client]
+        return held_s
 
 
 class _Buckets:
@@ -85,6 +130,7 @@ class Quotas:
         self._buckets_max = buckets_max
         self._table: dict[tuple[str, str], _Buckets] = {}
         self._prune_after = 0.0
+        self.holds = RefusalHolds(limits.refusals_per_s_per_client)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -171,25 +217,26 @@ def quota_middleware(quotas: Quotas, sized: Callable[[web.Request], bool]) -> Mi
         if namespace is not None:
             check_name(namespace, "namespace")
             size = (request.content_length or 0) if sized(request) else 0
+            client = client_of(request)
             try:
-                quotas.admit(client_of(request), namespace, size)
+                quotas.admit(client, namespace, size)
             except QuotaExceededError as refused:
-                await hold_refusal(refused)
+                await hold_refusal(refused, quotas.holds, client)
                 raise
         return await handler(request)
 
     return middleware
 
 
-async def hold_refusal(refused: QuotaExceededError) -> None:
-    """Answers a refusal only REFUSAL_HOLD_S after it, its Retry-After then what is left of
-    its wait. A request-rate quota's wait is short (a hundredth of a second at 100/s), so a
-    client that sends again at once, ignoring Retry-After, would otherwise cost the proxy's
-    core a refusal as fast as it can send; held, it gets one per request in flight per
-    REFUSAL_HOLD_S (a sleep costs no CPU; the connection it holds counts against
+async def hold_refusal(refused: QuotaExceededError, holds: RefusalHolds, client: str) -> None:
+    """Answers a refusal only once `holds` has held it (about REFUSAL_HOLD_S, longer for a
+    client with many held), its Retry-After then what is left of its wait. A request-rate
+    quota's wait is short (a hundredth of a second at 100/s), so a client that sends again at
+    once, ignoring Retry-After, would otherwise cost the proxy's core a refusal as fast as it
+    can send (a sleep costs no CPU; the connection it holds counts against
     `connections_max`). A client within its quota is never held."""
-    await asyncio.sleep(REFUSAL_HOLD_S)
-    refused.retry_after_s = max(0.0, refused.retry_after_s - REFUSAL_HOLD_S)
+    held_s = await holds.hold(client)
+    refused.retry_after_s = max(0.0, refused.retry_after_s - held_s)
 
 
 def client_of(request: web.Request) -> str:

@@ -16,6 +16,8 @@ from core.errors import OverCapacityError, QuotaExceededError, StreamNotFoundErr
 from core.records import LogRecord
 from core.settings.limits import ProxyLimits
 from region import read_proxy
+from region.admission import quotas
+from region.admission.slots import Slots
 from region.read_proxy import ReadProxy, within_page_bytes
 from region.registry import ProxyInfo
 
@@ -129,8 +131,9 @@ async def test_one_clients_long_polls_or_tails_leave_the_others_their_slots(
     """A client holding its share (`reads_per_client_max`, `tails_per_client_max`) is refused
     quota_exceeded, held first, while another client still gets a slot; the table of clients
     keeps only those holding one."""
-    monkeypatch.setattr(read_proxy, "REFUSAL_HOLD_S", 0.01)
-    slots = read_proxy._Slots("streamed tails open", most=5, per_client=2)
+    monkeypatch.setattr(quotas, "REFUSAL_HOLD_S", 0.01)
+    holds = quotas.RefusalHolds(50)
+    slots = Slots("streamed tails open", most=5, per_client=2, holds=holds)
     async with slots.slot("subject greedy"), slots.slot("subject greedy"):
         with pytest.raises(QuotaExceededError, match="subject greedy has 2 streamed tails"):
             async with slots.slot("subject greedy"):
@@ -141,4 +144,4 @@ async def test_one_clients_long_polls_or_tails_leave_the_others_their_slots(
                 with pytest.raises(OverCapacityError):  # the proxy's cap comes first
                     async with slots.slot("subject fourth"):
                         pass
-    assert slots.taken == 0 and slots.by_client == {}
+    assert slots.taken == 0 and slots.by_client == {} and len(holds) == 0
