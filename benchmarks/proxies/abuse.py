@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import bisect
 import contextlib
+import ctypes
 import dataclasses
 import multiprocessing
 import os
 import random
+import signal
 import time
 import uuid
 from collections import Counter
@@ -68,6 +70,9 @@ ATTACKER_OPS = ("read", "append", "create", "delete", "truncate")
 # held by a closing transport (RuntimeError) and refuses that connect.
 ATTACK_FAULTS = (aiohttp.ClientError, TimeoutError, RuntimeError)
 ATTACK_STOP_S = 35  # an attack's requests end within this once its phase is over
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass
@@ -439,13 +444,28 @@ def lower_priority(nice: int) -> None:
     cores evenly with every other, whatever its processes' niceness. Each process of a local
     cluster is a session of its own, so a niced attacker left in the benchmark's session took
     as much of the cores as a proxy did. The attacker makes a session of its own and gives it
-    the same niceness."""
+    the same niceness; out of the benchmark's process group, it asks the kernel to end it when
+    the benchmark ends (Ctrl-C no longer reaches it)."""
     os.setsid()
+    _end_with_parent()
     autogroup = Path("/proc/self/autogroup")
     if autogroup.exists():
-        with contextlib.suppress(OSError):  # none to lower: the niceness alone counts then
+        try:
             autogroup.write_text(str(nice))
+        except OSError as err:
+            print(f"bench abuse: the attacker's autogroup kept its niceness ({err})", flush=True)
     os.nice(nice)
+
+
+def _end_with_parent() -> None:
+    """SIGKILL to this process when its parent ends (Linux's PR_SET_PDEATHSIG), if libc has
+    prctl; a parent ended before the call is seen at once."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 async def _attacker(spec: Attacker, pipe: Any) -> None:

@@ -2,10 +2,10 @@
 TLS handshake, the costliest thing a client can make a proxy do without a token.
 
 Each address has a token bucket of `connections_per_s_per_address` a second holding at most
-`connection_burst_per_address`; a connection past it is held unread for a second, then
-reset (no handshake: a millisecond or more of the proxy's one core saved; and a client that
-reconnects at once is held as a quota's refusal holds it, not accepted and reset as fast as
-it can reconnect). Clients pool and keep
+`connection_burst_per_address`; a connection past it is held unread for about a second
+(0.5-1.5 s), then reset (no handshake: a millisecond or more of the proxy's one core saved;
+and a client that reconnects at once is held, not accepted and reset as fast as it can
+reconnect). Clients pool and keep
 their connections alive, so a well-behaved one opens a few a minute; a flood of handshakes from
 one address is refused without slowing anyone else. Behind a load balancer or a NAT every client
 shares an address: raise the rate there, or turn it off with 0.

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import socket
 import ssl
 import struct
@@ -26,6 +27,7 @@ from typing import cast
 
 from aiohttp import web
 
+from core import runtime
 from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.records import RECORD_BYTES_MAX
 from core.settings.limits import ProxyLimits
@@ -142,6 +144,7 @@ class Listener:
         self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
         # refused connections held until their reset: each one's reset and its timer
         self._held: dict[Callable[[], None], asyncio.TimerHandle] = {}
+        self._rng: random.Random | None = None  # made on the loop (the simulation's seed)
         self._stopping = False
         self.refused = 0  # connections refused at the cap, since the start
 
@@ -221,15 +224,17 @@ class Listener:
         return False
 
     def refuse(self, reset: Callable[[], None]) -> None:
-        """Resets a refused connection `refusal_hold_s()` after it came (nothing of it read
-        meanwhile), or at once when HELD_MAX are held already: a client that reconnects the
-        moment it is refused is held as long as a quota's refusal holds it, instead of making
-        the proxy accept and reset as fast as it can reconnect."""
+        """Resets a refused connection about a second after it came (`refusal_hold_s`; nothing
+        of it read meanwhile), or at once when HELD_MAX are held already: a client that
+        reconnects the moment it is refused is held as a quota's refusal holds it, instead of
+        making the proxy accept and reset as fast as it can reconnect."""
         if len(self._held) >= HELD_MAX:
             reset()
             return
+        if self._rng is None:
+            self._rng = runtime.new_rng()
         self._held[reset] = asyncio.get_running_loop().call_later(
-            refusal_hold_s(), self._end_hold, reset
+            refusal_hold_s(self._rng), self._end_hold, reset
         )
 
     def _end_hold(self, reset: Callable[[], None]) -> None:

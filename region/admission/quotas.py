@@ -8,8 +8,8 @@ second's worth of bytes passes once, and the client's next one waits until the d
 (the way Kafka throttles after the fact). Bytes of a read are known once its page is built,
 so they are taken then. A refused request is answered 429 quota_exceeded with Retry-After:
 the seconds until its buckets let it in, counted from the answer, which comes about
-REFUSAL_HOLD_S after the request (so a client that ignores Retry-After cannot make the proxy
-spend its core on refusals).
+REFUSAL_HOLD_S after the request, longer for a client with many refusals held (RefusalHolds:
+a client that ignores Retry-After cannot make the proxy spend its core on refusals).
 
 The buckets are a bounded table (`buckets_max`). A bucket that has refilled is the same as
 none, so those go first when it is full; when every one is still in use, a new client is
@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from core import runtime
 from core.errors import QuotaExceededError
 from core.settings.limits import ProxyLimits, Quota
 from core.streams import check_name
@@ -37,14 +38,16 @@ PRUNE_PAUSE_S = 1.0  # after a prune that freed little, the next waits this long
 REFUSAL_HOLD_S = 1.0  # a refused request is answered about this long after it
 HOLD_SPREAD = 0.5  # each hold is REFUSAL_HOLD_S times 1 +- this, at random
 HOLD_MAX_S = 10.0  # the longest a refusal is held, however many its client has held
+HOLDS_MAX = 10_000  # refusals one proxy holds at once; past it, answered at once
 
 
-def refusal_hold_s() -> float:
+def refusal_hold_s(rng: random.Random) -> float:
     """How long to hold one refusal: REFUSAL_HOLD_S spread by HOLD_SPREAD either way. Held for
     one fixed time, the refusals of a client that sends again the moment it is answered come
     back all in the same turn of the loop, second after second (hundreds of answers, tens of
-    milliseconds in which nobody else is served); spread, they come a few at a time."""
-    return REFUSAL_HOLD_S * random.uniform(1 - HOLD_SPREAD, 1 + HOLD_SPREAD)
+    milliseconds in which nobody else is served); spread, they come a few at a time. `rng`
+    from `runtime.new_rng()`, so that a simulation's seed replays the same holds."""
+    return REFUSAL_HOLD_S * rng.uniform(1 - HOLD_SPREAD, 1 + HOLD_SPREAD)
 
 
 class RefusalHolds:
@@ -54,25 +57,39 @@ class RefusalHolds:
     (at least once, at most HOLD_MAX_S): a client that sends again the moment it is refused,
     on N connections, gets N refusals every N / per_s seconds. A fixed hold would answer it N
     a second, and an attacker's connections (50 more a second from each of its addresses)
-    would buy it refusals the proxy pays a request's CPU for each. The table holds only
-    clients with a refusal held (each a connection: `connections_max` bounds it)."""
+    would buy it refusals the proxy pays a request's CPU for each. A hold goes on when its
+    client closes the connection (its handler is not cancelled), so at most HOLDS_MAX are held
+    at once, over every client; past that a refusal is answered at once. The table holds only
+    clients with a refusal held."""
 
     def __init__(self, per_s: float) -> None:
         self.per_s = per_s
         self._held: dict[str, int] = {}
+        self._total = 0
+        self._rng: random.Random | None = None  # made on the loop (the simulation's seed)
 
     def __len__(self) -> int:
         return len(self._held)
 
+    @property
+    def total(self) -> int:
+        return self._total
+
     async def hold(self, client: str) -> float:
         """Waits out one refusal of `client`'s; returns how long it was held."""
+        if self._total >= HOLDS_MAX:
+            return 0.0
+        if self._rng is None:
+            self._rng = runtime.new_rng()
         count = self._held.get(client, 0) + 1
         self._held[client] = count
+        self._total += 1
         stretch = count / (self.per_s * REFUSAL_HOLD_S) if self.per_s > 0 else 1.0
-        held_s = min(HOLD_MAX_S, refusal_hold_s() * max(1.0, stretch))
+        held_s = min(HOLD_MAX_S, refusal_hold_s(self._rng) * max(1.0, stretch))
         try:
             await asyncio.sleep(held_s)
         finally:
+            self._total -= 1
             left = self._held[client] - 1
             if left:
                 self._held[client] = left

@@ -1,8 +1,8 @@
 """The proxies' OpenTelemetry instruments, and `/metrics`, their Prometheus endpoint.
 
-Instruments come from OpenTelemetry's global meter, so they record nothing until a process
+Instruments come from OpenTelemetry's global meter, so they are read nowhere until a process
 installs a meter provider: `globelog serve` does (`install_prometheus`), with a Prometheus
-reader whose registry `/metrics` renders. Names (Prometheus form, docs/operations.md):
+reader whose registry `/metrics` renders. (The counters, `Tally`, sum into a dict either way.) Names (Prometheus form, docs/operations.md):
 
     globelog_proxy_requests_total{kind, route, method, status}
     globelog_proxy_request_latency_seconds{kind, route}            every request, end to end
@@ -53,7 +53,9 @@ class Tally:
     an `add` (its measurement object, the attributes hashed, every view's aggregation under a
     lock); at several per request it was a fifth of a busy read proxy's loop. Attributes are
     given in one order at each call site (they key the dict as given), and their values are
-    few (kinds, routes, codes: never a stream's or a client's name), so the dict stays small."""
+    few (kinds, routes, codes: never a stream's or a client's name), so the dict stays small.
+    Every `add` and every collection (`/metrics`, rendered on the loop) run on the event
+    loop's thread; an `add` from another thread would need a lock."""
 
     __slots__ = ("_totals",)
 

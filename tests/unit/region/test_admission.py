@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 
 import aiohttp
@@ -20,6 +21,7 @@ from region.admission.listener import Listener, request_body
 from region.admission.quotas import (
     HOLD_MAX_S,
     HOLD_SPREAD,
+    HOLDS_MAX,
     REFUSAL_HOLD_S,
     Quotas,
     RefusalHolds,
@@ -106,26 +108,88 @@ def test_the_table_is_bounded_and_drops_buckets_that_refilled() -> None:
 async def test_a_refusal_is_answered_about_a_second_after_its_request() -> None:
     loop = asyncio.get_running_loop()
     short, long = QuotaExceededError("x", 0.01), QuotaExceededError("y", 5.0)
+    holds = RefusalHolds(50)
     began = loop.time()
-    await hold_refusal(short, RefusalHolds(50), "client")
+    await hold_refusal(short, holds, "client")
     held_s = loop.time() - began
     began = loop.time()
-    await hold_refusal(long, RefusalHolds(50), "client")
+    await hold_refusal(long, holds, "client")
     long_held_s = loop.time() - began
+    shortest, longest = REFUSAL_HOLD_S * (1 - HOLD_SPREAD), REFUSAL_HOLD_S * (1 + HOLD_SPREAD)
     for took in (held_s, long_held_s):  # REFUSAL_HOLD_S, spread, however short the wait
-        assert REFUSAL_HOLD_S * (1 - HOLD_SPREAD) <= took < REFUSAL_HOLD_S * (1 + HOLD_SPREAD) + 0.2
+        assert shortest <= took < longest + 0.5
     assert short.retry_after_s == 0.0
-    assert long.retry_after_s == pytest.approx(5.0 - long_held_s, abs=0.05)
+    # what is left of the wait after the hold (the hold as meant; the loop may wake late)
+    assert 5.0 - long_held_s <= long.retry_after_s <= 5.0 - shortest
+    assert len(holds) == 0
 
 
 def test_refusals_are_held_for_spread_times() -> None:
     """Refusals held for one fixed time all come back in one turn of the loop; spread, the
     holds cover the range evenly."""
-    holds = [refusal_hold_s() for _ in range(2000)]
+    rng = random.Random(7)
+    holds = [refusal_hold_s(rng) for _ in range(2000)]
     shortest, longest = REFUSAL_HOLD_S * (1 - HOLD_SPREAD), REFUSAL_HOLD_S * (1 + HOLD_SPREAD)
     assert all(shortest <= h <= longest for h in holds)
     assert len({round(h, 2) for h in holds}) > 50, "not one time for all"
     assert statistics.mean(holds) == pytest.approx(REFUSAL_HOLD_S, abs=0.05)
+
+
+async def test_a_client_refused_on_many_connections_gets_about_its_rate_of_refusals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200 connections of one client, each sending again the moment it is refused, for 3 s:
+    held a fixed 0.1 s they would get 6 000 refusals; with `refusals_per_s_per_client` = 100
+    they get about 300 after the first 200, while another client's one refusal is held the
+    usual time. The table is empty after."""
+    monkeypatch.setattr(quotas_module, "REFUSAL_HOLD_S", 0.1)
+    holds = RefusalHolds(100)
+    loop = asyncio.get_running_loop()
+    answered = 0
+    end = loop.time() + 3.0
+
+    async def connection() -> None:
+        nonlocal answered
+        while loop.time() < end:
+            await holds.hold("subject greedy")
+            answered += 1
+
+    greedy = [asyncio.create_task(connection()) for _ in range(200)]
+    await asyncio.sleep(1.0)
+    assert len(holds) == 1 and holds.total == 200
+    began = loop.time()
+    other_s = await holds.hold("subject polite")
+    assert other_s <= 0.1 * (1 + HOLD_SPREAD) and loop.time() - began < 1.0
+    await asyncio.gather(*greedy)
+    assert 200 <= answered <= 2 * 100 * 3 + 200, answered
+    assert len(holds) == 0 and holds.total == 0
+
+
+async def test_a_clients_holds_lengthen_with_its_refusals_held_up_to_hold_max_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quotas_module, "REFUSAL_HOLD_S", 0.1)
+    holds = RefusalHolds(100)  # 50 held at once: the 50th about 0.5 s
+    held = await asyncio.gather(*(holds.hold("subject greedy") for _ in range(50)))
+    assert min(held) <= 0.1 * (1 + HOLD_SPREAD) < 0.5 * (1 - HOLD_SPREAD) <= max(held)
+    monkeypatch.setattr(quotas_module, "HOLD_MAX_S", 0.3)
+    held = await asyncio.gather(*(holds.hold("subject greedy") for _ in range(50)))
+    assert max(held) == pytest.approx(0.3)
+    assert HOLD_MAX_S == 10.0  # the documented bound
+
+
+async def test_past_holds_max_refusals_held_one_is_answered_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quotas_module, "HOLDS_MAX", 5)
+    holds = RefusalHolds(50)
+    held = [asyncio.create_task(holds.hold(f"subject {i}")) for i in range(5)]
+    await asyncio.sleep(0.05)
+    assert holds.total == 5
+    assert await asyncio.wait_for(holds.hold("subject six"), 0.2) == 0.0
+    await asyncio.gather(*held)
+    assert holds.total == 0 and len(holds) == 0
+    assert quotas_module.HOLDS_MAX == 5 and HOLDS_MAX == 10_000  # the documented bound
 
 
 def test_retry_after_is_read_as_seconds_within_bounds() -> None:
@@ -259,43 +323,3 @@ def test_the_producer_budget_takes_from_the_stream_that_remembers_the_most() -> 
     assert noisy.last_seq(4999) == 0 and noisy.last_seq(0) is None  # the oldest went
     noisy.close()
     assert budget.used == 100
-
-
-async def test_a_client_refused_on_many_connections_gets_about_its_rate_of_refusals(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """200 connections of one client, each sending again the moment it is refused, for 3 s:
-    held a fixed 0.1 s they would get 6 000 refusals; with `refusals_per_s_per_client` = 100
-    they get about 300, while another client's one refusal is held the usual time. The
-    table is empty after."""
-    monkeypatch.setattr(quotas_module, "REFUSAL_HOLD_S", 0.1)
-    holds = RefusalHolds(100)
-    loop = asyncio.get_running_loop()
-    answered = 0
-    end = loop.time() + 3.0
-
-    async def connection() -> None:
-        nonlocal answered
-        while loop.time() < end:
-            await holds.hold("subject greedy")
-            answered += 1
-
-    greedy = [asyncio.create_task(connection()) for _ in range(200)]
-    await asyncio.sleep(1.0)
-    assert len(holds) == 1
-    began = loop.time()
-    other_s = await holds.hold("subject polite")
-    assert other_s <= 0.1 * (1 + HOLD_SPREAD) and loop.time() - began < 0.3
-    await asyncio.gather(*greedy)
-    assert 150 <= answered <= 2 * 100 * 3 + 200, answered
-    assert len(holds) == 0
-
-
-async def test_a_refusal_is_held_at_most_hold_max_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(quotas_module, "HOLD_MAX_S", 0.3)
-    holds = RefusalHolds(1)  # 50 at once would be held 50 s each
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    held = await asyncio.gather(*(holds.hold("subject greedy") for _ in range(50)))
-    assert max(held) == pytest.approx(0.3) and loop.time() - began < 1.0
-    assert HOLD_MAX_S == 10.0  # the documented bound

@@ -22,7 +22,7 @@ from core.settings.limits import ProxyLimits
 from region.admission import listener as listener_module
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
-from region.admission.quotas import HOLD_SPREAD, REFUSAL_HOLD_S
+from region.admission.quotas import REFUSAL_HOLD_S
 from tests.unit.region.test_admission import Clock
 
 pytestmark = pytest.mark.unit
@@ -106,8 +106,9 @@ def certificates(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the proxies run on uvloop
 @pytest.mark.parametrize("secure", [False, True], ids=["clear", "tls"])
 def test_an_address_past_its_rate_is_reset_and_another_is_served(
-    secure: bool, loop: str, tmp_path: Path
+    secure: bool, loop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(listener_module, "refusal_hold_s", lambda rng: REFUSAL_HOLD_S)
     tls_server, tls_client = certificates(tmp_path) if secure else (None, None)
 
     async def run() -> None:
@@ -125,11 +126,7 @@ def test_an_address_past_its_rate_is_reset_and_another_is_served(
             answers += [await asyncio.to_thread(served, port, "127.0.0.1", tls_client)]
             held_s = asyncio.get_running_loop().time() - began
             assert answers == [True, True, True, False]
-            shortest, longest = (
-                REFUSAL_HOLD_S * (1 - HOLD_SPREAD),
-                REFUSAL_HOLD_S * (1 + HOLD_SPREAD),
-            )
-            assert shortest <= held_s < longest + 2  # held, then reset
+            assert REFUSAL_HOLD_S <= held_s < REFUSAL_HOLD_S + 2  # held, then reset
             assert listener.rate.refused == 1
             assert await asyncio.to_thread(served, port, "127.0.0.2", tls_client)
             await asyncio.sleep(0.1)
@@ -188,6 +185,7 @@ async def test_refused_connections_held_are_bounded_and_past_the_bound_reset_at_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(listener_module, "HELD_MAX", 2)
+    monkeypatch.setattr(listener_module, "refusal_hold_s", lambda rng: REFUSAL_HOLD_S)
     app = web.Application()
     app.router.add_get("/", hello)
     limits = ProxyLimits(connections_per_s_per_address=0.01, connection_burst_per_address=1)
@@ -201,11 +199,10 @@ async def test_refused_connections_held_are_bounded_and_past_the_bound_reset_at_
         assert len(listener._held) == 2  # held, unread
         began = loop.time()
         assert not await asyncio.to_thread(served, listener.port, "127.0.0.1", None)
-        shortest = REFUSAL_HOLD_S * (1 - HOLD_SPREAD)
-        assert loop.time() - began < shortest / 2, "past the bound: reset at once"
+        assert loop.time() - began < REFUSAL_HOLD_S / 2, "past the bound: reset at once"
         assert len(listener._held) == 2
         for reader, writer in held:  # each reset once its hold is over
-            assert await asyncio.wait_for(reader.read(), 2 * REFUSAL_HOLD_S + 5) == b""
+            assert await asyncio.wait_for(reader.read(), REFUSAL_HOLD_S + 5) == b""
             writer.close()
         assert not listener._held
     finally:
