@@ -116,8 +116,8 @@ class Listener:
     A connection whose address opens them faster than its rate (region/admission/accepts.py)
     is held unread for about a second (`refusal_hold_s`), then reset. With TLS the listener
     accepts connections itself, so that such a connection costs no handshake, and hands the
-    others to the loop, which makes the handshake; in clear (the simulation's way too) the loop's own server
-    accepts them and a gate protocol checks each first."""
+    others to the loop, which makes the handshake; in clear (the simulation's way too) the
+    loop's own server accepts them and a gate protocol checks each first."""
 
     def __init__(self, app: web.Application, limits: ProxyLimits) -> None:
         self.limits = limits

@@ -90,12 +90,17 @@ class RefusalHolds:
             await asyncio.sleep(held_s)
         finally:
             self._total -= 1
-            left = self._held[client] - 1
-            if left:
-                self._held[client] = left
-            else:
-                del self._held[client]
+            count_down(self._held, client)
         return held_s
+
+
+def count_down(counts: dict[str, int], key: str) -> None:
+    """One fewer of `key` in a table of counts that holds only keys with some left."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
 
 
 class _Buckets:

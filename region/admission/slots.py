@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from core.errors import OverCapacityError, QuotaExceededError
-from region.admission.quotas import RefusalHolds
+from region.admission.quotas import RefusalHolds, count_down
 
 
 class Slots:
@@ -47,8 +47,4 @@ class Slots:
             yield
         finally:
             self.taken -= 1
-            left = self.by_client[client] - 1
-            if left:
-                self.by_client[client] = left
-            else:
-                del self.by_client[client]
+            count_down(self.by_client, client)

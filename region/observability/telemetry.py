@@ -2,7 +2,8 @@
 
 Instruments come from OpenTelemetry's global meter, so they are read nowhere until a process
 installs a meter provider: `globelog serve` does (`install_prometheus`), with a Prometheus
-reader whose registry `/metrics` renders. (The counters, `Tally`, sum into a dict either way.) Names (Prometheus form, docs/operations.md):
+reader whose registry `/metrics` renders (the counters, `Tally`, sum into a dict either way).
+Names (Prometheus form, docs/operations.md):
 
     globelog_proxy_requests_total{kind, route, method, status}
     globelog_proxy_request_latency_seconds{kind, route}            every request, end to end
