@@ -40,7 +40,7 @@ from ledger.drivers.rebuild import (
     pending_copies,
     plan_fragments,
 )
-from ledger.drivers.underreplication import Claim, UnderReplication
+from ledger.drivers.rebuild.underreplication import Claim, UnderReplication
 from ledger.drivers.write_handle import ENTRY_BYTES_MAX, LedgerWriter
 from ledger.errors import (
     BookieUnreachableError,

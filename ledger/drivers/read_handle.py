@@ -22,6 +22,7 @@ from typing import Literal
 
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec
+from ledger.codecs.messages import ReadResponse
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
 from ledger.codes import INVALID_ENTRY_ID
 from ledger.drivers.batch_reads import can_batch, read_batched
@@ -92,6 +93,7 @@ class LedgerReader:
         self.lac = metadata.last_entry_id if closed else INVALID_ENTRY_ID
         self._refreshed_at_s = context.clock()
         self._lac_asked_at_s = float("-inf")  # when the write set was last asked for its LAC
+        self._polled_lacs: dict[str, int] = {}  # each bookie's LAC as its last long poll gave it
         self._quiet_every_s = QUIET_CHECK_S_MIN  # between those checks while nothing comes
 
     @property
@@ -375,9 +377,7 @@ class LedgerReader:
         empty = False
         for bookie in order:
             try:
-                response = await self._context.bookies.read_lac_long_poll(
-                    bookie, self.ledger_id, self.lac, timeout_ms
-                )
+                response, asked = await self._poll_at(bookie, timeout_ms)
             except NoSuchLedgerError:
                 empty = True
                 continue
@@ -394,7 +394,7 @@ class LedgerReader:
                 if self.lac < entry_id:
                     return None
                 return entry_id, await self.read_entry(entry_id)
-            if response.body:
+            if response.body and asked + 1 == entry_id:  # the body is entry asked + 1
                 try:
                     return entry_id, self._codec.decode_entry(response.body, entry_id).payload
                 except GlobelogError:
@@ -403,6 +403,35 @@ class LedgerReader:
         if empty:
             return "empty"
         raise EntryUnavailableError(f"ledger {self.ledger_id}: no bookie answered the long poll")
+
+    async def _poll_at(self, bookie: str, timeout_ms: int) -> tuple[ReadResponse, int]:
+        """One bookie's long poll, and the LAC it was asked from (its body is the entry after).
+
+        A bookie wakes the long polls waiting on a ledger each time its LAC moves, and only
+        once: a poll that the move does not pass stays unanswered until its timeout, however
+        far the LAC moves after (BookKeeper's one-shot notification). A poll asked from the
+        reader's LAC at a bookie a step behind it (the reader learnt that LAC from a faster
+        bookie) is spent by the move that brings the bookie level, and then waits out its
+        timeout while entries come: a tailing reader's record a whole poll late. So a poll
+        asks from the LAC this bookie last gave (one below the reader's for a bookie not
+        asked yet), and an answer that only brings the bookie level with the reader is
+        asked again at once, from there: each such answer raises the bookie's LAC, so at
+        most the gap's worth."""
+        deadline_s = self._context.clock() + timeout_ms / 1000
+        while True:
+            known = self._polled_lacs.get(bookie, max(INVALID_ENTRY_ID, self.lac - 1))
+            asked = min(self.lac, known)
+            remaining_ms = max(1, int((deadline_s - self._context.clock()) * 1000))
+            response = await self._context.bookies.read_lac_long_poll(
+                bookie, self.ledger_id, asked, min(timeout_ms, remaining_ms)
+            )
+            answered = response.max_lac
+            if answered is None:
+                return response, asked
+            self._polled_lacs[bookie] = answered
+            level_only = asked < answered <= self.lac
+            if not level_only or self._context.clock() >= deadline_s:
+                return response, asked
 
     async def _lac_elsewhere(self, bookies: list[str]) -> None:
         """Raises the LAC to the highest the last entries of `bookies` carry, from those that

@@ -37,6 +37,7 @@ from verify.sim.io.network import Network
 PASSWORD = b"globelog-contract"
 KEY = master_key(PASSWORD)
 GUARD_S = 15.0  # every await on the real bookie is bounded by this
+POLL_SETTLES_S = 0.3  # a long poll sent is waiting at the bookie after this
 # The answers the simulated bookie gives; any other failure of the real one is no answer.
 ANSWERS = frozenset(
     {
@@ -68,6 +69,10 @@ class BookieUnderTest(Protocol):
     async def long_poll(
         self, ledger_id: int, previous_lac: int, timeout_ms: int
     ) -> Polled | BookieFailure: ...
+
+    async def poll_across(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
+    ) -> tuple[Polled | BookieFailure, bool]: ...
 
     async def batch(
         self, ledger_id: int, first: int, count: int
@@ -128,6 +133,11 @@ class Simulated:
         self, ledger_id: int, previous_lac: int, timeout_ms: int
     ) -> Polled | BookieFailure:
         return await self._call(lambda r: r.long_poll(ledger_id, previous_lac, timeout_ms))
+
+    async def poll_across(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
+    ) -> tuple[Polled | BookieFailure, bool]:
+        return await self._call(lambda r: r.poll_across(ledger_id, previous_lac, timeout_ms, adds))
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         return await self._call(lambda r: r.batch(ledger_id, first, count))
@@ -199,6 +209,23 @@ class Real:
             entry = self.codec(ledger_id).decode_entry(answer.body, previous_lac + 1)
             stored = (entry.lac, entry.length, bytes(entry.payload))
         return answer.status.name, answer.max_lac, stored
+
+    async def poll_across(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
+    ) -> tuple[Polled | BookieFailure, bool]:
+        """A long poll sent, then `adds` made one after another while it waits: its answer,
+        and whether that came well before the poll's timeout (woken, not timed out)."""
+        clock = asyncio.get_running_loop().time
+        sent_s = clock()
+        poll = asyncio.ensure_future(self.long_poll(ledger_id, previous_lac, timeout_ms))
+        try:
+            await asyncio.sleep(POLL_SETTLES_S)  # waiting at the bookie by now
+            for entry_id, stored in adds:
+                assert await self.add(ledger_id, entry_id, stored) is None
+            answer = await poll
+        finally:
+            poll.cancel()
+        return answer, clock() - sent_s < timeout_ms / 1000 / 2
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         answer = await answered(self.client.batch_read(self.bookie_id, ledger_id, first, count))
@@ -362,6 +389,26 @@ async def test_a_long_poll_answers_past_the_lac_with_the_next_entry_or_at_its_ti
     assert await bookie.long_poll(ledger, 0, 1000) == ("EOK", 2, (0, 2, b"b"))
     # past the LAC but not held here (striped away, or missed): the LAC alone
     assert await bookie.long_poll(ledger, 1, 1000) == ("EOK", 2, None)
+
+
+async def test_a_long_poll_is_woken_once_a_move_that_does_not_pass_it_leaves_it_to_time_out(
+    bookie: BookieUnderTest,
+) -> None:
+    """A bookie wakes a ledger's waiting polls when its LAC moves, once: a poll asked from
+    past the bookie's LAC is spent by a move that does not pass it, and then answers only at
+    its timeout, however far the LAC moves meanwhile (BookKeeper's one-shot notification;
+    a tailing reader asks each bookie from the LAC that bookie last gave)."""
+    ledger = fresh_ledger()
+    assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
+    assert await bookie.add(ledger, 1, (0, 2, b"b")) is None  # the bookie's LAC is now 0
+    moves = [(2, (1, 3, b"c")), (3, (2, 4, b"d"))]  # to LAC 1, then 2
+    assert await bookie.poll_across(ledger, 0, 2000, moves) == (("EOK", 1, (0, 2, b"b")), True)
+    ledger = fresh_ledger()
+    assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
+    assert await bookie.add(ledger, 1, (0, 2, b"b")) is None
+    answer, woken = await bookie.poll_across(ledger, 1, 2000, moves)  # asked from past LAC 0
+    assert answer == ("EOK", 2, (1, 3, b"c")), "entry 2 at the timeout, the LAC past it"
+    assert not woken, "the move to LAC 1 spent the poll; the move to 2 did not wake it"
 
 
 async def test_a_long_poll_of_a_ledger_never_seen_is_no_such_ledger(

@@ -95,11 +95,12 @@ class BookieServer:
     def add(self, request: AddRequest) -> AddResponse:
         _, _, lac, length = _ENTRY_HEADER.unpack_from(request.body)
         stored = StoredEntry(lac, length, request.body)
+        before = self.bookie.lac(request.ledger_id)
         failure = self.bookie.add(
             request.ledger_id, request.entry_id, stored, recovery=request.recovery
         )
         if failure is None:
-            self._lac_moved(request.ledger_id)
+            self._lac_moved(request.ledger_id, before)
         return AddResponse(request.txn_id, _status(failure), request.ledger_id, request.entry_id)
 
     def read(self, request: ReadRequest, reply: Callable[[ReadResponse], None]) -> None:
@@ -125,9 +126,10 @@ class BookieServer:
             reply(ReadResponse(request.txn_id, StatusCode.EOK, ledger_id, entry_id, found.body))
 
     def write_lac(self, request: WriteLacRequest) -> WriteLacResponse:
+        before = self.bookie.lac(request.ledger_id)
         failure = self.bookie.write_lac(request.ledger_id, request.lac, request.body)
         if failure is None:
-            self._lac_moved(request.ledger_id)
+            self._lac_moved(request.ledger_id, before)
         return WriteLacResponse(request.txn_id, _status(failure), request.ledger_id)
 
     def read_lac(self, request: ReadLacRequest) -> ReadLacResponse:
@@ -179,17 +181,21 @@ class BookieServer:
         poll = _Poll(previous, answer, timer)
         polls.append(poll)
 
-    def _lac_moved(self, ledger_id: int) -> None:
+    def _lac_moved(self, ledger_id: int, before: int | None) -> None:
+        """After an add or an explicit LAC: if the LAC moved, every poll waiting on the ledger
+        is woken once, as a 4.17 bookie wakes them (a one-shot notification). Those the move
+        passes are answered; the others are no longer woken and answer at their timeout,
+        however far the LAC moves meanwhile (the contract's case)."""
         polls = self._polls.get(ledger_id)
-        if not polls:
-            return
         lac = self.bookie.lac(ledger_id)
         assert lac is not None
-        due = [p for p in polls if p.previous_lac < lac]
-        polls[:] = [p for p in polls if p.previous_lac >= lac]
-        for poll in due:
-            poll.timer.cancel()
-            poll.answer()
+        if not polls or (before is not None and lac <= before):
+            return
+        del self._polls[ledger_id]
+        for poll in polls:
+            if poll.previous_lac < lac:
+                poll.timer.cancel()
+                poll.answer()
 
     # -- v2 batched reads -----------------------------------------------------------------------
 
