@@ -180,7 +180,7 @@ async def serve_proxy(
                 security,
             )
             if kind == "write"
-            else ReadProxy(me, store, ledgers, topology.limits, security)
+            else ReadProxy(me, store, ledgers, topology.limits, security, 2 * session_timeout_s + 1)
         )
         await server.start(endpoint.host, endpoint.port)
         event_loop.freeze_startup_heap()

@@ -110,8 +110,12 @@ class ReadProxy:
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
         security: ProxySecurity | None = None,
+        predecessor_wait_s: float = 0.0,
     ) -> None:
+        """`predecessor_wait_s`: how long a registration of this proxy's name from an earlier
+        session (the process before a restart) is waited out at start."""
         self.me = me
+        self._predecessor_wait_s = predecessor_wait_s
         self.security = security
         self.limits = limits = limits or ProxyLimits()
         self.quotas = Quotas(limits, "read")
@@ -167,7 +171,11 @@ class ReadProxy:
         await self._listener.start(host, port, self.security.ssl if self.security else None)
         self._sweeper.start()
         self._membership = registry.Membership(
-            self._store, KIND, self.me, on_failed=follower_restarts(KIND, "registration")
+            self._store,
+            KIND,
+            self.me,
+            on_failed=follower_restarts(KIND, "registration"),
+            predecessor_wait_s=self._predecessor_wait_s,
         )
         await self._membership.start()
         log.info("read proxy %s serving at %s", self.me.name, self.me.url)

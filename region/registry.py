@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from uhashring import HashRing
 
+from core import runtime
 from core.errors import GlobelogError, NodeExistsError, NoNodeError
 from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, RestartBackoff
@@ -29,6 +30,7 @@ REREGISTER_ATTEMPTS_MAX = 10
 # How long a proxy's address gets to accept or refuse a connection when a client could not
 # reach it (`refuses_connections`): a refusal comes back within a round trip.
 GONE_PROBE_S = 0.5
+PREDECESSOR_POLL_S = 0.25  # between looks at an earlier registration of a proxy's name
 log = logging.getLogger(__name__)
 
 
@@ -44,16 +46,42 @@ def proxy_path(region: str, kind: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-async def register(store: MetaSession, kind: str, info: ProxyInfo) -> None:
-    """Announces a live proxy (gone with the store's session)."""
+async def register(
+    store: MetaSession, kind: str, info: ProxyInfo, predecessor_wait_s: float = 0.0
+) -> None:
+    """Announces a live proxy (gone with the store's session).
+
+    A registration of the same name from another session is waited out for up to
+    `predecessor_wait_s`: a proxy restarted at once after it was killed finds its own old
+    registration, which goes when the old session ends. One still there after the wait is
+    another live proxy's: the name is taken."""
     body = json.dumps({"name": info.name, "region": info.region, "url": info.url}).encode()
+    path = proxy_path(info.region, kind, info.name)
     await store.ensure_path(proxy_path(info.region, kind))
-    try:
-        await store.create(proxy_path(info.region, kind, info.name), body, ephemeral=True)
-    except NodeExistsError as err:
-        raise GlobelogError(
-            f"a {kind} proxy named {info.name!r} is already registered in {info.region}"
-        ) from err
+    deadline_s = runtime.monotonic() + predecessor_wait_s
+    while True:
+        try:
+            await store.create(path, body, ephemeral=True)
+            return
+        except NodeExistsError as err:
+            stat = await store.exists(path)
+            if stat is None:
+                continue  # gone since: create again
+            if runtime.monotonic() >= deadline_s:
+                raise GlobelogError(
+                    f"a {kind} proxy named {info.name!r} is already registered in "
+                    f"{info.region} (ZooKeeper session {_hex(stat.ephemeral_owner)}, still "
+                    f"there after {predecessor_wait_s:.1f} s: another live proxy has this name)"
+                ) from err
+            if predecessor_wait_s > 0:
+                log.info(
+                    "%s proxy %s: an earlier registration (session %s) is still there; "
+                    "waiting for its session to end",
+                    kind,
+                    info.name,
+                    _hex(stat.ephemeral_owner),
+                )
+            await asyncio.sleep(PREDECESSOR_POLL_S)
 
 
 async def lookup(store: MetaSession, kind: str, region: str, name: str) -> ProxyInfo | None:
@@ -138,8 +166,12 @@ class Membership:
         *,
         restart_backoff: RestartBackoff | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        predecessor_wait_s: float = 0.0,
     ) -> None:
+        """`predecessor_wait_s`: how long `start` waits out a registration of the same name
+        from an earlier session (`register`)."""
         self._store = store
+        self._predecessor_wait_s = predecessor_wait_s
         self._kind = kind
         self.info = info
         self._on_expired = on_expired
@@ -154,7 +186,7 @@ class Membership:
     async def start(self) -> None:
         self._follower.start()
         await asyncio.sleep(0)  # the follower subscribes to session events before we register
-        await register(self._store, self._kind, self.info)
+        await register(self._store, self._kind, self.info, self._predecessor_wait_s)
 
     def status(self) -> FollowerStatus:
         return self._follower.status()

@@ -192,6 +192,7 @@ class WriteProxy:
             self.config.me,
             self.ownership.drop_all,
             on_failed=follower_restarts(KIND, "registration"),
+            predecessor_wait_s=self.config.takeover_wait_s,  # a session's end, as for locks
         )
         await self._membership.start()
         log.info("write proxy %s serving at %s", self.config.me.name, self.config.me.url)

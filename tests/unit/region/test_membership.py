@@ -13,10 +13,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from core.errors import MetadataUnavailableError, NodeExistsError, SessionExpiredError
+import pytest
+
+from core.errors import (
+    GlobelogError,
+    MetadataUnavailableError,
+    NodeExistsError,
+    SessionExpiredError,
+)
 from global_meta.followers import FollowerState, FollowerStatus, RestartBackoff
 from global_meta.store import NodeStat, SessionEvent, SessionEvents, SessionState
-from region.registry import Membership, ProxyInfo, proxy_path
+from region.registry import PREDECESSOR_POLL_S, Membership, ProxyInfo, proxy_path
 
 ME = ProxyInfo("w1", "us-east", "http://127.0.0.1:9001")
 NODE = proxy_path(ME.region, "write", ME.name)
@@ -156,3 +163,36 @@ async def test_registering_that_keeps_failing_restarts_and_the_catch_up_misses_n
     assert member.expirations == 2 and expired == [2, 3], "session 2's expiry is not lost"
     assert member.status().state is FollowerState.RUNNING
     await member.stop()
+
+
+async def test_a_restarted_proxy_waits_out_its_predecessors_registration() -> None:
+    """The process before a restart (killed) left its registration in session 1; the new one
+    (session 2) waits for that session's end instead of failing, then registers."""
+    store, expired = ScriptedStore(), []
+    store.owners[NODE] = 1
+    store.session = 2
+    member = Membership(cast(Any, store), "write", ME, predecessor_wait_s=GUARD_S)
+    starting = asyncio.ensure_future(member.start())
+    await asyncio.sleep(PREDECESSOR_POLL_S * 2)
+    assert not starting.done(), "it waits while the predecessor's registration is there"
+    del store.owners[NODE]  # session 1 ended
+    async with asyncio.timeout(GUARD_S):
+        await starting
+    assert store.owners[NODE] == 2
+    await member.stop()
+    assert expired == []
+
+
+async def test_a_name_still_registered_after_the_wait_is_taken_and_said_so() -> None:
+    store = ScriptedStore()
+    store.owners[NODE] = 7  # another live proxy with this name
+    store.session = 2
+    member = Membership(cast(Any, store), "write", ME, predecessor_wait_s=PREDECESSOR_POLL_S)
+    with pytest.raises(
+        GlobelogError,
+        match=r"already registered in us-east \(ZooKeeper session 0x7, still there after 0\.2 s",
+    ):
+        async with asyncio.timeout(GUARD_S):
+            await member.start()
+    await member.stop()
+    assert store.owners[NODE] == 7
