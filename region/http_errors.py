@@ -23,9 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from core import errors
-from core.answers import ANSWERS, Answer
+from core.answers import ANSWERS
 from ledger import errors as ledger_errors
 from placement.errors import PlacementError
+from region.observability.telemetry import ERROR_CODE
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def error_response(err: errors.GlobelogError) -> web.Response:
     extra = {"cause": err.cause} if isinstance(err, errors.OutcomeUnknownError) else None
     if code == errors.GlobelogError.code:
         log.error("answered internal for %s: %s", type(err).__name__, err, exc_info=err)
-    response = _json_error(ANSWERS[code], error_body(code, message, extra))
+    response = _json_error(code, error_body(code, message, extra))
     if isinstance(err, errors.QuotaExceededError):
         # whole seconds (RFC 9110), rounded up: a client that waits it is let in
         response.headers["Retry-After"] = str(max(0, math.ceil(err.retry_after_s)))
@@ -91,11 +92,13 @@ def http_error_response(err: web.HTTPException, path: str) -> web.Response:
         message += f"; expected one of {sorted(err.allowed_methods)}"
     if err.status == 413:
         message = f"request body too large for {path!r}: {err.text}"
-    return _json_error(ANSWERS[code], error_body(code, message))
+    return _json_error(code, error_body(code, message))
 
 
-def _json_error(answer: Answer, body: bytes) -> web.Response:
-    return web.Response(status=answer.status, body=body, content_type="application/json")
+def _json_error(code: str, body: bytes) -> web.Response:
+    response = web.Response(status=ANSWERS[code].status, body=body, content_type="application/json")
+    response[ERROR_CODE] = code
+    return response
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -115,7 +118,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception as err:  # a bug: answered in the documented form, and logged
         log.error("%s %s failed", request.method, request.path, exc_info=err)
         message = f"{type(err).__name__}: {err}"
-        return _json_error(ANSWERS["internal"], error_body("internal", message))
+        return _json_error("internal", error_body("internal", message))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

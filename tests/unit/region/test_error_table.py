@@ -25,6 +25,7 @@ from region.http_errors import (
     error_response,
     http_error_response,
 )
+from region.observability.telemetry import ERROR_CODE, error_code
 
 pytestmark = pytest.mark.unit
 
@@ -191,3 +192,18 @@ async def test_a_bug_in_a_handler_is_answered_as_json_internal_and_logged(
     assert body["outcome"] == "unknown" and body["retriable"] is False
     assert body["message"] == "RuntimeError: a bug"
     assert any("GET /v1/broken failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_an_error_answer_carries_its_code_for_the_middlewares_that_count_it() -> None:
+    """The metrics and tracing middlewares read an answer's code as it was made, not by
+    parsing its body again (a refusal flood is thousands of answers a second)."""
+    for err in (
+        errors.QuotaExceededError("too fast", retry_after_s=1.0),
+        errors.BadRequestError("x"),
+    ):
+        answer = error_response(err)
+        assert answer[ERROR_CODE] == err.code == error_code(answer)
+        assert json.loads(answer.body)["code"] == err.code  # type: ignore[arg-type]
+    bare = web.Response(status=400, body=b'{"code": "bad_request"}')
+    assert error_code(bare) == "bad_request", "an answer made elsewhere is read from its body"
+    assert error_code(web.Response(status=400, body=b"not json")) == "unknown"

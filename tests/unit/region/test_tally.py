@@ -1,5 +1,6 @@
 """The proxies' counters (`Tally`): summed in a dict, read by OpenTelemetry as monotonic sums
-per attribute set, in the same Prometheus form as OpenTelemetry's own counters."""
+per attribute set, in the same Prometheus form as OpenTelemetry's own counters; and their
+histograms (`Spread`), rendered as OpenTelemetry's own histograms are."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
 from prometheus_client import REGISTRY, generate_latest
 
-from region.observability.telemetry import Tally
+from region.observability.telemetry import Spread, Tally, _Spreads
 
 
 def test_a_tally_is_collected_as_a_cumulative_sum_per_attribute_set() -> None:
@@ -58,3 +59,59 @@ def test_a_tally_reads_in_prometheus_as_a_counter_does() -> None:
     assert written_line.startswith('globelog_test_written_bytes_total{kind="write"')
     assert written_line.endswith(" 10.0")
     assert written_line.replace("written", "counted") == lines["globelog_test_counted_bytes_total"]
+
+
+def test_a_spread_reads_in_prometheus_as_an_opentelemetry_histogram_does() -> None:
+    """The proxies' latency histograms (`Spread`) render at /metrics line for line as
+    OpenTelemetry's own histogram with the same name, buckets and recordings."""
+    buckets = (0.001, 0.01, 0.1, 1.0)
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader()])  # in REGISTRY
+    meter = provider.get_meter("globelog.proxy")
+    theirs = meter.create_histogram(
+        "globelog.test.their.latency", unit="s", description="end to end",
+        explicit_bucket_boundaries_advisory=list(buckets),
+    )  # fmt: skip
+    ours = Spread("globelog_test_our_latency_seconds", "end to end", buckets)
+    collector = _Spreads([ours])
+    REGISTRY.register(collector)
+    recorded = [
+        (0.0005, {"kind": "write", "route": "/a"}),
+        (0.001, {"kind": "write", "route": "/a"}),  # on a bound: in that bucket
+        (0.05, {"kind": "write", "route": "/a"}),
+        (3.0, {"kind": "write", "route": "/a"}),  # past the last bound
+        (0.2, {"kind": "read", "route": "/b"}),
+    ]
+    for value, attributes in recorded:
+        theirs.record(value, attributes)
+        ours.record(value, attributes)
+    try:
+        text = generate_latest(REGISTRY).decode()
+    finally:
+        REGISTRY.unregister(collector)
+        provider.shutdown()
+
+    def lines(name: str) -> list[str]:
+        found = [line for line in text.splitlines() if f"globelog_test_{name}_latency" in line]
+        return sorted(line.replace(f"_{name}_", "_x_") for line in found)
+
+    assert lines("their") == lines("our")
+    assert 'globelog_test_our_latency_seconds_bucket{kind="write",le="0.001"' in text
+    assert len(lines("our")) == 2 + 2 * (len(buckets) + 3)  # help, type; per series
+
+
+def test_a_spread_nothing_was_recorded_in_is_not_rendered() -> None:
+    """As OpenTelemetry's histograms: a rebuilder or a console, which installs Prometheus too,
+    shows no empty proxy histograms."""
+    quiet, used = (
+        Spread("globelog_test_quiet_seconds", "q", (1.0,)),
+        Spread("globelog_test_used_seconds", "u", (1.0,)),
+    )
+    used.record(0.5)
+    collector = _Spreads([quiet, used])
+    REGISTRY.register(collector)
+    try:
+        text = generate_latest(REGISTRY).decode()
+    finally:
+        REGISTRY.unregister(collector)
+    assert "globelog_test_quiet" not in text
+    assert "globelog_test_used_seconds_count{" in text
