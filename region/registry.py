@@ -59,6 +59,7 @@ async def register(
     path = proxy_path(info.region, kind, info.name)
     await store.ensure_path(proxy_path(info.region, kind))
     deadline_s = runtime.monotonic() + predecessor_wait_s
+    told = False
     while True:
         try:
             await store.create(path, body, ephemeral=True)
@@ -67,13 +68,16 @@ async def register(
             stat = await store.exists(path)
             if stat is None:
                 continue  # gone since: create again
+            if stat.ephemeral_owner == store.session_id:
+                return  # ours: a create answered twice, or made again in a new session
             if runtime.monotonic() >= deadline_s:
                 raise GlobelogError(
                     f"a {kind} proxy named {info.name!r} is already registered in "
                     f"{info.region} (ZooKeeper session {_hex(stat.ephemeral_owner)}, still "
                     f"there after {predecessor_wait_s:.1f} s: another live proxy has this name)"
                 ) from err
-            if predecessor_wait_s > 0:
+            if predecessor_wait_s > 0 and not told:
+                told = True
                 log.info(
                     "%s proxy %s: an earlier registration (session %s) is still there; "
                     "waiting for its session to end",

@@ -83,8 +83,8 @@ class Tally:
 
 
 class Spread:
-    """A histogram kept in a dict: per attribute set, a count per bucket, the sum and the
-    count; `record` is a bisect and three additions. `install_prometheus` renders every
+    """A histogram kept in a dict: per attribute set, a count per bucket (and past the last)
+    and the sum; `record` is a bisect and two additions. `install_prometheus` renders every
     spread at /metrics as OpenTelemetry's Prometheus reader renders a histogram (the same
     name, labels, buckets and help; a unit test holds the two alike): OpenTelemetry has no
     observable histogram, and its own cost about 20 µs a `record` (a measurement object,

@@ -203,10 +203,10 @@ def tracing_middleware(kind: str) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if "traceparent" in request.headers:
-            return await traced(request, handler, propagate.extract(request.headers))
+        if "traceparent" in request.headers:  # the caller's choice (at the ratio if unreadable)
+            return await traced(request, handler, propagate.extract(request.headers), False)
         if SAMPLING.chosen():
-            return await traced(request, handler, None)
+            return await traced(request, handler, otel_context.Context(), True)
         token = otel_context.attach(_UNSAMPLED)
         try:
             return await handler(request)
@@ -214,8 +214,10 @@ def tracing_middleware(kind: str) -> Middleware:
             otel_context.detach(token)
 
     async def traced(
-        request: web.Request, handler: Handler, parent: otel_context.Context | None
+        request: web.Request, handler: Handler, parent: otel_context.Context, chosen: bool
     ) -> web.StreamResponse:
+        """A server span under `parent`: the caller's context, or an empty one for a root this
+        proxy chose to trace (`chosen`)."""
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
         attributes: dict[str, str | int] = {
@@ -226,14 +228,14 @@ def tracing_middleware(kind: str) -> Middleware:
         for key in ("ns", "stream"):
             if key in request.match_info:
                 attributes[f"globelog.{key}"] = request.match_info[key]
-        chosen = _CHOSEN.set(parent is None)
+        choice = _CHOSEN.set(chosen)
         try:
             span = TRACER.start_span(
                 f"{request.method} {route}", context=parent, kind=SpanKind.SERVER,
                 attributes=attributes,
             )  # fmt: skip
         finally:
-            _CHOSEN.reset(chosen)
+            _CHOSEN.reset(choice)
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):

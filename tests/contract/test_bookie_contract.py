@@ -37,7 +37,7 @@ from verify.sim.io.network import Network
 PASSWORD = b"globelog-contract"
 KEY = master_key(PASSWORD)
 GUARD_S = 15.0  # every await on the real bookie is bounded by this
-POLL_SETTLES_S = 0.3  # a long poll sent is waiting at the bookie after this
+POLL_SETTLES_S = 1.0  # a long poll sent is waiting at the bookie after this
 # The answers the simulated bookie gives; any other failure of the real one is no answer.
 ANSWERS = frozenset(
     {
@@ -214,7 +214,8 @@ class Real:
         self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
     ) -> tuple[Polled | BookieFailure, bool]:
         """A long poll sent, then `adds` made one after another while it waits: its answer,
-        and whether that came well before the poll's timeout (woken, not timed out)."""
+        and whether that came well before the poll's timeout (woken by an add, not timed
+        out: within half the time the poll had left after the adds)."""
         clock = asyncio.get_running_loop().time
         sent_s = clock()
         poll = asyncio.ensure_future(self.long_poll(ledger_id, previous_lac, timeout_ms))
@@ -222,10 +223,12 @@ class Real:
             await asyncio.sleep(POLL_SETTLES_S)  # waiting at the bookie by now
             for entry_id, stored in adds:
                 assert await self.add(ledger_id, entry_id, stored) is None
+            added_s = clock()
             answer = await poll
         finally:
             poll.cancel()
-        return answer, clock() - sent_s < timeout_ms / 1000 / 2
+        left_s = sent_s + timeout_ms / 1000 - added_s
+        return answer, clock() - added_s < left_s / 2
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         answer = await answered(self.client.batch_read(self.bookie_id, ledger_id, first, count))
@@ -402,11 +405,11 @@ async def test_a_long_poll_is_woken_once_a_move_that_does_not_pass_it_leaves_it_
     assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
     assert await bookie.add(ledger, 1, (0, 2, b"b")) is None  # the bookie's LAC is now 0
     moves = [(2, (1, 3, b"c")), (3, (2, 4, b"d"))]  # to LAC 1, then 2
-    assert await bookie.poll_across(ledger, 0, 2000, moves) == (("EOK", 1, (0, 2, b"b")), True)
+    assert await bookie.poll_across(ledger, 0, 4000, moves) == (("EOK", 1, (0, 2, b"b")), True)
     ledger = fresh_ledger()
     assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
     assert await bookie.add(ledger, 1, (0, 2, b"b")) is None
-    answer, woken = await bookie.poll_across(ledger, 1, 2000, moves)  # asked from past LAC 0
+    answer, woken = await bookie.poll_across(ledger, 1, 4000, moves)  # asked from past LAC 0
     assert answer == ("EOK", 2, (1, 3, b"c")), "entry 2 at the timeout, the LAC past it"
     assert not woken, "the move to LAC 1 spent the poll; the move to 2 did not wake it"
 

@@ -196,3 +196,15 @@ async def test_a_name_still_registered_after_the_wait_is_taken_and_said_so() -> 
             await member.start()
     await member.stop()
     assert store.owners[NODE] == 7
+
+
+async def test_a_registration_found_to_be_this_sessions_own_is_kept() -> None:
+    """A create answered twice (its reply lost, then retried), or the node made again in a new
+    session while waiting: the name is ours, not a rival's, and start goes on."""
+    store = ScriptedStore()
+    store.owners[NODE] = 1  # our session's already
+    member = Membership(cast(Any, store), "write", ME, predecessor_wait_s=0.0)
+    async with asyncio.timeout(GUARD_S):
+        await member.start()
+    assert store.owners[NODE] == 1
+    await member.stop()
