@@ -110,10 +110,8 @@ class ReadProxy:
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
         security: ProxySecurity | None = None,
-        predecessor_wait_s: float = 0.0,
+        predecessor_wait_s: float = 0.0,  # registry.register's
     ) -> None:
-        """`predecessor_wait_s`: how long a registration of this proxy's name from an earlier
-        session (the process before a restart) is waited out at start."""
         self.me = me
         self._predecessor_wait_s = predecessor_wait_s
         self.security = security

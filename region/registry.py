@@ -49,12 +49,10 @@ def proxy_path(region: str, kind: str, name: str = "") -> str:
 async def register(
     store: MetaSession, kind: str, info: ProxyInfo, predecessor_wait_s: float = 0.0
 ) -> None:
-    """Announces a live proxy (gone with the store's session).
-
-    A registration of the same name from another session is waited out for up to
-    `predecessor_wait_s`: a proxy restarted at once after it was killed finds its own old
-    registration, which goes when the old session ends. One still there after the wait is
-    another live proxy's: the name is taken."""
+    """Announces a live proxy (gone with the store's session). A registration of the name
+    from another session is waited out for up to `predecessor_wait_s` (a proxy restarted at
+    once after a kill finds its old one, which goes with the old session); one still there
+    after that is another live proxy's: the name is taken."""
     body = json.dumps({"name": info.name, "region": info.region, "url": info.url}).encode()
     path = proxy_path(info.region, kind, info.name)
     await store.ensure_path(proxy_path(info.region, kind))
@@ -172,8 +170,7 @@ class Membership:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         predecessor_wait_s: float = 0.0,
     ) -> None:
-        """`predecessor_wait_s`: how long `start` waits out a registration of the same name
-        from an earlier session (`register`)."""
+        """`predecessor_wait_s`: as for `register`."""
         self._store = store
         self._predecessor_wait_s = predecessor_wait_s
         self._kind = kind

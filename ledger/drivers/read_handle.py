@@ -43,6 +43,7 @@ from ledger.machines.read_lac_state import (
     CompleteReadLac,
     FailReadLac,
     LacAction,
+    LacReplied,
     ReadLacState,
     SendReadLac,
 )
@@ -168,7 +169,10 @@ class LedgerReader:
                 self._context.record_health(action)
 
     async def _read_last(self, bookie: str, runner: MachineRunner[LacAction]) -> None:
-        runner.feed(await self._requests.last(bookie))
+        reply = await self._requests.last(bookie)
+        if isinstance(reply, LacReplied):  # its last entry's LAC: where its polls start
+            self._polled_lacs[bookie] = max(self._polled_lacs.get(bookie, reply.lac), reply.lac)
+        runner.feed(reply)
 
     async def read_explicit_lac(self) -> int:
         """The LAC the bookies hold (explicit LAC or their last entry's), any one will do."""
@@ -413,10 +417,10 @@ class LedgerReader:
         reader's LAC at a bookie a step behind it (the reader learnt that LAC from a faster
         bookie) is spent by the move that brings the bookie level, and then waits out its
         timeout while entries come: a tailing reader's record a whole poll late. So a poll
-        asks from the LAC this bookie last gave (one below the reader's for a bookie not
-        asked yet), and an answer that only brings the bookie level with the reader is
-        asked again at once, from there: each such answer raises the bookie's LAC, so at
-        most the gap's worth."""
+        asks from the LAC this bookie last gave (in a poll's answer or its last entry; one
+        below the reader's for a bookie not heard from), and an answer that only brings the
+        bookie level with the reader is asked again at once, from there: each such answer
+        raises the bookie's LAC, so at most the gap's worth."""
         deadline_s = self._context.clock() + timeout_ms / 1000
         while True:
             known = self._polled_lacs.get(bookie, max(INVALID_ENTRY_ID, self.lac - 1))

@@ -74,6 +74,10 @@ class BookieUnderTest(Protocol):
         self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
     ) -> tuple[Polled | BookieFailure, bool]: ...
 
+    async def poll_fenced(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[Polled | BookieFailure, bool]: ...
+
     async def batch(
         self, ledger_id: int, first: int, count: int
     ) -> list[Stored] | BookieFailure: ...
@@ -138,6 +142,11 @@ class Simulated:
         self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
     ) -> tuple[Polled | BookieFailure, bool]:
         return await self._call(lambda r: r.poll_across(ledger_id, previous_lac, timeout_ms, adds))
+
+    async def poll_fenced(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[Polled | BookieFailure, bool]:
+        return await self._call(lambda r: r.poll_fenced(ledger_id, previous_lac, timeout_ms))
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         return await self._call(lambda r: r.batch(ledger_id, first, count))
@@ -229,6 +238,24 @@ class Real:
             poll.cancel()
         left_s = sent_s + timeout_ms / 1000 - added_s
         return answer, clock() - added_s < left_s / 2
+
+    async def poll_fenced(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[Polled | BookieFailure, bool]:
+        """A long poll sent, then the ledger fenced (a fencing read of its last entry) while
+        it waits: its answer, and whether it came well before the poll's timeout."""
+        clock = asyncio.get_running_loop().time
+        sent_s = clock()
+        poll = asyncio.ensure_future(self.long_poll(ledger_id, previous_lac, timeout_ms))
+        try:
+            await asyncio.sleep(POLL_SETTLES_S)
+            assert not isinstance(await self.read_last(ledger_id, fence=True), BookieFailure)
+            fenced_s = clock()
+            answer = await poll
+        finally:
+            poll.cancel()
+        left_s = sent_s + timeout_ms / 1000 - fenced_s
+        return answer, clock() - fenced_s < left_s / 2
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         answer = await answered(self.client.batch_read(self.bookie_id, ledger_id, first, count))
@@ -412,6 +439,19 @@ async def test_a_long_poll_is_woken_once_a_move_that_does_not_pass_it_leaves_it_
     answer, woken = await bookie.poll_across(ledger, 1, 4000, moves)  # asked from past LAC 0
     assert answer == ("EOK", 2, (1, 3, b"c")), "entry 2 at the timeout, the LAC past it"
     assert not woken, "the move to LAC 1 spent the poll; the move to 2 did not wake it"
+
+
+async def test_fencing_a_ledger_wakes_the_long_polls_waiting_on_it(
+    bookie: BookieUnderTest,
+) -> None:
+    """A recovery's fencing read answers every poll waiting on the ledger at once, with the
+    LAC as it stands (a new owner took the ledger: a tailing reader hears of it now, not at
+    its poll's timeout)."""
+    ledger = fresh_ledger()
+    assert await bookie.add(ledger, 0, (-1, 1, b"a")) is None
+    assert await bookie.add(ledger, 1, (0, 2, b"b")) is None  # LAC 0
+    answer, woken = await bookie.poll_fenced(ledger, 0, 4000)
+    assert (answer, woken) == (("EOK", 0, None), True)
 
 
 async def test_a_long_poll_of_a_ledger_never_seen_is_no_such_ledger(

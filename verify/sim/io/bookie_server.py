@@ -109,6 +109,8 @@ class BookieServer:
         if request.previous_lac is not None and entry_id == LAST_ADD_CONFIRMED:
             self._long_poll(request, reply)
             return
+        if fence and not self.bookie.is_fenced(ledger_id):
+            self.loop.call_soon(self._fenced, ledger_id)  # once this read is answered
         if entry_id == LAST_ADD_CONFIRMED:
             last = self.bookie.read_last(ledger_id, fence=fence)
             if isinstance(last, BookieFailure):
@@ -196,6 +198,14 @@ class BookieServer:
             if poll.previous_lac < lac:
                 poll.timer.cancel()
                 poll.answer()
+
+    def _fenced(self, ledger_id: int) -> None:
+        """A ledger just fenced wakes every poll waiting on it, as a 4.17 bookie does: each
+        answers with the LAC as it stands (the LAC alone if that does not pass it)."""
+        polls = self._polls.pop(ledger_id, [])
+        for poll in polls:
+            poll.timer.cancel()
+            poll.answer()
 
     # -- v2 batched reads -----------------------------------------------------------------------
 
