@@ -222,40 +222,45 @@ class Real:
     async def poll_across(
         self, ledger_id: int, previous_lac: int, timeout_ms: int, adds: list[tuple[int, Stored]]
     ) -> tuple[Polled | BookieFailure, bool]:
-        """A long poll sent, then `adds` made one after another while it waits: its answer,
-        and whether that came well before the poll's timeout (woken by an add, not timed
-        out: within half the time the poll had left after the adds)."""
+        """A long poll sent, then `adds` made one after another while it waits."""
+
+        async def add_all() -> None:
+            for entry_id, stored in adds:
+                assert await self.add(ledger_id, entry_id, stored) is None
+
+        return await self._poll_while(ledger_id, previous_lac, timeout_ms, add_all)
+
+    async def poll_fenced(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[Polled | BookieFailure, bool]:
+        """A long poll sent, then the ledger fenced (a fencing read of its last entry)."""
+
+        async def fence() -> None:
+            assert not isinstance(await self.read_last(ledger_id, fence=True), BookieFailure)
+
+        return await self._poll_while(ledger_id, previous_lac, timeout_ms, fence)
+
+    async def _poll_while(
+        self,
+        ledger_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        meanwhile: Callable[[], Awaitable[None]],
+    ) -> tuple[Polled | BookieFailure, bool]:
+        """The poll's answer, and whether it came well before its timeout (woken by what
+        was done `meanwhile`, not timed out: within half the time it had left after)."""
         clock = asyncio.get_running_loop().time
         sent_s = clock()
         poll = asyncio.ensure_future(self.long_poll(ledger_id, previous_lac, timeout_ms))
         try:
             await asyncio.sleep(POLL_SETTLES_S)  # waiting at the bookie by now
-            for entry_id, stored in adds:
-                assert await self.add(ledger_id, entry_id, stored) is None
-            added_s = clock()
+            await meanwhile()
+            done_s = clock()
             answer = await poll
         finally:
             poll.cancel()
-        left_s = sent_s + timeout_ms / 1000 - added_s
-        return answer, clock() - added_s < left_s / 2
-
-    async def poll_fenced(
-        self, ledger_id: int, previous_lac: int, timeout_ms: int
-    ) -> tuple[Polled | BookieFailure, bool]:
-        """A long poll sent, then the ledger fenced (a fencing read of its last entry) while
-        it waits: its answer, and whether it came well before the poll's timeout."""
-        clock = asyncio.get_running_loop().time
-        sent_s = clock()
-        poll = asyncio.ensure_future(self.long_poll(ledger_id, previous_lac, timeout_ms))
-        try:
-            await asyncio.sleep(POLL_SETTLES_S)
-            assert not isinstance(await self.read_last(ledger_id, fence=True), BookieFailure)
-            fenced_s = clock()
-            answer = await poll
-        finally:
-            poll.cancel()
-        left_s = sent_s + timeout_ms / 1000 - fenced_s
-        return answer, clock() - fenced_s < left_s / 2
+        left_s = sent_s + timeout_ms / 1000 - done_s
+        return answer, clock() - done_s < left_s / 2
 
     async def batch(self, ledger_id: int, first: int, count: int) -> list[Stored] | BookieFailure:
         answer = await answered(self.client.batch_read(self.bookie_id, ledger_id, first, count))
