@@ -115,10 +115,10 @@ class Spread:
     def family(self) -> HistogramMetricFamily:
         labels = sorted({name for key in self._series for name, _ in key} | set(SCOPE_LABELS))
         family = HistogramMetricFamily(self.name, self.description, labels=labels)
+        bounds = [*(repr(float(b)) for b in self.buckets), "+Inf"]
         for key, series in list(self._series.items()):
             values = {**SCOPE_LABELS, **{name: str(value) for name, value in key}}
             cumulative = list(itertools.accumulate(series[:-1]))
-            bounds = [*(repr(float(b)) for b in self.buckets), "+Inf"]
             family.add_metric(
                 [values.get(label, "") for label in labels],
                 list(zip(bounds, cumulative, strict=True)),
