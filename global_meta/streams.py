@@ -301,9 +301,19 @@ class StreamMetaStore:
 
     # --------------------------------------------------------------------------- owner
 
-    async def acquire(self, stream: str, owner: str, region: str, timeout_s: float) -> OwnerLock:
+    async def acquire(
+        self,
+        stream: str,
+        owner: str,
+        region: str,
+        timeout_s: float,
+        waits_for: str | None = None,
+    ) -> OwnerLock:
         """Takes the stream's ownership lock, waiting up to `timeout_s` for the current owner
-        to go; OwnershipError naming the owner otherwise."""
+        to go; OwnershipError naming the owner otherwise. `waits_for`: the owner
+        ("name@region") whose going this waits for; when another writer takes the lock in
+        its place, the wait ends at once (OwnershipError naming that writer) rather than
+        queueing behind a live owner for the rest of `timeout_s`."""
         await self.require(stream)
         lock_dir = f"{self.path(stream)}/lock"
         body = json.dumps({"owner": owner, "region": region}).encode()
@@ -317,7 +327,7 @@ class StreamMetaStore:
         try:
             if timeout_s > 0:
                 async with asyncio.timeout(timeout_s):
-                    won = await self._wait_lowest(lock_dir, name)
+                    won = await self._wait_lowest(lock_dir, name, waits_for)
             else:
                 won = _lowest(await self.store.children(lock_dir)) == name
         except TimeoutError:
@@ -339,13 +349,24 @@ class StreamMetaStore:
             )
         return OwnerLock(mine, owner)
 
-    async def _wait_lowest(self, lock_dir: str, name: str) -> bool:
-        """True once `name` is the lowest lock node; False if it vanished (session ended)."""
+    async def _wait_lowest(self, lock_dir: str, name: str, waits_for: str | None) -> bool:
+        """True once `name` is the lowest lock node; False if it vanished (session ended),
+        or if the lowest is the node of another owner than `waits_for` (when given)."""
+        checked = None  # the lowest node whose owner was read last
         async for names in self.store.watch_children(lock_dir):
             if name not in names:
                 return False
-            if _lowest(names) == name:
+            lowest = _lowest(names)
+            if lowest == name:
                 return True
+            if waits_for is not None and lowest is not None and lowest != checked:
+                checked = lowest
+                try:
+                    data, _ = await self.store.get(f"{lock_dir}/{lowest}")
+                except NoNodeError:
+                    continue  # gone already: the next change says who is lowest now
+                if _lock_owner(data) != waits_for:
+                    return False  # another writer took it: queueing on would wait on a live one
         return False
 
     async def owner(self, stream: str, synced: bool = True) -> str | None:

@@ -136,9 +136,9 @@ class Ownership:
         `unreachable`: the owner ("name@region") the client could not reach. While it still
         holds the lock, this proxy queues for the lock (up to `takeover_wait_s`) instead of
         redirecting the client back to it, and takes the stream the moment the owner's session
-        ends (no polling by the client); another live owner is redirected to as usual. An
-        owner whose address refuses connections is gone: its lock is broken at once instead
-        of waiting for ZooKeeper to end its session (`_break_if_gone`).
+        ends (no polling by the client); another live owner (found first, or first in the
+        queue) is redirected to. An owner whose address refuses connections is gone: its lock
+        is broken at once instead of waiting for ZooKeeper to end its session.
         """
         key = (namespace, stream)
         if self.is_drained(key):
@@ -277,6 +277,7 @@ class Ownership:
             replication=self.config.replication,
             settings=settings,
             owner=self.config.me.name,
+            lock_waits_for=None if going is None else going.owner,  # another may win
         )
         me = f"{self.config.me.name}@{self.config.me.region}"
         # beside the queueing for the lock, whose watch then sees a broken lock go at once

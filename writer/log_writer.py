@@ -82,6 +82,9 @@ class WriterConfig:
     open_timeout_s: float = OPEN_TIMEOUT_S
     roll_timeout_s: float = ROLL_TIMEOUT_S
     close_timeout_s: float = CLOSE_TIMEOUT_S
+    # the owner ("name@region") whose lock `open` waits to go: it stops waiting when another
+    # writer takes the lock instead (see StreamMetaStore.acquire)
+    lock_waits_for: str | None = None
 
 
 class LogWriter:
@@ -145,7 +148,11 @@ class LogWriter:
         began = clock()
         async with asyncio.timeout(config.open_timeout_s):
             lock = await streams.acquire(
-                stream, config.owner, config.region, config.settings.lock_timeout_s
+                stream,
+                config.owner,
+                config.region,
+                config.settings.lock_timeout_s,
+                config.lock_waits_for,
             )
             steps = {"lock": clock() - began}
             try:

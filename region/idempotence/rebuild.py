@@ -23,6 +23,7 @@ from writer.events import Written
 
 log = logging.getLogger(__name__)
 REBUILD_TIMEOUT_S = 60.0
+SLOW_REBUILD_S = 1.0  # a rebuild still going after this long says where it is
 # Entries read at once by the rebuild's scan: the first idempotent write after a takeover
 # waits for it. 1 000 one-record entries took 0.11-0.22 s from a local bookie in batches of
 # 32 (the reader's default), 0.06-0.08 s in batches of 128; up to 8 MiB of 64 KiB entries.
@@ -50,18 +51,33 @@ async def rebuild_table(
     config = ReaderConfig(
         follow=False, end_seq=upto_seq, readahead_entries=REBUILD_READAHEAD_ENTRIES
     )
+    at = "opening the reader"
+
+    def slow() -> None:
+        log.warning(
+            "the producer table of %s is still being rebuilt after %.1f s: %d records "
+            "scanned of seq %d..%d, %s", stream, runtime.monotonic() - began, scanned,
+            start.value, upto_seq, at,
+        )  # fmt: skip
+
+    watch = asyncio.get_running_loop().call_later(SLOW_REBUILD_S, slow)
     try:
-        reader = await LogReader.open(streams, ledgers, stream, start, config)
-    except TruncatedPositionError:
-        reader = await LogReader.open(streams, ledgers, stream, Position.earliest(), config)
-    async with reader:
-        async for record in reader:
-            if record.seq >= upto_seq:
-                break
-            scanned += 1
-            if record.producer_id is not None and record.producer_seq is not None:
-                written = Written(record.dlsn, record.txid, record.seq)
-                table.record(record.producer_id, record.producer_seq, written)
+        try:
+            reader = await LogReader.open(streams, ledgers, stream, start, config)
+        except TruncatedPositionError:
+            reader = await LogReader.open(streams, ledgers, stream, Position.earliest(), config)
+        at = "reading"
+        async with reader:
+            async for record in reader:
+                if record.seq >= upto_seq:
+                    break
+                scanned += 1
+                at = f"last read {record.dlsn}"
+                if record.producer_id is not None and record.producer_seq is not None:
+                    written = Written(record.dlsn, record.txid, record.seq)
+                    table.record(record.producer_id, record.producer_seq, written)
+    finally:
+        watch.cancel()
     # an idempotent producer's first write after a takeover waits for this: say how long
     log.info(
         "rebuilt the producer table of %s from its last %d records in %.3f s",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from core.errors import OwnershipError
 from global_meta.streams import StreamMetaStore
 from verify.sim.io.cluster import SimCluster
 from verify.sim.io.loop import run
@@ -47,3 +48,53 @@ def test_breaking_deletes_only_the_owning_node_and_the_queue_moves_on() -> None:
     assert seen["owner_after"] == "wp-b@eu-west"
     assert seen["won_path"] != seen["held_path"]
     assert seen["first_alive"], "the broken owner's session lives on"
+
+
+def test_a_queue_for_a_gone_owner_ends_when_another_takes_the_lock() -> None:
+    """Two proxies queue for the lock of an owner clients could not reach (`waits_for`).
+    The first in the queue takes it when the owner goes; the second stops queueing then,
+    naming the winner, instead of waiting out its whole timeout behind a live owner."""
+    cluster = SimCluster(1)
+    seen: dict[str, object] = {}
+
+    async def body() -> None:
+        stores = [
+            StreamMetaStore(await SimMetaStore.connect(cluster.ensemble), "ns") for _ in "abc"
+        ]
+        gone, first, second = stores
+        await gone.create_stream("s")
+        held = await gone.acquire("s", "wp-a", "us-east", 0.0)
+        winner = asyncio.ensure_future(first.acquire("s", "wp-b", "eu-west", 5.0, "wp-a@us-east"))
+        await asyncio.sleep(0.2)  # first's node is next in the queue
+        loser = asyncio.ensure_future(second.acquire("s", "wp-c", "us-west", 5.0, "wp-a@us-east"))
+        await asyncio.sleep(0.5)
+        seen["waiting"] = not loser.done()  # the awaited owner still holds it: queued on
+        await gone.release(held)
+        began = asyncio.get_running_loop().time()
+        seen["won"] = (await asyncio.wait_for(winner, 1.0)).owner
+        try:
+            await asyncio.wait_for(loser, 4.0)
+        except OwnershipError as err:
+            seen["lost"] = (err.owner, asyncio.get_running_loop().time() - began)
+        seen["owner_after"] = await second.owner("s")
+        lock_dir = f"{second.path('s')}/lock"
+        sessions = [
+            (await second.store.get(f"{lock_dir}/{name}"))[1].ephemeral_owner
+            for name in await second.store.children(lock_dir)
+        ]
+        seen["second_nodes"] = sessions.count(second.store.session_id)
+
+    async def main() -> None:
+        await cluster.start()
+        host = cluster.add_host("tester", "us-east")
+        async with asyncio.timeout(60):
+            await cluster.loop.spawn(host, body())
+
+    run(cluster.loop, main())
+    assert seen["waiting"]
+    assert seen["won"] == "wp-b"
+    owner, after_s = seen["lost"]  # type: ignore[misc]
+    assert owner == "wp-b@eu-west"
+    assert after_s < 1.0, f"the loser queued on for {after_s:.2f} s behind the new owner"
+    assert seen["owner_after"] == "wp-b@eu-west"
+    assert seen["second_nodes"] == 0, "the loser's lock node is gone with its wait"
