@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -136,6 +137,7 @@ class Homing:
         self._turn: Address | None = None  # read and cleared by kazoo's connection thread
         self._follower = Follower("return to the region's ZooKeeper node", self._run)
         self.moves = 0  # connections dropped to come home
+        self.busy_with = ""  # the requests that kept the last look for an idle moment busy
         connection: Any = client._connection
         expand = connection._expand_client_hosts
         connection._expand_client_hosts = lambda: _Pass(expand(), self)
@@ -195,12 +197,18 @@ class Homing:
 
     async def _until_idle(self) -> bool:
         """Whether the session had no request in flight or queued at some instant within
-        IDLE_WAIT_S."""
+        IDLE_WAIT_S; `busy_with` then names the requests seen in the way."""
         loop = asyncio.get_running_loop()
         until = loop.time() + IDLE_WAIT_S
+        seen: Counter[str] = Counter()
         while not self._idle():
             if loop.time() >= until:
+                self.busy_with = ", ".join(f"{what} x{n}" for what, n in seen.most_common(4))
                 return False
+            for entry in [*self._client._pending, *self._client._queue]:
+                request = entry[0]
+                path = getattr(request, "path", "") or ""
+                seen[f"{type(request).__name__} {path.rsplit('/', 2)[0]}"] += 1
             await asyncio.sleep(IDLE_POLL_S)
         return True
 
@@ -225,7 +233,11 @@ class Homing:
             if target is None or not await self._until_idle():
                 if not said and loop.time() - away_since > AWAY_SAID_AFTER_S:
                     said = True
-                    why = "that node does not serve" if target is None else "never idle"
+                    why = (
+                        "that node does not serve"
+                        if target is None
+                        else f"never idle (in the way: {self.busy_with})"
+                    )
                     log.info(
                         "ZooKeeper session %s away from its region's node for %.1f s: %s",
                         self._session_hex(), loop.time() - away_since, why,
