@@ -205,12 +205,22 @@ class Homing:
             if loop.time() >= until:
                 self.busy_with = ", ".join(f"{what} x{n}" for what, n in seen.most_common(4))
                 return False
-            for entry in [*self._client._pending, *self._client._queue]:
-                request = entry[0]
-                path = getattr(request, "path", "") or ""
-                seen[f"{type(request).__name__} {path.rsplit('/', 2)[0]}"] += 1
+            seen.update(self._in_the_way())
             await asyncio.sleep(IDLE_POLL_S)
         return True
+
+    def _in_the_way(self) -> list[str]:
+        """The requests kazoo has in flight or queued, by kind and grandparent path. Its connection
+        thread changes both deques meanwhile: a look it disturbed counts nothing."""
+        try:
+            entries = [*self._client._pending, *self._client._queue]
+        except RuntimeError:  # deque mutated during iteration
+            return []
+        found = []
+        for entry in entries:
+            path = getattr(entry[0], "path", "") or ""
+            found.append(f"{type(entry[0]).__name__} {path.rsplit('/', 2)[0]}")
+        return found
 
     async def _run(self, following: Callable[[], None]) -> None:
         following()

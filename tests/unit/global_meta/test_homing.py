@@ -4,7 +4,15 @@ the `srvr` probe's reading of an answer (the move itself: tests/integration/clus
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
+from kazoo.client import KazooClient
+from kazoo.protocol.serialization import GetChildren, Sync
+
+from global_meta import homing
 from global_meta.homing import Address, _Pass, server_mode, server_status
 
 HOSTS = [("home", "10.0.0.1", 2181), ("east", "10.0.0.2", 2181), ("west", "10.0.0.3", 2181)]
@@ -84,3 +92,31 @@ async def test_a_node_that_never_answers_is_not_serving_within_the_bound() -> No
     async with server:
         async with asyncio.timeout(2.0):
             assert await server_mode("127.0.0.1", port, None, timeout_s=0.2) is None
+
+
+class Disturbed(deque[Any]):
+    """A deque that kazoo's connection thread changes while it is read."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("deque mutated during iteration")
+
+
+async def test_a_busy_session_names_the_requests_in_the_way_and_survives_a_disturbed_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(homing, "IDLE_WAIT_S", 0.05)
+    client = KazooClient(hosts="127.0.0.1:9")  # never connected: only its deques are read
+    watcher = homing.Homing(client, [("127.0.0.1", 9)], None)
+    client._queue.append((GetChildren("/globelog/ns/streams/s/lock", None), None))
+    client._pending.append((Sync("/globelog/ns/streams/s/lock"), None, 1))
+    assert not await watcher._until_idle()
+    kinds = {part.rsplit(" x", 1)[0] for part in watcher.busy_with.split(", ")}
+    assert kinds == {
+        "Sync /globelog/ns/streams",
+        "GetChildren /globelog/ns/streams",
+    }  # grandparents
+    client._pending = Disturbed(client._pending)
+    assert watcher._in_the_way() == []  # that look counts nothing; the next one will
+    client._pending.clear()
+    client._queue.clear()
+    assert await watcher._until_idle()
