@@ -203,7 +203,10 @@ class Homing:
         seen: Counter[str] = Counter()
         while not self._idle():
             if loop.time() >= until:
-                self.busy_with = ", ".join(f"{what} x{n}" for what, n in seen.most_common(4))
+                self.busy_with = (
+                    ", ".join(f"{what} (in {n} looks)" for what, n in seen.most_common(4))
+                    or "no look got through"
+                )
                 return False
             seen.update(self._in_the_way())
             await asyncio.sleep(IDLE_POLL_S)

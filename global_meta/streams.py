@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from core import runtime
 from core.errors import (
+    MetadataUnavailableError,
     NodeExistsError,
     NoNodeError,
     OwnershipError,
@@ -324,6 +325,7 @@ class StreamMetaStore:
         except NoNodeError as err:
             raise self.not_found(stream) from err
         name = mine.rsplit("/", 1)[1]
+        queued_at = runtime.monotonic()
         try:
             if timeout_s > 0:
                 async with asyncio.timeout(timeout_s):
@@ -341,7 +343,8 @@ class StreamMetaStore:
         if not won:
             await self._release_path(mine)
             holder = await self.owner(stream)
-            waited = f" (waited {timeout_s} s for it to go)" if timeout_s > 0 else ""
+            queued_s = runtime.monotonic() - queued_at
+            waited = f" (queued {queued_s:.1f} s of {timeout_s} s)" if timeout_s > 0 else ""
             raise OwnershipError(
                 f"stream {stream!r} is owned by {holder or 'another writer'}{waited}; "
                 "one writer owns a stream at a time",
@@ -365,6 +368,9 @@ class StreamMetaStore:
                     data, _ = await self.store.get(f"{lock_dir}/{lowest}")
                 except NoNodeError:
                     continue  # gone already: the next change says who is lowest now
+                except MetadataUnavailableError:
+                    checked = None  # asked again at the next change; queued on meanwhile
+                    continue
                 if _lock_owner(data) != waits_for:
                     return False  # another writer took it: queueing on would wait on a live one
         return False

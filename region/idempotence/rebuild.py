@@ -65,6 +65,7 @@ async def rebuild_table(
         try:
             reader = await LogReader.open(streams, ledgers, stream, start, config)
         except TruncatedPositionError:
+            start = Position(By.SEQ, 0)  # what is left of the stream (the log says from 0)
             reader = await LogReader.open(streams, ledgers, stream, Position.earliest(), config)
         at = "reading"
         async with reader:

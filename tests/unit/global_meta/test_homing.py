@@ -110,7 +110,7 @@ async def test_a_busy_session_names_the_requests_in_the_way_and_survives_a_distu
     client._queue.append((GetChildren("/globelog/ns/streams/s/lock", None), None))
     client._pending.append((Sync("/globelog/ns/streams/s/lock"), None, 1))
     assert not await watcher._until_idle()
-    kinds = {part.rsplit(" x", 1)[0] for part in watcher.busy_with.split(", ")}
+    kinds = {part.rsplit(" (in ", 1)[0] for part in watcher.busy_with.split(", ")}
     assert kinds == {
         "Sync /globelog/ns/streams",
         "GetChildren /globelog/ns/streams",

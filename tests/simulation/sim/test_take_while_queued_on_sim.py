@@ -1,0 +1,90 @@
+"""A take queued behind a gone owner reads the stream while it waits (`LogWriter.open` with
+`lock_waits_for`: after the lock, those reads would wait in the proxy's ZooKeeper session
+behind other takes' writes). When the owner moved on after that read (here: it rolls to a new
+segment, writes on, then lets the stream go), the view is stale: the take's compare-and-set
+fails and it reads again, on globelog's real writer code over the simulated world."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from core.streams import StreamSettings
+from global_meta.streams import StreamMetaStore
+from ledger import LedgerClient, LedgerConfig
+from reader.log_reader import LogReader
+from verify.sim.io.cluster import PASSWORD, SimCluster
+from verify.sim.io.loop import Host, run
+from verify.sim.io.zookeeper import SimMetaStore
+from writer.log_writer import LogWriter, WriterConfig
+
+STREAM = "s"
+
+
+def test_a_take_whose_early_read_went_stale_reads_again() -> None:
+    cluster = SimCluster(5)
+    replication = cluster.topology.replication
+    seen: dict[str, object] = {}
+    queued, owner_open = asyncio.Event(), asyncio.Event()
+
+    async def connect(host: Host) -> tuple[StreamMetaStore, LedgerClient]:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
+        return StreamMetaStore(store, "ns"), await LedgerClient.connect(store, config)
+
+    async def owner(host: Host) -> None:
+        streams, ledgers = await connect(host)
+        await streams.create_stream(STREAM)
+        config = WriterConfig(region=host.region, replication=replication, owner=host.name)
+        writer = await LogWriter.open(streams, ledgers, STREAM, config)
+        for i in range(5):
+            await writer.write(f"a{i}".encode())
+        owner_open.set()
+        await queued.wait()  # the other take has read the stream and queues for the lock
+        writer.roll_now()
+        for i in range(5, 10):
+            await writer.write(f"a{i}".encode())
+        seen["owner_segment"] = writer.segment.sequence
+        await writer.close()  # completes its segment, lets the lock go
+
+    async def taker(host: Host) -> None:
+        streams, ledgers = await connect(host)
+        await owner_open.wait()
+        settings = dataclasses.replace(StreamSettings(), lock_timeout_s=20.0)
+        config = WriterConfig(
+            region=host.region,
+            replication=replication,
+            settings=settings,
+            owner=host.name,
+            lock_waits_for="wp-a@us-east",
+        )
+        taking = asyncio.ensure_future(LogWriter.open(streams, ledgers, STREAM, config))
+        await asyncio.sleep(1.0)  # its early read is long done; it waits for the lock
+        queued.set()
+        writer = await taking
+        seen["steps"] = dict(writer.open_steps)
+        seen["taker_segment"] = writer.segment.sequence
+        await writer.write(b"b0")
+        await writer.close()
+        reader = await LogReader.open(streams, ledgers, STREAM)
+        async with reader:
+            seen["read"] = [
+                (await reader.read_next(timeout_s=3)).payload.decode()  # type: ignore[union-attr]
+                for _ in range(11)
+            ]
+
+    async def main() -> None:
+        await cluster.start()
+        first = cluster.add_host("wp-a", "us-east")
+        second = cluster.add_host("wp-b", "eu-west")
+        owning = cluster.loop.spawn(first, owner(first))
+        async with asyncio.timeout(120):
+            await cluster.loop.spawn(second, taker(second))
+        await owning
+
+    run(cluster.loop, main())
+    assert seen["owner_segment"] == 2, "the owner rolled after the taker's early read"
+    steps = seen["steps"]
+    assert isinstance(steps, dict) and "stale" in steps, f"read again: {steps}"
+    assert seen["taker_segment"] == 3
+    assert seen["read"] == [f"a{i}" for i in range(10)] + ["b0"]
