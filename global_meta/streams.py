@@ -314,8 +314,9 @@ class StreamMetaStore:
         to go; OwnershipError naming the owner otherwise. `waits_for`: the owner
         ("name@region") whose going this waits for; when another writer takes the lock in
         its place, the wait ends at once (OwnershipError naming that writer) rather than
-        queueing behind a live owner for the rest of `timeout_s`."""
-        await self.require(stream)
+        queueing behind a live owner for the rest of `timeout_s`. A missing stream fails the
+        lock node's create (a stream is made with its lock directory, in one multi-op), so it
+        is not looked up first: one read less before the queue."""
         lock_dir = f"{self.path(stream)}/lock"
         body = json.dumps({"owner": owner, "region": region}).encode()
         try:
@@ -431,12 +432,11 @@ class StreamMetaStore:
         lock_dir = f"{self.path(stream)}/lock"
         deleted = 0
         with contextlib.suppress(NoNodeError):
-            for name in await self.store.children(lock_dir):
-                path = f"{lock_dir}/{name}"
-                try:
-                    data, stat = await self.store.get(path)
-                except NoNodeError:
+            paths = [f"{lock_dir}/{name}" for name in await self.store.children(lock_dir)]
+            for path, found in zip(paths, await self.store.get_many(paths), strict=True):
+                if found is None:
                     continue  # its session ended meanwhile
+                data, stat = found
                 if stat.ephemeral_owner == session and _lock_owner(data) == owner:
                     await self._release_path(path)
                     deleted += 1

@@ -136,9 +136,8 @@ class Ownership:
         `unreachable`: the owner ("name@region") the client could not reach. While it still
         holds the lock, this proxy queues for the lock (up to `takeover_wait_s`) instead of
         redirecting the client back to it, and takes the stream the moment the owner's session
-        ends (no polling by the client); another live owner (found first, or first in the
-        queue) is redirected to. An owner whose address refuses connections is gone: its lock
-        is broken at once instead of waiting for ZooKeeper to end its session.
+        ends (no polling by the client); another owner (found first, or first in the queue)
+        is redirected to. An owner whose address refuses connections is gone: its lock goes.
         """
         key = (namespace, stream)
         if self.is_drained(key):
@@ -157,7 +156,8 @@ class Ownership:
         if opening is not None:
             return await asyncio.shield(opening)
         streams = self.streams(namespace)
-        await streams.require(stream)
+        if unreachable is None:  # else the take's lock says it (a read less before the queue)
+            await streams.require(stream)
         elsewhere = await self._owner_elsewhere(streams, stream, unreachable)
         if elsewhere is not None and elsewhere.owner != unreachable:
             return elsewhere
