@@ -11,6 +11,7 @@ from core.answers import ANSWERS
 from core.errors import GlobelogError, MetadataUnavailableError, OutcomeUnknownError
 from core.routes import publish_topology
 from global_meta import MetaStore
+from global_meta.faults import expire_session
 from global_meta.store import SessionState
 from global_meta.streams import StreamMetaStore
 from ledger import audit_ledgers
@@ -388,6 +389,28 @@ async def test_a_regions_read_proxy_follows_a_segment_written_on_through_its_out
     west = services.topology.region("us-west").read_proxies[0].endpoint
     url = f"https://{west.host}:{west.port}"
     assert await tail_from(url, namespace, 0, 50, 60) == expected
+
+
+async def test_a_session_that_zookeeper_ended_is_made_again_at_home(cluster: Cluster) -> None:
+    """When ZooKeeper ends a session (a paused process back, a long cut), the server closes its
+    connection and kazoo's walk goes on to the next node of its list, which answers that the
+    session expired; kazoo then makes the new session there, away from home, and would stay.
+    The new session is made at the region's own node instead, with no move home needed."""
+    region = cluster.topology.region_names[1]
+    async with await MetaStore.of(cluster.topology, region, session_timeout_s=4.0) as store:
+        homing = store.homing
+        assert homing is not None, "a store of a region has no way home"
+        first = store.session_id
+        assert await homing.at_home() is True
+        await expire_session(store)
+        async with asyncio.timeout(ZK_SETTLE_TIMEOUT_S):
+            while store.session_id in (None, first):  # noqa: ASYNC110 - polling kazoo
+                await asyncio.sleep(0.05)
+            while await homing.at_home() is None:  # noqa: ASYNC110 - connected, once made
+                await asyncio.sleep(0.05)
+        assert await homing.at_home() is True, "the new session was made away from home"
+        assert homing.moves == 0, "it came home by a move, not by being made there"
+        await store.create("/homing-test-", ephemeral=True, sequential=True)  # it serves
 
 
 async def test_a_session_that_moved_to_another_regions_node_comes_back_after_the_heal(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.serialization import GetChildren, Sync
 
 from global_meta import homing
@@ -120,3 +120,17 @@ async def test_a_busy_session_names_the_requests_in_the_way_and_survives_a_distu
     client._pending.clear()
     client._queue.clear()
     assert await watcher._until_idle()
+
+
+def test_a_session_that_ended_is_made_again_at_home_not_where_the_walk_was() -> None:
+    client = KazooClient(hosts="home:2181,east:2181,west:2181")  # never connected
+    watcher = homing.Homing(client, [("home", 2181)], None)
+    walk = iter(_Pass(HOSTS, watcher))
+    assert next(walk) == HOSTS[0]
+    assert next(walk) == HOSTS[1]  # the home connection broke (a paused process): east
+    assert watcher._on_state in client.state_listeners
+    watcher._on_state(KazooState.SUSPENDED)  # a drop alone asks nothing
+    watcher._on_state(KazooState.LOST)  # east says the session expired
+    assert next(walk) == HOSTS[0], "the new session is made at home"
+    assert next(walk) == HOSTS[1]  # home refused it too: the walk goes on where it was
+    assert next(walk) == HOSTS[2]
