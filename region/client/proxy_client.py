@@ -327,6 +327,8 @@ class ProxyClient:
                     continue
                 if status < 300:
                     self._unreachable.pop(stream, None)
+                    if stream and method == "POST":  # a stream's POSTs are its owner's
+                        self._owners[stream] = proxy
                     if name and stream:
                         self._served_by[stream] = name
                     return body

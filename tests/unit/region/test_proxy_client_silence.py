@@ -151,3 +151,26 @@ async def test_a_plain_write_to_a_silent_proxy_may_have_been_written() -> None:
         with pytest.raises(OutcomeUnknownError, match="ProxySilentError"):
             await proxies.write("s", b"x")
     assert time.monotonic() - started < SILENCE_S + PROBE_S + 2.0
+
+
+async def test_the_proxy_that_took_a_stream_gets_its_next_writes_without_a_redirect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stream's ring home stalls; another proxy takes it and answers. The next writes go
+    to that proxy, the owner now, not back to the ring's home once it answers again."""
+    monkeypatch.setattr("region.client.proxy_client.DOWN_FOR_S", 1.0)
+    a, b = Proxy("wp-a@r1"), Proxy("wp-b@r2")
+    async with running(a, b) as (url_a, url_b), client([url_a, url_b]) as proxies:
+        stream = homed_at(proxies, url_a)
+        producer = proxies.producer(stream)
+        await producer.write(b"first")
+        a.stalled = True
+        await producer.write(b"second")  # to b, naming a unreachable
+        a.stalled = False
+        a.released.set()
+        await asyncio.sleep(1.2)  # a is passed over no longer
+        seen_at_a = len(a.seen)
+        await producer.write(b"third")
+        await proxies.write(stream, b"fourth")
+    assert len(a.seen) == seen_at_a, "a write went back to the ring's home"
+    assert [q.get("unreachable_owner") for q in b.seen][-2:] == [None, None]
