@@ -5,12 +5,26 @@ holder's session lives on, and the next in the queue owns the stream at once."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from core.errors import OwnershipError
 from global_meta.streams import StreamMetaStore
 from verify.sim.io.cluster import SimCluster
 from verify.sim.io.loop import run
 from verify.sim.io.zookeeper import SimMetaStore
+
+
+def run_on(cluster: SimCluster, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Runs `body` on one host of the simulated cluster, within a minute of simulated time."""
+
+    async def main() -> None:
+        await cluster.start()
+        host = cluster.add_host("tester", "us-east")
+        async with asyncio.timeout(60):
+            await cluster.loop.spawn(host, body())
+
+    run(cluster.loop, main())
 
 
 def test_breaking_deletes_only_the_owning_node_and_the_queue_moves_on() -> None:
@@ -36,13 +50,7 @@ def test_breaking_deletes_only_the_owning_node_and_the_queue_moves_on() -> None:
         seen["won_path"] = won.path
         seen["first_alive"] = first.store.session_id is not None
 
-    async def main() -> None:
-        await cluster.start()
-        host = cluster.add_host("tester", "us-east")
-        async with asyncio.timeout(60):
-            await cluster.loop.spawn(host, body())
-
-    run(cluster.loop, main())
+    run_on(cluster, body)
     assert seen["holder"] == (seen["held_path"], "wp-a@us-east", seen["first_session"])
     assert seen["broken"] is True and seen["again"] is False
     assert seen["owner_after"] == "wp-b@eu-west"
@@ -84,13 +92,7 @@ def test_a_queue_for_a_gone_owner_ends_when_another_takes_the_lock() -> None:
         ]
         seen["second_nodes"] = sessions.count(second.store.session_id)
 
-    async def main() -> None:
-        await cluster.start()
-        host = cluster.add_host("tester", "us-east")
-        async with asyncio.timeout(60):
-            await cluster.loop.spawn(host, body())
-
-    run(cluster.loop, main())
+    run_on(cluster, body)
     assert seen["waiting"]
     assert seen["won"] == "wp-b"
     owner, after_s = seen["lost"]  # type: ignore[misc]
