@@ -363,7 +363,7 @@ class StreamMetaStore:
             lowest = _lowest(names)
             if lowest == name:
                 return True
-            if waits_for is not None and lowest is not None and lowest != checked:
+            if waits_for is not None and lowest != checked:
                 checked = lowest
                 try:
                     data, _ = await self.store.get(f"{lock_dir}/{lowest}")

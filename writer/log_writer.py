@@ -223,7 +223,7 @@ class LogWriter:
                 read = await early
         segments, counters_read = read or await _segments_and_counters(streams, stream)
         counters: StreamCounters | None = counters_read
-        steps["segments"] = clock() - began - steps.get("stale", 0.0)
+        steps["segments"] = clock() - began
         # Only the last segment is normally in progress (a writer that died); one before it
         # is left by a start that failed after creating the next.
         for index, versioned in enumerate(segments[:-1]):

@@ -86,5 +86,6 @@ def test_a_take_whose_early_read_went_stale_reads_again() -> None:
     assert seen["owner_segment"] == 2, "the owner rolled after the taker's early read"
     steps = seen["steps"]
     assert isinstance(steps, dict) and "stale" in steps, f"read again: {steps}"
+    assert all(seconds >= 0 for seconds in steps.values()), steps  # each step's own time
     assert seen["taker_segment"] == 3
     assert seen["read"] == [f"a{i}" for i in range(10)] + ["b0"]
