@@ -25,6 +25,9 @@ from kazoo.exceptions import (
 from kazoo.exceptions import (
     NoNodeError as ZkNoNodeError,
 )
+from kazoo.exceptions import (
+    NotEmptyError as ZkNotEmptyError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import make_acl
@@ -41,6 +44,7 @@ from global_meta.watch import Mailbox
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 ANY_VERSION = -1  # explicit opt-out of compare-and-set; every globelog update names a version
+RECURSIVE_DELETE_WALKS = 3  # a recursive delete that met creates under its tree
 GET_MANY_CHUNK = 500  # reads one get_many sends at once (and waits for within the op timeout)
 SESSION_EVENTS_MAX = 64  # buffered session events per subscriber; older ones are dropped
 # A client without any server for a session timeout gives its session up: by then the
@@ -554,12 +558,19 @@ class MetaStore:
 
     async def delete(self, path: str, *, version: int, recursive: bool = False) -> None:
         if recursive:
-            try:
-                async with asyncio.timeout(self._op_timeout_s):
-                    await asyncio.to_thread(self._client.delete, path, version, True)
-            except (KazooException, TimeoutError) as err:
-                raise translate(err, "delete", path) from err
-            return
+            # The walk lists and deletes children one by one: a node created under the tree
+            # meanwhile (an operation sent before its caller was cancelled still lands) fails
+            # the parent's delete, and a new walk takes it too.
+            for walk in range(RECURSIVE_DELETE_WALKS):
+                try:
+                    async with asyncio.timeout(self._op_timeout_s):
+                        await asyncio.to_thread(self._client.delete, path, version, True)
+                    return
+                except ZkNotEmptyError as err:
+                    if walk == RECURSIVE_DELETE_WALKS - 1:
+                        raise translate(err, "delete", path) from err
+                except (KazooException, TimeoutError) as err:
+                    raise translate(err, "delete", path) from err
         await self._await("delete", path, lambda: self._client.delete_async(path, version))
 
     async def commit(self, ops: Sequence[Op]) -> list[str | NodeStat | bool]:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from core.errors import ClusterError
 from global_meta import MetaStore
+from ledger import UnderReplication
 from localcluster.controller import Cluster
+from localcluster.probes import wait_until
 from localcluster.tools import Tools
 from rebuild.service import read_rebuilders
 from tests.support.streams import fresh_namespace
@@ -69,8 +73,20 @@ async def test_a_run_that_loses_two_bookies_for_good_keeps_every_record_and_ever
     broken = [a.describe() for a in report.anomalies if a.kind in VIOLATIONS]
     assert broken == [] and report.valid
     assert report.operations["final ok"] == 3 * len(fresh_services.topology.region_names)
-    # the auditor's gauges saw the losses end: nothing short now, and a recovery timed
+    # the auditor's gauges saw the losses end: nothing short now, and a recovery timed. It
+    # publishes every report_interval_s, so the status read at once may predate the check.
+    seen: list[dict[str, Any]] = []
     async with await MetaStore.of(fresh_services.topology) as store:
-        [auditor] = [r for r in await read_rebuilders(store) if r["auditor"]]
-    assert auditor["under_replicated_ledgers"] == 0, auditor
+
+        async def auditor_reports_none_short() -> bool:
+            seen[:] = [r for r in await read_rebuilders(store) if r["auditor"]]
+            return len(seen) == 1 and seen[0]["under_replicated_ledgers"] == 0
+
+        bound_s = 5 * fresh_services.topology.rebuild.report_interval_s
+        try:
+            await wait_until("the auditor's gauge at 0", auditor_reports_none_short, bound_s)
+        except ClusterError as err:  # which ledgers are marked now, for the diagnosis
+            marked = await UnderReplication(store).marked()
+            raise AssertionError(f"{err}; auditor {seen}; marked {marked}") from None
+    [auditor] = seen
     assert auditor["last_recovery_s"] is not None and auditor["last_recovery_s"] > 0, auditor
