@@ -1,7 +1,7 @@
 """globelog's per-region servers and their clients.
 
 The write proxy (write_proxy: streams owned through ownership, idempotent writes through
-producers and idempotence, drains through drain, bulk bodies in batch_format) and the read
+producers and idempotence, drains through drain, bulk bodies in bodies.batches) and the read
 proxy (read_proxy, one stream_cache per stream); the live proxies and the ring that homes each
 stream (registry); whether a proxy is cut off from most regions (isolation); errors as HTTP
 answers (http_errors); metrics, traces and structured logs (telemetry, tracing, logs); the

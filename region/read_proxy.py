@@ -23,13 +23,11 @@ time, and each client's read quota.
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -53,6 +51,13 @@ from region import registry
 from region.admission.listener import Listener
 from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.admission.slots import Slots
+from region.bodies.pages import (
+    ENCODE_SLICE_BYTES,
+    encode_slices,
+    page_json,
+    record_json,
+    within_page_bytes,
+)
 from region.http_errors import error_middleware, json_response
 from region.observability.telemetry import (
     PROXY_METRICS,
@@ -70,19 +75,6 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
-# A page whose payloads pass PAGE_ENCODE_INLINE_BYTES is encoded (base64, JSON) in a thread:
-# a 4 MiB page is tens of milliseconds of encoding, which on the event loop would hold every
-# other client's request for that long; in a thread the loop gets the interpreter back every
-# switch interval. One page is encoded at a time (PAGE_ENCODERS): eight encoding threads at
-# once left the loop an eighth of the interpreter, and every other client waited. A smaller
-# page is encoded on the loop PAGE_ENCODE_INLINE_RECORDS records at a time, the other
-# clients' requests served between (a page of 10 000 small records is tens of milliseconds).
-PAGE_ENCODE_INLINE_BYTES = 256 * 1024
-PAGE_ENCODE_INLINE_RECORDS = 500
-PAGE_ENCODERS = 1
-# A streamed tail sends at most this many records a turn, so that encoding them (a few
-# microseconds each, on the event loop) holds the other clients for milliseconds, not tens.
-TAIL_BATCH_RECORDS = 500
 STREAM = "/v1/namespaces/{ns}/streams/{stream}"
 # Who may call what (docs/http-api.md, "Access"): every route has its rule.
 RULES: Rules = {
@@ -137,7 +129,6 @@ class ReadProxy:
         self._tails = Slots(
             "streamed tails open", limits.tails_max, limits.tails_per_client_max, holds
         )
-        self._encoders = asyncio.Semaphore(PAGE_ENCODERS)  # pages encoded in threads at once
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -230,11 +221,11 @@ class ReadProxy:
             own += self.security.followers()
         return own + self._ledgers.followers()
 
-    async def _records(self, request: web.Request) -> web.Response:
+    async def _records(self, request: web.Request) -> web.StreamResponse:
         async with self._reads.slot(client_of(request)):
             return await self._records_page(request)
 
-    async def _records_page(self, request: web.Request) -> web.Response:
+    async def _records_page(self, request: web.Request) -> web.StreamResponse:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limits = self.limits
         max_records = _bounded(request, "max", 1000, 1, limits.page_records_max)
@@ -244,20 +235,30 @@ class ReadProxy:
             return json_response({"records": [], "next_seq": None})
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
         next_seq = records[-1].seq + 1 if records else seq
-        size = sum(len(r.payload) for r in records)
-        if size <= PAGE_ENCODE_INLINE_BYTES:
-            encodings: list[bytes] = []
-            for first in range(0, len(records), PAGE_ENCODE_INLINE_RECORDS):
-                if first:
-                    await asyncio.sleep(0)  # the other clients' turn between slices
-                batch = records[first : first + PAGE_ENCODE_INLINE_RECORDS]
-                encodings += self._encodings(ns, stream, batch)
-            body = _page_json(encodings, next_seq)
-        else:
-            async with self._encoders:
-                body = await asyncio.to_thread(_encoded_page, records, next_seq)
+        encodings: list[bytes] = []
+        for batch in encode_slices(records):
+            if encodings:
+                await asyncio.sleep(0)  # the other clients' turn between slices
+            encodings += self._encodings(ns, stream, batch)
+        body = page_json(encodings, next_seq)
         self._take_bytes(request, ns, len(body))
-        return web.Response(body=body, content_type="application/json")
+        if len(body) <= ENCODE_SLICE_BYTES:
+            return web.Response(body=body, content_type="application/json")
+        # A large body goes out a slice at a time too: the loop's TLS seals what it is given
+        # in one step (4 MiB of pages: milliseconds).
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        try:
+            view = memoryview(body)  # slices without copies; the transport may keep them
+            for first in range(0, len(body), ENCODE_SLICE_BYTES):
+                if first:
+                    await asyncio.sleep(0)
+                await response.write(view[first : first + ENCODE_SLICE_BYTES])
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away
+            pass
+        return response
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         async with self._tails.slot(client_of(request)):
@@ -289,10 +290,9 @@ class ReadProxy:
                 records = await self._page(
                     ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
                 )
-                for first in range(0, len(records), TAIL_BATCH_RECORDS):
-                    if first:
+                for index, batch in enumerate(encode_slices(records)):
+                    if index:
                         await asyncio.sleep(0)  # the other clients' turn between batches
-                    batch = records[first : first + TAIL_BATCH_RECORDS]
                     lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
                     await response.write(lines)
@@ -313,7 +313,7 @@ class ReadProxy:
         it (each encoded once for all of its readers), else made now."""
         cache = self._caches.get((ns, stream))
         found = None if cache is None else cache.encoded(records)
-        return found if found is not None else [_record_json(r) for r in records]
+        return found if found is not None else [record_json(r) for r in records]
 
     def _take_bytes(self, request: web.Request, ns: str, size: int) -> None:
         """Charges an answer's bytes (its records as sent) to the client's read quota."""
@@ -451,7 +451,7 @@ class ReadProxy:
                         bytes_max=self.limits.cache_stream_bytes_max,
                         on_failed=follower_restarts(KIND, "stream cache"),
                         budget=self._budget,
-                        encode=_record_json,
+                        encode=record_json,
                     )
                     await cache.start(seq)
                     while len(self._caches) >= self.limits.cache_streams_max:
@@ -482,46 +482,6 @@ def _below(cache: StreamCache, seq: int) -> bool:
     read-ahead only ever moves back, and only while moving loses nothing."""
     start = cache.start_seq
     return cache.holds_nothing and start is not None and seq < start
-
-
-def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
-    """The records from the first while their payloads fit in `most` bytes (at least one)."""
-    size = 0
-    for count, record in enumerate(records):
-        size += len(record.payload)
-        if size > most and count > 0:
-            return records[:count]
-    return records
-
-
-def _encoded_page(records: list[LogRecord], next_seq: int) -> bytes:
-    return _page_json([_record_json(r) for r in records], next_seq)
-
-
-def _page_json(encodings: list[bytes], next_seq: int) -> bytes:
-    """A page's body from its records' encodings: what json.dumps makes of the whole page."""
-    return b'{"records": [' + b", ".join(encodings) + b'], "next_seq": %d}' % next_seq
-
-
-def _record_json(record: LogRecord) -> bytes:
-    return json.dumps(_record(record)).encode()
-
-
-def _record(record: LogRecord) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "dlsn": str(record.dlsn),
-        "txid": record.txid,
-        "seq": record.seq,
-        "write_time_ms": record.write_time_ms,
-        "region": record.writer_region,
-    }
-    if record.producer_id is not None:
-        body["producer_id"], body["producer_seq"] = record.producer_id, record.producer_seq
-    try:
-        body["payload"] = record.payload.decode()
-    except UnicodeDecodeError:
-        body["payload_b64"] = base64.b64encode(record.payload).decode()
-    return body
 
 
 def _position(text: str) -> Position:

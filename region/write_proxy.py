@@ -8,7 +8,7 @@ HTTP API (docs/http-api.md), every path under /v1:
     GET    /v1/namespaces/{ns}/streams/{stream}            describe
     DELETE /v1/namespaces/{ns}/streams/{stream}            delete (with its ledgers)
     POST   /v1/namespaces/{ns}/streams/{stream}/records    one record: the body is the payload
-    POST   /v1/namespaces/{ns}/streams/{stream}/bulk       many: a binary batch (region/batch_format)
+    POST   /v1/namespaces/{ns}/streams/{stream}/bulk       many: a binary batch (region/bodies/batches)
     POST   /v1/namespaces/{ns}/streams/{stream}/truncate?to=DLSN
     POST   /v1/namespaces/{ns}/streams/{stream}/release    give up ownership
     GET    /v1/namespaces/{ns}/streams/{stream}/last       the last acknowledged DLSN
@@ -51,7 +51,7 @@ from ledger import LedgerClient
 from region import registry
 from region.admission.listener import Listener, record_body, request_body
 from region.admission.quotas import Quotas, client_of, quota_middleware
-from region.batch_format import decode_batch
+from region.bodies.batches import decode_batch
 from region.drain import DrainWatch
 from region.http_errors import error_middleware, json_response
 from region.idempotence.producers import PRODUCER_SEQ_MAX, check_producer

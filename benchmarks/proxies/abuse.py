@@ -53,7 +53,7 @@ from localcluster.probes import operator_session
 from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import proxy_url
 from localcluster.tools import REPO_ROOT, find_tools
-from region.batch_format import CONTENT_TYPE
+from region.bodies.batches import CONTENT_TYPE
 from region.client import ProxyClient
 from region.client.tokens import issue_token
 

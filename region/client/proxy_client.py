@@ -51,7 +51,7 @@ from core.errors import (
     answered_error,
 )
 from core.security.credentials import TokenSource, client_ssl
-from region.batch_format import CONTENT_TYPE, encode_batch
+from region.bodies.batches import CONTENT_TYPE, encode_batch
 
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5

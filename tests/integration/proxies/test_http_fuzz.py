@@ -14,7 +14,7 @@ import aiohttp
 
 from core.answers import ANSWERS
 from localcluster.controller import Cluster
-from region.batch_format import CONTENT_TYPE, encode_batch
+from region.bodies.batches import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from tests.support.proxies import read_proxy, write_proxy
 from tests.support.security import client_session, raw_connection

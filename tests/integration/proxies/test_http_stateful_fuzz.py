@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from core.answers import ANSWERS
 from localcluster.controller import Cluster
 from localcluster.tails import proxy_url
-from region.batch_format import CONTENT_TYPE, encode_batch
+from region.bodies.batches import CONTENT_TYPE, encode_batch
 from tests.support.security import auth_headers, client_ssl_context
 
 EXAMPLES = int(os.environ.get("GLOBELOG_FUZZ_EXAMPLES", "12"))

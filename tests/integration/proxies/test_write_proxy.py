@@ -21,7 +21,7 @@ from core.settings.limits import ProxyLimits
 from global_meta.streams import LOCK_PREFIX
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
-from region.batch_format import CONTENT_TYPE, encode_batch
+from region.bodies.batches import CONTENT_TYPE, encode_batch
 from region.client import ProxyClient
 from region.drain import set_drained
 from region.write_proxy import WriteProxy

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any, cast
 
 import pytest
@@ -18,11 +19,20 @@ from core.settings.limits import ProxyLimits
 from region import read_proxy
 from region.admission import quotas
 from region.admission.slots import Slots
-from region.read_proxy import ReadProxy, within_page_bytes
+from region.bodies.pages import (
+    ENCODE_SLICE_BYTES,
+    ENCODE_SLICE_RECORDS,
+    encode_slices,
+    encoded_page,
+    record_body,
+    within_page_bytes,
+)
+from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
 
 pytestmark = pytest.mark.unit
-MIB = 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 
 
 class FakeCache:
@@ -119,10 +129,36 @@ def test_a_page_joined_from_its_records_encodings_is_what_json_makes_of_the_page
         LogRecord(DLSN(3, 1, 0), 7, 0, b"plain", 1_700_000_000_000, "us-east"),
         LogRecord(DLSN(3, 1, 1), 8, 1, b'"quoted"\n\xc3\xa9t\xc3\xa9', 1, "eu-west", 42, 9),
         LogRecord(DLSN(3, 2, 0), 9, 2, bytes(range(256)), 2, "us-west"),
+        LogRecord(DLSN(3, 2, 1), 10, 3, os.urandom(MIB), 3, "us-west"),  # base64 added as is
+        LogRecord(DLSN(3, 2, 2), 11, 4, "ünïcode \\ \t".encode() * 50_000, 4, "us-west"),
     ]
     for page in (records, records[:1], []):
-        whole = {"records": [read_proxy._record(r) for r in page], "next_seq": 3}
-        assert read_proxy._encoded_page(page, 3) == json.dumps(whole).encode()
+        whole = {"records": [record_body(r) for r in page], "next_seq": 3}
+        assert encoded_page(page, 3) == json.dumps(whole).encode()
+
+
+@pytest.mark.parametrize(
+    ("sizes", "runs"),
+    [
+        ([10] * 1200, [500, 500, 200]),  # small records: ENCODE_SLICE_RECORDS a slice
+        ([512 * KIB] * 3, [1, 1, 1]),  # records past the bytes: one a slice
+        ([100 * KIB] * 5, [2, 2, 1]),  # 200 KiB a slice: a third would pass 256 KiB
+        ([MIB, 1, 1], [1, 2]),
+        ([], []),
+    ],
+)
+def test_a_page_is_encoded_in_slices_of_bounded_records_and_bytes(
+    sizes: list[int], runs: list[int]
+) -> None:
+    """The read proxy encodes and sends a page one slice a turn of its loop: a slice is never
+    empty, and past one record it holds at most the slice's records and bytes."""
+    assert (ENCODE_SLICE_RECORDS, ENCODE_SLICE_BYTES) == (500, 256 * KIB)
+    records = [record(i, size) for i, size in enumerate(sizes)]
+    slices = list(encode_slices(records))
+    assert [len(s) for s in slices] == runs
+    assert [r for s in slices for r in s] == records
+    for piece in slices:
+        assert len(piece) == 1 or sum(len(r.payload) for r in piece) <= ENCODE_SLICE_BYTES
 
 
 async def test_one_clients_long_polls_or_tails_leave_the_others_their_slots(
