@@ -162,6 +162,7 @@ class ProxyMetrics:
     quota_refused: Tally
     connections_refused: Tally
     follower_restarts: Tally
+    gc_pauses: Spread
 
     @classmethod
     def create(cls) -> ProxyMetrics:
@@ -210,10 +211,15 @@ class ProxyMetrics:
                 "globelog.proxy.follower.restarts",
                 description="failures of a background follower, each followed by a restart",
             ),
+            gc_pauses=histogram(
+                "globelog.proxy.gc.pause",
+                "the cyclic garbage collector's collections, by generation (the loop stops)",
+                LATENCY_BUCKETS_S,
+            ),
         )
 
     def spreads(self) -> list[Spread]:
-        return [self.request_latency, self.commit_latency, self.delivery_latency]
+        return [self.request_latency, self.commit_latency, self.delivery_latency, self.gc_pauses]
 
 
 PROXY_METRICS = ProxyMetrics.create()
