@@ -60,10 +60,14 @@ async def measure(args: argparse.Namespace) -> str:
         began = time.monotonic()
         for i in range(args.streams):
             params = {"from_seq": "0", "wait_ms": "2000"}
-            async with http.get(f"{base}/s{i}/records", params=params) as answer:
-                page = await answer.json()
-                if answer.status != 200 or not page["records"]:
-                    raise SystemExit(f"reading s{i}: {answer.status} {page}")
+            while True:  # within the read quota: a refusal is waited out as it asks
+                async with http.get(f"{base}/s{i}/records", params=params) as answer:
+                    page = await answer.json()
+                    if answer.status != 429:
+                        break
+                    await asyncio.sleep(float(answer.headers.get("Retry-After", "1")))
+            if answer.status != 200 or not page["records"]:
+                raise SystemExit(f"reading s{i}: {answer.status} {page}")
         opened_s = time.monotonic() - began
         progress(f"{args.streams} read-aheads started in {opened_s:.1f} s; settling")
         await asyncio.sleep(SETTLE_S)

@@ -29,12 +29,7 @@ from rebuild.telemetry import observe_rebuilder
 from region import event_loop, logs
 from region.http_errors import error_middleware
 from region.isolation import cut_off_check
-from region.observability.telemetry import (
-    PROXY_METRICS,
-    follower_restarts,
-    install_prometheus,
-    metrics_handler,
-)
+from region.observability.telemetry import follower_restarts, install_prometheus, metrics_handler
 from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
@@ -189,11 +184,6 @@ async def serve_proxy(
         )
         await server.start(endpoint.host, endpoint.port)
         event_loop.freeze_startup_heap()
-        event_loop.time_collections(
-            lambda seconds, generation: PROXY_METRICS.gc_pauses.record(
-                seconds, {"generation": generation}
-            )
-        )
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
         publishing = (
             None

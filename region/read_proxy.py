@@ -193,7 +193,7 @@ class ReadProxy:
         lagging = [
             (f"{ns}/{s}", status)
             for (ns, s), c in self._caches.items()
-            if not (status := c.status()).following
+            if not c.paused and not (status := c.status()).following
         ]
         followers = [self._sweeper.status(), *self._followers()]
         degraded = bool(lagging) or not all(f.following for f in followers)
@@ -204,6 +204,7 @@ class ReadProxy:
                 "state": "degraded" if degraded else "serving",
                 "streams": cached,  # the most recently read
                 "streams_count": len(self._caches),
+                "streams_paused": sum(c.paused for c in self._caches.values()),
                 "cache_bytes": self._budget.used,
                 "not_following": {
                     name: status.describe(now_s) for name, status in lagging[:HEALTH_STREAMS_MAX]
@@ -321,19 +322,24 @@ class ReadProxy:
 
     async def _sweep(self, following: Callable[[], None]) -> None:
         """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
-        streams: each holds a follow reader, its watches and up to its bytes."""
+        streams: each holds a follow reader, its watches and up to its bytes. Pauses those no
+        request read for `cache_follow_idle_s` (region/stream_cache.py)."""
         following()
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(SWEEP_S, self.limits.cache_idle_s / 2))
-            idle_before = loop.time() - self.limits.cache_idle_s
+            limits = self.limits
+            await asyncio.sleep(min(SWEEP_S, limits.cache_idle_s / 2, limits.cache_follow_idle_s))
+            now = loop.time()
             done = [
                 key
                 for key, cache in self._caches.items()
-                if cache.read_at < idle_before or cache.gone
+                if cache.read_at < now - limits.cache_idle_s or cache.gone
             ]
             for key in done:
                 await self._close_cache(key)
+            quiet = now - limits.cache_follow_idle_s
+            for cache in [c for c in self._caches.values() if c.read_at < quiet and c.pausable]:
+                await cache.pause()
 
     async def _close_cache(self, key: tuple[str, str]) -> None:
         cache = self._caches.pop(key, None)
@@ -429,7 +435,11 @@ class ReadProxy:
         key = (ns, stream)
         cache = self._caches.get(key)
         if cache is not None and cache.started and not cache.gone and not _below(cache, seq):
-            return self._read_now(key, cache)
+            self._read_now(key, cache)  # first: the sweep leaves it open while it resumes
+            if cache.paused:  # following again costs what opening a reader does
+                self._opens_reader(client, ns)
+                await cache.resume()
+            return cache
         starting = self._starting.get(key)
         if starting is None:
             starting = self._starting[key] = _Starting()

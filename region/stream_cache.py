@@ -16,6 +16,13 @@ what it held before it, so a read from inside the gap gets a reader of its own a
 position_truncated, naming the first readable record, rather than a page from after the gap.
 While it is not following, a request that finds nothing new gets the last failure, and the
 proxy's health names the stream.
+
+A read-ahead no request read for a while is paused (`pause`): its reader closed, its records
+kept. Following an idle stream is a long poll every few seconds and checks of its ledger and
+segments (about a request a second to ZooKeeper and the bookies, per stream); a proxy left
+holding a thousand read-aheads by a client that read a thousand streams once would spend most
+of a core on them. The next request resumes it (`resume`) from the record after the newest
+it holds, as a restart does.
 """
 
 from __future__ import annotations
@@ -170,6 +177,8 @@ class StreamCache:
         self._follower: Follower | None = None
         self._failure: BaseException | None = None  # the newest failure of the follow loop
         self._closed = False  # then it covers nothing: its waiters go to readers of their own
+        self.paused = False  # not following until the next request resumes it
+        self._resuming = asyncio.Lock()
         # The first sequence id the cache holds or waits for: where its reader started, or
         # after a truncation passed it, the first record read since (None until it comes).
         self.start_seq: int | None = None
@@ -219,6 +228,9 @@ class StreamCache:
             return
         self.start_seq = seq
         self._opened = await self._open_source(Position(By.SEQ, seq))
+        self._start_following()
+
+    def _start_following(self) -> None:
         self._follower = Follower(
             f"stream cache of {self.stream!r}",
             self._follow,
@@ -226,6 +238,37 @@ class StreamCache:
             on_failed=self._on_failed,
         )
         self._follower.start()
+
+    @property
+    def pausable(self) -> bool:
+        """Following, and no request waits on it (a long poll of an idle stream is a reader)."""
+        return self._follower is not None and not (self.paused or self._closed or self.waiters)
+
+    async def pause(self) -> None:
+        """Stops following; the records stay (see the module docstring)."""
+        async with self._resuming:
+            if not self.pausable or self._follower is None:
+                return
+            self.paused = True
+            await self._follower.stop()
+            if self._opened is not None:  # stopped before its loop took the first reader
+                await self._opened.close()
+                self._opened = None
+
+    async def resume(self) -> None:
+        """Follows again from the record after the newest held (a request's errors: the
+        stream deleted, ZooKeeper away; it stays paused, and the next request tries again)."""
+        async with self._resuming:
+            if not self.paused or self._closed:
+                return
+            source = await self._reopen()
+            if self._closed:  # closed meanwhile (by the proxy's sweep, or its stop)
+                await source.close()
+                return
+            self._opened = source
+            self._failure = None
+            self.paused = False
+            self._start_following()
 
     async def _open_reader(self, position: Position) -> RecordSource:
         return await LogReader.open(

@@ -66,6 +66,9 @@ class ProxyLimits:
     cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead
     cache_bytes_max: int = 1024 * MIB  # every read-ahead together
     cache_idle_s: float = 300.0  # a read-ahead no one read this long is closed
+    # ... and one no one read this long stops following its stream, keeping its records: the
+    # next read resumes it after the newest (an idle stream's follower polls its bookies)
+    cache_follow_idle_s: float = 30.0
     # a request that opens a reader (a read-ahead, a page from before it, a position's
     # lookup) costs this many requests of its client's read quota: a reader is a ZooKeeper
     # walk and bookie round trips, a page from the read-ahead a lookup in memory

@@ -27,8 +27,10 @@ plus the ledger client's own (globelog_ledger_*).
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -47,6 +49,8 @@ from prometheus_client.registry import Collector
 from global_meta.followers import FollowerStatus
 
 LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+log = logging.getLogger(__name__)
+GC_PAUSE_WARN_S = 0.05  # a garbage collection that stopped the loop this long is logged
 DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -298,3 +302,27 @@ def install_prometheus(service: str, region: str, name: str) -> None:
     provider = MeterProvider(metric_readers=[PrometheusMetricReader()], resource=resource)
     metrics.set_meter_provider(provider)
     REGISTRY.register(_Spreads(PROXY_METRICS.spreads()))
+    time_collections(lambda s, g: PROXY_METRICS.gc_pauses.record(s, {"generation": g}))
+
+
+def time_collections(record: Callable[[float, int], None]) -> Callable[[str, dict[str, int]], None]:
+    """Times each of the cyclic garbage collector's collections (the event loop stops for
+    each): `record(seconds, generation)`, and a warning for one of GC_PAUSE_WARN_S or more.
+    The callback is installed in `gc.callbacks` and returned (to be removed with it)."""
+    began: list[float] = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        seconds = time.perf_counter() - began[0]
+        generation = info["generation"]
+        record(seconds, generation)
+        if seconds >= GC_PAUSE_WARN_S:
+            log.warning(
+                "a generation-%d garbage collection stopped the loop for %.0f ms "
+                "(%d objects collected)", generation, seconds * 1000, info["collected"],
+            )  # fmt: skip
+
+    gc.callbacks.append(callback)
+    return callback

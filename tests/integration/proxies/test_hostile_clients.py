@@ -236,6 +236,50 @@ async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cl
         await wait_until("idle read-aheads closed", lambda: no_caches(west), 10)
 
 
+async def test_an_idle_read_ahead_stops_following_and_the_next_read_resumes_it(
+    cluster: Cluster,
+) -> None:
+    """A read-ahead no request read for `cache_follow_idle_s` closes its reader (no polls of
+    an idle stream) and keeps its records; the proxy stays healthy, and the next read gets
+    what was written meanwhile, the read-ahead following again."""
+    namespace = fresh_namespace()
+    limits = ProxyLimits(cache_follow_idle_s=1.0, quota=NO_QUOTA)
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "eu-west", limits) as west,
+        client_session() as http,
+    ):
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        first = [f"s-{i}".encode() for i in range(40)]
+        await writer.write_bulk(first)
+        assert await read_all(http, west, namespace, "s") == first
+        cache = west._caches[(namespace, "s")]
+
+        async def paused() -> bool:
+            return cache.paused
+
+        await wait_until("the idle read-ahead paused", paused, 10)
+        assert cache._reading is None and cache.covers(0)
+        health = await health_of(http, west)
+        assert health["state"] == "serving" and health["streams_paused"] == 1, health
+        await writer.write_bulk([b"after-0", b"after-1"])
+        url = f"{west.me.url}/v1/namespaces/{namespace}/streams/s/records"
+        async with http.get(url, params={"from_seq": "0", "max": "100"}) as answer:
+            page = await answer.json()
+        assert [r["payload"].encode() for r in page["records"]][:40] == first, "kept"
+        got = [r["payload"] for r in page["records"]][40:]
+        seq = page["next_seq"]
+        while len(got) < 2:  # the resumed read-ahead brings what came while it was paused
+            async with http.get(url, params={"from_seq": str(seq), "wait_ms": "5000"}) as answer:
+                page = await answer.json()
+            got += [r["payload"] for r in page["records"]]
+            seq = page["next_seq"]
+        assert got == ["after-0", "after-1"]
+        assert west._caches[(namespace, "s")] is cache and not cache.paused
+        await writer.close()
+
+
 async def test_owned_streams_are_capped_and_idle_ones_let_go(cluster: Cluster) -> None:
     namespace = fresh_namespace()
     limits = ProxyLimits(owned_streams_max=3, stream_idle_release_s=1.0, quota=NO_QUOTA)

@@ -45,6 +45,7 @@ class FakeCache:
         self.closed = False
         self.start_seq: int | None = None
         self.holds_nothing = True
+        self.paused = False
 
     async def start(self, seq: int) -> None:
         await asyncio.sleep(0.01)

@@ -338,3 +338,52 @@ async def test_each_record_is_encoded_once_for_all_its_readers_within_the_bounds
     assert cache.encoded(page) is None  # it no longer holds the whole run
     await cache.close()
     assert budget.used == 0
+
+
+async def test_a_paused_read_ahead_keeps_its_records_and_resumes_after_the_newest() -> None:
+    """An idle stream's read-ahead stops following (its reader closed: no polls while no one
+    reads) and keeps what it holds; resumed, it reads on from the record after the newest,
+    and a record written meanwhile is served. Not while a long poll waits on it."""
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    first = await opener.opened.get()
+    for seq in range(3):
+        await first.items.put(record(seq))
+    assert seqs(await cache.read(2, 10, LONG_WAIT_S)) == [2]
+    waiting = asyncio.create_task(cache.read(3, 10, LONG_WAIT_S))
+    await asyncio.sleep(0.01)
+    assert not cache.pausable, "a long poll waits on it"
+    await cache.pause()
+    assert not cache.paused and not first.closed
+    await first.items.put(record(3))
+    assert seqs(await waiting) == [3]
+    assert cache.pausable
+    await cache.pause()
+    assert cache.paused and first.closed and opener.opened.empty()
+    assert seqs(await cache.read(0, 10, 0)) == [0, 1, 2, 3], "its records stay"
+    await cache.resume()
+    second = await opener.opened.get()
+    assert second.start == Position(By.SEQ, 4) and not cache.paused
+    await second.items.put(record(4))
+    assert seqs(await cache.read(4, 10, LONG_WAIT_S)) == [4]
+    assert cache.status().state is FollowerState.RUNNING
+    await cache.close()
+    assert second.closed
+
+
+async def test_a_resume_that_cannot_open_a_reader_fails_the_request_and_stays_paused() -> None:
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    first = await opener.opened.get()
+    await first.items.put(record(0))
+    assert seqs(await cache.read(0, 10, LONG_WAIT_S)) == [0]
+    await cache.pause()
+    opener.failures.append(no_session())
+    with pytest.raises(MetadataUnavailableError):
+        await cache.resume()
+    assert cache.paused, "the next request tries again"
+    await cache.resume()
+    assert (await opener.opened.get()).start == Position(By.SEQ, 1)
+    await cache.close()
