@@ -6,7 +6,7 @@ Run from the repository root against a running local cluster (`globelog cluster 
 
 It makes N streams of one record each in a namespace of its own (through us-east's write
 proxy), reads each once through us-east's read proxy (so the proxy starts a read-ahead per
-stream, a tailing reader that follows the stream), waits SETTLE_S, then takes the CPU of the
+stream, a tailing reader that follows the stream), waits SETTLE_S (or --settle-s), then takes the CPU of the
 read proxy, the ZooKeeper nodes and us-east's bookies over S seconds, in % of one core. A read
 proxy keeps up to `cache_streams_max` (1 000) read-aheads, each for `cache_idle_s` (300 s)
 after its last read: what one costs while its stream is idle bounds how many a proxy can hold.
@@ -69,8 +69,10 @@ async def measure(args: argparse.Namespace) -> str:
             if answer.status != 200 or not page["records"]:
                 raise SystemExit(f"reading s{i}: {answer.status} {page}")
         opened_s = time.monotonic() - began
-        progress(f"{args.streams} read-aheads started in {opened_s:.1f} s; settling")
-        await asyncio.sleep(SETTLE_S)
+        progress(
+            f"{args.streams} read-aheads started in {opened_s:.1f} s; {args.settle_s:.0f} s idle"
+        )
+        await asyncio.sleep(args.settle_s)
         before = {name: cpu_seconds(pid) for name, pid in watched.items()}
         progress(f"measuring for {args.seconds:.0f} s")
         await asyncio.sleep(args.seconds)
@@ -93,6 +95,10 @@ def main() -> int:
     parser.add_argument("--data-dir", required=True, help="the running cluster's")
     parser.add_argument("--streams", type=int, default=150)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--settle-s", type=float, default=SETTLE_S,
+        help="idle time before measuring (past cache_follow_idle_s: paused read-aheads)",
+    )  # fmt: skip
     args = parser.parse_args()
     if not 1 <= args.streams <= 1000:
         parser.error(f"--streams {args.streams}: expected 1..1000 (cache_streams_max)")
