@@ -285,9 +285,13 @@ class ReadProxy:
                         refusal = {"code": err.code, "message": str(err), "retriable": False}
                         await response.write(json.dumps(refusal).encode() + b"\n")
                         break
-                # a client past its read quota waits: its tail slows down to the quota
+                # A client past its read quota gets nothing more until it is within it again
+                # (its tails slow down to the quota; one sleep and a page each turn let a
+                # client with many tails take a page per tail and turn, whatever its debt).
                 client = client_of(request)
-                await asyncio.sleep(min(self.quotas.wait_s(client, ns), TAIL_POLL_S))
+                if (over_s := self.quotas.wait_s(client, ns)) > 0:
+                    await asyncio.sleep(min(over_s, TAIL_POLL_S))
+                    continue
                 records = await self._page(
                     ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
                 )

@@ -5,6 +5,7 @@ still served."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -388,6 +389,55 @@ async def test_a_reads_bytes_are_those_of_its_answer(cluster: Cluster) -> None:
         answers = [await page(narrow, 10) for _ in range(5)]
         assert [status for status, _ in answers] == [200] * 5
         assert sum(size for _, size in answers) < 20 * KIB
+
+
+async def test_a_client_past_its_read_quota_gets_nothing_more_on_its_open_tails(
+    cluster: Cluster,
+) -> None:
+    """Tails opened while a client was within its read quota stay open once it is in debt,
+    but send nothing until the debt is paid (each sent a page a turn, whatever the debt,
+    before); another client's tail of the same stream is served at once."""
+    namespace = fresh_namespace()
+    quota = Quota(None, None, read_bytes_per_s=10 * KIB, read_requests_per_s=None)
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "us-east", ProxyLimits(quota=quota)) as east,
+        client_session(subject_token("greedy")) as greedy,
+        client_session(subject_token("other")) as other,
+        contextlib.AsyncExitStack() as tails,
+    ):
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        tails.push_async_callback(writer.close)
+        await writer.write(b"first")
+        url = f"{east.me.url}/v1/namespaces/{namespace}/streams/s/tail"
+        opened = [  # a small first record each: within the quota, every tail is let in
+            await tails.enter_async_context(greedy.get(url, params={"from_seq": "0"}))
+            for _ in range(3)
+        ]
+        assert [t.status for t in opened] == [200] * 3
+        for tail in opened:
+            assert b'"seq": 0' in await asyncio.wait_for(tail.content.readline(), 10)
+        # Each tail sends a page of these (tens of KiB: seconds of the quota), then owes.
+        await writer.write_bulk([b"a" * KIB for _ in range(100)])
+        for tail in opened:
+            assert b'"seq": 1' in await asyncio.wait_for(tail.content.readline(), 10)
+        await writer.write_bulk([b"b" * KIB for _ in range(100)])
+        async with other.get(url, params={"from_seq": "101"}) as theirs:
+            line = await asyncio.wait_for(theirs.content.readline(), 10)
+            assert b'"seq": 101' in line, line[:100]
+
+        async def within(tail: aiohttp.ClientResponse, seconds: float) -> bytes:
+            got = b""
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    while piece := await tail.content.readany():
+                        got += piece
+            return got
+
+        for got in await asyncio.gather(*(within(t, 2.0) for t in opened)):
+            assert b'"seq": 101' not in got, "nothing past the page that put it in debt"
+        assert east.quotas.wait_s("subject greedy", namespace) > 0
 
 
 async def test_one_clients_tails_and_long_polls_leave_the_others_theirs(cluster: Cluster) -> None:
