@@ -52,7 +52,6 @@ from region.admission.listener import Listener
 from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.admission.slots import Slots
 from region.bodies.pages import (
-    ENCODE_SLICE_BYTES,
     encode_slices,
     page_json,
     record_json,
@@ -222,11 +221,11 @@ class ReadProxy:
             own += self.security.followers()
         return own + self._ledgers.followers()
 
-    async def _records(self, request: web.Request) -> web.StreamResponse:
+    async def _records(self, request: web.Request) -> web.Response:
         async with self._reads.slot(client_of(request)):
             return await self._records_page(request)
 
-    async def _records_page(self, request: web.Request) -> web.StreamResponse:
+    async def _records_page(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limits = self.limits
         max_records = _bounded(request, "max", 1000, 1, limits.page_records_max)
@@ -243,23 +242,8 @@ class ReadProxy:
             encodings += self._encodings(ns, stream, batch)
         body = page_json(encodings, next_seq)
         self._take_bytes(request, ns, len(body))
-        if len(body) <= ENCODE_SLICE_BYTES:
-            return web.Response(body=body, content_type="application/json")
-        # A large body goes out a slice at a time too: the loop's TLS seals what it is given
-        # in one step (4 MiB of pages: milliseconds).
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.content_length = len(body)
-        await response.prepare(request)
-        try:
-            view = memoryview(body)  # slices without copies; the transport may keep them
-            for first in range(0, len(body), ENCODE_SLICE_BYTES):
-                if first:
-                    await asyncio.sleep(0)
-                await response.write(view[first : first + ENCODE_SLICE_BYTES])
-            await response.write_eof()
-        except ConnectionResetError:  # the client went away
-            pass
-        return response
+        # sent once the handler returned: its read slot is not held while the client reads
+        return web.Response(body=body, content_type="application/json")
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         async with self._tails.slot(client_of(request)):
@@ -343,7 +327,7 @@ class ReadProxy:
                 await self._close_cache(key)
             quiet = now - limits.cache_follow_idle_s
             for cache in [c for c in self._caches.values() if c.read_at < quiet and c.pausable]:
-                await cache.pause()
+                await cache.pause(read_before=quiet)  # (not if read meanwhile)
 
     async def _close_cache(self, key: tuple[str, str]) -> None:
         cache = self._caches.pop(key, None)
@@ -440,10 +424,10 @@ class ReadProxy:
         cache = self._caches.get(key)
         if cache is not None and cache.started and not cache.gone and not _below(cache, seq):
             self._read_now(key, cache)  # first: the sweep leaves it open while it resumes
-            if cache.paused:  # following again costs what opening a reader does
-                self._opens_reader(client, ns)
-                await cache.resume()
-            return cache
+            if cache.paused and await cache.resume():
+                self._opens_reader(client, ns)  # following again costs what opening a reader does
+            if not cache.gone:  # (deleted while paused: started afresh below)
+                return cache
         starting = self._starting.get(key)
         if starting is None:
             starting = self._starting[key] = _Starting()

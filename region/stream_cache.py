@@ -105,6 +105,7 @@ class Waiters:
         self._ids = itertools.count()
         self._gave_up = 0
         self.woken = 0  # polls woken, ever
+        self.waiting = 0  # polls waiting now (those that gave up may stay in the heap a while)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -113,9 +114,11 @@ class Waiters:
         """Until a record at or after `seq` arrives, or every poll is woken."""
         woken = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, (seq, next(self._ids), woken))
+        self.waiting += 1
         try:
             await woken
         finally:
+            self.waiting -= 1
             if not woken.done() or woken.cancelled():  # timed out: in the heap until compacted
                 woken.cancel()
                 self._gave_up += 1
@@ -153,8 +156,13 @@ class StreamCache:
         restart_backoff: RestartBackoff | None = None,
         budget: CacheBudget | None = None,
         encode: Callable[[LogRecord], bytes] | None = None,
+        identify: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.stream = stream
+        # which stream of this name it follows (its creation time): a pause has no watch to
+        # see it deleted, and perhaps made again, meanwhile
+        self._identify = identify or (lambda: streams.created_ms(stream))
+        self._identity: int | None = None
         self._encode = encode
         self._streams = streams
         self._ledgers = ledgers
@@ -242,33 +250,57 @@ class StreamCache:
     @property
     def pausable(self) -> bool:
         """Following, and no request waits on it (a long poll of an idle stream is a reader)."""
-        return self._follower is not None and not (self.paused or self._closed or self.waiters)
+        return self._follower is not None and not (
+            self.paused or self._closed or self.waiters.waiting
+        )
 
-    async def pause(self) -> None:
-        """Stops following; the records stay (see the module docstring)."""
+    async def pause(self, read_before: float) -> bool:
+        """Stops following if no request read here since `read_before` (the proxy's clock);
+        the records stay (see the module docstring). Whether it paused."""
         async with self._resuming:
-            if not self.pausable or self._follower is None:
-                return
-            self.paused = True
+            if not self.pausable or self.read_at >= read_before or self._follower is None:
+                return False
+            try:
+                self._identity = await self._identify()
+            except GlobelogError as err:  # deleted (its follower will say so), or no ZooKeeper
+                log.debug("stream cache of %r not paused: %s", self.stream, err)
+                return False
             await self._follower.stop()
+            self.paused = True  # only once its follower stopped: never two at once
             if self._opened is not None:  # stopped before its loop took the first reader
                 await self._opened.close()
                 self._opened = None
+            return True
 
-    async def resume(self) -> None:
-        """Follows again from the record after the newest held (a request's errors: the
-        stream deleted, ZooKeeper away; it stays paused, and the next request tries again)."""
+    async def resume(self) -> bool:
+        """Follows again from the record after the newest held; whether it reopened a reader
+        for that. A stream deleted (or deleted and made again) while it was paused leaves it
+        gone instead: what it holds is not that stream's. A request's errors (ZooKeeper away)
+        leave it paused, and the next request tries again."""
         async with self._resuming:
             if not self.paused or self._closed:
-                return
+                return False
+            try:
+                identity = await self._identify()
+            except StreamNotFoundError as err:
+                identity, self._failure = None, err
+            if identity != self._identity:
+                if identity is not None:
+                    self._failure = StreamNotFoundError(
+                        f"stream {self.stream!r} was deleted and made again while its "
+                        "read-ahead was paused"
+                    )
+                self._notify()
+                return False
             source = await self._reopen()
             if self._closed:  # closed meanwhile (by the proxy's sweep, or its stop)
                 await source.close()
-                return
+                return False
             self._opened = source
             self._failure = None
             self.paused = False
             self._start_following()
+            return True
 
     async def _open_reader(self, position: Position) -> RecordSource:
         return await LogReader.open(

@@ -1,6 +1,6 @@
 """A read page's body: each record as JSON (its payload as text, or in base64 when it is not
 UTF-8), joined into a page without encoding the whole page again, and cut into slices the
-read proxy encodes and sends one turn of its event loop at a time."""
+read proxy encodes one turn of its event loop at a time."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from core.records import LogRecord
 
-# A page or a tail's batch is encoded (JSON, base64) and sent on the event loop a slice at a
-# time, the other clients' requests served between: a slice is at most ENCODE_SLICE_RECORDS
+# A page or a tail's batch is encoded (JSON, base64) on the event loop a slice at a time
+# (a tail sends each slice as it is made), the other clients' requests served between: a slice is at most ENCODE_SLICE_RECORDS
 # records and ENCODE_SLICE_BYTES of payloads (at least one record), a millisecond or two of
 # encoding. (Encoding a large page in a thread was worse: the thread held the interpreter in
 # long C calls, and the loop waited a switch interval, 5 ms, each time it took it back: every

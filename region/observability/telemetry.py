@@ -112,6 +112,11 @@ class Spread:
         series[bisect.bisect_left(self.buckets, value)] += 1
         series[-1] += value
 
+    def declare(self, attributes: Attributes) -> None:
+        """Makes the series of `attributes` (empty) if there is none yet."""
+        key = tuple(attributes.items())
+        self._series.setdefault(key, [0.0] * (len(self.buckets) + 2))
+
     @property
     def recorded(self) -> bool:
         return bool(self._series)
@@ -302,6 +307,8 @@ def install_prometheus(service: str, region: str, name: str) -> None:
     provider = MeterProvider(metric_readers=[PrometheusMetricReader()], resource=resource)
     metrics.set_meter_provider(provider)
     REGISTRY.register(_Spreads(PROXY_METRICS.spreads()))
+    for generation in range(3):  # made here: a collection on another thread, while /metrics
+        PROXY_METRICS.gc_pauses.declare({"generation": generation})  # is read, adds no key
     time_collections(lambda s, g: PROXY_METRICS.gc_pauses.record(s, {"generation": g}))
 
 

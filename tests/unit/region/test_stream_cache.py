@@ -57,6 +57,12 @@ class Opener:
         self.failures: list[Exception] = []  # the next opens fail with these, in turn
         self.failing: Exception | None = None  # then every open fails with this one
         self.first_readable_seq = 0  # opens by seq before it fail, as the reader's do
+        self.created_ms: int | None = 1  # the stream's creation (None: deleted)
+
+    async def identify(self) -> int:
+        if self.created_ms is None:
+            raise StreamNotFoundError("stream 's0' does not exist")
+        return self.created_ms
 
     async def __call__(self, start: Position) -> RecordSource:
         if self.failures:
@@ -82,6 +88,7 @@ def cache_of(
         "s0",
         records_max,
         open_source=opener,
+        identify=opener.identify,
         restart_backoff=QUICK,
         on_failed=None if failed is None else lambda status: failed.set(),
     )
@@ -343,7 +350,8 @@ async def test_each_record_is_encoded_once_for_all_its_readers_within_the_bounds
 async def test_a_paused_read_ahead_keeps_its_records_and_resumes_after_the_newest() -> None:
     """An idle stream's read-ahead stops following (its reader closed: no polls while no one
     reads) and keeps what it holds; resumed, it reads on from the record after the newest,
-    and a record written meanwhile is served. Not while a long poll waits on it."""
+    and a record written meanwhile is served. Not while a long poll waits on it (a poll that
+    gave up does not count), nor when a request read it since the sweep looked."""
     opener = Opener()
     cache = cache_of(opener)
     await cache.start(0)
@@ -351,18 +359,21 @@ async def test_a_paused_read_ahead_keeps_its_records_and_resumes_after_the_newes
     for seq in range(3):
         await first.items.put(record(seq))
     assert seqs(await cache.read(2, 10, LONG_WAIT_S)) == [2]
+    assert await cache.read(3, 10, 0.01) == [], "a long poll that gave up"
     waiting = asyncio.create_task(cache.read(3, 10, LONG_WAIT_S))
     await asyncio.sleep(0.01)
     assert not cache.pausable, "a long poll waits on it"
-    await cache.pause()
-    assert not cache.paused and not first.closed
+    assert not await cache.pause(read_before=1e9) and not first.closed
     await first.items.put(record(3))
     assert seqs(await waiting) == [3]
-    assert cache.pausable
-    await cache.pause()
+    assert cache.pausable, "the poll that gave up is not waiting"
+    cache.read_at = 5.0
+    assert not await cache.pause(read_before=5.0), "read since"
+    assert await cache.pause(read_before=1e9)
     assert cache.paused and first.closed and opener.opened.empty()
     assert seqs(await cache.read(0, 10, 0)) == [0, 1, 2, 3], "its records stay"
-    await cache.resume()
+    assert await cache.resume()
+    assert not await cache.resume(), "following already"
     second = await opener.opened.get()
     assert second.start == Position(By.SEQ, 4) and not cache.paused
     await second.items.put(record(4))
@@ -379,11 +390,32 @@ async def test_a_resume_that_cannot_open_a_reader_fails_the_request_and_stays_pa
     first = await opener.opened.get()
     await first.items.put(record(0))
     assert seqs(await cache.read(0, 10, LONG_WAIT_S)) == [0]
-    await cache.pause()
+    assert await cache.pause(read_before=1e9)
     opener.failures.append(no_session())
     with pytest.raises(MetadataUnavailableError):
         await cache.resume()
     assert cache.paused, "the next request tries again"
-    await cache.resume()
+    assert await cache.resume()
     assert (await opener.opened.get()).start == Position(By.SEQ, 1)
+    await cache.close()
+
+
+@pytest.mark.parametrize("made_again", [False, True])
+async def test_a_stream_deleted_while_its_read_ahead_was_paused_leaves_it_gone(
+    made_again: bool,
+) -> None:
+    """No watch follows a paused stream: a resume finds it deleted, or deleted and made again
+    under its name, and the read-ahead is gone (the proxy starts afresh) rather than serving
+    the old stream's records and reading the new one from where the old one ended."""
+    opener = Opener()
+    cache = cache_of(opener)
+    await cache.start(0)
+    first = await opener.opened.get()
+    for seq in range(3):
+        await first.items.put(record(seq))
+    assert seqs(await cache.read(2, 10, LONG_WAIT_S)) == [2]
+    assert await cache.pause(read_before=1e9)
+    opener.created_ms = 2 if made_again else None
+    assert not await cache.resume()
+    assert cache.gone and opener.opened.empty(), "no reader opened on another stream"
     await cache.close()
