@@ -347,18 +347,24 @@ async def test_each_record_is_encoded_once_for_all_its_readers_within_the_bounds
     assert budget.used == 0
 
 
+async def following(opener: Opener, records: int) -> tuple[StreamCache, Source]:
+    """A started cache that has read `records` records from its first source."""
+    cache = cache_of(opener)
+    await cache.start(0)
+    first = await opener.opened.get()
+    for seq in range(records):
+        await first.items.put(record(seq))
+    assert seqs(await cache.read(records - 1, 10, LONG_WAIT_S)) == [records - 1]
+    return cache, first
+
+
 async def test_a_paused_read_ahead_keeps_its_records_and_resumes_after_the_newest() -> None:
     """An idle stream's read-ahead stops following (its reader closed: no polls while no one
     reads) and keeps what it holds; resumed, it reads on from the record after the newest,
     and a record written meanwhile is served. Not while a long poll waits on it (a poll that
     gave up does not count), nor when a request read it since the sweep looked."""
     opener = Opener()
-    cache = cache_of(opener)
-    await cache.start(0)
-    first = await opener.opened.get()
-    for seq in range(3):
-        await first.items.put(record(seq))
-    assert seqs(await cache.read(2, 10, LONG_WAIT_S)) == [2]
+    cache, first = await following(opener, 3)
     assert await cache.read(3, 10, 0.01) == [], "a long poll that gave up"
     waiting = asyncio.create_task(cache.read(3, 10, LONG_WAIT_S))
     await asyncio.sleep(0.01)
@@ -385,11 +391,7 @@ async def test_a_paused_read_ahead_keeps_its_records_and_resumes_after_the_newes
 
 async def test_a_resume_that_cannot_open_a_reader_fails_the_request_and_stays_paused() -> None:
     opener = Opener()
-    cache = cache_of(opener)
-    await cache.start(0)
-    first = await opener.opened.get()
-    await first.items.put(record(0))
-    assert seqs(await cache.read(0, 10, LONG_WAIT_S)) == [0]
+    cache, _ = await following(opener, 1)
     assert await cache.pause(read_before=1e9)
     opener.failures.append(no_session())
     with pytest.raises(MetadataUnavailableError):
@@ -408,12 +410,7 @@ async def test_a_stream_deleted_while_its_read_ahead_was_paused_leaves_it_gone(
     under its name, and the read-ahead is gone (the proxy starts afresh) rather than serving
     the old stream's records and reading the new one from where the old one ended."""
     opener = Opener()
-    cache = cache_of(opener)
-    await cache.start(0)
-    first = await opener.opened.get()
-    for seq in range(3):
-        await first.items.put(record(seq))
-    assert seqs(await cache.read(2, 10, LONG_WAIT_S)) == [2]
+    cache, _ = await following(opener, 3)
     assert await cache.pause(read_before=1e9)
     opener.created_ms = 2 if made_again else None
     assert not await cache.resume()
