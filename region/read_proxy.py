@@ -74,6 +74,7 @@ KIND = "read"
 TAIL_POLL_S = 0.5  # a streamed tail checks its client and the proxy's stop this often
 HEALTH_STREAMS_MAX = 100  # streams named in one health answer (the counts are whole)
 SWEEP_S = 5.0  # how often idle read-aheads are looked for
+FOLLOWING_GRACE_S = 1.0  # past cache_following_max, a read-ahead read this lately still follows
 STREAM = "/v1/namespaces/{ns}/streams/{stream}"
 # Who may call what (docs/http-api.md, "Access"): every route has its rule.
 RULES: Rules = {
@@ -311,7 +312,8 @@ class ReadProxy:
     async def _sweep(self, following: Callable[[], None]) -> None:
         """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
         streams: each holds a follow reader, its watches and up to its bytes. Pauses those no
-        request read for `cache_follow_idle_s` (region/stream_cache.py)."""
+        request read for `cache_follow_idle_s`, and past `cache_following_max` following, the
+        least recently read (region/stream_cache.py)."""
         following()
         loop = asyncio.get_running_loop()
         while True:
@@ -328,6 +330,12 @@ class ReadProxy:
             quiet = now - limits.cache_follow_idle_s
             for cache in [c for c in self._caches.values() if c.read_at < quiet and c.pausable]:
                 await cache.pause(read_before=quiet)  # (not if read meanwhile)
+            # past cache_following_max, the least recently read first (the dict's order)
+            live = [c for c in self._caches.values() if c.started and not c.paused]
+            over = len(live) - limits.cache_following_max
+            lately = now - FOLLOWING_GRACE_S
+            for cache in [c for c in live if c.read_at < lately and c.pausable][: max(over, 0)]:
+                await cache.pause(read_before=lately)
 
     async def _close_cache(self, key: tuple[str, str]) -> None:
         cache = self._caches.pop(key, None)

@@ -69,6 +69,9 @@ class ProxyLimits:
     # ... and one no one read this long stops following its stream, keeping its records: the
     # next read resumes it after the newest (an idle stream's follower polls its bookies)
     cache_follow_idle_s: float = 30.0
+    # read-aheads following at once: past it, the least recently read of those no request
+    # read in the last second pause first (each idle one polls its bookies every few seconds)
+    cache_following_max: int = 200
     # a request that opens a reader (a read-ahead, a page from before it, a position's
     # lookup) costs this many requests of its client's read quota: a reader is a ZooKeeper
     # walk and bookie round trips, a page from the read-ahead a lookup in memory

@@ -281,6 +281,42 @@ async def test_an_idle_read_ahead_stops_following_and_the_next_read_resumes_it(
         await writer.close()
 
 
+async def test_past_the_cap_on_following_read_aheads_the_least_recently_read_pause(
+    cluster: Cluster,
+) -> None:
+    """A client that reads many streams once leaves at most `cache_following_max` read-aheads
+    following (each polls its bookies): the least recently read pause first, and one read
+    again follows again."""
+    namespace = fresh_namespace()
+    limits = ProxyLimits(cache_following_max=2, quota=NO_QUOTA)
+    names = [f"s{i}" for i in range(4)]
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "eu-west", limits) as west,
+        client_session() as http,
+    ):
+        for name in names:
+            await env.streams.create_stream(name)
+            writer = await env.writer(name)
+            await writer.write_bulk([f"{name}-{i}".encode() for i in range(40)])
+            await writer.close()
+        for name in names:
+            assert len(await read_all(http, west, namespace, name)) == 40
+
+        def paused() -> list[str]:
+            return [s for (_, s), c in west._caches.items() if c.paused]
+
+        async def capped() -> bool:
+            return len(paused()) >= 2
+
+        await wait_until("read-aheads past the cap paused", capped, 15)
+        assert sorted(paused()) == ["s0", "s1"], "the least recently read"
+        assert await read_all(http, west, namespace, "s0") == [
+            f"s0-{i}".encode() for i in range(40)
+        ]
+        assert not west._caches[(namespace, "s0")].paused
+
+
 async def test_owned_streams_are_capped_and_idle_ones_let_go(cluster: Cluster) -> None:
     namespace = fresh_namespace()
     limits = ProxyLimits(owned_streams_max=3, stream_idle_release_s=1.0, quota=NO_QUOTA)
