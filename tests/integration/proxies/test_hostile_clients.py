@@ -20,7 +20,7 @@ from region.read_proxy import ReadProxy
 from region.write_proxy import WriteProxy
 from tests.support.proxies import read_proxy, write_proxy
 from tests.support.security import SECURITY, client_session, raw_connection
-from tests.support.streams import fresh_namespace, stream_env
+from tests.support.streams import StreamEnv, fresh_namespace, stream_env
 
 KIB = 1024
 NO_QUOTA = Quota(None, None, None, None)
@@ -224,11 +224,7 @@ async def test_read_aheads_are_bounded_in_number_bytes_and_idle_time(cluster: Cl
         read_proxy(cluster, "eu-west", limits) as west,
         client_session() as http,
     ):
-        for name in names:
-            await env.streams.create_stream(name)
-            writer = await env.writer(name)
-            await writer.write_bulk(payloads[name])
-            await writer.close()
+        await write_streams(env, payloads)
         for name in names:  # every stream read whole, through its read-ahead and around it
             assert await read_all(http, west, namespace, name) == payloads[name]
             health = await health_of(http, west)
@@ -295,11 +291,9 @@ async def test_past_the_cap_on_following_read_aheads_the_least_recently_read_pau
         read_proxy(cluster, "eu-west", limits) as west,
         client_session() as http,
     ):
-        for name in names:
-            await env.streams.create_stream(name)
-            writer = await env.writer(name)
-            await writer.write_bulk([f"{name}-{i}".encode() for i in range(40)])
-            await writer.close()
+        await write_streams(
+            env, {name: [f"{name}-{i}".encode() for i in range(40)] for name in names}
+        )
         for name in names:
             assert len(await read_all(http, west, namespace, name)) == 40
 
@@ -536,6 +530,15 @@ async def read_all(
         got += [r["payload"].encode() for r in page["records"]]
         seq = page["next_seq"]
     return got
+
+
+async def write_streams(env: StreamEnv, payloads: dict[str, list[bytes]]) -> None:
+    """Each stream made and written whole (a writer of its own, closed after)."""
+    for name, records in payloads.items():
+        await env.streams.create_stream(name)
+        writer = await env.writer(name)
+        await writer.write_bulk(records)
+        await writer.close()
 
 
 async def health_of(http: aiohttp.ClientSession, proxy: ReadProxy) -> dict[str, int]:
