@@ -29,7 +29,7 @@ from rebuild.telemetry import observe_rebuilder
 from region import event_loop, logs
 from region.http_errors import error_middleware
 from region.isolation import cut_off_check
-from region.observability.telemetry import follower_restarts, install_prometheus, metrics_handler
+from region.observability import telemetry
 from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
 from region.read_proxy import ReadProxy
@@ -146,7 +146,7 @@ async def serve_proxy(
     me = ProxyInfo(proxy.name, proxy.region, topology.proxy_url(proxy))
     replication = topology.replication
     ledger_config = LedgerConfig.of(topology, proxy.region)
-    install_prometheus(f"globelog-{kind}-proxy", proxy.region, proxy.name)
+    telemetry.install_prometheus(f"globelog-{kind}-proxy", proxy.region, proxy.name)
     install_tracing(f"globelog-{kind}-proxy", proxy.region, proxy.name, trace_sample, trace_file)
     stop = _stop_on_signals()
     async with (
@@ -161,7 +161,7 @@ async def serve_proxy(
             topology.limits,
             issues=kind == "write",
             host=endpoint.host,
-            on_failed=follower_restarts(kind, "revocations"),
+            on_failed=telemetry.follower_restarts(kind, "revocations"),
         )
         server: WriteProxy | ReadProxy = (
             WriteProxy(
@@ -185,16 +185,17 @@ async def serve_proxy(
         await server.start(endpoint.host, endpoint.port)
         event_loop.freeze_startup_heap()
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
-        publishing = (
-            None
-            if session_file is None
-            else asyncio.get_running_loop().create_task(publish_session(store, session_file))
-        )
+        loop = asyncio.get_running_loop()
+        background = [
+            loop.create_task(telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record))
+        ]
+        if session_file is not None:
+            background.append(loop.create_task(publish_session(store, session_file)))
         try:
             await stop.wait()
         finally:
-            if publishing is not None:
-                publishing.cancel()
+            for task in background:
+                task.cancel()
             await server.stop()
 
 
@@ -230,7 +231,7 @@ def rebuilder_app(rebuilder: Rebuilder, security: ProxySecurity | None) -> web.A
 
     gate = security.middlewares(REBUILDER_RULES) if security else []
     app = web.Application(middlewares=[error_middleware, *gate])
-    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/metrics", telemetry.metrics_handler)
     app.router.add_get("/v1/health", health)
     require_rules(app, REBUILDER_RULES)
     return app
@@ -246,7 +247,7 @@ async def serve_rebuilder(
 ) -> None:
     """Runs one rebuilder until SIGTERM or SIGINT (rebuild/service.py)."""
     if metrics_address is not None:
-        install_prometheus("globelog-rebuilder", region, name)
+        telemetry.install_prometheus("globelog-rebuilder", region, name)
     config = LedgerConfig.of(topology, region)
     stop = _stop_on_signals()
     async with (
@@ -322,7 +323,7 @@ def run_console(args: argparse.Namespace, topology: Topology) -> int:
     hidden = frozenset(ns.strip() for ns in args.hide_payloads.split(",") if ns.strip())
     settings = ConsoleSettings(console.name, args.region, hidden, args.failover_runs)
     logs.configure(args.log_format, service="console", proxy=console.name, region=args.region)
-    install_prometheus("globelog-console", args.region, console.name)
+    telemetry.install_prometheus("globelog-console", args.region, console.name)
 
     async def main() -> None:
         await serve_console(

@@ -15,6 +15,7 @@ client sends a write on it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -32,6 +33,7 @@ from core.errors import GlobelogError, RecordTooLargeError, RequestTimeoutError
 from core.records import RECORD_BYTES_MAX
 from core.settings.limits import ProxyLimits
 from region.admission.accepts import ConnectionRate
+from region.admission.barring import KernelBar
 from region.admission.quotas import refusal_hold_s
 from region.http_errors import error_body
 from region.observability.telemetry import PROXY_METRICS
@@ -43,6 +45,8 @@ BACKLOG = 1024  # connections the kernel holds until they are accepted
 ACCEPT_PAUSE_S = 0.1  # after an accept failed (no descriptor left), the next waits this long
 ACCEPTS_BEFORE_YIELD = 64  # connections accepted in a row before the loop runs other work
 HELD_MAX = 1024  # refused connections held at once until their reset; past it, reset at once
+HANDSHAKES_PER_TURN = 4  # TLS handshakes begun per turn of the loop (each ~1 ms of its core)
+WAITING_MAX = 4096  # accepted connections waiting for their handshake; past it, reset at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
 
@@ -136,12 +140,17 @@ class Listener:
         self.rate = ConnectionRate(
             limits.connections_per_s_per_address, limits.connection_burst_per_address
         )
+        self.bar = KernelBar()  # addresses past their rate, barred on the listening sockets
         self._server: asyncio.Server | None = None  # in clear: the loop's own
         self._port = 0
         self._sockets: list[socket.socket] = []  # with TLS: accepted from here
         self._acceptors: list[asyncio.Task[None]] = []
         self._handing: set[asyncio.Task[None]] = set()  # connections being handed on
         self._unhanded: set[socket.socket] = set()  # accepted, not yet given to the loop
+        # accepted connections waiting for their handshake, by address, in turn (TLS only)
+        self._waiting: dict[str, collections.deque[socket.socket]] = {}
+        self._waiting_count = 0
+        self._pacer: asyncio.Task[None] | None = None
         # refused connections held until their reset: each one's reset and its timer
         self._held: dict[Callable[[], None], asyncio.TimerHandle] = {}
         self._rng: random.Random | None = None  # made on the loop (the simulation's seed)
@@ -174,6 +183,8 @@ class Listener:
             self._server = await loop.create_server(
                 lambda: _Gate(self), host, port, reuse_address=True, backlog=BACKLOG
             )
+            # the loop's own sockets (a simulated server has none): they take programs alike
+            self.bar.listen_on(cast(list[socket.socket], list(self._server.sockets)))
             return
         found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, found_address in dict.fromkeys(found):
@@ -193,6 +204,7 @@ class Listener:
                 await self.stop()
                 raise
             self._sockets.append(listening)
+        self.bar.listen_on(self._sockets)
         self._acceptors = [loop.create_task(self._accept(s)) for s in self._sockets]
 
     async def _accept(self, listening: socket.socket) -> None:
@@ -217,11 +229,20 @@ class Listener:
                 connection.close()
 
     def admit(self, address: str) -> bool:
-        """Whether a new connection from `address` is served (counted when it is not)."""
+        """Whether a new connection from `address` is served (counted when it is not). One that
+        is not also bars the address in the kernel for the hold (region/admission/barring.py),
+        so that its next connections are not even accepted meanwhile."""
         if self.rate.admit(address):
             return True
         PROXY_METRICS.connections_refused.add(1, {"reason": "address_rate"})
+        if self.bar.bar(address, refusal_hold_s(self._random())):
+            PROXY_METRICS.addresses_barred.add(1)
         return False
+
+    def _random(self) -> random.Random:
+        if self._rng is None:  # made on the loop: the simulation's seed
+            self._rng = runtime.new_rng()
+        return self._rng
 
     def refuse(self, reset: Callable[[], None]) -> None:
         """Resets a refused connection about a second after it came (`refusal_hold_s`; nothing
@@ -231,10 +252,8 @@ class Listener:
         if len(self._held) >= HELD_MAX:
             reset()
             return
-        if self._rng is None:
-            self._rng = runtime.new_rng()
         self._held[reset] = asyncio.get_running_loop().call_later(
-            refusal_hold_s(self._rng), self._end_hold, reset
+            refusal_hold_s(self._random()), self._end_hold, reset
         )
 
     def _end_hold(self, reset: Callable[[], None]) -> None:
@@ -248,10 +267,40 @@ class Listener:
         if not self.admit(address):
             self.refuse(functools.partial(_reset, connection))
             return
+        if self._waiting_count >= WAITING_MAX:
+            PROXY_METRICS.connections_refused.add(1, {"reason": "handshakes_waiting"})
+            _reset(connection)
+            return
         self._unhanded.add(connection)
-        task = asyncio.get_running_loop().create_task(self._hand_on(connection))
-        self._handing.add(task)
-        task.add_done_callback(self._handing.discard)
+        self._waiting.setdefault(address, collections.deque()).append(connection)
+        self._waiting_count += 1
+        if self._pacer is None or self._pacer.done():
+            self._pacer = asyncio.get_running_loop().create_task(self._pace_handshakes())
+
+    async def _pace_handshakes(self) -> None:
+        """Begins the waiting connections' handshakes, HANDSHAKES_PER_TURN per turn of the
+        loop, taking the addresses in turn.
+
+        A handshake is about a millisecond of the proxy's one core, all in one go when the
+        client's first message is read: begun together, a burst of a few hundred (an address
+        let in its whole bucket at once) would stop every other request on the loop for as
+        many milliseconds. Paced, the other requests run between every few; and an address
+        with many waiting delays another's next connection by a turn, not by all of its own."""
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            for _ in range(HANDSHAKES_PER_TURN):
+                if not self._waiting:
+                    break
+                address = next(iter(self._waiting))
+                queue = self._waiting.pop(address)
+                connection = queue.popleft()
+                self._waiting_count -= 1
+                if queue:
+                    self._waiting[address] = queue  # to the back of the turn
+                task = loop.create_task(self._hand_on(connection))
+                self._handing.add(task)
+                task.add_done_callback(self._handing.discard)
+            await asyncio.sleep(0)
 
     async def _hand_on(self, connection: socket.socket) -> None:
         """Gives the connection to the loop (the loop owns the socket from then on), after its
@@ -280,11 +329,13 @@ class Listener:
 
     async def stop(self) -> None:
         self._stopping = True
+        self.bar.close()
         if self._server is not None:
             self._server.close()
-        for task in [*self._acceptors, *self._handing]:
+        pacer = [] if self._pacer is None else [self._pacer]
+        for task in [*self._acceptors, *pacer, *self._handing]:
             task.cancel()
-        pending = [*self._acceptors, *self._handing]
+        pending = [*self._acceptors, *pacer, *self._handing]
         if pending:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -300,6 +351,8 @@ class Listener:
         for connection in self._unhanded:  # accepted, cancelled before the loop had them
             connection.close()
         self._unhanded.clear()
+        self._waiting.clear()
+        self._waiting_count = 0
         await self._runner.cleanup()  # ends the open connections
         if self._server is not None:
             with contextlib.suppress(TimeoutError):

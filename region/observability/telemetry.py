@@ -18,14 +18,21 @@ Names (Prometheus form, docs/operations.md):
                                                                    clients' quotas
     globelog_proxy_quota_refused_total{kind, unit}                 requests refused by a quota
     globelog_proxy_connections_refused_total{reason}               address_rate | connections_max
+    globelog_proxy_addresses_barred_total                          an address's new connections
+                                                                   dropped by the kernel a moment
     globelog_proxy_follower_restarts_total{kind, follower}         a background follower failed
                                                                    and was restarted
+    globelog_proxy_gc_pause_seconds{generation}                    the loop stopped for a
+                                                                   garbage collection
+    globelog_proxy_loop_lag_seconds                                how late a timer of the loop
+                                                                   ran (every 50 ms)
 
 plus the ledger client's own (globelog_ledger_*).
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import gc
 import itertools
@@ -51,6 +58,8 @@ from global_meta.followers import FollowerStatus
 LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 log = logging.getLogger(__name__)
 GC_PAUSE_WARN_S = 0.05  # a garbage collection that stopped the loop this long is logged
+LOOP_LAG_TICK_S = 0.05  # how often the loop's lag is measured
+LOOP_LAG_WARN_S = 0.1  # a lag this long is logged
 DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -170,8 +179,10 @@ class ProxyMetrics:
     quota_used: Tally
     quota_refused: Tally
     connections_refused: Tally
+    addresses_barred: Tally
     follower_restarts: Tally
     gc_pauses: Spread
+    loop_lag: Spread
 
     @classmethod
     def create(cls) -> ProxyMetrics:
@@ -216,6 +227,10 @@ class ProxyMetrics:
                 "globelog.proxy.connections.refused",
                 description="connections refused on accept: an address's rate, or the cap",
             ),
+            addresses_barred=tally(
+                "globelog.proxy.addresses.barred",
+                description="addresses whose new connections the kernel dropped for a moment",
+            ),
             follower_restarts=tally(
                 "globelog.proxy.follower.restarts",
                 description="failures of a background follower, each followed by a restart",
@@ -225,10 +240,22 @@ class ProxyMetrics:
                 "the cyclic garbage collector's collections, by generation (the loop stops)",
                 LATENCY_BUCKETS_S,
             ),
+            loop_lag=histogram(
+                "globelog.proxy.loop.lag",
+                "how late the event loop ran a timer (measured every 50 ms): the time every "
+                "request waited behind other work",
+                LATENCY_BUCKETS_S,
+            ),
         )
 
     def spreads(self) -> list[Spread]:
-        return [self.request_latency, self.commit_latency, self.delivery_latency, self.gc_pauses]
+        return [
+            self.request_latency,
+            self.commit_latency,
+            self.delivery_latency,
+            self.gc_pauses,
+            self.loop_lag,
+        ]
 
 
 PROXY_METRICS = ProxyMetrics.create()
@@ -333,3 +360,17 @@ def time_collections(record: Callable[[float, int], None]) -> Callable[[str, dic
 
     gc.callbacks.append(callback)
     return callback
+
+
+async def watch_loop_lag(record: Callable[[float], None]) -> None:
+    """Measures, until cancelled, how late the loop runs a timer due every LOOP_LAG_TICK_S:
+    `record(seconds)`, and a warning for a lag of LOOP_LAG_WARN_S or more. Every request
+    waiting on the loop meanwhile waited as long (a long callback, a burst of work)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LOOP_LAG_TICK_S
+        await asyncio.sleep(LOOP_LAG_TICK_S)
+        lag = max(0.0, loop.time() - due)
+        record(lag)
+        if lag >= LOOP_LAG_WARN_S:
+            log.warning("the event loop ran %.0f ms late", lag * 1000)

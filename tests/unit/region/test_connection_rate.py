@@ -19,6 +19,7 @@ from aiohttp import web
 
 from core.security.pki import Authority, client_context, server_context, write_host
 from core.settings.limits import ProxyLimits
+from region.admission import barring
 from region.admission import listener as listener_module
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
@@ -186,6 +187,7 @@ async def test_refused_connections_held_are_bounded_and_past_the_bound_reset_at_
 ) -> None:
     monkeypatch.setattr(listener_module, "HELD_MAX", 2)
     monkeypatch.setattr(listener_module, "refusal_hold_s", lambda rng: REFUSAL_HOLD_S)
+    monkeypatch.setattr(barring, "BARRED_MAX", 0)  # no bar in the kernel: refusal by reset alone
     app = web.Application()
     app.router.add_get("/", hello)
     limits = ProxyLimits(connections_per_s_per_address=0.01, connection_burst_per_address=1)

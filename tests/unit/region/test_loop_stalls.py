@@ -1,0 +1,57 @@
+"""The proxies time what stops their event loop: the cyclic garbage collector's collections,
+and how late the loop runs a timer; each warns of a long one."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+import pytest
+
+from region.observability import telemetry
+
+
+def test_every_collection_is_timed_with_its_generation_and_a_long_one_is_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[float, int]] = []
+    monkeypatch.setattr(telemetry, "GC_PAUSE_WARN_S", 60.0)
+    callback = telemetry.time_collections(lambda s, g: seen.append((s, g)))
+    try:
+        gc.collect(1)
+        gc.collect(2)
+        assert [g for _, g in seen][-2:] == [1, 2]
+        assert all(seconds >= 0 for seconds, _ in seen)
+        assert not caplog.records, "collections under the bound are not logged"
+        monkeypatch.setattr(telemetry, "GC_PAUSE_WARN_S", 0.0)  # every one is long now
+        with caplog.at_level(logging.WARNING, logger=telemetry.__name__):
+            gc.collect(2)
+        assert "generation-2 garbage collection stopped the loop" in caplog.text
+    finally:
+        gc.callbacks.remove(callback)
+    count = len(seen)
+    gc.collect()
+    assert len(seen) == count, "removed, it records nothing more"
+
+
+async def test_the_loop_lag_is_measured_every_tick_and_a_long_one_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lags: list[float] = []
+    watching = asyncio.ensure_future(telemetry.watch_loop_lag(lags.append))
+    try:
+        await asyncio.sleep(3 * telemetry.LOOP_LAG_TICK_S)
+        ticks = len(lags)
+        assert ticks >= 1 and all(lag >= 0 for lag in lags)
+        with caplog.at_level(logging.WARNING, logger=telemetry.__name__):
+            await asyncio.sleep(0)
+            time.sleep(telemetry.LOOP_LAG_TICK_S + telemetry.LOOP_LAG_WARN_S + 0.05)  # noqa: ASYNC251 (the stall under test)
+            await asyncio.sleep(2 * telemetry.LOOP_LAG_TICK_S)
+        # the timer was due at most a tick after the block began: at least the rest was lag
+        assert max(lags[ticks:]) >= telemetry.LOOP_LAG_WARN_S
+        assert "the event loop ran" in caplog.text and "ms late" in caplog.text
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
