@@ -10,9 +10,10 @@ served once the bar has lapsed and its bucket has tokens again. So a flood of co
 one address costs the proxy about a burst of accepts every few seconds instead of one accept
 and one reset for each.
 
-The connections the address already has open are served on: each accepted connection keeps
-the program that was on its listening socket when it was made, and that program never bars
-its own peer (the connection could not have been made while it did).
+The connections the address already has open are served on, and a connection accepted has the
+program it inherits from its listening socket taken off (`release`). One still in its handshake
+when the bar comes waits for the bar to lapse (the handshake's last packet goes through the
+listening socket's program too), then for its peer's next retry.
 
 At most BARRED_MAX addresses are barred at once; past that an address is refused by reset
 alone, as it is where the kernel refuses the program (not Linux, say: logged once).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import ipaddress
 import logging
 import socket
@@ -32,7 +34,7 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-BARRED_MAX = 256  # addresses barred at once: the program grows with them (4 096 at most)
+BARRED_MAX = 64  # addresses barred at once: the program grows with them, and its memory
 LAPSE_SLACK_S = 0.05  # bars lifted up to this late, so that one update lifts several
 SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)  # Linux's numbers
 SO_DETACH_FILTER = getattr(socket, "SO_DETACH_FILTER", 27)
@@ -43,10 +45,9 @@ BPF_JEQ_K = 0x05 | 0x10 | 0x00  # BPF_JMP | BPF_JEQ | BPF_K
 BPF_RET_K = 0x06 | 0x00  # BPF_RET | BPF_K
 SKF_NET_OFF = -0x100000  # loads relative to the IP header, not to the TCP one
 DROP, KEEP = 0, 0xFFFFFFFF  # what a program returns: bytes of the packet kept
-SOURCE_AT: dict[int, int] = {
-    socket.AF_INET: 12,
-    socket.AF_INET6: 8,
-}  # the source address, in the IP header
+# where the source address is in the IP header, and the IP version, of each family
+SOURCE_AT: dict[int, int] = {socket.AF_INET: 12, socket.AF_INET6: 8}
+VERSION: dict[int, int] = {socket.AF_INET: 4, socket.AF_INET6: 6}
 
 
 class _Instruction(ctypes.Structure):
@@ -85,7 +86,7 @@ def attach(listening: socket.socket, instructions: list[tuple[int, int, int, int
 
 
 def detach(listening: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # ENOENT: it had none
+    with contextlib.suppress(OSError, ValueError):  # ENOENT: it had none; ValueError: closed
         listening.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
 
 
@@ -95,10 +96,11 @@ class KernelBar:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._sockets: list[socket.socket] = []
-        self._until: dict[str, float] = {}  # address: its bar ends (clock)
+        self._until: dict[str, float] = {}  # address: its bar ends (clock), oldest bar first
         self._pending: asyncio.TimerHandle | None = None  # the next update of the programs
         self._pending_at = 0.0  # when it runs (clock)
-        self._working = True  # the kernel takes the programs
+        self._working = True  # the kernel takes the programs; False once closed too
+        self._attached = False  # a program was put on a listening socket (ever)
         self.barred_total = 0  # bars set, since the start
 
     def __len__(self) -> int:
@@ -131,6 +133,13 @@ class KernelBar:
         self._update_at(now)
         return True
 
+    def release(self, accepted: socket.socket) -> None:
+        """Takes off an accepted connection the program it inherited from its listening socket:
+        it would run on every packet of the connection, and keep that version of the program
+        in the kernel, for the connection's life."""
+        if self._attached:
+            detach(accepted)
+
     def _update_at(self, at: float) -> None:
         """The programs are updated at `at` (clock), or earlier if an update is due earlier."""
         if self._pending is not None:
@@ -145,34 +154,55 @@ class KernelBar:
         """Drops the bars that have lapsed, puts the rest on every socket, and comes back when
         the next one lapses."""
         self._pending = None
+        if not self._working:
+            return
         now = self._clock()
         self._until = {a: until for a, until in self._until.items() if until > now}
-        packed: dict[int, list[bytes]] = {family: [] for family in SOURCE_AT}
-        for address in self._until:
-            parsed = ipaddress.ip_address(address)
-            family = socket.AF_INET if parsed.version == 4 else socket.AF_INET6
-            packed[family].append(parsed.packed)
         for listening in self._sockets:
-            addresses = packed[listening.family]
             try:
-                if addresses:
-                    attach(listening, program(listening.family, addresses))
-                else:
-                    detach(listening)
-            except OSError as err:
+                self._put_on(listening)
+            except (OSError, ValueError) as err:  # ValueError: a socket closed meanwhile
                 log.warning(
                     "barring addresses in the kernel failed (%s): an address past its "
-                    "connection rate is refused by reset alone",
+                    "connection rate is refused by reset alone from now on",
                     err,
                 )
-                self._working = False
                 self.close()
                 return
         if self._until:  # bars that lapse close together are lifted by one update
             self._update_at(min(self._until.values()) + LAPSE_SLACK_S)
 
+    def _put_on(self, listening: socket.socket) -> None:
+        """Puts the program of the bars of the socket's family on it. The old program is taken
+        off first (the kernel counts both against the socket's memory while it swaps them);
+        where the kernel has no memory for the new one, the newest half of those bars are
+        lifted and it tries again."""
+        addresses = [
+            a for a in self._until if ipaddress.ip_address(a).version == VERSION[listening.family]
+        ]
+        detach(listening)
+        while addresses:
+            try:
+                packed = [ipaddress.ip_address(a).packed for a in addresses]
+                attach(listening, program(listening.family, packed))
+                self._attached = True
+                return
+            except OSError as err:
+                if err.errno != errno.ENOMEM or len(addresses) == 1:
+                    raise
+                log.warning(
+                    "the kernel has no memory for a program barring %d addresses: the "
+                    "newest %d are not barred",
+                    len(addresses),
+                    len(addresses) - len(addresses) // 2,
+                )
+                for lifted in addresses[len(addresses) // 2 :]:
+                    del self._until[lifted]
+                addresses = addresses[: len(addresses) // 2]
+
     def close(self) -> None:
-        """Lifts every bar."""
+        """Lifts every bar, for good: none is set after."""
+        self._working = False
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
@@ -180,3 +210,4 @@ class KernelBar:
         for listening in self._sockets:
             if listening.fileno() >= 0:
                 detach(listening)
+        self._sockets = []

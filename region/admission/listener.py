@@ -91,6 +91,9 @@ class _Gate(asyncio.Protocol):
             stream.pause_reading()
             self._listener.refuse(stream.abort)
             return
+        accepted = transport.get_extra_info("socket")
+        if accepted is not None:
+            self._listener.bar.release(accepted)
         self._inner = self._listener.protocol()
         self._inner.connection_made(transport)
 
@@ -267,6 +270,7 @@ class Listener:
         if not self.admit(address):
             self.refuse(functools.partial(_reset, connection))
             return
+        self.bar.release(connection)
         if self._waiting_count >= WAITING_MAX:
             PROXY_METRICS.connections_refused.add(1, {"reason": "handshakes_waiting"})
             _reset(connection)
