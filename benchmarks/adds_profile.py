@@ -19,7 +19,7 @@ from core.topology import Replication
 from core.topology_loader import load_topology
 from global_meta import MetaStore
 from ledger import DigestType
-from region import event_loop
+from region.process import event_loop
 
 
 async def profile_run(topology_path: Path, seconds: int) -> str:

@@ -24,7 +24,7 @@ from ledger import DigestType
 from localcluster import controller, processes
 from localcluster.controller import Cluster
 from localcluster.tools import REPO_ROOT, Tools
-from region import event_loop
+from region.process import event_loop
 
 WINDOW_MAX = 10_000  # BenchThroughputLatency's default -throttle
 LEDGERS_MAX = 256

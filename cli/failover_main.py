@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from localcluster.controller import Cluster
     from localcluster.tools import REPO_ROOT, find_tools
     from localcluster.topology_files import load_local_topology
-    from region import event_loop
+    from region.process import event_loop
     from verify.live.run import RunConfig, failover_run
     from verify.run.recorder import WorkerFailedError
 

@@ -26,12 +26,12 @@ from ledger import LedgerClient, LedgerConfig
 from placement import load_checked_topology
 from rebuild.service import Rebuilder
 from rebuild.telemetry import observe_rebuilder
-from region import event_loop, logs
 from region.http_errors import error_middleware
 from region.isolation import cut_off_check
 from region.observability import telemetry
 from region.observability.tracing import install_tracing
 from region.ownership import OwnershipConfig
+from region.process import event_loop, logs
 from region.read_proxy import ReadProxy
 from region.registry import ProxyInfo
 from region.security.gate import Rule, Rules, require_rules
@@ -187,7 +187,8 @@ async def serve_proxy(
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
         loop = asyncio.get_running_loop()
         background = [
-            loop.create_task(telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record))
+            loop.create_task(telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record)),
+            loop.create_task(event_loop.keep_survivors_frozen()),
         ]
         if session_file is not None:
             background.append(loop.create_task(publish_session(store, session_file)))

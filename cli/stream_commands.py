@@ -22,8 +22,8 @@ from core.topology import Topology
 from ledger import audit_ledgers
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import Position
-from region import event_loop
 from region.connections import Session, session
+from region.process import event_loop
 from writer.admin import apply_retention, delete_stream, describe_segment, describe_stream, truncate
 from writer.events import Written
 from writer.log_writer import LogWriter, WriterConfig

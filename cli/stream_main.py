@@ -22,10 +22,10 @@ from cli.topology import default_topology_path
 from core.dlsn import DLSN
 from core.errors import ConfigError
 from placement import load_checked_topology
-from region import event_loop
 from region.client import ProxyClient
 from region.connections import Session
 from region.drain import drain_targets, set_drained
+from region.process import event_loop
 
 
 def _print_json(value: Any) -> None:

@@ -80,6 +80,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    """Every async test runs on uvloop, the loop of globelog's processes (region/event_loop.py):
+    """Every async test runs on uvloop, the loop of globelog's processes (region/process/event_loop.py):
     what runs in a test's process (proxies, clients) meets the loop it meets in production."""
     return uvloop.EventLoopPolicy()

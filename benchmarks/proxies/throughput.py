@@ -54,8 +54,8 @@ from localcluster.processes import cpu_seconds, load_state
 from localcluster.tails import Received, proxy_url, tail_region
 from localcluster.tools import Tools, find_tools
 from localcluster.topology_files import load_local_topology
-from region import event_loop
 from region.client import ProxyClient
+from region.process import event_loop
 
 WRITER_REGION = "us-east"
 DELIVERY_RATE_PER_S = 200

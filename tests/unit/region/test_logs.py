@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from region.logs import JsonLines
+from region.process.logs import JsonLines
 
 
 def test_a_log_line_is_one_json_object_with_the_stable_keys() -> None:

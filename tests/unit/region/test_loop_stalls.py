@@ -1,5 +1,6 @@
 """The proxies time what stops their event loop: the cyclic garbage collector's collections,
-and how late the loop runs a timer; each warns of a long one."""
+and how late the loop runs a timer; each warns of a long one. What survives is frozen out of
+the collector's walks, and thawed and collected once in a while."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 import gc
 import logging
 import time
+import weakref
 
 import pytest
 
 from region.observability import telemetry
+from region.process import event_loop
 
 
 def test_every_collection_is_timed_with_its_generation_and_a_long_one_is_logged(
@@ -55,3 +58,30 @@ async def test_the_loop_lag_is_measured_every_tick_and_a_long_one_is_logged(
     finally:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+async def test_survivors_are_frozen_every_tick_and_a_thaw_collects_their_cycles() -> None:
+    """Frozen, a cycle that dies is not collected (no full collection walks it) until the next
+    thaw, which collects the whole heap once."""
+    first, second = Node(), Node()
+    first.other, second.other = second, first  # a cycle: reference counting cannot free it
+    gone = weakref.ref(first)
+    freezing = asyncio.ensure_future(event_loop.keep_survivors_frozen(0.05, thaw_every_s=0.5))
+    try:
+        await asyncio.sleep(0.15)
+        assert gc.get_freeze_count() > 0
+        del first, second
+        gc.collect()
+        assert gone() is not None, "frozen: out of the collector's walks"
+        await asyncio.sleep(0.6)  # a thaw came: everything collected once, then frozen again
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+    finally:
+        freezing.cancel()
+        await asyncio.gather(freezing, return_exceptions=True)
+        gc.unfreeze()

@@ -24,7 +24,7 @@ from region.admission import listener as listener_module
 from region.admission.accepts import ConnectionRate
 from region.admission.listener import Listener
 from region.admission.quotas import REFUSAL_HOLD_S
-from tests.unit.region.test_admission import Clock
+from tests.unit.region.admission.test_admission import Clock
 
 pytestmark = pytest.mark.unit
 

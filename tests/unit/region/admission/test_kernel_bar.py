@@ -21,7 +21,7 @@ from region.admission import barring
 from region.admission import listener as listener_module
 from region.admission.barring import KernelBar
 from region.admission.listener import Listener
-from tests.unit.region.test_connection_rate import certificates, hello, served
+from tests.unit.region.admission.test_connection_rate import certificates, hello, served
 
 pytestmark = pytest.mark.unit
 
