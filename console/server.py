@@ -370,10 +370,12 @@ class Console:
 
             async def pump() -> None:
                 while line := await upstream.content.readline():
-                    if line.strip():
-                        record = json.loads(line)
-                        shown = self._shown(ns, [record])[0] if "seq" in record else record
-                        await _send(answer, json.dumps(shown).encode() + b"\n")
+                    if not line.strip():  # the proxy's keepalive: passed on, for the browser's
+                        await _send(answer, b"\n")
+                        continue
+                    record = json.loads(line)
+                    shown = self._shown(ns, [record])[0] if "seq" in record else record
+                    await _send(answer, json.dumps(shown).encode() + b"\n")
 
             # The pump waits on the proxy, this on the browser: a tail whose browser went
             # away (or whose token expired or was revoked) ends within TAIL_CHECK_S, records

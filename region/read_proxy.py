@@ -258,6 +258,8 @@ class ReadProxy:
         await response.prepare(request)
         token = request.get(TOKEN)
         gate = self.security.gate if self.security else None
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()  # the last line sent: an idle tail sends a blank one now and then
         try:
             while not self._stopping:
                 transport = request.transport
@@ -280,6 +282,12 @@ class ReadProxy:
                 records = await self._page(
                     ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
                 )
+                if not records:
+                    if loop.time() - sent_at >= self.limits.tail_keepalive_s:
+                        await response.write(b"\n")  # alive, nothing new (clients skip it)
+                        sent_at = loop.time()
+                    continue
+                sent_at = loop.time()
                 for index, batch in enumerate(encode_slices(records)):
                     if index:
                         await asyncio.sleep(0)  # the other clients' turn between batches

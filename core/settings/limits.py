@@ -62,6 +62,9 @@ class ProxyLimits:
     # past it each is held longer than REFUSAL_HOLD_S (region/admission/quotas.py)
     refusals_per_s_per_client: float = 50.0
     wait_ms_max: int = 30_000  # a long poll's wait
+    # a streamed tail with nothing to send sends a blank line this often, so that a client or
+    # a load balancer with a read deadline sees it alive
+    tail_keepalive_s: float = 15.0
     cache_streams_max: int = 1_000  # streams with a read-ahead (the least recently read go)
     cache_stream_bytes_max: int = 64 * MIB  # one stream's read-ahead
     cache_bytes_max: int = 1024 * MIB  # every read-ahead together

@@ -82,6 +82,27 @@ async def test_a_hundred_readers_of_one_stream_see_the_same_records_in_order(
     assert health["streams"] == {f"{namespace}/s": count}, "one read-ahead for all of them"
 
 
+async def test_an_idle_tail_sends_a_blank_line_each_keepalive_and_records_as_they_come(
+    cluster: Cluster,
+) -> None:
+    limits = ProxyLimits(tail_keepalive_s=1.0)
+    async with stream_s(cluster, "us-east", limits) as (writer, east, http, namespace):
+        await writer.write(b"a")
+        loop = asyncio.get_running_loop()
+        async with http.get(url(east, namespace, "s") + "/tail", params={"from_seq": "0"}) as tail:
+            assert tail.status == 200
+            assert json.loads(await asyncio.wait_for(tail.content.readline(), 10))["seq"] == 0
+            began = loop.time()
+            assert await asyncio.wait_for(tail.content.readline(), 10) == b"\n"
+            assert loop.time() - began >= 0.5, "a keepalive only once the tail was quiet"
+            await writer.write(b"b")
+            line = b"\n"
+            while line == b"\n":  # keepalives may come before the record
+                line = await asyncio.wait_for(tail.content.readline(), 10)
+            assert json.loads(line)["seq"] == 1
+        await writer.close()
+
+
 async def test_positions_a_streamed_tail_and_bad_requests(cluster: Cluster) -> None:
     async with stream_s(cluster, "us-west") as (writer, west, http, namespace):
         written = await writer.write_bulk([b"a", b"\xff\xfe", b"c"])
