@@ -185,13 +185,11 @@ async def serve_proxy(
         await server.start(endpoint.host, endpoint.port)
         event_loop.freeze_startup_heap()
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
-        loop = asyncio.get_running_loop()
-        background = [
-            loop.create_task(telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record)),
-            loop.create_task(event_loop.keep_survivors_frozen()),
-        ]
-        if session_file is not None:
-            background.append(loop.create_task(publish_session(store, session_file)))
+        background = event_loop.start_background(
+            telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record),
+            event_loop.keep_survivors_frozen(),
+            *([] if session_file is None else [publish_session(store, session_file)]),
+        )
         try:
             await stop.wait()
         finally:

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 GC_PAUSE_WARN_S = 0.05  # a garbage collection that stopped the loop this long is logged
 LOOP_LAG_TICK_S = 0.05  # how often the loop's lag is measured
 LOOP_LAG_WARN_S = 0.1  # a lag this long is logged
+LOOP_LAG_WARN_EVERY_S = 1.0  # at most one such warning this often (the rest counted in it)
 DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -367,10 +368,17 @@ async def watch_loop_lag(record: Callable[[float], None]) -> None:
     `record(seconds)`, and a warning for a lag of LOOP_LAG_WARN_S or more. Every request
     waiting on the loop meanwhile waited as long (a long callback, a burst of work)."""
     loop = asyncio.get_running_loop()
+    warned_at, unsaid = -LOOP_LAG_WARN_EVERY_S, 0  # at most one warning a second
     while True:
         due = loop.time() + LOOP_LAG_TICK_S
         await asyncio.sleep(LOOP_LAG_TICK_S)
-        lag = max(0.0, loop.time() - due)
+        now = loop.time()
+        lag = max(0.0, now - due)
         record(lag)
         if lag >= LOOP_LAG_WARN_S:
-            log.warning("the event loop ran %.0f ms late", lag * 1000)
+            if now - warned_at < LOOP_LAG_WARN_EVERY_S:
+                unsaid += 1
+                continue
+            more = f" (and {unsaid} more lags since the last warning)" if unsaid else ""
+            log.warning("the event loop ran %.0f ms late%s", lag * 1000, more)
+            warned_at, unsaid = now, 0

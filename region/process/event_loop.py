@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import uvloop
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 FREEZE_EVERY_S = 60.0  # how often a server moves what survived out of the collector's walks
 THAW_EVERY_S = 900.0  # how often it puts everything back and collects it all once
@@ -34,8 +37,8 @@ def freeze_startup_heap() -> None:
 async def keep_survivors_frozen(
     every_s: float = FREEZE_EVERY_S, thaw_every_s: float = THAW_EVERY_S
 ) -> None:
-    """Until cancelled: every `every_s`, freezes what the server's heap holds, and every
-    `thaw_every_s` unfreezes it all and collects it once.
+    """Until cancelled: every `every_s`, collects what is not frozen yet and freezes what
+    survived; every `thaw_every_s`, unfreezes it all and collects it once.
 
     A full collection walks every object the collector tracks, and the loop stops for it. A
     server's heap grows with what it keeps (a write proxy's owned streams: writers, ledgers,
@@ -43,10 +46,11 @@ async def keep_survivors_frozen(
     on a WAN round trip, say) bring a full collection on every minute or so under load: 50-180
     ms each on a write proxy owning 1 500 streams, for a few hundred objects found. Frozen, the
     objects that were already there are out of those walks, which cover only what came since
-    the last freeze.
+    the last freeze; the collection before each freeze walks only that too, and keeps dead
+    cycles (a failed request's frames and the body they hold) from being frozen with the rest.
 
-    A frozen object is still freed by reference counting when its last reference goes; only a
-    cycle among frozen objects waits for the next thaw (`thaw_every_s`): the one full
+    A frozen object is still freed by reference counting when its last reference goes; a cycle
+    among frozen objects, and what only it holds, waits for the next thaw: the one full
     collection of the whole heap, which bounds what such cycles can hold meanwhile."""
     loop = asyncio.get_running_loop()
     thaw_at = loop.time() + thaw_every_s
@@ -56,4 +60,20 @@ async def keep_survivors_frozen(
             gc.unfreeze()
             gc.collect()
             thaw_at = loop.time() + thaw_every_s
+        else:
+            gc.collect()  # what came since the last freeze: no dead cycle is frozen
         gc.freeze()
+
+
+def start_background(*work: Coroutine[Any, Any, None]) -> list[asyncio.Task[None]]:
+    """A server's background work as tasks, each of which that ends by an error says so at
+    once (not only when the server stops); the caller cancels them at its stop."""
+    tasks = [asyncio.get_running_loop().create_task(coroutine) for coroutine in work]
+    for task in tasks:
+        task.add_done_callback(_log_failure)
+    return tasks
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (err := task.exception()) is not None:
+        log.error("background task %s failed: %r", task.get_coro(), err)

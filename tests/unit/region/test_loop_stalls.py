@@ -85,3 +85,23 @@ async def test_survivors_are_frozen_every_tick_and_a_thaw_collects_their_cycles(
         freezing.cancel()
         await asyncio.gather(freezing, return_exceptions=True)
         gc.unfreeze()
+
+
+async def test_a_background_task_that_fails_says_so_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fails() -> None:
+        raise OSError("the disk is gone")
+
+    async def waits() -> None:
+        await asyncio.Event().wait()
+
+    with caplog.at_level(logging.ERROR, logger=event_loop.__name__):
+        failing, waiting = event_loop.start_background(fails(), waits())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert failing.done() and not waiting.done()
+        assert "background task" in caplog.text and "the disk is gone" in caplog.text
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+    assert caplog.text.count("failed") == 1, "a cancelled one is not a failure"
