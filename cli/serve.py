@@ -183,7 +183,7 @@ async def serve_proxy(
             else ReadProxy(me, store, ledgers, topology.limits, security, 2 * session_timeout_s + 1)
         )
         await server.start(endpoint.host, endpoint.port)
-        event_loop.freeze_startup_heap()
+        event_loop.freeze_heap()
         print(f"{kind} proxy {me.name} ({me.region}) serving at {me.url}", flush=True)
         background = event_loop.start_background(
             telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record),

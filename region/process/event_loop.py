@@ -24,12 +24,13 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
-def freeze_startup_heap() -> None:
-    """Leaves what a server made while starting (modules, topology, clients: tens of thousands
-    of objects that live as long as the process) out of the cyclic garbage collector's walks.
-    Its full collections walk every tracked object; under load a read proxy's took 50-110 ms
-    (the loop stopped for each), a third to a half of them spent on objects that never die.
-    Frozen objects are still freed by reference counting; only a cycle among them would stay."""
+def freeze_heap() -> None:
+    """Collects what the collector walks, then leaves what survived out of its walks: once
+    a server has started (modules, topology, clients: tens of thousands of objects that live as
+    long as the process), and then every minute (`keep_survivors_frozen`). Its full collections
+    walk every tracked object; under load a read proxy's took 50-110 ms (the loop stopped for
+    each), a third to a half of them spent on objects that never die. Frozen objects are still
+    freed by reference counting; only a cycle among them stays until a thaw."""
     gc.collect()
     gc.freeze()
 
@@ -57,12 +58,9 @@ async def keep_survivors_frozen(
     while True:
         await asyncio.sleep(every_s)
         if loop.time() >= thaw_at:
-            gc.unfreeze()
-            gc.collect()
+            gc.unfreeze()  # the collection below walks the whole heap, this once
             thaw_at = loop.time() + thaw_every_s
-        else:
-            gc.collect()  # what came since the last freeze: no dead cycle is frozen
-        gc.freeze()
+        freeze_heap()
 
 
 def start_background(*work: Coroutine[Any, Any, None]) -> list[asyncio.Task[None]]:
