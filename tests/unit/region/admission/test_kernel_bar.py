@@ -247,3 +247,26 @@ async def test_handshakes_begin_a_few_per_turn_with_the_addresses_taking_turns(
     await listener.stop()
     for connection in sockets:
         connection.close()
+
+
+async def test_past_the_most_connections_waiting_for_a_handshake_a_new_one_is_reset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(listener_module, "WAITING_MAX", 2)
+    listener = Listener(web.Application(), ProxyLimits(connection_burst_per_address=100))
+    handed: list[socket.socket] = []
+
+    async def hand_on(connection: socket.socket) -> None:
+        handed.append(connection)
+        connection.close()
+
+    monkeypatch.setattr(listener, "_hand_on", hand_on)
+    connections = [socket.socket() for _ in range(3)]
+    for connection in connections:  # in one go: the pacer has not run yet
+        listener._accepted(connection, "127.0.0.1")
+    assert connections[2].fileno() == -1, "the third is reset at once"
+    assert listener._waiting_count == 2
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert handed == connections[:2] and listener._waiting_count == 0
+    await listener.stop()
