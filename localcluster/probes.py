@@ -34,14 +34,18 @@ def zookeeper_tls(security: SecuritySettings) -> ssl.SSLContext | None:
 
 
 def operator_session(
-    timeout: aiohttp.ClientTimeout | None = None, limit: int = 100
+    timeout: aiohttp.ClientTimeout | None = None,
+    limit: int = 100,
+    trace: aiohttp.TraceConfig | None = None,
 ) -> aiohttp.ClientSession:
     """An HTTP session with this process's token and CA (core/security/credentials.py), as the
-    tools of the local cluster, the failover run and the benchmarks talk to proxies."""
+    tools of the local cluster, the failover run and the benchmarks talk to proxies; its
+    requests traced by `trace` when given."""
     return aiohttp.ClientSession(
         timeout=timeout or aiohttp.ClientTimeout(total=300),
         headers=auth_headers(default_token()),
         connector=aiohttp.TCPConnector(ssl=client_ssl(), limit=limit),
+        trace_configs=None if trace is None else [trace],
     )
 
 

@@ -56,6 +56,7 @@ from localcluster.tools import REPO_ROOT, find_tools
 from region.bodies.batches import CONTENT_TYPE
 from region.client import ProxyClient
 from region.client.tokens import issue_token
+from region.observability.telemetry import watch_loop_lag
 
 REGION = "us-east"
 CANARY_PERIOD_S = 0.02  # between the starts of the canary's rounds
@@ -110,6 +111,9 @@ class Phase:
     writes: list[tuple[float, float]] = field(default_factory=list)  # (at s, latency s)
     reads: list[tuple[float, float]] = field(default_factory=list)  # (at s, latency s)
     canary_errors: Counter[str] = field(default_factory=Counter)
+    # the canary's read-backs that opened a connection: (at s, connect and handshake s)
+    read_connects: list[tuple[float, float]] = field(default_factory=list)
+    canary_lag_s: float = 0.0  # how late the canary's own loop ran, at most
     rss_mib: dict[str, float] = field(default_factory=dict)
     cpu_pct: dict[str, float] = field(default_factory=dict)  # of one core, over the attack
     answers: Counter[str] = field(default_factory=Counter)
@@ -308,6 +312,28 @@ class Sample:
     write_s: float | None = None
     read_s: float | None = None
     error: str | None = None
+    read_connect_s: float | None = None  # the read-back opened a connection, in this long
+    lag_s: float | None = None  # not a round: the canary's loop ran this late at `at`
+
+
+class ConnectTimes:
+    """How long each request traced with it spent opening a connection (TCP and TLS), for
+    aiohttp's `trace_request_ctx`: a request served on a pooled connection spends none."""
+
+    def __init__(self) -> None:
+        self.config = aiohttp.TraceConfig()
+        self.config.on_connection_create_start.append(self._began)
+        self.config.on_connection_create_end.append(self._ended)
+
+    async def _began(self, _: Any, context: Any, __: Any) -> None:
+        context.trace_request_ctx["began"] = time.monotonic()
+
+    async def _ended(self, _: Any, context: Any, __: Any) -> None:
+        traced = context.trace_request_ctx
+        traced["connect_s"] = time.monotonic() - traced.pop("began")
+
+
+CANARY_LAG_NOTED_S = 0.01  # the canary's own loop lags from this on are sent back
 
 
 async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[Sample]:
@@ -319,9 +345,10 @@ async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[S
     namespace = f"canary{uuid.uuid4().hex[:6]}"
     pages = f"{read_url}/v1/namespaces/{namespace}/streams/c/records"
     samples: list[Sample] = []
+    connects = ConnectTimes()
     async with (
         ProxyClient([write_url], namespace, deadline_s=30, connector=unlimited) as client,
-        operator_session(limit=0) as http,  # no round waits for a connection of the pool
+        operator_session(limit=0, trace=connects.config) as http,  # no round waits for one
     ):
 
         async def one_round(began: float) -> None:
@@ -332,11 +359,13 @@ async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[S
                     written = time.monotonic()
                     write_s = written - began
                     params = {"from_seq": str(acked.seq), "max": "1", "wait_ms": "5000"}
-                    async with http.get(pages, params=params) as answer:
+                    traced: dict[str, float] = {}
+                    async with http.get(pages, params=params, trace_request_ctx=traced) as answer:
                         body = await answer.json()
                         if answer.status != 200 or not body.get("records"):
                             raise GlobelogError(f"read answered {answer.status}: {body}")
-                samples.append(Sample(began, write_s, time.monotonic() - written))
+                read_s = time.monotonic() - written
+                samples.append(Sample(began, write_s, read_s, None, traced.get("connect_s")))
             except Exception as err:  # noqa: BLE001 -- any failure is the round's sample, never lost
                 code = str(getattr(err, "code", type(err).__name__))
                 samples.append(Sample(began, write_s, None, code))
@@ -350,7 +379,18 @@ async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[S
         )
         samples.clear()
         ready.set()
+        # the canary's own loop: a round it ran late is the bench's latency, not the proxies'
+        lags = asyncio.ensure_future(
+            watch_loop_lag(
+                lambda lag: (
+                    samples.append(Sample(time.monotonic(), lag_s=lag))
+                    if lag >= CANARY_LAG_NOTED_S
+                    else None
+                )
+            )
+        )
         backlog = await open_loop(one_round, CANARY_PERIOD_S, CANARY_ROUNDS_MAX, stop.is_set)
+        lags.cancel()
         samples += [Sample(at, None, None, "backlog") for at in backlog]
     return samples
 
@@ -407,6 +447,10 @@ def file_samples(samples: list[Sample], phases: list[Phase], origin: float) -> N
             phase.reads.append((sample.at - origin, sample.read_s))
         if sample.error is not None:
             phase.canary_errors[sample.error] += 1
+        if sample.lag_s is not None:
+            phase.canary_lag_s = max(phase.canary_lag_s, sample.lag_s)
+        if sample.read_connect_s is not None:
+            phase.read_connects.append((sample.at - origin, sample.read_connect_s))
 
 
 async def attacker_token(write_url: str, namespace: str) -> str | None:
@@ -456,7 +500,7 @@ async def attack_for(name: str, target: Target, seconds: float) -> Counter[str]:
 @dataclass(frozen=True)
 class Attacker:
     """What the attacker's process needs: where to send, as whom, from which address, and at
-    which niceness."""
+    which niceness, and whether only on idle cores (SCHED_IDLE)."""
 
     write_url: str
     read_url: str
@@ -464,6 +508,7 @@ class Attacker:
     token: str | None
     source: str
     nice: int
+    idle: bool
 
 
 def attacker_process(spec: Attacker, pipe: Any) -> None:
@@ -471,27 +516,36 @@ def attacker_process(spec: Attacker, pipe: Any) -> None:
     `spec.nice`: it runs each attack `pipe` names, `(name, seconds)`, and sends back its
     answers, until it receives None.
 
-    A process of its own, niced, stands in for a host of its own: on this machine's two cores
-    the attacker's CPU (thousands of connections made and dropped a second) would otherwise be
-    taken from the proxies and the canary, which a remote attacker's is not. What the attack
-    costs the proxies is still theirs, and each phase prints the attacker's CPU beside theirs.
+    A process of its own, niced and on idle cores only (SCHED_IDLE), stands in for a host of
+    its own: on this machine's two cores the attacker's CPU (thousands of connections made and
+    dropped a second) would otherwise be taken from the proxies and the canary, which a remote
+    attacker's is not. What the attack costs the proxies is still theirs, and each phase
+    prints the attacker's CPU beside theirs.
     asyncio's loop rather than uvloop: under a churn of reset connections uvloop's client side
     has aborted the whole process."""
-    if spec.nice:
-        lower_priority(spec.nice)
+    if spec.nice or spec.idle:
+        lower_priority(spec.nice, spec.idle)
     asyncio.run(_attacker(spec, pipe))
 
 
-def lower_priority(nice: int) -> None:
-    """Niceness `nice` for this process against every other of the machine. Where the kernel
-    groups processes by session for scheduling (autogroup, on by default on most Linux
-    desktops and servers: /proc/sys/kernel/sched_autogroup_enabled), a process's niceness
-    weighs it only against the processes of its own session, and each session shares the
-    cores evenly with every other, whatever its processes' niceness. Each process of a local
-    cluster is a session of its own, so a niced attacker left in the benchmark's session took
-    as much of the cores as a proxy did. The attacker makes a session of its own and gives it
-    the same niceness; out of the benchmark's process group, it asks the kernel to end it when
-    the benchmark ends (Ctrl-C no longer reaches it)."""
+def lower_priority(nice: int, idle: bool) -> None:
+    """Niceness `nice` for this process against every other of the machine and, with `idle`,
+    the kernel's SCHED_IDLE policy: it then runs only on a core that nothing else wants, and
+    any other process that wakes takes the core from it at once.
+
+    Niceness alone left the proxies waiting: a nice 19 process that had a core when a proxy
+    woke kept it until its slice ended (a few ms), and a proxy wakes hundreds of times a
+    second; at an attack's start the read proxy waited 35 ms of 136 for a core while the
+    attacker ran, with the cores not fully used (sampled from /proc/PID/schedstat).
+
+    Where the kernel groups processes by session for scheduling (autogroup, on by default on
+    most Linux desktops and servers: /proc/sys/kernel/sched_autogroup_enabled), a process's
+    niceness weighs it only against the processes of its own session, and each session shares
+    the cores evenly with every other, whatever its processes' niceness. Each process of a
+    local cluster is a session of its own, so a niced attacker left in the benchmark's session
+    took as much of the cores as a proxy did. The attacker makes a session of its own and
+    gives it the same niceness; out of the benchmark's process group, it asks the kernel to
+    end it when the benchmark ends (Ctrl-C no longer reaches it)."""
     os.setsid()
     _end_with_parent()
     autogroup = Path("/proc/self/autogroup")
@@ -501,6 +555,11 @@ def lower_priority(nice: int) -> None:
         except OSError as err:
             print(f"bench abuse: the attacker's autogroup kept its niceness ({err})", flush=True)
     os.nice(nice)
+    if idle:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (OSError, AttributeError) as err:
+            print(f"bench abuse: the attacker is not SCHED_IDLE ({err})", flush=True)
 
 
 def _end_with_parent() -> None:
@@ -563,6 +622,14 @@ def _cpu(phase: Phase, names: list[str]) -> str:
     return "/".join("-" if share is None else f"{share:.0f}" for share in shares)
 
 
+def _connects(phase: Phase) -> str:
+    """How many of the canary's read-backs opened a connection, and the longest opening (TCP
+    and TLS handshake) in ms: a read-back on a pooled connection opens none."""
+    if not phase.read_connects:
+        return "0"
+    return f"{len(phase.read_connects)}/{max(s for _, s in phase.read_connects) * 1000:.0f}ms"
+
+
 def _ms(values: list[float], p: float) -> str:
     return f"{percentile(sorted(values), p) * 1000:.1f}" if values else "-"
 
@@ -587,6 +654,7 @@ async def bench_abuse(
             await attacker_token(write_url, namespace),
             args.attacker_address,
             args.attacker_nice,
+            args.attacker_idle,
         )
     phases = [Phase("baseline"), *(Phase(name) for name in args.attacks)]
     current = [phases[0]]
@@ -654,14 +722,16 @@ def report(
         f"process layout: one machine, {os.cpu_count()} cores: 3 ZooKeeper, "
         f"{len(cluster.topology.bookies)} bookies (journal fsync before every ack), toxiproxy, "
         f"{len(cluster.topology.region_names) * 2} proxy processes, the attacker's process "
-        f"(from {args.attacker_address}, nice {args.attacker_nice}, asyncio's loop), the "
+        f"(from {args.attacker_address}, nice {args.attacker_nice}"
+        f"{', SCHED_IDLE' if args.attacker_idle else ''}, asyncio's loop), the "
         "canary's process (from 127.0.0.1), this process",
         f"canary: a round started every {CANARY_PERIOD_S * 1000:.0f} ms (open loop): a 6-byte "
         f"record written through {names[0]}, then read back through {names[1]}; goals: RSS < {RSS_CEILING_MIB} MiB per proxy, canary "
         f"p99 <= {P99_FACTOR_MAX:g}x baseline",
         "",
         f"  {'phase':<17} {'writes':>6} {'write p50/p99 ms':>17} {'read p50/p99 ms':>16} "
-        f"{'wp RSS':>7} {'rp RSS':>7} {'CPU wp/rp/att':>14} {'goal':>5}  attack's answers / "
+        f"{'wp RSS':>7} {'rp RSS':>7} {'CPU wp/rp/att':>14} {'read conns':>10} {'c lag':>6} {'goal':>5}  "
+        "attack's answers / "
         "canary errors",
     ]
     for phase in phases:
@@ -681,7 +751,7 @@ def report(
         lines.append(
             f"  {phase.name:<17} {len(writes):>6} {_ms(writes, 50):>8}/{_ms(writes, 99):<8} "
             f"{_ms(reads, 50):>7}/{_ms(reads, 99):<8} {rss[0]:>6.0f}M {rss[1]:>6.0f}M {_cpu(phase, names):>14} "
-            f"{'yes' if met or phase is baseline else 'NO':>5}  {answers}"
+            f"{_connects(phase):>10} {phase.canary_lag_s * 1000:>6.0f} {'yes' if met or phase is baseline else 'NO':>5}  {answers}"
             + (f" / canary: {errors}" if errors else "")
         )
     writes_plot = Path(args.plot)
@@ -720,6 +790,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=19,
         help="the attacker process's niceness: 19 (the default) stands in for an attacker on "
         "a host of its own, whose CPU is not the proxies'; 0 shares the cores evenly",
+    )
+    parser.add_argument(
+        "--attacker-idle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the attacker process runs only on cores nothing else wants (SCHED_IDLE), as an "
+        "attacker on a host of its own takes no core from the proxies (the default)",
     )
     parser.add_argument(
         "--attacker-address",

@@ -270,3 +270,48 @@ async def test_past_the_most_connections_waiting_for_a_handshake_a_new_one_is_re
         await asyncio.sleep(0)
     assert handed == connections[:2] and listener._waiting_count == 0
     await listener.stop()
+
+
+async def test_at_most_so_many_handshakes_are_under_way_each_for_at_most_its_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two at once: the third begins when one of them ends, and the fourth when a silent
+    one's lease lapses, though that one's handshake is still under way."""
+    monkeypatch.setattr(listener_module, "HANDSHAKES_AT_ONCE", 2)
+    monkeypatch.setattr(listener_module, "HANDSHAKE_LEASE_S", 0.3)
+    listener = Listener(web.Application(), ProxyLimits(connection_burst_per_address=100))
+    begun: list[socket.socket] = []
+    ends: dict[socket.socket, asyncio.Event] = {}
+    fourth_begun = asyncio.Event()
+
+    async def hand_on(connection: socket.socket) -> None:  # a handshake until told to end
+        begun.append(connection)
+        if len(begun) == 4:
+            fourth_begun.set()
+        ends[connection] = asyncio.Event()
+        try:
+            await ends[connection].wait()
+        finally:
+            listener._end_lease(connection)
+            connection.close()
+
+    monkeypatch.setattr(listener, "_hand_on", hand_on)
+    connections = [socket.socket() for _ in range(4)]
+    loop = asyncio.get_running_loop()
+    began_at = loop.time()
+    for connection in connections:
+        listener._accepted(connection, "127.0.0.1")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert begun == connections[:2], "two under way at once"
+    ends[connections[0]].set()  # the first ends: the third begins
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert begun == connections[:3]
+    await asyncio.wait_for(fourth_begun.wait(), 5)  # the second's lease lapses: it begins
+    assert loop.time() - began_at >= 0.29, "not before the second's lease lapsed (ms clock)"
+    assert not ends[connections[1]].is_set(), "the second's handshake is still under way"
+    for end in ends.values():
+        end.set()
+    await asyncio.wait_for(listener.stop(), 15)
+    assert not listener._leases
