@@ -685,7 +685,7 @@ async def bench_abuse(
         for phase in phases:
             current[0] = phase
             phase.started_s = time.monotonic() - origin
-            progress(f"{phase.name}, {args.seconds:.0f} s")
+            progress(f"{phase.name}, {args.seconds:.0f} s, from {time.strftime('%H:%M:%S')}")
             assert attacker_proc.pid is not None
             await run_phase(phase, attacker, args.seconds, {**pids, "attacker": attacker_proc.pid})
             await asyncio.sleep(2)  # the proxies settle before the next phase

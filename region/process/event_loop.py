@@ -39,28 +39,44 @@ async def keep_survivors_frozen(
     every_s: float = FREEZE_EVERY_S, thaw_every_s: float = THAW_EVERY_S
 ) -> None:
     """Until cancelled: every `every_s`, collects what is not frozen yet and freezes what
-    survived; every `thaw_every_s`, unfreezes it all and collects it once.
+    survived; after every full collection the collector makes of itself, freezes what
+    survived it; every `thaw_every_s`, unfreezes it all and collects it once.
 
     A full collection walks every object the collector tracks, and the loop stops for it. A
     server's heap grows with what it keeps (a write proxy's owned streams: writers, ledgers,
-    producer tables), and the objects that outlive a few young collections (a request waiting
-    on a WAN round trip, say) bring a full collection on every minute or so under load: 50-180
-    ms each on a write proxy owning 1 500 streams, for a few hundred objects found. Frozen, the
-    objects that were already there are out of those walks, which cover only what came since
-    the last freeze; the collection before each freeze walks only that too, and keeps dead
-    cycles (a failed request's frames and the body they hold) from being frozen with the rest.
+    producer tables; a read proxy's read-aheads: records by the hundred thousand), and the
+    objects that outlive a few young collections (a request waiting on a WAN round trip, say)
+    bring a full collection on every minute or so under load: 50-180 ms each on a write proxy
+    owning 1 500 streams, for a few hundred objects found. Frozen, the objects that were
+    already there are out of those walks, which cover only what came since the last freeze;
+    the collection before each freeze walks only that too, and keeps dead cycles (a failed
+    request's frames and the body they hold) from being frozen with the rest. A read proxy
+    filling read-aheads still ran full collections of 53-74 ms several times a minute between
+    the minute's freezes, each walking what the minute had brought: frozen as soon as such a
+    collection has found them alive, survivors are walked once, not at every full collection
+    until the minute's end. (What a full collection leaves is only what is alive; the young
+    generations are empty then, so nothing unexamined is frozen with it.)
 
     A frozen object is still freed by reference counting when its last reference goes; a cycle
     among frozen objects, and what only it holds, waits for the next thaw: the one full
     collection of the whole heap, which bounds what such cycles can hold meanwhile."""
     loop = asyncio.get_running_loop()
     thaw_at = loop.time() + thaw_every_s
-    while True:
-        await asyncio.sleep(every_s)
-        if loop.time() >= thaw_at:
-            gc.unfreeze()  # the collection below walks the whole heap, this once
-            thaw_at = loop.time() + thaw_every_s
-        freeze_heap()
+
+    def after_full_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            gc.freeze()  # any thread's collection: survivors only, the young ones are empty
+
+    gc.callbacks.append(after_full_collection)
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            if loop.time() >= thaw_at:
+                gc.unfreeze()  # the collection below walks the whole heap, this once
+                thaw_at = loop.time() + thaw_every_s
+            freeze_heap()
+    finally:
+        gc.callbacks.remove(after_full_collection)
 
 
 def start_background(*work: Coroutine[Any, Any, None]) -> list[asyncio.Task[None]]:

@@ -105,3 +105,22 @@ async def test_a_background_task_that_fails_says_so_at_once(
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
     assert caplog.text.count("failed") == 1, "a cancelled one is not a failure"
+
+
+async def test_what_a_full_collection_leaves_alive_is_frozen_at_once() -> None:
+    freezing = asyncio.ensure_future(event_loop.keep_survivors_frozen(3600, thaw_every_s=7200))
+    try:
+        await asyncio.sleep(0)  # its callback is in
+        gc.unfreeze()
+        kept = [Node() for _ in range(1000)]
+        gc.collect(1)
+        assert gc.get_freeze_count() == 0, "a young collection freezes nothing"
+        gc.collect(2)
+        assert gc.get_freeze_count() >= len(kept), "the survivors of the full one are frozen"
+    finally:
+        freezing.cancel()
+        await asyncio.gather(freezing, return_exceptions=True)
+        gc.unfreeze()
+    count = gc.get_freeze_count()
+    gc.collect(2)
+    assert gc.get_freeze_count() == count, "once stopped, a full collection freezes nothing"
