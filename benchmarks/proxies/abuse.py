@@ -326,11 +326,13 @@ class ConnectTimes:
         self.config.on_connection_create_end.append(self._ended)
 
     async def _began(self, _: Any, context: Any, __: Any) -> None:
-        context.trace_request_ctx["began"] = time.monotonic()
+        if isinstance(context.trace_request_ctx, dict):  # a request traced with a dict
+            context.trace_request_ctx["began"] = time.monotonic()
 
     async def _ended(self, _: Any, context: Any, __: Any) -> None:
         traced = context.trace_request_ctx
-        traced["connect_s"] = time.monotonic() - traced.pop("began")
+        if isinstance(traced, dict) and "began" in traced:
+            traced["connect_s"] = time.monotonic() - traced.pop("began")
 
 
 CANARY_LAG_NOTED_S = 0.01  # the canary's own loop lags from this on are sent back

@@ -46,8 +46,6 @@ ACCEPT_PAUSE_S = 0.1  # after an accept failed (no descriptor left), the next wa
 ACCEPTS_BEFORE_YIELD = 64  # connections accepted in a row before the loop runs other work
 HELD_MAX = 1024  # refused connections held at once until their reset; past it, reset at once
 HANDSHAKES_PER_TURN = 4  # TLS handshakes begun per turn of the loop (each ~1 ms of its core)
-HANDSHAKES_AT_ONCE = 16  # TLS handshakes under way at once, each for at most HANDSHAKE_LEASE_S
-HANDSHAKE_LEASE_S = 0.05  # a handshake counts against HANDSHAKES_AT_ONCE at most this long
 WAITING_MAX = 4096  # accepted connections waiting for their handshake; past it, reset at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
@@ -156,8 +154,6 @@ class Listener:
         self._waiting: dict[str, collections.deque[socket.socket]] = {}
         self._waiting_count = 0
         self._pacer: asyncio.Task[None] | None = None
-        self._leases: dict[socket.socket, asyncio.TimerHandle] = {}  # handshakes under way
-        self._lease_ended = asyncio.Event()
         # refused connections held until their reset: each one's reset and its timer
         self._held: dict[Callable[[], None], asyncio.TimerHandle] = {}
         self._rng: random.Random | None = None  # made on the loop (the simulation's seed)
@@ -287,22 +283,17 @@ class Listener:
 
     async def _pace_handshakes(self) -> None:
         """Begins the waiting connections' handshakes, HANDSHAKES_PER_TURN per turn of the
-        loop and at most HANDSHAKES_AT_ONCE under way, taking the addresses in turn.
+        loop, taking the addresses in turn.
 
-        A handshake is about a millisecond of the proxy's one core when the client's first
-        message is read, and its end (the client's last message, most often with its first
-        request beside it) more work on one turn of the loop. Begun together, a burst of a
-        few hundred (an address let in its whole bucket at once) would end together too,
-        when the client got round to answering them all: turns of the loop of tens of
-        milliseconds, each delaying every other request by as much. Paced and bounded, at
-        most HANDSHAKES_AT_ONCE end on one turn. A handshake counts against that bound for
-        HANDSHAKE_LEASE_S at most, so that peers slow to answer (far away, or silent on
-        purpose) slow the next ones' start without stopping it. An address with many
-        waiting delays another's next connection by a turn, not by all of its own."""
+        A handshake is about a millisecond of the proxy's one core, all in one go when the
+        client's first message is read: begun together, a burst of a few hundred (an address
+        let in its whole bucket at once) would stop every other request on the loop for as
+        many milliseconds. Paced, the other requests run between every few; and an address
+        with many waiting delays another's next connection by a turn, not by all of its own."""
         loop = asyncio.get_running_loop()
         while self._waiting:
             for _ in range(HANDSHAKES_PER_TURN):
-                if not self._waiting or len(self._leases) >= HANDSHAKES_AT_ONCE:
+                if not self._waiting:
                     break
                 address = next(iter(self._waiting))
                 queue = self._waiting.pop(address)
@@ -310,41 +301,23 @@ class Listener:
                 self._waiting_count -= 1
                 if queue:
                     self._waiting[address] = queue  # to the back of the turn
-                self._leases[connection] = loop.call_later(
-                    HANDSHAKE_LEASE_S, self._end_lease, connection
-                )
                 task = loop.create_task(self._hand_on(connection))
                 self._handing.add(task)
                 task.add_done_callback(self._handing.discard)
-            if len(self._leases) >= HANDSHAKES_AT_ONCE:
-                self._lease_ended.clear()
-                await self._lease_ended.wait()  # set within HANDSHAKE_LEASE_S: a lease ends
-            else:
-                await asyncio.sleep(0)
-
-    def _end_lease(self, connection: socket.socket) -> None:
-        """The connection's handshake no longer counts against HANDSHAKES_AT_ONCE: it ended,
-        or it has been under way HANDSHAKE_LEASE_S."""
-        lease = self._leases.pop(connection, None)
-        if lease is not None:
-            lease.cancel()
-            self._lease_ended.set()
+            await asyncio.sleep(0)
 
     async def _hand_on(self, connection: socket.socket) -> None:
         """Gives the connection to the loop (the loop owns the socket from then on), after its
         TLS handshake when there is TLS; one that fails its handshake is closed by the loop."""
         self._unhanded.discard(connection)
         # plaintext on a TLS port, a handshake that failed or stalled: closed by the loop
-        try:
-            with contextlib.suppress(OSError, ssl.SSLError, TimeoutError, ConnectionError):
-                await asyncio.get_running_loop().connect_accepted_socket(
-                    self.protocol,
-                    connection,
-                    ssl=self.tls,
-                    ssl_handshake_timeout=self.limits.idle_timeout_s if self.tls else None,
-                )
-        finally:
-            self._end_lease(connection)
+        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            await asyncio.get_running_loop().connect_accepted_socket(
+                self.protocol,
+                connection,
+                ssl=self.tls,
+                ssl_handshake_timeout=self.limits.idle_timeout_s if self.tls else None,
+            )
 
     def protocol(self) -> asyncio.Protocol:
         """The application's protocol for a new connection, or the refusal past the cap."""
@@ -384,9 +357,6 @@ class Listener:
         self._unhanded.clear()
         self._waiting.clear()
         self._waiting_count = 0
-        for lease in self._leases.values():
-            lease.cancel()
-        self._leases.clear()
         await self._runner.cleanup()  # ends the open connections
         if self._server is not None:
             with contextlib.suppress(TimeoutError):

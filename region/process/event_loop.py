@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 FREEZE_EVERY_S = 60.0  # how often a server moves what survived out of the collector's walks
+FREEZE_AFTER_FULL_S = 10.0  # and after a full collection, if none was frozen this recently
 THAW_EVERY_S = 900.0  # how often it puts everything back and collects it all once
 
 
@@ -39,8 +41,9 @@ async def keep_survivors_frozen(
     every_s: float = FREEZE_EVERY_S, thaw_every_s: float = THAW_EVERY_S
 ) -> None:
     """Until cancelled: every `every_s`, collects what is not frozen yet and freezes what
-    survived; after every full collection the collector makes of itself, freezes what
-    survived it; every `thaw_every_s`, unfreezes it all and collects it once.
+    survived; after a full collection the collector makes of itself, freezes what survived it
+    (at most once every FREEZE_AFTER_FULL_S); every `thaw_every_s`, unfreezes it all and
+    collects it once.
 
     A full collection walks every object the collector tracks, and the loop stops for it. A
     server's heap grows with what it keeps (a write proxy's owned streams: writers, ledgers,
@@ -52,20 +55,27 @@ async def keep_survivors_frozen(
     the collection before each freeze walks only that too, and keeps dead cycles (a failed
     request's frames and the body they hold) from being frozen with the rest. A read proxy
     filling read-aheads still ran full collections of 53-74 ms several times a minute between
-    the minute's freezes, each walking what the minute had brought: frozen as soon as such a
-    collection has found them alive, survivors are walked once, not at every full collection
-    until the minute's end. (What a full collection leaves is only what is alive; the young
-    generations are empty then, so nothing unexamined is frozen with it.)
+    the minute's freezes, each walking what the minute had brought: frozen soon after such a
+    collection has found them alive, survivors are walked once or twice, not at every full
+    collection until the minute's end. (What a full collection leaves is what it found alive,
+    and what its finalizers made meanwhile, which is frozen unexamined.)
 
     A frozen object is still freed by reference counting when its last reference goes; a cycle
     among frozen objects, and what only it holds, waits for the next thaw: the one full
-    collection of the whole heap, which bounds what such cycles can hold meanwhile."""
+    collection of the whole heap, which bounds what such cycles can hold meanwhile. Each
+    freeze keeps the cycles of the requests in flight at that moment (a failed request's
+    frames) until the thaw, so freezes are at most one every FREEZE_AFTER_FULL_S: at most 90
+    moments' worth of them between two thaws."""
     loop = asyncio.get_running_loop()
     thaw_at = loop.time() + thaw_every_s
+    frozen_at = time.monotonic()  # freeze_heap ran at the server's start
 
     def after_full_collection(phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] == 2:
-            gc.freeze()  # any thread's collection: survivors only, the young ones are empty
+        nonlocal frozen_at
+        now = time.monotonic()  # any thread's collection: not the loop's clock
+        if phase == "stop" and info["generation"] == 2 and now - frozen_at >= FREEZE_AFTER_FULL_S:
+            gc.freeze()
+            frozen_at = now
 
     gc.callbacks.append(after_full_collection)
     try:
@@ -75,6 +85,7 @@ async def keep_survivors_frozen(
                 gc.unfreeze()  # the collection below walks the whole heap, this once
                 thaw_at = loop.time() + thaw_every_s
             freeze_heap()
+            frozen_at = time.monotonic()
     finally:
         gc.callbacks.remove(after_full_collection)
 

@@ -29,6 +29,8 @@ def test_the_attacker_runs_niced_in_a_session_of_its_own_and_only_on_idle_cores(
         policy, nice, session = received.recv()
     finally:
         child.join(10)
+        if child.is_alive():
+            child.kill()
     assert policy == os.SCHED_IDLE
     assert nice == 19
     assert session == child.pid, "a session (and so an autogroup) of its own"
@@ -49,6 +51,8 @@ async def test_a_request_on_a_pooled_connection_opened_none() -> None:
         for context in traced:
             async with http.get(server.make_url("/"), trace_request_ctx=context) as answer:
                 assert await answer.text() == "ok"
+        async with http.get(server.make_url("/")) as answer:  # untraced: nothing noted
+            assert answer.status == 200
     first, second = traced
     assert 0 < first["connect_s"] < 5
     assert "connect_s" not in second, "the second went on the first's connection"

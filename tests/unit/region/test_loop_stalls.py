@@ -107,20 +107,36 @@ async def test_a_background_task_that_fails_says_so_at_once(
     assert caplog.text.count("failed") == 1, "a cancelled one is not a failure"
 
 
-async def test_what_a_full_collection_leaves_alive_is_frozen_at_once() -> None:
+async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(event_loop, "FREEZE_AFTER_FULL_S", 0.2)
+    # only the collections made here, and only this freezer's callback (an earlier test's
+    # server may have left its own in the process)
+    others = gc.callbacks[:]
+    gc.callbacks.clear()
+    gc.disable()
     freezing = asyncio.ensure_future(event_loop.keep_survivors_frozen(3600, thaw_every_s=7200))
     try:
         await asyncio.sleep(0)  # its callback is in
         gc.unfreeze()
         kept = [Node() for _ in range(1000)]
+        gc.collect(2)
+        assert gc.get_freeze_count() == 0, "not within FREEZE_AFTER_FULL_S of the last freeze"
+        await asyncio.sleep(0.25)
         gc.collect(1)
         assert gc.get_freeze_count() == 0, "a young collection freezes nothing"
         gc.collect(2)
         assert gc.get_freeze_count() >= len(kept), "the survivors of the full one are frozen"
+        freezing.cancel()
+        await asyncio.gather(freezing, return_exceptions=True)
+        gc.unfreeze()
+        await asyncio.sleep(0.25)
+        gc.collect(2)
+        assert gc.get_freeze_count() == 0, "once stopped, a full collection freezes nothing"
     finally:
         freezing.cancel()
         await asyncio.gather(freezing, return_exceptions=True)
         gc.unfreeze()
-    count = gc.get_freeze_count()
-    gc.collect(2)
-    assert gc.get_freeze_count() == count, "once stopped, a full collection freezes nothing"
+        gc.enable()
+        gc.callbacks.extend(others)
