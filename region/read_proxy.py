@@ -55,6 +55,8 @@ from region.bodies.pages import (
     encode_slices,
     page_json,
     record_json,
+    send_sliced,
+    sent_within,
     within_page_bytes,
 )
 from region.http_errors import error_middleware, json_response
@@ -222,9 +224,11 @@ class ReadProxy:
             own += self.security.followers()
         return own + self._ledgers.followers()
 
-    async def _records(self, request: web.Request) -> web.Response:
+    async def _records(self, request: web.Request) -> web.StreamResponse:
         async with self._reads.slot(client_of(request)):
-            return await self._records_page(request)
+            page = await self._records_page(request)
+        # sent with the read slot let go: a client slow to read holds no one else's slot
+        return await send_sliced(request, page, self.limits.send_timeout_s)
 
     async def _records_page(self, request: web.Request) -> web.Response:
         ns, stream = request.match_info["ns"], request.match_info["stream"]
@@ -243,7 +247,6 @@ class ReadProxy:
             encodings += self._encodings(ns, stream, batch)
         body = page_json(encodings, next_seq)
         self._take_bytes(request, ns, len(body))
-        # sent once the handler returned: its read slot is not held while the client reads
         return web.Response(body=body, content_type="application/json")
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
@@ -260,6 +263,7 @@ class ReadProxy:
         gate = self.security.gate if self.security else None
         loop = asyncio.get_running_loop()
         sent_at = loop.time()  # the last line sent: an idle tail sends a blank one now and then
+        send_s = self.limits.send_timeout_s
         try:
             while not self._stopping:
                 transport = request.transport
@@ -270,7 +274,9 @@ class ReadProxy:
                         gate.still_valid(token)
                     except UnauthenticatedError as err:
                         refusal = {"code": err.code, "message": str(err), "retriable": False}
-                        await response.write(json.dumps(refusal).encode() + b"\n")
+                        await sent_within(
+                            request, response.write(json.dumps(refusal).encode() + b"\n"), send_s
+                        )
                         break
                 # A client past its read quota gets nothing more until it is within it again
                 # (its tails slow down to the quota; one sleep and a page each turn let a
@@ -284,7 +290,9 @@ class ReadProxy:
                 )
                 if not records:
                     if loop.time() - sent_at >= self.limits.tail_keepalive_s:
-                        await response.write(b"\n")  # alive, nothing new (clients skip it)
+                        # alive, nothing new (clients skip it)
+                        if not await sent_within(request, response.write(b"\n"), send_s):
+                            break
                         sent_at = loop.time()
                     continue
                 sent_at = loop.time()
@@ -293,7 +301,8 @@ class ReadProxy:
                         await asyncio.sleep(0)  # the other clients' turn between batches
                     lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
-                    await response.write(lines)
+                    if not await sent_within(request, response.write(lines), send_s):
+                        return response  # the client took nothing for send_timeout_s
                     seq = batch[-1].seq + 1
         except ConnectionResetError:  # the client went away
             pass

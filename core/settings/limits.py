@@ -39,6 +39,9 @@ class ProxyLimits:
     connection_burst_per_address: int = 250
     idle_timeout_s: float = 30.0  # a request's headers are due within it, and idle keep-alive
     body_timeout_s: float = 30.0  # a request's body is due within it once its headers came
+    # a client takes what the proxy sends it (each slice of a page, each line of a tail)
+    # within it, or its connection is closed
+    send_timeout_s: float = 30.0
     request_bytes_max: int = 64 * MIB  # one request's body (a bulk batch)
     # write proxy
     stream_inflight_bytes_max: int = 128 * MIB  # accepted, not yet acknowledged, per stream

@@ -1,0 +1,91 @@
+"""A large page goes out a slice per turn of the loop, whole and with its length; a client
+that takes none of it for `send_timeout_s` has its connection closed and holds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from region.bodies.pages import SEND_SLICE_BYTES, send_sliced
+
+pytestmark = pytest.mark.unit
+MIB = 1024 * 1024
+
+
+def app_serving(body: bytes, send_timeout_s: float, ended: asyncio.Event) -> web.Application:
+    async def page(request: web.Request) -> web.StreamResponse:
+        try:
+            return await send_sliced(
+                request, web.Response(body=body, content_type="application/json"), send_timeout_s
+            )
+        finally:
+            ended.set()
+
+    app = web.Application()
+    app.router.add_get("/page", page)
+    return app
+
+
+async def test_a_large_page_arrives_whole_with_its_length_while_other_work_runs() -> None:
+    body = bytes(range(256)) * (12 * MIB // 256) + b"end"
+    ended = asyncio.Event()
+    turns = 0
+    stop = asyncio.Event()
+
+    async def count_turns() -> None:  # runs between the slices
+        nonlocal turns
+        while not stop.is_set():
+            turns += 1
+            await asyncio.sleep(0)
+
+    counting = asyncio.ensure_future(count_turns())
+    async with (
+        TestServer(app_serving(body, 30, ended)) as server,
+        aiohttp.ClientSession() as http,
+        http.get(server.make_url("/page")) as answer,
+    ):
+        assert answer.content_length == len(body)
+        assert await answer.read() == body
+    stop.set()
+    await counting
+    assert ended.is_set()
+    assert turns >= len(body) // SEND_SLICE_BYTES // 2, "the loop ran other work between slices"
+
+
+async def test_a_small_page_is_sent_as_it_is() -> None:
+    ended = asyncio.Event()
+    async with (
+        TestServer(app_serving(b'{"records": []}', 30, ended)) as server,
+        aiohttp.ClientSession() as http,
+        http.get(server.make_url("/page")) as answer,
+    ):
+        assert await answer.read() == b'{"records": []}'
+
+
+async def test_a_client_that_reads_nothing_is_closed_within_the_send_timeout() -> None:
+    body = b"x" * (64 * MIB)  # far more than the socket buffers and the transport take
+    ended = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with TestServer(app_serving(body, 0.5, ended)) as server:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.setblocking(False)
+        await loop.sock_connect(client, (server.host, server.port))
+        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        began = loop.time()
+        await asyncio.wait_for(ended.wait(), 10)  # once the deadline closed the connection
+        assert loop.time() - began >= 0.5
+        received = 0
+        async with asyncio.timeout(10):
+            try:
+                while chunk := await loop.sock_recv(client, 1 << 20):
+                    received += len(chunk)
+            except ConnectionResetError:
+                pass  # aborted: a reset once the buffered bytes ran out
+        client.close()
+        assert received < len(body), "the rest of the page was dropped, not kept for it"
