@@ -107,10 +107,20 @@ async def test_a_background_task_that_fails_says_so_at_once(
     assert caplog.text.count("failed") == 1, "a cancelled one is not a failure"
 
 
+class Clock:
+    """Stands in for the time module in event_loop: its monotonic clock moves when told."""
+
+    now = 1000.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+
 async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(event_loop, "FREEZE_AFTER_FULL_S", 0.2)
+    monkeypatch.setattr(event_loop, "time", Clock)
     # only the collections made here, and only this freezer's callback (an earlier test's
     # server may have left its own in the process)
     others = gc.callbacks[:]
@@ -121,9 +131,10 @@ async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
         await asyncio.sleep(0)  # its callback is in
         gc.unfreeze()
         kept = [Node() for _ in range(1000)]
+        Clock.now += event_loop.FREEZE_AFTER_FULL_S - 1
         gc.collect(2)
         assert gc.get_freeze_count() == 0, "not within FREEZE_AFTER_FULL_S of the last freeze"
-        await asyncio.sleep(0.25)
+        Clock.now += 1
         gc.collect(1)
         assert gc.get_freeze_count() == 0, "a young collection freezes nothing"
         gc.collect(2)
@@ -131,7 +142,7 @@ async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
         freezing.cancel()
         await asyncio.gather(freezing, return_exceptions=True)
         gc.unfreeze()
-        await asyncio.sleep(0.25)
+        Clock.now += 3600
         gc.collect(2)
         assert gc.get_freeze_count() == 0, "once stopped, a full collection freezes nothing"
     finally:
