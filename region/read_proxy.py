@@ -48,15 +48,13 @@ from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
-from region.admission.listener import Listener
+from region.admission.listener import Listener, send_sliced, sent_within
 from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.admission.slots import Slots
 from region.bodies.pages import (
     encode_slices,
     page_json,
     record_json,
-    send_sliced,
-    sent_within,
     within_page_bytes,
 )
 from region.http_errors import error_middleware, json_response
@@ -302,7 +300,7 @@ class ReadProxy:
                     lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
                     if not await sent_within(request, response.write(lines), send_s):
-                        return response  # the client took nothing for send_timeout_s
+                        return response  # closed: the client took nothing for send_timeout_s
                     seq = batch[-1].seq + 1
         except ConnectionResetError:  # the client went away
             pass

@@ -367,7 +367,9 @@ async def canary(write_url: str, read_url: str, ready: Any, stop: Any) -> list[S
                         if answer.status != 200 or not body.get("records"):
                             raise GlobelogError(f"read answered {answer.status}: {body}")
                 read_s = time.monotonic() - written
-                samples.append(Sample(began, write_s, read_s, None, traced.get("connect_s")))
+                samples.append(
+                    Sample(began, write_s, read_s, read_connect_s=traced.get("connect_s"))
+                )
             except Exception as err:  # noqa: BLE001 -- any failure is the round's sample, never lost
                 code = str(getattr(err, "code", type(err).__name__))
                 samples.append(Sample(began, write_s, None, code))
@@ -733,8 +735,7 @@ def report(
         "",
         f"  {'phase':<17} {'writes':>6} {'write p50/p99 ms':>17} {'read p50/p99 ms':>16} "
         f"{'wp RSS':>7} {'rp RSS':>7} {'CPU wp/rp/att':>14} {'read conns':>10} {'c lag':>6} {'goal':>5}  "
-        "attack's answers / "
-        "canary errors",
+        "attack's answers / canary errors",
     ]
     for phase in phases:
         writes = [latency for _, latency in phase.writes]

@@ -3,7 +3,8 @@
 A slow or silent client holds a connection, and with it memory and a file descriptor, for as
 long as the server waits for it. A proxy waits at most `idle_timeout_s` for a request's
 headers (from the connection's start, or from the previous answer on a kept-alive
-connection) and `body_timeout_s` for its body; past `connections_max` open connections a new
+connection) and `body_timeout_s` for its body, and a client at most `send_timeout_s` to take
+each slice of an answer (`sent_within`); past `connections_max` open connections a new
 one is answered 429 over_capacity and closed at once, so the connections already open (the
 well-behaved clients among them) go on being served.
 
@@ -23,7 +24,7 @@ import random
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 from aiohttp import web
@@ -49,6 +50,10 @@ HANDSHAKES_PER_TURN = 4  # TLS handshakes begun per turn of the loop (each ~1 ms
 WAITING_MAX = 4096  # accepted connections waiting for their handshake; past it, reset at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close sends a reset
 STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
+# An answer of megabytes written to its connection in one go was encrypted (TLS) in one go
+# too: 60-100 ms in which the loop ran nothing else (a read proxy under pages of 4 MiB,
+# py-spy). Past SEND_SLICE_BYTES an answer is written a slice per turn of the loop.
+SEND_SLICE_BYTES = 256 * 1024
 
 
 class _Refused(asyncio.Protocol):
@@ -423,3 +428,42 @@ async def bounded_body(
                 )
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def send_sliced(
+    request: web.Request, page: web.Response, send_timeout_s: float
+) -> web.StreamResponse:
+    """`page` (an answer with its body) as it is when small; else its body written SEND_SLICE_BYTES a turn of the loop
+    (the other requests served between), each slice taken by the client within
+    `send_timeout_s` (`sent_within`)."""
+    body = page.body
+    if not isinstance(body, bytes) or len(body) <= SEND_SLICE_BYTES:
+        return page
+    response = web.StreamResponse(status=page.status, headers={"Content-Type": page.content_type})
+    response.content_length = len(body)
+    await response.prepare(request)
+    view = memoryview(body)
+    for start in range(0, len(body), SEND_SLICE_BYTES):
+        if start:
+            await asyncio.sleep(0)  # the other clients' turn between slices
+        if not await sent_within(
+            request, response.write(view[start : start + SEND_SLICE_BYTES]), send_timeout_s
+        ):
+            return response  # its connection is closed: nothing more is written
+    await sent_within(request, response.write_eof(), send_timeout_s)
+    return response
+
+
+async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s: float) -> bool:
+    """Whether `sending` (a write of an answer, which waits while the connection's buffer is
+    full) ended within `timeout_s`. A client that takes nothing of an answer for that long
+    has its connection closed (aborted: what is buffered for it is dropped), so that it holds
+    neither the handler nor the buffered bytes for longer (send_timeout_s)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await sending
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+        return False
+    return True

@@ -1,16 +1,13 @@
 """A read page's body: each record as JSON (its payload as text, or in base64 when it is not
 UTF-8), joined into a page without encoding the whole page again, and cut into slices the
-read proxy encodes one turn of its event loop at a time, and sends one turn at a time."""
+read proxy encodes one turn of its event loop at a time."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from typing import Any
-
-from aiohttp import web
 
 from core.records import LogRecord
 
@@ -22,10 +19,6 @@ from core.records import LogRecord
 # step of every other request, a read through the read proxy at 6x its quiet p99.)
 ENCODE_SLICE_RECORDS = 500
 ENCODE_SLICE_BYTES = 256 * 1024
-# A page of megabytes written to its connection in one go was encrypted (TLS) in one go too:
-# 60-100 ms in which the loop ran nothing else (a read proxy under pages of 4 MiB, py-spy).
-# Past SEND_SLICE_BYTES a page is written a slice per turn of the loop.
-SEND_SLICE_BYTES = 256 * 1024
 
 
 def within_page_bytes(records: list[LogRecord], most: int) -> list[LogRecord]:
@@ -93,42 +86,3 @@ def _metadata(record: LogRecord) -> dict[str, Any]:
     if record.producer_id is not None:
         body["producer_id"], body["producer_seq"] = record.producer_id, record.producer_seq
     return body
-
-
-async def send_sliced(
-    request: web.Request, page: web.Response, send_timeout_s: float
-) -> web.StreamResponse:
-    """`page` as it is when small; else its body written SEND_SLICE_BYTES a turn of the loop
-    (the other requests served between), each slice taken by the client within
-    `send_timeout_s` (`sent_within`)."""
-    body = page.body
-    if not isinstance(body, bytes) or len(body) <= SEND_SLICE_BYTES:
-        return page
-    response = web.StreamResponse(status=page.status, headers={"Content-Type": page.content_type})
-    response.content_length = len(body)
-    await response.prepare(request)
-    view = memoryview(body)
-    for start in range(0, len(body), SEND_SLICE_BYTES):
-        if start:
-            await asyncio.sleep(0)  # the other clients' turn between slices
-        if not await sent_within(
-            request, response.write(view[start : start + SEND_SLICE_BYTES]), send_timeout_s
-        ):
-            return response  # its connection is closed: nothing more is written
-    await sent_within(request, response.write_eof(), send_timeout_s)
-    return response
-
-
-async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s: float) -> bool:
-    """Whether `sending` (a write of an answer, which waits while the connection's buffer is
-    full) ended within `timeout_s`. A client that takes nothing of an answer for that long
-    has its connection closed (aborted: what is buffered for it is dropped), so that it holds
-    neither the handler nor the buffered bytes for longer (send_timeout_s)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            await sending
-    except TimeoutError:
-        if request.transport is not None:
-            request.transport.abort()
-        return False
-    return True

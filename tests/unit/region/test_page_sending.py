@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from region.bodies.pages import SEND_SLICE_BYTES, send_sliced
+from region.admission.listener import SEND_SLICE_BYTES, send_sliced
 
 pytestmark = pytest.mark.unit
 MIB = 1024 * 1024
