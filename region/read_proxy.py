@@ -48,9 +48,9 @@ from ledger import LedgerClient
 from reader.log_reader import LogReader, ReaderConfig
 from reader.positions import By, Position
 from region import registry
-from region.admission.listener import Listener, send_sliced, sent_within
+from region.admission.listener import Listener, send_page, sent_within
 from region.admission.quotas import Quotas, client_of, quota_middleware
-from region.admission.slots import Slots
+from region.admission.slots import Slots, UnsentBytes
 from region.bodies.pages import (
     encode_slices,
     page_json,
@@ -129,6 +129,7 @@ class ReadProxy:
         self._tails = Slots(
             "streamed tails open", limits.tails_max, limits.tails_per_client_max, holds
         )
+        self._unsent = UnsentBytes(limits.send_bytes_max, limits.client_send_bytes_max, holds)
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None
@@ -206,6 +207,7 @@ class ReadProxy:
                 "streams_count": len(self._caches),
                 "streams_paused": sum(c.paused for c in self._caches.values()),
                 "cache_bytes": self._budget.used,
+                "unsent_bytes": self._unsent.used,  # built, not yet taken by their clients
                 "not_following": {
                     name: status.describe(now_s) for name, status in lagging[:HEALTH_STREAMS_MAX]
                 },
@@ -223,19 +225,27 @@ class ReadProxy:
         return own + self._ledgers.followers()
 
     async def _records(self, request: web.Request) -> web.StreamResponse:
-        async with self._reads.slot(client_of(request)):
-            page = await self._records_page(request)
-        # sent with the read slot let go: a client slow to read holds no one else's slot
-        return await send_sliced(request, page, self.limits.send_timeout_s)
+        client = client_of(request)
+        await self._unsent.admit(client)  # a client whose pages wait for it reads no more
+        async with self._reads.slot(client):
+            body = await self._records_page(request)
+        await self._unsent.admit(client, len(body))
+        self._take_bytes(request, request.match_info["ns"], len(body))
+        # sent with the read slot let go (a client slow to read holds no one else's slot),
+        # its bytes held until it is taken
+        page = web.Response(body=body, content_type="application/json")
+        with self._unsent.held(client, len(body)):
+            return await send_page(request, page, self.limits.send_timeout_s)
 
-    async def _records_page(self, request: web.Request) -> web.Response:
+    async def _records_page(self, request: web.Request) -> bytes:
+        """The page a request asks for, its body built whole (its bytes not yet charged)."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limits = self.limits
         max_records = _bounded(request, "max", 1000, 1, limits.page_records_max)
         wait_s = _bounded(request, "wait_ms", 1000, 0, limits.wait_ms_max) / 1000
         seq = await self._start_seq(request, ns, stream, wait_s)
         if seq is None:
-            return json_response({"records": [], "next_seq": None})
+            return page_json([], None)
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
         next_seq = records[-1].seq + 1 if records else seq
         encodings: list[bytes] = []
@@ -243,9 +253,7 @@ class ReadProxy:
             if encodings:
                 await asyncio.sleep(0)  # the other clients' turn between slices
             encodings += self._encodings(ns, stream, batch)
-        body = page_json(encodings, next_seq)
-        self._take_bytes(request, ns, len(body))
-        return web.Response(body=body, content_type="application/json")
+        return page_json(encodings, next_seq)
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         async with self._tails.slot(client_of(request)):
@@ -283,6 +291,9 @@ class ReadProxy:
                 if (over_s := self.quotas.wait_s(client, ns)) > 0:
                     await asyncio.sleep(min(over_s, TAIL_POLL_S))
                     continue
+                if self._unsent.over(client):  # its pages or other tails wait for it
+                    await asyncio.sleep(TAIL_POLL_S)
+                    continue
                 records = await self._page(
                     ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
                 )
@@ -299,8 +310,9 @@ class ReadProxy:
                         await asyncio.sleep(0)  # the other clients' turn between batches
                     lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
                     self._take_bytes(request, ns, len(lines))
-                    if not await sent_within(request, response.write(lines), send_s):
-                        return response  # closed: the client took nothing for send_timeout_s
+                    with self._unsent.held(client, len(lines)):
+                        if not await sent_within(request, response.write(lines), send_s):
+                            return response  # closed: the client took nothing for send_timeout_s
                     seq = batch[-1].seq + 1
         except ConnectionResetError:  # the client went away
             pass

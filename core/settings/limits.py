@@ -61,6 +61,11 @@ class ProxyLimits:
     # client's long polls or tails cannot take every slot from the others
     reads_per_client_max: int = 1_000
     tails_per_client_max: int = 100
+    # bytes of answers (pages, a tail's lines) a read proxy holds built until their clients
+    # take them, in all and of one client: a client that reads slowly or not at all holds at
+    # most its share (or one page) for up to send_timeout_s, not its quota's worth
+    send_bytes_max: int = 256 * MIB
+    client_send_bytes_max: int = 32 * MIB
     # refusals (429) one client is answered a second, however many connections it sends on:
     # past it each is held longer than REFUSAL_HOLD_S (region/admission/quotas.py)
     refusals_per_s_per_client: float = 50.0

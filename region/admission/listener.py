@@ -430,14 +430,17 @@ async def bounded_body(
     return b"".join(chunks)
 
 
-async def send_sliced(
+async def send_page(
     request: web.Request, page: web.Response, send_timeout_s: float
 ) -> web.StreamResponse:
-    """`page` (an answer with its body) as it is when small; else its body written SEND_SLICE_BYTES a turn of the loop
-    (the other requests served between), each slice taken by the client within
-    `send_timeout_s` (`sent_within`)."""
+    """`page` (an answer with its body) sent before this returns, taken by the client within
+    `send_timeout_s` (`sent_within`): in one write when small, else SEND_SLICE_BYTES a turn of
+    the loop (the other requests served between), each slice within the deadline. Left to
+    aiohttp after the handler, a small page to a client that reads nothing would wait in
+    its drain for ever."""
     body = page.body
     if not isinstance(body, bytes) or len(body) <= SEND_SLICE_BYTES:
+        await sent_within(request, _send_whole(request, page), send_timeout_s)
         return page
     response = web.StreamResponse(status=page.status, headers={"Content-Type": page.content_type})
     response.content_length = len(body)
@@ -452,6 +455,11 @@ async def send_sliced(
             return response  # its connection is closed: nothing more is written
     await sent_within(request, response.write_eof(), send_timeout_s)
     return response
+
+
+async def _send_whole(request: web.Request, page: web.Response) -> None:
+    await page.prepare(request)
+    await page.write_eof()  # the headers and the body in one write
 
 
 async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s: float) -> bool:

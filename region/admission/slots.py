@@ -1,10 +1,11 @@
-"""Slots: how many requests of one kind (a read proxy's pages, its streamed tails) are served
-at once, in all and per client."""
+"""What a read proxy's clients hold of it at once, in all and per client: slots, how many
+requests of one kind (pages, streamed tails) are served at once; unsent bytes, how much of
+the answers built for them still waits to be taken."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from core.errors import OverCapacityError, QuotaExceededError
 from region.admission.quotas import RefusalHolds, count_down
@@ -48,3 +49,64 @@ class Slots:
         finally:
             self.taken -= 1
             count_down(self.by_client, client)
+
+
+class UnsentBytes:
+    """The bytes of answers a read proxy has built and holds until their clients take them (a
+    page until its last slice is taken, a tail's lines while they are written): at most
+    `most` in all and `per_client` of one client (pages of a client that reads slowly, or
+    not at all, wait for it up to `send_timeout_s` each). A client already holding its share
+    is refused quota_exceeded before its next page is read; a page that would take it past
+    its share, or the proxy past `most`, is refused once built (quota_exceeded,
+    over_capacity), unless its client (or the proxy) holds nothing yet: so one client holds
+    at most its share or one page, and the proxy at most `most` or one page. A refusal is
+    held first, as `Slots`' are. The table of clients holds only those holding bytes."""
+
+    def __init__(self, most: int, per_client: int, holds: RefusalHolds) -> None:
+        self.most = most
+        self.per_client = per_client
+        self.holds = holds
+        self.used = 0
+        self.by_client: dict[str, int] = {}
+
+    def over(self, client: str) -> bool:
+        """Whether `client` holds its share, or the proxy its most."""
+        return self.by_client.get(client, 0) >= self.per_client or self.used >= self.most
+
+    async def admit(self, client: str, size: int = 0) -> None:
+        """Raises, once held, if `size` more bytes of `client`'s would pass its share or the
+        proxy's most (size 0: if it is at them already)."""
+        held = self.by_client.get(client, 0)
+        if _passes(held, size, self.per_client):
+            await self.holds.hold(client)
+            raise QuotaExceededError(
+                f"{client} has {held} bytes of answers not yet taken at this read proxy, "
+                f"a client's most is {self.per_client}; read what was sent, then retry"
+            )
+        if _passes(self.used, size, self.most):
+            await self.holds.hold(client)
+            raise OverCapacityError(
+                f"this read proxy holds {self.used} bytes of answers not yet taken by their "
+                f"clients, its most is {self.most}; retry later"
+            )
+
+    @contextlib.contextmanager
+    def held(self, client: str, size: int) -> Iterator[None]:
+        """`size` bytes of `client`'s held while the block runs (its answer is sent)."""
+        self.used += size
+        self.by_client[client] = self.by_client.get(client, 0) + size
+        try:
+            yield
+        finally:
+            self.used -= size
+            left = self.by_client[client] - size
+            if left:
+                self.by_client[client] = left
+            else:
+                del self.by_client[client]
+
+
+def _passes(held: int, size: int, most: int) -> bool:
+    """Whether `size` more bytes on `held` would pass `most` (size 0: whether `held` is at it
+    already); never while nothing is held, so that one answer of any size goes."""
+    return held > 0 and (held + size > most if size else held >= most)

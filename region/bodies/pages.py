@@ -50,9 +50,11 @@ def encoded_page(records: list[LogRecord], next_seq: int) -> bytes:
     return page_json([record_json(r) for r in records], next_seq)
 
 
-def page_json(encodings: list[bytes], next_seq: int) -> bytes:
-    """A page's body from its records' encodings: what json.dumps makes of the whole page."""
-    return b'{"records": [' + b", ".join(encodings) + b'], "next_seq": %d}' % next_seq
+def page_json(encodings: list[bytes], next_seq: int | None) -> bytes:
+    """A page's body from its records' encodings: what json.dumps makes of the whole page
+    (`next_seq` None: a stream with nothing to read from the position asked)."""
+    tail = b"null" if next_seq is None else b"%d" % next_seq
+    return b'{"records": [' + b", ".join(encodings) + b'], "next_seq": ' + tail + b"}"
 
 
 def record_json(record: LogRecord) -> bytes:

@@ -23,6 +23,7 @@ from tests.support.security import SECURITY, client_session, raw_connection
 from tests.support.streams import StreamEnv, fresh_namespace, stream_env
 
 KIB = 1024
+MIB = 1024 * KIB
 NO_QUOTA = Quota(None, None, None, None)
 
 
@@ -511,6 +512,77 @@ async def test_one_clients_tails_and_long_polls_leave_the_others_theirs(cluster:
             assert tail.status == 200
             tail.release()
         await writer.close()
+
+
+async def test_a_client_that_reads_nothing_holds_at_most_its_share_of_unsent_pages(
+    cluster: Cluster,
+) -> None:
+    """A client that asks for wide pages and reads none of them holds one page at most past
+    its share (`client_send_bytes_max`): its other pages are refused quota_exceeded (once
+    built; before they are read once it holds its share), another client is served, and
+    the page it holds is let go when `send_timeout_s` closes its connection."""
+    namespace = fresh_namespace()
+    limits = ProxyLimits(
+        quota=NO_QUOTA, page_bytes_max=16 * MIB, client_send_bytes_max=8 * MIB, send_timeout_s=4
+    )
+    payloads = [bytes([i]) + b"\xff" * (MIB - 64) for i in range(16)]  # base64: 21 MB a page
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "us-east", limits) as east,
+        client_session(subject_token("fair")) as fair,
+    ):
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        await writer.write_bulk(payloads)
+        await writer.close()
+        path = f"/v1/namespaces/{namespace}/streams/s/records?from_seq=0&max=100"
+        hog = subject_token("hog")["Authorization"]
+        request = f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {hog}\r\n\r\n".encode()
+        connections = [await raw_connection(east.me.url) for _ in range(3)]
+        async with contextlib.AsyncExitStack() as closing:
+            for _, conn in connections:
+                closing.callback(conn.close)
+                conn.write(request)  # and then read nothing of the page
+            answers = await asyncio.gather(*(_head_of(reader) for reader, _ in connections))
+            assert sorted(status for status, _ in answers) == [200, 429, 429], answers
+            for status, body in answers:
+                if status == 429:
+                    assert json.loads(body)["code"] == "quota_exceeded", body
+            held = east._unsent.by_client["subject hog"]
+            assert held > limits.client_send_bytes_max, "one page, whatever its size"
+            assert east._unsent.used == held
+            reader, conn = await raw_connection(east.me.url)  # holding its share already
+            closing.callback(conn.close)
+            conn.write(request)
+            status, body = await _head_of(reader)
+            assert status == 429 and "bytes of answers not yet taken" in body, body
+            assert east._unsent.by_client["subject hog"] == held
+            async with fair.get(f"{east.me.url}{path}") as answer:
+                assert answer.status == 200, await answer.text()
+                assert len((await answer.json())["records"]) == 16
+            await wait_until(
+                "the page nobody took let go at the send deadline",
+                lambda: _nothing_unsent(east),
+                limits.send_timeout_s + 10,
+            )
+
+
+async def _head_of(reader: asyncio.StreamReader) -> tuple[int, str]:
+    """An answer's status and, unless it is a 200 (a page nobody will read), its body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    status = int(head.split(b" ", 2)[1])
+    if status == 200:
+        return status, ""
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return status, (await asyncio.wait_for(reader.readexactly(length), 30)).decode()
+
+
+async def _nothing_unsent(proxy: ReadProxy) -> bool:
+    return proxy._unsent.used == 0 and not proxy._unsent.by_client
 
 
 async def _long_polls(proxy: ReadProxy, count: int) -> bool:

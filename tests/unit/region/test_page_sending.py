@@ -11,16 +11,21 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from region.admission.listener import SEND_SLICE_BYTES, send_sliced
+from region.admission.listener import SEND_SLICE_BYTES, send_page
 
 pytestmark = pytest.mark.unit
 MIB = 1024 * 1024
 
 
-def app_serving(body: bytes, send_timeout_s: float, ended: asyncio.Event) -> web.Application:
+def app_serving(
+    body: bytes, send_timeout_s: float, ended: asyncio.Event, send_buffer: int = 0
+) -> web.Application:
     async def page(request: web.Request) -> web.StreamResponse:
+        if send_buffer and request.transport is not None:  # less than the kernel would take
+            sock = request.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         try:
-            return await send_sliced(
+            return await send_page(
                 request, web.Response(body=body, content_type="application/json"), send_timeout_s
             )
         finally:
@@ -89,3 +94,21 @@ async def test_a_client_that_reads_nothing_is_closed_within_the_send_timeout() -
                 pass  # aborted: a reset once the buffered bytes ran out
         client.close()
         assert received < len(body), "the rest of the page was dropped, not kept for it"
+
+
+async def test_a_small_page_is_sent_before_the_handler_ends_and_within_the_deadline() -> None:
+    """A page of one write, to a client that reads nothing, ends its handler at the deadline
+    too (left to aiohttp after the handler, it would wait in its drain for ever)."""
+    body = b"y" * SEND_SLICE_BYTES  # the largest sent in one write
+    ended = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with TestServer(app_serving(body, 0.5, ended, send_buffer=4096)) as server:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.setblocking(False)
+        await loop.sock_connect(client, (server.host, server.port))
+        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        began = loop.time()
+        await asyncio.wait_for(ended.wait(), 10)
+        assert loop.time() - began >= 0.5 - 0.05
+        client.close()

@@ -18,7 +18,7 @@ from core.records import LogRecord
 from core.settings.limits import ProxyLimits
 from region import read_proxy
 from region.admission import quotas
-from region.admission.slots import Slots
+from region.admission.slots import Slots, UnsentBytes
 from region.bodies.pages import (
     ENCODE_SLICE_BYTES,
     ENCODE_SLICE_RECORDS,
@@ -182,3 +182,34 @@ async def test_one_clients_long_polls_or_tails_leave_the_others_their_slots(
                     async with slots.slot("subject fourth"):
                         pass
     assert slots.taken == 0 and slots.by_client == {} and len(holds) == 0
+
+
+async def test_unsent_bytes_hold_a_client_to_its_share_and_the_proxy_to_its_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client may hold its share of answers not yet taken, or one answer of any size; the
+    proxy its most, or one answer. Past them a page is refused (held first): quota_exceeded
+    for the client's share, over_capacity for the proxy's. The table keeps only clients that
+    hold bytes."""
+    monkeypatch.setattr(quotas, "REFUSAL_HOLD_S", 0.01)
+    holds = quotas.RefusalHolds(50)
+    unsent = UnsentBytes(most=10 * MIB, per_client=4 * MIB, holds=holds)
+    await unsent.admit("slow", 9 * MIB)  # nothing held: one page of any size goes
+    with unsent.held("slow", 9 * MIB):
+        assert unsent.over("slow") and not unsent.over("other")
+        with pytest.raises(QuotaExceededError, match=r"slow has 9437184 bytes .* most is 4194304"):
+            await unsent.admit("slow")
+        await unsent.admit("other", 1 * MIB)  # exactly the proxy's most: let in
+        with pytest.raises(OverCapacityError, match="holds 9437184 bytes"):
+            await unsent.admit("other", 1 * MIB + 1)
+    assert unsent.used == 0 and unsent.by_client == {} and not unsent.over("slow")
+    with unsent.held("slow", 3 * MIB):
+        await unsent.admit("slow")  # under its share: the next page may be read
+        await unsent.admit("slow", 1 * MIB)
+        with pytest.raises(QuotaExceededError):
+            await unsent.admit("slow", 1 * MIB + 1)
+        with unsent.held("slow", 1 * MIB):
+            assert unsent.by_client == {"slow": 4 * MIB} and unsent.over("slow")
+            with pytest.raises(QuotaExceededError):
+                await unsent.admit("slow")
+    assert unsent.used == 0 and unsent.by_client == {} and len(holds) == 0
