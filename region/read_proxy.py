@@ -226,15 +226,19 @@ class ReadProxy:
 
     async def _records(self, request: web.Request) -> web.StreamResponse:
         client = client_of(request)
-        await self._unsent.admit(client)  # a client whose pages wait for it reads no more
+        if refused := self._unsent.refusal(client):  # its pages wait for it: it reads no more
+            await self._unsent.refuse(client, refused)
         async with self._reads.slot(client):
             body = await self._records_page(request)
-        await self._unsent.admit(client, len(body))
-        self._take_bytes(request, request.match_info["ns"], len(body))
+        size = len(body)
+        self._take_bytes(request, request.match_info["ns"], size)  # refused or not: it was built
+        if refused := self._unsent.refusal(client, size):
+            del body  # not kept while the refusal is held
+            await self._unsent.refuse(client, refused)
         # sent with the read slot let go (a client slow to read holds no one else's slot),
         # its bytes held until it is taken
         page = web.Response(body=body, content_type="application/json")
-        with self._unsent.held(client, len(body)):
+        with self._unsent.held(client, size):
             return await send_page(request, page, self.limits.send_timeout_s)
 
     async def _records_page(self, request: web.Request) -> bytes:
@@ -272,9 +276,8 @@ class ReadProxy:
         send_s = self.limits.send_timeout_s
         try:
             while not self._stopping:
-                transport = request.transport
-                if transport is None or transport.is_closing():
-                    break  # the client went away
+                if _gone(request):
+                    break
                 if token is not None and gate is not None:
                     try:  # a token revoked or expired ends its tail, saying why
                         gate.still_valid(token)
@@ -309,6 +312,10 @@ class ReadProxy:
                     if index:
                         await asyncio.sleep(0)  # the other clients' turn between batches
                     lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
+                    while self._unsent.over(client):  # its pages or other tails wait for it
+                        if self._stopping or _gone(request):
+                            return response
+                        await asyncio.sleep(TAIL_POLL_S)  # some end within send_timeout_s
                     self._take_bytes(request, ns, len(lines))
                     with self._unsent.held(client, len(lines)):
                         if not await sent_within(request, response.write(lines), send_s):
@@ -529,6 +536,12 @@ def _position(text: str) -> Position:
     except ValueError:
         pass
     raise BadRequestError(f"from={text!r}: expected earliest, dlsn:S.E.T, txid:N, time:MS or seq:N")
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the client of `request` went away (its connection closed or closing)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _bounded(request: web.Request, name: str, default: int, low: int, high: int) -> int:

@@ -22,10 +22,12 @@ import bisect
 import contextlib
 import ctypes
 import dataclasses
+import json
 import multiprocessing
 import os
 import random
 import signal
+import socket
 import time
 import uuid
 from collections import Counter
@@ -68,6 +70,8 @@ P99_FACTOR_MAX = 2.0
 KIB, MIB = 1024, 1024 * 1024
 STREAMS_READ = 1200  # past cache_streams_max (1000)
 STREAMS_OWNED = 300
+SLOW_READERS = 200  # connections holding a wide page each
+SLOW_READER_HOLD_S = 35.0  # each held this long (the proxy's send_timeout_s is 30 s)
 ATTACKER_OPS = ("read", "append", "create", "delete", "truncate")
 # What an attacker's request can end in besides an answer, each counted by its name: under a
 # churn of reset connections uvloop's client side sometimes finds a reused descriptor still
@@ -197,6 +201,82 @@ async def wide_pages(target: Target, stop: asyncio.Event) -> None:
     await _loops(8, stop, lambda _: _request(target, "GET", url, params=params))
 
 
+async def slow_readers(target: Target, stop: asyncio.Event) -> None:
+    """SLOW_READERS connections that each ask for a wide page (about 5.5 MB as sent), read its
+    status and then nothing more, kept at that number: the read proxy holds what the kernel
+    does not take of each page until its client reads it or the send deadline closes the
+    connection. A connection is let go after SLOW_READER_HOLD_S (past the proxy's send
+    deadline: a client that reads nothing does not see the proxy close it) and another
+    opened; a refused request's connection at once."""
+    parts = urlsplit(target.read_url)
+    host, port = parts.hostname or "", parts.port or 0
+    tls = client_ssl() if parts.scheme == "https" else None
+    path = urlsplit(target.streams(target.read_url)).path + "/wide/records"
+    head = "".join(f"{name}: {value}\r\n" for name, value in target.http.headers.items())
+    request = (
+        f"GET {path}?from_seq=0&max=10000&wait_ms=0 HTTP/1.1\r\nHost: {host}\r\n{head}\r\n"
+    ).encode()
+    held: list[tuple[float, asyncio.StreamWriter]] = []  # (opened at, its connection)
+    loop = asyncio.get_running_loop()
+
+    async def open_one() -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel takes little
+        sock.setblocking(False)
+        try:
+            if target.source is not None:
+                sock.bind((target.source, 0))
+            await asyncio.get_running_loop().sock_connect(sock, (host, port))
+            reader, writer = await asyncio.open_connection(
+                sock=sock, ssl=tls, server_hostname=host if tls else None
+            )
+        except OSError as err:
+            sock.close()
+            target.failed(err)
+            return
+        try:
+            writer.write(request)
+            async with asyncio.timeout(30):
+                status, code = await _status_of(reader)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as err:
+            writer.close()
+            target.failed(err)
+            return
+        target.answers[f"{status} {code}".strip()] += 1
+        if status == 200:
+            held.append((loop.time(), writer))  # and nothing more of its page is read
+        else:
+            writer.close()
+
+    while not stop.is_set():
+        now = loop.time()
+        for _, writer in (h for h in held if now - h[0] >= SLOW_READER_HOLD_S):
+            writer.close()
+        held[:] = [h for h in held if now - h[0] < SLOW_READER_HOLD_S]
+        await asyncio.gather(*(open_one() for _ in range(SLOW_READERS - len(held))))
+        await asyncio.sleep(0.5)
+    for _, writer in held:
+        writer.close()
+
+
+async def _status_of(reader: asyncio.StreamReader) -> tuple[int, str]:
+    """An answer's status, and its error code when it is one (its body read)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    if status < 400:
+        return status, ""
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    body = await reader.readexactly(length)
+    return status, str(json.loads(body).get("code", "")) if body else ""
+
+
 async def many_streams(target: Target, stop: asyncio.Event) -> None:
     """Reads of STREAMS_READ streams from 0 (past the read-ahead cap), and of names that do not
     exist (each a new one)."""
@@ -272,6 +352,7 @@ ATTACKS: dict[str, Attack] = {
     "write-flood": flood,
     "big-bodies": big_bodies,
     "wide-pages": wide_pages,
+    "slow-readers": slow_readers,
     "many-streams": many_streams,
     "tails": tails,
     "long-polls": long_polls,

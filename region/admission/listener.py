@@ -439,6 +439,8 @@ async def send_page(
     aiohttp after the handler, a small page to a client that reads nothing would wait in
     its drain for ever."""
     body = page.body
+    if request.method == "HEAD":
+        return page  # aiohttp sends its headers alone
     if not isinstance(body, bytes) or len(body) <= SEND_SLICE_BYTES:
         await sent_within(request, _send_whole(request, page), send_timeout_s)
         return page
@@ -466,12 +468,15 @@ async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s:
     """Whether `sending` (a write of an answer, which waits while the connection's buffer is
     full) ended within `timeout_s`. A client that takes nothing of an answer for that long
     has its connection closed (aborted: what is buffered for it is dropped), so that it holds
-    neither the handler nor the buffered bytes for longer (send_timeout_s)."""
+    neither the handler nor the buffered bytes for longer (send_timeout_s). A client that
+    went away meanwhile (its connection lost or reset) is not an error of the proxy's."""
     try:
         async with asyncio.timeout(timeout_s):
             await sending
     except TimeoutError:
         if request.transport is not None:
             request.transport.abort()
+        return False
+    except ConnectionError:
         return False
     return True

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from typing import NoReturn
 
-from core.errors import OverCapacityError, QuotaExceededError
+from core.errors import GlobelogError, OverCapacityError, QuotaExceededError
 from region.admission.quotas import RefusalHolds, count_down
 
 
@@ -73,22 +74,26 @@ class UnsentBytes:
         """Whether `client` holds its share, or the proxy its most."""
         return self.by_client.get(client, 0) >= self.per_client or self.used >= self.most
 
-    async def admit(self, client: str, size: int = 0) -> None:
-        """Raises, once held, if `size` more bytes of `client`'s would pass its share or the
-        proxy's most (size 0: if it is at them already)."""
+    def refusal(self, client: str, size: int = 0) -> GlobelogError | None:
+        """The refusal (not yet held) if `size` more bytes of `client`'s would pass its share
+        or the proxy's most (size 0: if it is at them already), else None."""
         held = self.by_client.get(client, 0)
         if _passes(held, size, self.per_client):
-            await self.holds.hold(client)
-            raise QuotaExceededError(
+            return QuotaExceededError(
                 f"{client} has {held} bytes of answers not yet taken at this read proxy, "
                 f"a client's most is {self.per_client}; read what was sent, then retry"
             )
         if _passes(self.used, size, self.most):
-            await self.holds.hold(client)
-            raise OverCapacityError(
+            return OverCapacityError(
                 f"this read proxy holds {self.used} bytes of answers not yet taken by their "
                 f"clients, its most is {self.most}; retry later"
             )
+        return None
+
+    async def refuse(self, client: str, refusal: GlobelogError) -> NoReturn:
+        """Raises `refusal` once held (`RefusalHolds`)."""
+        await self.holds.hold(client)
+        raise refusal
 
     @contextlib.contextmanager
     def held(self, client: str, size: int) -> Iterator[None]:

@@ -4,7 +4,11 @@ that takes none of it for `send_timeout_s` has its connection closed and holds n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import struct
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -32,7 +36,7 @@ def app_serving(
             ended.set()
 
     app = web.Application()
-    app.router.add_get("/page", page)
+    app.router.add_get("/page", page)  # HEAD too
     return app
 
 
@@ -112,3 +116,68 @@ async def test_a_small_page_is_sent_before_the_handler_ends_and_within_the_deadl
         await asyncio.wait_for(ended.wait(), 10)
         assert loop.time() - began >= 0.5 - 0.05
         client.close()
+
+
+@pytest.mark.parametrize("size", [SEND_SLICE_BYTES, 8 * MIB], ids=["one write", "sliced"])
+async def test_a_client_that_goes_away_mid_page_ends_the_send_without_an_error(
+    size: int,
+) -> None:
+    """A reset during the send is the client's going away: the handler ends without raising
+    (which the proxies' error middleware would log and count as a bug of theirs)."""
+    ended = asyncio.Event()
+    errors: list[BaseException] = []
+    loop = asyncio.get_running_loop()
+
+    def app() -> web.Application:
+        inner = app_serving(b"z" * size, 30, ended, send_buffer=4096)
+
+        @web.middleware
+        async def catch(request: web.Request, handler: Any) -> web.StreamResponse:
+            try:
+                return cast(web.StreamResponse, await handler(request))
+            except BaseException as err:
+                errors.append(err)
+                raise
+
+        inner.middlewares.append(catch)
+        return inner
+
+    async with served_as_deployed(app()) as address:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.setblocking(False)
+        await loop.sock_connect(client, address)
+        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.3)  # the send waits on the full buffers
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset
+        await asyncio.wait_for(ended.wait(), 10)
+    assert errors == []
+
+
+@contextlib.asynccontextmanager
+async def served_as_deployed(app: web.Application) -> AsyncIterator[tuple[str, int]]:
+    """`app` on a port of its own with aiohttp's defaults, as the proxies run it: a handler
+    is not cancelled when its client goes away (aiohttp's TestServer cancels it)."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
+        await site.start()
+        yield "127.0.0.1", site._sock.getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
+async def test_head_of_a_large_page_leaves_the_connection_usable() -> None:
+    body = b"L" * (2 * SEND_SLICE_BYTES)
+    ended = asyncio.Event()
+    async with (
+        TestServer(app_serving(body, 30, ended)) as server,
+        aiohttp.ClientSession() as http,
+    ):
+        for _ in range(2):  # the second on the same connection
+            async with http.head(server.make_url("/page")) as answer:
+                assert answer.status == 200 and await answer.read() == b""
+        async with http.get(server.make_url("/page")) as answer:
+            assert await answer.read() == body

@@ -194,22 +194,23 @@ async def test_unsent_bytes_hold_a_client_to_its_share_and_the_proxy_to_its_most
     monkeypatch.setattr(quotas, "REFUSAL_HOLD_S", 0.01)
     holds = quotas.RefusalHolds(50)
     unsent = UnsentBytes(most=10 * MIB, per_client=4 * MIB, holds=holds)
-    await unsent.admit("slow", 9 * MIB)  # nothing held: one page of any size goes
+    assert unsent.refusal("slow", 9 * MIB) is None  # nothing held: one page of any size goes
     with unsent.held("slow", 9 * MIB):
         assert unsent.over("slow") and not unsent.over("other")
-        with pytest.raises(QuotaExceededError, match=r"slow has 9437184 bytes .* most is 4194304"):
-            await unsent.admit("slow")
-        await unsent.admit("other", 1 * MIB)  # exactly the proxy's most: let in
-        with pytest.raises(OverCapacityError, match="holds 9437184 bytes"):
-            await unsent.admit("other", 1 * MIB + 1)
+        refused = unsent.refusal("slow")
+        assert isinstance(refused, QuotaExceededError)
+        assert "slow has 9437184 bytes of answers not yet taken" in str(refused)
+        assert "a client's most is 4194304" in str(refused)
+        with pytest.raises(QuotaExceededError):
+            await unsent.refuse("slow", refused)
+        assert unsent.refusal("other", 1 * MIB) is None  # exactly the proxy's most: let in
+        assert isinstance(unsent.refusal("other", 1 * MIB + 1), OverCapacityError)
     assert unsent.used == 0 and unsent.by_client == {} and not unsent.over("slow")
     with unsent.held("slow", 3 * MIB):
-        await unsent.admit("slow")  # under its share: the next page may be read
-        await unsent.admit("slow", 1 * MIB)
-        with pytest.raises(QuotaExceededError):
-            await unsent.admit("slow", 1 * MIB + 1)
+        assert unsent.refusal("slow") is None  # under its share: the next page may be read
+        assert unsent.refusal("slow", 1 * MIB) is None
+        assert isinstance(unsent.refusal("slow", 1 * MIB + 1), QuotaExceededError)
         with unsent.held("slow", 1 * MIB):
             assert unsent.by_client == {"slow": 4 * MIB} and unsent.over("slow")
-            with pytest.raises(QuotaExceededError):
-                await unsent.admit("slow")
+            assert isinstance(unsent.refusal("slow"), QuotaExceededError)
     assert unsent.used == 0 and unsent.by_client == {} and len(holds) == 0
