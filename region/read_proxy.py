@@ -53,7 +53,7 @@ from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.admission.slots import Slots, UnsentBytes
 from region.bodies.pages import (
     encode_slices,
-    page_json,
+    page_pieces,
     record_json,
     within_page_bytes,
 )
@@ -229,27 +229,27 @@ class ReadProxy:
         if refused := self._unsent.refusal(client):  # its pages wait for it: it reads no more
             await self._unsent.refuse(client, refused)
         async with self._reads.slot(client):
-            body = await self._records_page(request)
-        size = len(body)
+            pieces = await self._records_page(request)
+        size = sum(map(len, pieces))
         self._take_bytes(request, request.match_info["ns"], size)  # refused or not: it was built
         if refused := self._unsent.refusal(client, size):
-            del body  # not kept while the refusal is held
+            del pieces  # not kept while the refusal is held
             await self._unsent.refuse(client, refused)
         # sent with the read slot let go (a client slow to read holds no one else's slot),
         # its bytes held until it is taken
-        page = web.Response(body=body, content_type="application/json")
         with self._unsent.held(client, size):
-            return await send_page(request, page, self.limits.send_timeout_s)
+            return await send_page(request, pieces, self.limits.send_timeout_s)
 
-    async def _records_page(self, request: web.Request) -> bytes:
-        """The page a request asks for, its body built whole (its bytes not yet charged)."""
+    async def _records_page(self, request: web.Request) -> list[bytes]:
+        """The page a request asks for, its body in pieces (`page_pieces`; its bytes not yet
+        charged)."""
         ns, stream = request.match_info["ns"], request.match_info["stream"]
         limits = self.limits
         max_records = _bounded(request, "max", 1000, 1, limits.page_records_max)
         wait_s = _bounded(request, "wait_ms", 1000, 0, limits.wait_ms_max) / 1000
         seq = await self._start_seq(request, ns, stream, wait_s)
         if seq is None:
-            return page_json([], None)
+            return page_pieces([], None)
         records = await self._page(ns, stream, seq, max_records, wait_s, client_of(request))
         next_seq = records[-1].seq + 1 if records else seq
         encodings: list[bytes] = []
@@ -257,7 +257,7 @@ class ReadProxy:
             if encodings:
                 await asyncio.sleep(0)  # the other clients' turn between slices
             encodings += self._encodings(ns, stream, batch)
-        return page_json(encodings, next_seq)
+        return page_pieces(encodings, next_seq)
 
     async def _tail(self, request: web.Request) -> web.StreamResponse:
         async with self._tails.slot(client_of(request)):

@@ -24,7 +24,7 @@ import random
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import cast
 
 from aiohttp import web
@@ -54,6 +54,7 @@ STOP_GRACE_S = 5.0  # at a stop, how long requests being handled get to finish
 # too: 60-100 ms in which the loop ran nothing else (a read proxy under pages of 4 MiB,
 # py-spy). Past SEND_SLICE_BYTES an answer is written a slice per turn of the loop.
 SEND_SLICE_BYTES = 256 * 1024
+JSON = "application/json"
 
 
 class _Refused(asyncio.Protocol):
@@ -431,32 +432,48 @@ async def bounded_body(
 
 
 async def send_page(
-    request: web.Request, page: web.Response, send_timeout_s: float
+    request: web.Request, pieces: list[bytes], send_timeout_s: float
 ) -> web.StreamResponse:
-    """`page` (an answer with its body) sent before this returns, taken by the client within
-    `send_timeout_s` (`sent_within`): in one write when small, else SEND_SLICE_BYTES a turn of
-    the loop (the other requests served between), each slice within the deadline. Left to
-    aiohttp after the handler, a small page to a client that reads nothing would wait in
-    its drain for ever."""
-    body = page.body
-    if request.method == "HEAD":
-        return page  # aiohttp sends its headers alone
-    if not isinstance(body, bytes) or len(body) <= SEND_SLICE_BYTES:
+    """A JSON answer whose body is `pieces` joined, sent before this returns, taken by the
+    client within `send_timeout_s` (`sent_within`): in one write when small, else
+    SEND_SLICE_BYTES a turn of the loop (the other requests served between), each slice
+    within the deadline. Left to aiohttp after the handler, a small page to a client that
+    reads nothing would wait in its drain for ever."""
+    size = sum(map(len, pieces))
+    if request.method == "HEAD":  # its headers alone
+        return web.Response(headers={"Content-Length": str(size), "Content-Type": JSON})
+    if size <= SEND_SLICE_BYTES:
+        page = web.Response(body=b"".join(pieces), content_type=JSON)
         await sent_within(request, _send_whole(request, page), send_timeout_s)
         return page
-    response = web.StreamResponse(status=page.status, headers={"Content-Type": page.content_type})
-    response.content_length = len(body)
+    response = web.StreamResponse(headers={"Content-Type": JSON})
+    response.content_length = size
     await response.prepare(request)
-    view = memoryview(body)
-    for start in range(0, len(body), SEND_SLICE_BYTES):
-        if start:
+    for index, piece in enumerate(_slices(pieces, SEND_SLICE_BYTES)):
+        if index:
             await asyncio.sleep(0)  # the other clients' turn between slices
-        if not await sent_within(
-            request, response.write(view[start : start + SEND_SLICE_BYTES]), send_timeout_s
-        ):
+        if not await sent_within(request, response.write(piece), send_timeout_s):
             return response  # its connection is closed: nothing more is written
     await sent_within(request, response.write_eof(), send_timeout_s)
     return response
+
+
+def _slices(pieces: list[bytes], most: int) -> Iterator[bytes]:
+    """`pieces`, joined, in slices of `most` bytes (the last one shorter)."""
+    group: list[memoryview] = []
+    size = 0
+    for piece in pieces:
+        view = memoryview(piece)
+        while view:
+            taken = view[: most - size]
+            group.append(taken)
+            size += len(taken)
+            view = view[len(taken) :]
+            if size == most:
+                yield b"".join(group)
+                group, size = [], 0
+    if group:
+        yield b"".join(group)
 
 
 async def _send_whole(request: web.Request, page: web.Response) -> None:

@@ -29,15 +29,20 @@ def app_serving(
             sock = request.transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         try:
-            return await send_page(
-                request, web.Response(body=body, content_type="application/json"), send_timeout_s
-            )
+            return await send_page(request, pieces_of(body), send_timeout_s)
         finally:
             ended.set()
 
     app = web.Application()
     app.router.add_get("/page", page)  # HEAD too
     return app
+
+
+def pieces_of(body: bytes) -> list[bytes]:
+    """`body` in pieces of uneven sizes, some past a slice, some within one (a page's records)."""
+    cuts = [0, 1, 1000, 1000 + 3 * SEND_SLICE_BYTES // 2]
+    cuts += range(cuts[-1] + 77 * 1024, len(body), 77 * 1024)
+    return [body[a:b] for a, b in zip(cuts, [*cuts[1:], len(body)], strict=True) if b > a]
 
 
 async def test_a_large_page_arrives_whole_with_its_length_while_other_work_runs() -> None:

@@ -24,6 +24,7 @@ from region.bodies.pages import (
     ENCODE_SLICE_RECORDS,
     encode_slices,
     encoded_page,
+    page_pieces,
     record_body,
     within_page_bytes,
 )
@@ -136,6 +137,8 @@ def test_a_page_joined_from_its_records_encodings_is_what_json_makes_of_the_page
     for page in (records, records[:1], []):
         whole = {"records": [record_body(r) for r in page], "next_seq": 3}
         assert encoded_page(page, 3) == json.dumps(whole).encode()
+    nothing = {"records": [], "next_seq": None}  # no record from the position asked
+    assert b"".join(page_pieces([], None)) == json.dumps(nothing).encode()
 
 
 @pytest.mark.parametrize(
