@@ -9,7 +9,8 @@ attack's answers by status and code. Goals (docs/benchmarks.md): each proxy's RS
 RSS_CEILING_MIB, and the canary's p99 stays within 2x its baseline under every attack.
 
 Attacks: slow connections (headers never finished), a flood of single writes, oversized
-bodies, wide pages of large records, reads of many streams and of names that do not exist,
+bodies, wide pages of large records, wide pages asked for on connections that then read
+none of them (slow readers), reads of many streams and of names that do not exist,
 tails past the cap, long polls, idempotent writes each under a new producer, and many streams
 owned at once.
 """
