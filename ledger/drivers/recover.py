@@ -162,7 +162,13 @@ class _Recovery:
         self._requests = LedgerRequests(context.bookies, self.ledger_id, codec, key)
         self._ensemble = metadata.current_ensemble
         config = RecoveryConfig(read_timeout_s=context.config.read_timeout_s)
-        self._state = RecoveryState(metadata, now_s=context.clock(), config=config)
+        now_s = context.clock()
+        failed_since = {
+            bookie: failed_s
+            for bookie in set(self._ensemble)
+            if (failed_s := context.placement.silent_since_failure_s(bookie, now_s)) is not None
+        }
+        self._state = RecoveryState(metadata, now_s=now_s, config=config, failed_since=failed_since)
         self._runner: MachineRunner[RecoveryAction] = MachineRunner(
             self._state, self._execute, lambda err: self._fail(f"a recovery task crashed: {err!r}")
         )

@@ -27,6 +27,7 @@ bookie's answer; the ledger stays IN_RECOVERY and recovery can be retried.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState, write_set_indices
@@ -92,8 +93,15 @@ class RecoveryState:
     """One recovery of one ledger. Feed `handle`; drain `take_actions()` after each call."""
 
     def __init__(
-        self, metadata: LedgerMetadata, *, now_s: float = 0.0, config: RecoveryConfig | None = None
+        self,
+        metadata: LedgerMetadata,
+        *,
+        now_s: float = 0.0,
+        config: RecoveryConfig | None = None,
+        failed_since: Mapping[str, float] | None = None,
     ) -> None:
+        """`failed_since`: bookies this client saw fail before the recovery (another handle's
+        ensemble change, a read), each with when, and answering nothing since."""
         assert metadata.state is not LedgerState.CLOSED, "a closed ledger needs no recovery"
         self.config = config if config is not None else RecoveryConfig()
         self._metadata = metadata
@@ -103,6 +111,7 @@ class RecoveryState:
         self._now_s = now_s
         self._phase = _Phase.FENCING
         self._fenced_s = now_s  # when the fences were asked
+        self._failed_since = dict(failed_since or {})
         self._heard: set[str] = set()  # bookies that answered anything of this recovery
         self._lac_read = ReadLacState(
             last.bookies,
@@ -277,7 +286,9 @@ class RecoveryState:
     def _re_add(self, entry_id: int, found: _Found) -> None:
         if self._adds is None:
             # A bookie that has answered nothing, not even its fence, is silent since it was
-            # asked: its quorum lag counts from then, not from the first re-add's first ack.
+            # asked, or since this client saw it fail before (a region cut off for seconds
+            # before its stream's recovery): its quorum lag counts from then, not from the
+            # first re-add's first ack.
             self._adds = AddState(
                 self._ensemble,
                 self._metadata.write_quorum,
@@ -288,7 +299,7 @@ class RecoveryState:
                 now_s=self._now_s,
                 config=self.config.add,
                 silent_since={
-                    i: self._fenced_s
+                    i: min(self._fenced_s, self._failed_since.get(bookie, self._fenced_s))
                     for i, bookie in enumerate(self._ensemble)
                     if bookie not in self._heard
                 },

@@ -1,6 +1,7 @@
 """A recovery's re-adds against a bookie behind a cut: it is replaced once silent for the
-quorum lag, counted from when its fence was asked (it answered nothing since), not from the
-re-add's first acknowledgement, and not after the 5 s add timeout."""
+quorum lag, counted from when its fence was asked (it answered nothing since), or from when
+this client saw it fail before the recovery, not from the re-add's first acknowledgement, and
+not after the 5 s add timeout."""
 
 from __future__ import annotations
 
@@ -106,3 +107,19 @@ def test_a_fence_that_failed_on_our_side_is_no_answer_from_the_bookie() -> None:
     for bookie in ("b0", "b1", "b2"):
         state.handle(AddAcked(5, bookie))
     assert state.next_wakeup_s() == pytest.approx(10.0 + LAG_S)
+
+
+def test_a_bookie_this_client_saw_fail_before_the_recovery_is_replaced_at_once() -> None:
+    """Seen failing 2 s before the fence (a region cut off before its stream's recovery) and
+    silent since: its lag has run out when the re-add is first acknowledged. One that saw a
+    failure but answered its fence is not silent."""
+    state = RecoveryState(open_ledger(), now_s=10.0, failed_since={"b3": 8.0, "b2": 8.0})
+    state.take_actions()
+    fenced_and_read(state, ("b0", "b1", "b2"), at_s=10.1)
+    state.handle(Ticked(10.2))
+    for bookie in ("b0", "b1", "b2"):
+        state.handle(AddAcked(5, bookie))
+    assert state.next_wakeup_s() == pytest.approx(8.0 + LAG_S)  # past: the next tick
+    state.handle(Ticked(10.2))
+    changes = [a for a in state.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [(c.bookies, c.silent) for c in changes] == [(("b3",), ("b3",))]
