@@ -100,6 +100,9 @@ class BookieClient:
         self._observe = observe
         self._clock = clock if clock is not None else runtime.clock()
         self._pending: dict[str, int] = {}  # bookie id -> requests not yet finished
+        # bookie id -> when the first request sent since its last answer was sent (long polls,
+        # which wait at the bookie by design, aside), while requests are pending
+        self._waiting_since: dict[str, float] = {}
 
     @classmethod
     def for_region(
@@ -131,6 +134,14 @@ class BookieClient:
     def pending_requests(self, bookie_id: str) -> int:
         """Requests to the bookie not yet answered: dialling, waiting for a slot, or in flight."""
         return self._pending.get(bookie_id, 0)
+
+    def silent_since_s(self, bookie_id: str) -> float | None:
+        """When this client sent the bookie the first request it has not answered anything
+        since (long polls aside), while requests to it are pending; None if it answered since
+        its last request was sent, or none is pending. Evidence of a bookie behind a cut from
+        every handle of this client: a new ledger's first adds or a recovery count its
+        silence from then, not from their own first request."""
+        return self._waiting_since.get(bookie_id)
 
     def is_available(self, bookie_id: str) -> bool:
         """False while the bookie backs off after failures (its requests fail at once)."""
@@ -184,7 +195,7 @@ class BookieClient:
 
         def finished(response: WireResponse | None, error: GlobelogError | None) -> None:
             if response is not None:
-                self._pool.answered(bookie_id)
+                self._answered(self._pool, bookie_id)
                 if not isinstance(response, AddResponse) or response.status is not StatusCode.EOK:
                     what = f"{connection.name}: add ledger {ledger_id} entry {entry_id}"
                     error = _verdict(response, what)
@@ -197,7 +208,7 @@ class BookieClient:
 
         if not connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, finished):
             return False
-        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
+        self._started(bookie_id, operation, started_s)
         return True
 
     async def read_entry(
@@ -385,13 +396,13 @@ class BookieClient:
     ) -> R:
         """Sends one request; returns its response if its status is in `accept`, else raises."""
         pool = self._pool if pool is None else pool
-        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
         started_s = self._clock()
+        self._started(bookie_id, operation, started_s)
         healthy: bool | None = False  # None: the caller gave up, nothing learnt of the bookie
         try:
             connection = await pool.connection(bookie_id)
             response = await connection.call(make, timeout_s)
-            pool.answered(bookie_id)
+            self._answered(pool, bookie_id)
             if isinstance(response, expected) and response.status in accept:
                 healthy = True
                 return response
@@ -404,6 +415,15 @@ class BookieClient:
         finally:
             self._finish(bookie_id, operation, self._clock() - started_s, healthy)
 
+    def _started(self, bookie_id: str, operation: ClientOperation, now_s: float) -> None:
+        self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
+        if operation is not ClientOperation.LONG_POLL:
+            self._waiting_since.setdefault(bookie_id, now_s)
+
+    def _answered(self, pool: BookiePool, bookie_id: str) -> None:
+        pool.answered(bookie_id)
+        self._waiting_since.pop(bookie_id, None)
+
     def _finish(
         self, bookie_id: str, operation: ClientOperation, seconds: float, healthy: bool | None
     ) -> None:
@@ -412,6 +432,7 @@ class BookieClient:
             self._pending[bookie_id] = count
         else:
             del self._pending[bookie_id]
+            self._waiting_since.pop(bookie_id, None)
         if self._observe is not None and healthy is not None:
             self._observe(bookie_id, operation, seconds, healthy)
 

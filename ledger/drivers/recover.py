@@ -163,11 +163,14 @@ class _Recovery:
         self._ensemble = metadata.current_ensemble
         config = RecoveryConfig(read_timeout_s=context.config.read_timeout_s)
         now_s = context.clock()
-        failed_since = {
-            bookie: failed_s
-            for bookie in set(self._ensemble)
-            if (failed_s := context.placement.silent_since_failure_s(bookie, now_s)) is not None
-        }
+        failed_since = {}  # seen failing, or sent requests it has not answered, and silent since
+        for bookie in set(self._ensemble):
+            known = (
+                context.placement.silent_since_failure_s(bookie, now_s),
+                context.bookies.silent_since_s(bookie),
+            )
+            if any(t is not None for t in known):
+                failed_since[bookie] = min(t for t in known if t is not None)
         self._state = RecoveryState(metadata, now_s=now_s, config=config, failed_since=failed_since)
         self._runner: MachineRunner[RecoveryAction] = MachineRunner(
             self._state, self._execute, lambda err: self._fail(f"a recovery task crashed: {err!r}")

@@ -158,6 +158,9 @@ class LedgerWriter:
             failed_s = self._context.placement.silent_since_failure_s(bookie, now_s)
             if failed_s is not None and failed_s >= placed_s:
                 self._state.failed_since(bookie, failed_s)
+            # requests of other handles (a recovery's fences) it has not answered, now
+            if (silent_s := self._context.bookies.silent_since_s(bookie)) is not None:
+                self._state.failed_since(bookie, silent_s)
 
     def has_room(self) -> bool:
         return self._state.room > 0 or self._state.error is not None
