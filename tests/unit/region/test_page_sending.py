@@ -45,6 +45,18 @@ def pieces_of(body: bytes) -> list[bytes]:
     return [body[a:b] for a, b in zip(cuts, [*cuts[1:], len(body)], strict=True) if b > a]
 
 
+async def reading_nothing(address: tuple[str, int]) -> socket.socket:
+    """A client that asks `address` for the page and will read little of it (its receive
+    buffer a few KiB) unless the test reads its socket."""
+    loop = asyncio.get_running_loop()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.setblocking(False)
+    await loop.sock_connect(client, address)
+    await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+    return client
+
+
 async def test_a_large_page_arrives_whole_with_its_length_while_other_work_runs() -> None:
     body = bytes(range(256)) * (12 * MIB // 256) + b"end"
     ended = asyncio.Event()
@@ -86,11 +98,7 @@ async def test_a_client_that_reads_nothing_is_closed_within_the_send_timeout() -
     ended = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with TestServer(app_serving(body, 0.5, ended)) as server:
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.setblocking(False)
-        await loop.sock_connect(client, (server.host, server.port))
-        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        client = await reading_nothing((server.host, server.port))
         began = loop.time()
         await asyncio.wait_for(ended.wait(), 10)  # once the deadline closed the connection
         assert loop.time() - began >= 0.5
@@ -112,11 +120,7 @@ async def test_a_small_page_is_sent_before_the_handler_ends_and_within_the_deadl
     ended = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with TestServer(app_serving(body, 0.5, ended, send_buffer=4096)) as server:
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.setblocking(False)
-        await loop.sock_connect(client, (server.host, server.port))
-        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        client = await reading_nothing((server.host, server.port))
         began = loop.time()
         await asyncio.wait_for(ended.wait(), 10)
         assert loop.time() - began >= 0.5 - 0.05
@@ -131,7 +135,6 @@ async def test_a_client_that_goes_away_mid_page_ends_the_send_without_an_error(
     (which the proxies' error middleware would log and count as a bug of theirs)."""
     ended = asyncio.Event()
     errors: list[BaseException] = []
-    loop = asyncio.get_running_loop()
 
     def app() -> web.Application:
         inner = app_serving(b"z" * size, 30, ended, send_buffer=4096)
@@ -148,11 +151,7 @@ async def test_a_client_that_goes_away_mid_page_ends_the_send_without_an_error(
         return inner
 
     async with served_as_deployed(app()) as address:
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.setblocking(False)
-        await loop.sock_connect(client, address)
-        await loop.sock_sendall(client, b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        client = await reading_nothing(address)
         await asyncio.sleep(0.3)  # the send waits on the full buffers
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset
