@@ -100,9 +100,11 @@ class BookieClient:
         self._observe = observe
         self._clock = clock if clock is not None else runtime.clock()
         self._pending: dict[str, int] = {}  # bookie id -> requests not yet finished
-        # bookie id -> when the first request sent since its last answer was sent (long polls,
-        # which wait at the bookie by design, aside), while requests are pending
+        # bookie id -> when the first request sent since its last answer went out (long polls,
+        # which wait at the bookie by design, aside), while such requests are pending; and
+        # how many of those are pending
         self._waiting_since: dict[str, float] = {}
+        self._prompt_pending: dict[str, int] = {}
 
     @classmethod
     def for_region(
@@ -137,8 +139,8 @@ class BookieClient:
 
     def silent_since_s(self, bookie_id: str) -> float | None:
         """When this client sent the bookie the first request it has not answered anything
-        since (long polls aside), while requests to it are pending; None if it answered since
-        its last request was sent, or none is pending. Evidence of a bookie behind a cut from
+        since (once dialled; long polls aside), while such requests are pending; None if it
+        answered since, or none is pending. Evidence of a bookie behind a cut from
         every handle of this client: a new ledger's first adds or a recovery count its
         silence from then, not from their own first request."""
         return self._waiting_since.get(bookie_id)
@@ -208,7 +210,8 @@ class BookieClient:
 
         if not connection.try_send_frame(OperationType.ADD_ENTRY, frames.pieces, finished):
             return False
-        self._started(bookie_id, operation, started_s)
+        self._started(bookie_id)
+        self._sent(bookie_id, operation, started_s)
         return True
 
     async def read_entry(
@@ -397,10 +400,15 @@ class BookieClient:
         """Sends one request; returns its response if its status is in `accept`, else raises."""
         pool = self._pool if pool is None else pool
         started_s = self._clock()
-        self._started(bookie_id, operation, started_s)
+        self._started(bookie_id)
+        sent = False
         healthy: bool | None = False  # None: the caller gave up, nothing learnt of the bookie
         try:
             connection = await pool.connection(bookie_id)
+            # dialled (a far bookie's connect and handshake are no silence of its own): its
+            # silence counts from here
+            self._sent(bookie_id, operation, self._clock())
+            sent = True
             response = await connection.call(make, timeout_s)
             self._answered(pool, bookie_id)
             if isinstance(response, expected) and response.status in accept:
@@ -413,11 +421,14 @@ class BookieClient:
             healthy = None
             raise
         finally:
-            self._finish(bookie_id, operation, self._clock() - started_s, healthy)
+            self._finish(bookie_id, operation, self._clock() - started_s, healthy, sent)
 
-    def _started(self, bookie_id: str, operation: ClientOperation, now_s: float) -> None:
+    def _started(self, bookie_id: str) -> None:
         self._pending[bookie_id] = self._pending.get(bookie_id, 0) + 1
+
+    def _sent(self, bookie_id: str, operation: ClientOperation, now_s: float) -> None:
         if operation is not ClientOperation.LONG_POLL:
+            self._prompt_pending[bookie_id] = self._prompt_pending.get(bookie_id, 0) + 1
             self._waiting_since.setdefault(bookie_id, now_s)
 
     def _answered(self, pool: BookiePool, bookie_id: str) -> None:
@@ -425,14 +436,25 @@ class BookieClient:
         self._waiting_since.pop(bookie_id, None)
 
     def _finish(
-        self, bookie_id: str, operation: ClientOperation, seconds: float, healthy: bool | None
+        self,
+        bookie_id: str,
+        operation: ClientOperation,
+        seconds: float,
+        healthy: bool | None,
+        sent: bool = True,
     ) -> None:
         count = self._pending[bookie_id] - 1
         if count:
             self._pending[bookie_id] = count
         else:
             del self._pending[bookie_id]
-            self._waiting_since.pop(bookie_id, None)
+        if sent and operation is not ClientOperation.LONG_POLL:
+            prompt = self._prompt_pending[bookie_id] - 1
+            if prompt:
+                self._prompt_pending[bookie_id] = prompt
+            else:  # nothing pending it could have answered: nothing known
+                del self._prompt_pending[bookie_id]
+                self._waiting_since.pop(bookie_id, None)
         if self._observe is not None and healthy is not None:
             self._observe(bookie_id, operation, seconds, healthy)
 
