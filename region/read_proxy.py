@@ -130,6 +130,9 @@ class ReadProxy:
             "streamed tails open", limits.tails_max, limits.tails_per_client_max, holds
         )
         self._unsent = UnsentBytes(limits.send_bytes_max, limits.client_send_bytes_max, holds)
+        held = PROXY_METRICS.held_bytes
+        held.follow(self, lambda proxy: proxy._budget.used, {"what": "cache"})
+        held.follow(self, lambda proxy: proxy._unsent.used, {"what": "unsent"})
         self._listener: Listener | None = None
         self._stopping = False  # streamed tails end within TAIL_POLL_S once set
         self._membership: registry.Membership | None = None

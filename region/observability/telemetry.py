@@ -26,6 +26,8 @@ Names (Prometheus form, docs/operations.md):
                                                                    garbage collection
     globelog_proxy_loop_lag_seconds                                how late a timer of the loop
                                                                    ran (every 50 ms)
+    globelog_proxy_held_bytes{what}                                cache | unsent: what a read
+                                                                   proxy holds (a gauge)
 
 plus the ledger client's own (globelog_ledger_*).
 """
@@ -39,8 +41,10 @@ import itertools
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -65,6 +69,7 @@ DELIVERY_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.
 
 
 Attributes = Mapping[str, str | int]
+T = TypeVar("T")
 
 
 class Tally:
@@ -94,6 +99,41 @@ class Tally:
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(total, dict(key)) for key, total in list(self._totals.items())]
+
+
+class Level:
+    """A gauge read, when metrics are collected, from the objects that hold its value (a read
+    proxy's read-aheads, its answers not yet taken): each source is an owner, held weakly
+    (a proxy that is gone stops counting), a reader of its value, and attributes; the values
+    of live owners are summed per attribute set. Read on the event loop's thread, as
+    `Tally`."""
+
+    __slots__ = ("_sources",)
+
+    def __init__(self, meter: metrics.Meter, name: str, unit: str = "", description: str = ""):
+        self._sources: list[tuple[weakref.ref[Any], Callable[[Any], float], Attributes]] = []
+        meter.create_observable_gauge(
+            name, callbacks=[self._observe], unit=unit, description=description
+        )
+
+    def follow(self, owner: T, read: Callable[[T], float], attributes: Attributes) -> None:
+        self._sources.append((weakref.ref(owner), read, attributes))
+
+    def value(self, attributes: Attributes) -> float:
+        return self._summed().get(tuple(attributes.items()), 0.0)
+
+    def _summed(self) -> dict[tuple[tuple[str, str | int], ...], float]:
+        self._sources = [source for source in self._sources if source[0]() is not None]
+        totals: dict[tuple[tuple[str, str | int], ...], float] = {}
+        for owner_ref, read, attributes in self._sources:
+            owner = owner_ref()
+            if owner is not None:
+                key = tuple(attributes.items())
+                totals[key] = totals.get(key, 0.0) + read(owner)
+        return totals
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(total, dict(key)) for key, total in self._summed().items()]
 
 
 class Spread:
@@ -183,6 +223,7 @@ class ProxyMetrics:
     addresses_barred: Tally
     follower_restarts: Tally
     gc_pauses: Spread
+    held_bytes: Level
     loop_lag: Spread
 
     @classmethod
@@ -240,6 +281,13 @@ class ProxyMetrics:
                 "globelog.proxy.gc.pause",
                 "the cyclic garbage collector's collections, by generation (the loop stops)",
                 LATENCY_BUCKETS_S,
+            ),
+            held_bytes=Level(
+                m,
+                "globelog.proxy.held.bytes",
+                "By",
+                "bytes a read proxy holds: its read-aheads' records (cache), answers built and "
+                "not yet taken by their clients (unsent)",
             ),
             loop_lag=histogram(
                 "globelog.proxy.loop.lag",

@@ -173,6 +173,9 @@ async def test_the_proxies_export_their_metrics_for_prometheus(services: Cluster
     assert "globelog_ledger_adds_total" in written, "the ledger client's instruments too"
     delivered = re.search(r"globelog_proxy_delivered_records_total\{[^}]*\} (\d+)", served)
     assert delivered is not None and int(delivered.group(1)) >= 3
+    cached = re.search(r'globelog_proxy_held_bytes\{[^}]*what="cache"[^}]*\} ([0-9.e+]+)', served)
+    assert cached is not None and float(cached.group(1)) > 0, "the read-ahead holds s's records"
+    assert re.search(r'globelog_proxy_held_bytes\{[^}]*what="unsent"', served)
     assert "globelog_proxy_delivery_latency_seconds_bucket" in served
 
 

@@ -4,12 +4,14 @@ histograms (`Spread`), rendered as OpenTelemetry's own histograms are."""
 
 from __future__ import annotations
 
+import gc
+
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
+from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
 from prometheus_client import REGISTRY, generate_latest
 
-from region.observability.telemetry import Spread, Tally, _Spreads
+from region.observability.telemetry import Level, Spread, Tally, _Spreads
 
 
 def test_a_tally_is_collected_as_a_cumulative_sum_per_attribute_set() -> None:
@@ -115,3 +117,34 @@ def test_a_spread_nothing_was_recorded_in_is_not_rendered() -> None:
         REGISTRY.unregister(collector)
     assert "globelog_test_quiet" not in text
     assert "globelog_test_used_seconds_count{" in text
+
+
+def test_a_level_sums_its_live_owners_values_per_attribute_set() -> None:
+    """A gauge read from its owners when collected: summed per attribute set over the owners
+    still alive (a read proxy that is gone stops counting)."""
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    held = Level(meter, "globelog.test.held.bytes", "By")
+
+    class Owner:
+        def __init__(self, cache: int, unsent: int) -> None:
+            self.cache, self.unsent = cache, unsent
+
+    first, second = Owner(100, 7), Owner(20, 0)
+    for owner in (first, second):
+        held.follow(owner, lambda o: o.cache, {"what": "cache"})
+        held.follow(owner, lambda o: o.unsent, {"what": "unsent"})
+
+    def collected() -> dict[tuple[tuple[str, object], ...], float]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        [metric] = [m for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics]
+        assert isinstance(metric.data, Gauge)
+        return {tuple(p.attributes.items()): p.value for p in metric.data.data_points}
+
+    assert collected() == {(("what", "cache"),): 120, (("what", "unsent"),): 7}
+    first.unsent = 3
+    assert held.value({"what": "unsent"}) == 3
+    del first
+    gc.collect()
+    assert collected() == {(("what", "cache"),): 20, (("what", "unsent"),): 0}
