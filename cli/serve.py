@@ -152,6 +152,7 @@ async def serve_proxy(
     async with (
         await MetaStore.of(topology, proxy.region, session_timeout_s=session_timeout_s) as store,
         await LedgerClient.connect(store, ledger_config) as ledgers,
+        MetaStore.second_if(kind == "write", topology, proxy.region, session_timeout_s) as reads,
     ):
         # give the session up only when cut off from most regions, not during an election
         store.isolation_check = cut_off_check(lambda: ledgers.published, proxy.region)
@@ -178,6 +179,7 @@ async def serve_proxy(
                 ledgers,
                 topology.limits,
                 security,
+                reads,
             )
             if kind == "write"
             else ReadProxy(me, store, ledgers, topology.limits, security, 2 * session_timeout_s + 1)

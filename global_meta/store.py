@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import ssl
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -370,6 +371,20 @@ class MetaStore:
             ordered=ordered,
             home=0 if region is None else len(topology.zk_nodes_for(region)),
         )
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def second_if(
+        cls, wanted: bool, topology: Topology, region: str, session_timeout_s: float
+    ) -> AsyncIterator[MetaStore | None]:
+        """When `wanted`, a second session (`of`) for the block, closed after it; else None.
+        A write proxy's, which nothing writes through: a take's early read does not queue
+        behind the writes of the proxy's other takes (region/ownership.py)."""
+        if not wanted:
+            yield None
+            return
+        async with await cls.of(topology, region, session_timeout_s=session_timeout_s) as store:
+            yield store
 
     async def close(self) -> None:
         """Ends the session (its ephemeral nodes go) and releases the kazoo threads."""

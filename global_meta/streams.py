@@ -91,10 +91,20 @@ class StreamCounters:
 class StreamMetaStore:
     """One namespace's stream metadata. Every method raises core.errors classes."""
 
-    def __init__(self, store: MetaSession, namespace: str) -> None:
+    def __init__(
+        self, store: MetaSession, namespace: str, reads: MetaSession | None = None
+    ) -> None:
+        """`reads`: a session of this process's that nothing writes through, for the reads
+        that may be stale (`unordered`); None: `store`'s."""
         self.store = store
         self.namespace = check_name(namespace, "namespace")
         self.root = f"{ROOT}/{namespace}/streams"
+        # A session orders its requests: a read behind this process's writes (another take's
+        # lock and segment under way, each a round trip to ZooKeeper's leader across the WAN)
+        # waits for them. Reads that may be stale go through a session of their own.
+        self.unordered: StreamMetaStore = (
+            self if reads is None or reads is store else StreamMetaStore(reads, namespace)
+        )
 
     def path(self, stream: str) -> str:
         return f"{self.root}/{check_name(stream)}"

@@ -98,8 +98,12 @@ class Ownership:
         ledgers: LedgerClient,
         ring: Ring,
         limits: ProxyLimits | None = None,
+        reads: MetaSession | None = None,
     ) -> None:
+        """`reads`: a second ZooKeeper session for reads that may be stale (a take's early
+        read: global_meta.streams.StreamMetaStore.unordered); None: `store`."""
         self.config = config
+        self._reads = reads
         self.limits = limits or ProxyLimits()
         self.producer_budget = ProducerBudget(self.limits.producer_acks_max)
         self._store = store
@@ -114,7 +118,8 @@ class Ownership:
     def streams(self, namespace: str) -> StreamMetaStore:
         streams = self._namespaces.get(namespace)
         if streams is None:
-            streams = self._namespaces[namespace] = StreamMetaStore(self._store, namespace)
+            streams = StreamMetaStore(self._store, namespace, self._reads)
+            self._namespaces[namespace] = streams
         return streams
 
     @property

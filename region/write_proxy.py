@@ -106,7 +106,9 @@ class WriteProxy:
         ledgers: LedgerClient,
         limits: ProxyLimits | None = None,
         security: ProxySecurity | None = None,
+        reads: Any = None,
     ) -> None:
+        """`reads`: a second ZooKeeper session, for reads that may be stale (Ownership's)."""
         self.config = config
         self.limits = limits or ProxyLimits()
         self.security = security
@@ -116,7 +118,7 @@ class WriteProxy:
         self._ring = registry.Ring(
             store, KIND, config.me.region, on_failed=follower_restarts(KIND, "ring")
         )
-        self.ownership = Ownership(config, store, ledgers, self._ring, self.limits)
+        self.ownership = Ownership(config, store, ledgers, self._ring, self.limits, reads)
         self._drain = DrainWatch(
             store, config.me.region, on_failed=follower_restarts(KIND, "drain watch")
         )

@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 60.0  # ownership, recovery of the last segment and a new segment
 ROLL_TIMEOUT_S = 30.0  # closing a segment and starting the next
 CLOSE_TIMEOUT_S = 30.0  # flushing, waiting for acks and completing the segment
+# a take's early read through the reads session, once the lock is won: past it, the stream is
+# read again through the main session
+EARLY_READ_WAIT_S = 1.0
 CLOCK_STEP_S = 0.001  # a write or an ack tells the machine the time when it moved this much
 
 
@@ -171,7 +174,7 @@ class LogWriter:
             # last owner changed afterwards fails a compare-and-set, and the take reads again.
             early = None
             if config.lock_waits_for is not None:
-                early = asyncio.ensure_future(_segments_and_counters(streams, stream))
+                early = asyncio.ensure_future(_segments_and_counters(streams.unordered, stream))
             try:
                 lock = await streams.acquire(
                     stream,
@@ -219,8 +222,12 @@ class LogWriter:
         began = clock()
         read: tuple[list[VersionedSegment], StreamCounters] | None = None
         if early is not None:
-            with contextlib.suppress(GlobelogError):  # read again, below
-                read = await early
+            # read again, below, if it failed; through a session of its own (which may be
+            # away or slow while this process's main one serves), waited for a while only
+            bound_s = None if streams.unordered is streams else EARLY_READ_WAIT_S
+            with contextlib.suppress(GlobelogError, TimeoutError):
+                async with asyncio.timeout(bound_s):
+                    read = await early
         segments, counters_read = read or await _segments_and_counters(streams, stream)
         counters: StreamCounters | None = counters_read
         steps["segments"] = clock() - began

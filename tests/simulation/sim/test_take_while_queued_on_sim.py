@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
+
 from core.streams import StreamSettings
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient, LedgerConfig
@@ -16,24 +18,33 @@ from reader.log_reader import LogReader
 from verify.sim.io.cluster import PASSWORD, SimCluster
 from verify.sim.io.loop import Host, run
 from verify.sim.io.zookeeper import SimMetaStore
-from writer.log_writer import LogWriter, WriterConfig
+from writer.log_writer import EARLY_READ_WAIT_S, LogWriter, WriterConfig
 
 STREAM = "s"
 
 
-def test_a_take_whose_early_read_went_stale_reads_again() -> None:
+async def connect(
+    cluster: SimCluster, host: Host, reads: bool = False
+) -> tuple[StreamMetaStore, LedgerClient]:
+    """A host's stream store and ledger client; `reads`: the store reads that may be stale
+    through a second session."""
+    store = await SimMetaStore.connect(cluster.ensemble)
+    second = await SimMetaStore.connect(cluster.ensemble) if reads else None
+    config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
+    return StreamMetaStore(store, "ns", second), await LedgerClient.connect(store, config)
+
+
+@pytest.mark.parametrize("reads_session", [False, True], ids=["one session", "reads session"])
+def test_a_take_whose_early_read_went_stale_reads_again(reads_session: bool) -> None:
+    """With `reads_session`, the taker reads early through a second session of its own (as a
+    write proxy does), which sees the owner's later roll no sooner."""
     cluster = SimCluster(5)
     replication = cluster.topology.replication
     seen: dict[str, object] = {}
     queued, owner_open = asyncio.Event(), asyncio.Event()
 
-    async def connect(host: Host) -> tuple[StreamMetaStore, LedgerClient]:
-        store = await SimMetaStore.connect(cluster.ensemble)
-        config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
-        return StreamMetaStore(store, "ns"), await LedgerClient.connect(store, config)
-
     async def owner(host: Host) -> None:
-        streams, ledgers = await connect(host)
+        streams, ledgers = await connect(cluster, host)
         await streams.create_stream(STREAM)
         config = WriterConfig(region=host.region, replication=replication, owner=host.name)
         writer = await LogWriter.open(streams, ledgers, STREAM, config)
@@ -48,7 +59,8 @@ def test_a_take_whose_early_read_went_stale_reads_again() -> None:
         await writer.close()  # completes its segment, lets the lock go
 
     async def taker(host: Host) -> None:
-        streams, ledgers = await connect(host)
+        streams, ledgers = await connect(cluster, host, reads_session)
+        seen["unordered_apart"] = streams.unordered is not streams
         await owner_open.wait()
         settings = dataclasses.replace(StreamSettings(), lock_timeout_s=20.0)
         config = WriterConfig(
@@ -88,4 +100,50 @@ def test_a_take_whose_early_read_went_stale_reads_again() -> None:
     assert isinstance(steps, dict) and "stale" in steps, f"read again: {steps}"
     assert all(seconds >= 0 for seconds in steps.values()), steps  # each step's own time
     assert seen["taker_segment"] == 3
+    assert seen["unordered_apart"] is reads_session
     assert seen["read"] == [f"a{i}" for i in range(10)] + ["b0"]
+
+
+class SilentSession:
+    """A reads session that never answers (its node away, its connection hung)."""
+
+    async def _never(self, *args: object, **kwargs: object) -> object:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    children = get = get_many = exists = _never
+
+
+def test_a_take_whose_reads_session_never_answers_reads_through_its_own_session() -> None:
+    """The early read through the reads session is waited for EARLY_READ_WAIT_S at most once
+    the lock is won; then the stream is read through the main session, and the take ends."""
+    cluster = SimCluster(5)
+    seen: dict[str, object] = {}
+
+    async def taker(host: Host) -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
+        streams = StreamMetaStore(store, "ns", SilentSession())  # type: ignore[arg-type]
+        ledgers = await LedgerClient.connect(store, config)
+        await streams.create_stream(STREAM)
+        writer_config = WriterConfig(
+            region=host.region,
+            replication=cluster.topology.replication,
+            owner=host.name,
+            lock_waits_for="wp-gone@us-east",
+        )
+        writer = await LogWriter.open(streams, ledgers, STREAM, writer_config)
+        seen["steps"] = dict(writer.open_steps)
+        await writer.write(b"after")
+        await writer.close()
+
+    async def main() -> None:
+        await cluster.start()
+        host = cluster.add_host("wp-b", "eu-west")
+        async with asyncio.timeout(60):
+            await cluster.loop.spawn(host, taker(host))
+
+    run(cluster.loop, main())
+    steps = seen["steps"]
+    assert isinstance(steps, dict)
+    assert EARLY_READ_WAIT_S <= steps["segments"] < EARLY_READ_WAIT_S + 1.0, steps
