@@ -172,8 +172,11 @@ class LogWriter:
             # the lock is won, those reads would wait in this process's one ZooKeeper session
             # behind the writes of any other take under way (0.3-0.5 s on a WAN). A view the
             # last owner changed afterwards fails a compare-and-set, and the take reads again.
+            # With a session for reads (a write proxy's), every take reads so, beside its
+            # lock: a lock found free (its owner's session just ended) is no wait to read in,
+            # but the reads after it would queue all the same.
             early = None
-            if config.lock_waits_for is not None:
+            if config.lock_waits_for is not None or streams.unordered is not streams:
                 early = asyncio.ensure_future(_segments_and_counters(streams.unordered, stream))
             try:
                 lock = await streams.acquire(

@@ -114,9 +114,13 @@ class SilentSession:
     children = get = get_many = exists = _never
 
 
-def test_a_take_whose_reads_session_never_answers_reads_through_its_own_session() -> None:
-    """The early read through the reads session is waited for EARLY_READ_WAIT_S at most once
-    the lock is won; then the stream is read through the main session, and the take ends."""
+@pytest.mark.parametrize("waits_for", ["wp-gone@us-east", None], ids=["queued", "lock free"])
+def test_a_take_whose_reads_session_never_answers_reads_through_its_own_session(
+    waits_for: str | None,
+) -> None:
+    """With a reads session every take reads early through it, queued behind a gone owner or
+    not; that read is waited for EARLY_READ_WAIT_S at most once the lock is won, then the
+    stream is read through the main session, and the take ends."""
     cluster = SimCluster(5)
     seen: dict[str, object] = {}
 
@@ -130,7 +134,7 @@ def test_a_take_whose_reads_session_never_answers_reads_through_its_own_session(
             region=host.region,
             replication=cluster.topology.replication,
             owner=host.name,
-            lock_waits_for="wp-gone@us-east",
+            lock_waits_for=waits_for,
         )
         writer = await LogWriter.open(streams, ledgers, STREAM, writer_config)
         seen["steps"] = dict(writer.open_steps)
