@@ -261,6 +261,11 @@ class StreamMetaStore:
         ops = [Op("check", lock.path, version=0), *also]
         if completing is not None:
             ops += self._completion(stream, *completing, counters)
+        else:
+            # The new segment's first sequence id and txid come from `counters`: they must be
+            # the stream's current ones. A view read in pieces (the counters before the last
+            # owner completed its segment, the segment after) would hand ids out twice.
+            ops.append(Op("check", f"{path}/counters", version=counters.counters_version))
         ops += [
             Op("set", f"{path}/segments", str(segment.sequence).encode(),
                version=counters.sequence_version),

@@ -151,3 +151,74 @@ def test_a_take_whose_reads_session_never_answers_reads_through_its_own_session(
     steps = seen["steps"]
     assert isinstance(steps, dict)
     assert EARLY_READ_WAIT_S <= steps["segments"] < EARLY_READ_WAIT_S + 1.0, steps
+
+
+class TornReads:
+    """A reads session whose answers for a segment's znode come only once `later` is set,
+    while everything else is answered at once: a take's early view whose counters were
+    read before the owner completed its segment and whose segment was read after."""
+
+    def __init__(self, inner: SimMetaStore, later: asyncio.Event) -> None:
+        self.inner, self.later = inner, later
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def get(self, path: str) -> object:
+        if "/segments/" in path:
+            await self.later.wait()
+        return await self.inner.get(path)
+
+
+def test_a_torn_early_view_fails_the_segment_start_and_the_take_reads_again() -> None:
+    """The owner completes its segment between the early view's counters and its segment:
+    the view shows the segment completed and the counters from before it. The new segment
+    must not start from those counters (its sequence ids would be handed out twice): its
+    start checks the counters' version, fails, and the take reads again."""
+    cluster = SimCluster(5)
+    replication = cluster.topology.replication
+    seen: dict[str, object] = {}
+    owner_open, closed = asyncio.Event(), asyncio.Event()
+
+    async def owner(host: Host) -> None:
+        streams, ledgers = await connect(cluster, host)
+        await streams.create_stream(STREAM)
+        config = WriterConfig(region=host.region, replication=replication, owner=host.name)
+        writer = await LogWriter.open(streams, ledgers, STREAM, config)
+        for i in range(5):
+            await writer.write(f"a{i}".encode())
+        owner_open.set()
+        await asyncio.sleep(0.5)  # the taker has read the counters and waits for the lock
+        await writer.close()  # completes the segment: the counters move to next_seq 5
+        closed.set()
+
+    async def taker(host: Host) -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        torn = TornReads(await SimMetaStore.connect(cluster.ensemble), closed)
+        streams = StreamMetaStore(store, "ns", torn)  # type: ignore[arg-type]
+        config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
+        ledgers = await LedgerClient.connect(store, config)
+        await owner_open.wait()
+        settings = dataclasses.replace(StreamSettings(), lock_timeout_s=20.0)
+        writer_config = WriterConfig(
+            region=host.region, replication=replication, owner=host.name, settings=settings
+        )
+        writer = await LogWriter.open(streams, ledgers, STREAM, writer_config)
+        seen["steps"] = dict(writer.open_steps)
+        seen["first_seq"] = writer.segment.first_seq
+        await writer.write(b"b0")
+        await writer.close()
+
+    async def main() -> None:
+        await cluster.start()
+        first = cluster.add_host("wp-a", "us-east")
+        second = cluster.add_host("wp-b", "eu-west")
+        owning = cluster.loop.spawn(first, owner(first))
+        async with asyncio.timeout(120):
+            await cluster.loop.spawn(second, taker(second))
+        await owning
+
+    run(cluster.loop, main())
+    assert seen["first_seq"] == 5, seen
+    steps = seen["steps"]
+    assert isinstance(steps, dict) and "stale" in steps, steps
