@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -34,6 +35,37 @@ async def connect(
     return StreamMetaStore(store, "ns", second), await LedgerClient.connect(store, config)
 
 
+async def owner_of_five(cluster: SimCluster, host: Host) -> LogWriter:
+    """The stream made and taken by `host`, with records a0..a4 written."""
+    streams, ledgers = await connect(cluster, host)
+    await streams.create_stream(STREAM)
+    replication = cluster.topology.replication
+    config = WriterConfig(region=host.region, replication=replication, owner=host.name)
+    writer = await LogWriter.open(streams, ledgers, STREAM, config)
+    for i in range(5):
+        await writer.write(f"a{i}".encode())
+    return writer
+
+
+def run_owner_and_taker(
+    cluster: SimCluster,
+    owner: Callable[[Host], Awaitable[None]],
+    taker: Callable[[Host], Awaitable[None]],
+) -> None:
+    """`owner` on a us-east host and `taker` on an eu-west one, run to their ends."""
+
+    async def main() -> None:
+        await cluster.start()
+        first = cluster.add_host("wp-a", "us-east")
+        second = cluster.add_host("wp-b", "eu-west")
+        owning = cluster.loop.spawn(first, owner(first))
+        async with asyncio.timeout(120):
+            await cluster.loop.spawn(second, taker(second))
+        await owning
+
+    run(cluster.loop, main())
+
+
 @pytest.mark.parametrize("reads_session", [False, True], ids=["one session", "reads session"])
 def test_a_take_whose_early_read_went_stale_reads_again(reads_session: bool) -> None:
     """With `reads_session`, the taker reads early through a second session of its own (as a
@@ -44,12 +76,7 @@ def test_a_take_whose_early_read_went_stale_reads_again(reads_session: bool) -> 
     queued, owner_open = asyncio.Event(), asyncio.Event()
 
     async def owner(host: Host) -> None:
-        streams, ledgers = await connect(cluster, host)
-        await streams.create_stream(STREAM)
-        config = WriterConfig(region=host.region, replication=replication, owner=host.name)
-        writer = await LogWriter.open(streams, ledgers, STREAM, config)
-        for i in range(5):
-            await writer.write(f"a{i}".encode())
+        writer = await owner_of_five(cluster, host)
         owner_open.set()
         await queued.wait()  # the other take has read the stream and queues for the lock
         writer.roll_now()
@@ -85,16 +112,7 @@ def test_a_take_whose_early_read_went_stale_reads_again(reads_session: bool) -> 
                 for _ in range(11)
             ]
 
-    async def main() -> None:
-        await cluster.start()
-        first = cluster.add_host("wp-a", "us-east")
-        second = cluster.add_host("wp-b", "eu-west")
-        owning = cluster.loop.spawn(first, owner(first))
-        async with asyncio.timeout(120):
-            await cluster.loop.spawn(second, taker(second))
-        await owning
-
-    run(cluster.loop, main())
+    run_owner_and_taker(cluster, owner, taker)
     assert seen["owner_segment"] == 2, "the owner rolled after the taker's early read"
     steps = seen["steps"]
     assert isinstance(steps, dict) and "stale" in steps, f"read again: {steps}"
@@ -181,12 +199,7 @@ def test_a_torn_early_view_fails_the_segment_start_and_the_take_reads_again() ->
     owner_open, closed = asyncio.Event(), asyncio.Event()
 
     async def owner(host: Host) -> None:
-        streams, ledgers = await connect(cluster, host)
-        await streams.create_stream(STREAM)
-        config = WriterConfig(region=host.region, replication=replication, owner=host.name)
-        writer = await LogWriter.open(streams, ledgers, STREAM, config)
-        for i in range(5):
-            await writer.write(f"a{i}".encode())
+        writer = await owner_of_five(cluster, host)
         owner_open.set()
         await asyncio.sleep(0.5)  # the taker has read the counters and waits for the lock
         await writer.close()  # completes the segment: the counters move to next_seq 5
@@ -209,16 +222,7 @@ def test_a_torn_early_view_fails_the_segment_start_and_the_take_reads_again() ->
         await writer.write(b"b0")
         await writer.close()
 
-    async def main() -> None:
-        await cluster.start()
-        first = cluster.add_host("wp-a", "us-east")
-        second = cluster.add_host("wp-b", "eu-west")
-        owning = cluster.loop.spawn(first, owner(first))
-        async with asyncio.timeout(120):
-            await cluster.loop.spawn(second, taker(second))
-        await owning
-
-    run(cluster.loop, main())
+    run_owner_and_taker(cluster, owner, taker)
     assert seen["first_seq"] == 5, seen
     steps = seen["steps"]
     assert isinstance(steps, dict) and "stale" in steps, steps
