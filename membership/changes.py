@@ -63,8 +63,12 @@ REMOVE_STEPS = (
 PROGRESS_EVERY_S = 5.0
 POLL_S = 1.0
 SCAN_EVERY_S = 5.0  # a scan of every ledger's metadata: not every second
-ELECTION_ATTEMPTS = 5  # tries of a step through ZooKeeper elections, ELECTION_PAUSE_S apart
-ELECTION_PAUSE_S = 3.0
+# How long a step is tried again through ZooKeeper being away, ELECTION_PAUSE_S apart. A
+# reconfiguration that removes the leader's node can leave the rest electing for longer than
+# an election: a follower that missed the change waits out syncLimit (10 s deployed) before it
+# looks for a leader, and a new leader waits up to initLimit (60 s) for a quorum to sync.
+ELECTION_WAIT_S = 90.0
+ELECTION_PAUSE_S = 2.0
 CLEAN_SCANS = 3  # rounds of "none left, and still none a scan later" before giving up
 PUBLISH_ATTEMPTS = 8  # compare-and-set retries of a republication racing another
 log = logging.getLogger(__name__)
@@ -158,12 +162,21 @@ async def read_records(store: MetaStore) -> list[ChangeRecord]:
 
 
 async def _save(store: MetaStore, record: ChangeRecord) -> None:
+    """Writes `record` at its version. Tried again after a lost answer, a write that had
+    landed finds the record as it wrote it (a newer version): that is taken as done."""
     path = f"{ROOT}/{record.region}"
-    if record.version < 0:
-        await store.create(path, record.encode(), make_parents=True)
-        record.version = 0
-    else:
-        record.version = (await store.set(path, record.encode(), version=record.version)).version
+    try:
+        if record.version < 0:
+            await store.create(path, record.encode(), make_parents=True)
+            record.version = 0
+        else:
+            stat = await store.set(path, record.encode(), version=record.version)
+            record.version = stat.version
+    except (errors.NodeExistsError, errors.BadVersionError):
+        data, stat = await store.get(path)
+        if data != record.encode():
+            raise
+        record.version = stat.version
 
 
 @dataclass(slots=True)
@@ -178,6 +191,7 @@ class Change:
     say: Callable[[str], None]
     wait_s: float
     zk_tls: ssl.SSLContext | None
+    lock: ChangeLock | None = None  # the run's (one_change_at_a_time), kept through elections
 
     async def wait_for(
         self,
@@ -392,52 +406,103 @@ async def _run(
 
 
 LOCK_WAIT_S = 30.0  # a killed command's lock goes with its session (10 s): wait that out
+LOCK = f"{ROOT}-lock"
+
+
+@dataclass(slots=True)
+class ChangeLock:
+    """The region changes' lock as one run holds it: an ephemeral znode of `session`. A run
+    whose session was lost (given up through a long election) takes it again in its new
+    session before it goes on, unless another run took it meanwhile."""
+
+    store: MetaStore
+    who: str
+    session: int | None = None
+
+    async def take(self, wait_s: float, lost: int | None = None) -> None:
+        """Creates the lock, waiting up to `wait_s` while another session holds it. A holder
+        that is `lost` (this run's previous session) is waited out like a killed run's."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                await self.store.create(LOCK, self.who.encode(), ephemeral=True, make_parents=True)
+                self.session = self.store.session_id
+                return
+            except errors.NodeExistsError:
+                try:
+                    data, stat = await self.store.get(LOCK)
+                except errors.NoNodeError:
+                    continue
+            holder = data.decode(errors="replace")
+            if stat.ephemeral_owner == self.store.session_id:  # created, answer lost
+                self.session = stat.ephemeral_owner
+                return
+            if lost is not None and stat.ephemeral_owner != lost:
+                raise errors.ConfigError(
+                    f"this run's ZooKeeper session was lost and another region change took "
+                    f"the lock meanwhile ({holder}); this run stops: run it again once that "
+                    "one has ended"
+                )
+            if time.monotonic() >= deadline:
+                raise errors.ConfigError(
+                    f"another region change is running ({holder}); one runs at a time: wait "
+                    "for it to end"
+                )
+            log.info("waiting for the region changes' lock, held by %s", holder)
+            await asyncio.sleep(POLL_S)
+
+    async def keep(self) -> None:
+        """The lock held by the session the store has now (taken again after a lost one)."""
+        if self.session is None or self.store.session_id == self.session:
+            return
+        log.warning("the region change's ZooKeeper session was replaced: taking the lock again")
+        await self.take(LOCK_WAIT_S, lost=self.session)  # until it is, self.session stays
+
+    async def release(self) -> None:
+        if self.session is None or self.store.session_id != self.session:
+            return  # gone with its session
+        with contextlib.suppress(errors.GlobelogError):
+            await self.store.delete(LOCK, version=-1)
 
 
 @contextlib.asynccontextmanager
 async def one_change_at_a_time(
     store: MetaStore, who: str, wait_s: float = LOCK_WAIT_S
-) -> AsyncIterator[None]:
+) -> AsyncIterator[ChangeLock]:
     """Holds the region changes' lock (an ephemeral znode: it goes with a killed command's
     session) for one run. A run that finds it held waits up to `wait_s` (a killed run's
-    session ends meanwhile), then is refused, saying whose it is."""
-    path = f"{ROOT}-lock"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            await store.create(path, who.encode(), ephemeral=True, make_parents=True)
-            break
-        except errors.NodeExistsError:
-            try:
-                holder = (await store.get(path))[0].decode(errors="replace")
-            except errors.NoNodeError:
-                continue
-            if time.monotonic() >= deadline:
-                raise errors.ConfigError(
-                    f"another region change is running ({holder}); one runs at a time: wait "
-                    "for it to end"
-                ) from None
-            log.info("waiting for the region changes' lock, held by %s", holder)
-            await asyncio.sleep(POLL_S)
+    session ends meanwhile), then is refused, saying whose it is. Give the lock to the
+    run's `Change`, which keeps it through a replaced session."""
+    lock = ChangeLock(store, who)
+    await lock.take(wait_s)
     try:
-        yield
+        yield lock
     finally:
-        with contextlib.suppress(errors.GlobelogError):
-            await store.delete(path, version=-1)
+        await lock.release()
 
 
 async def _through_elections(change: Change, step: str, run: Callable[[], Awaitable[T]]) -> T:
-    """`run` again (every step looks before it acts) when the session's server drops it: a
-    reconfiguration that removes the leader's node makes the others elect a new one."""
-    for attempt in range(ELECTION_ATTEMPTS):
+    """`run` again (every step looks before it acts) while ZooKeeper is away, for up to
+    ELECTION_WAIT_S: a reconfiguration that removes the leader's node makes the others elect
+    a new one, and a session given up meanwhile is replaced (the lock taken again)."""
+    deadline = time.monotonic() + ELECTION_WAIT_S
+    away_since = time.monotonic()
+    while True:
         try:
+            if change.lock is not None:
+                await change.lock.keep()
             return await run()
         except errors.MetadataUnavailableError as err:
-            if attempt + 1 == ELECTION_ATTEMPTS:
-                raise
-            change.say(f"  ZooKeeper unavailable during {step} ({err}); trying again")
+            away_s = time.monotonic() - away_since
+            if time.monotonic() + ELECTION_PAUSE_S > deadline:
+                raise errors.MetadataUnavailableError(
+                    f"{step}: ZooKeeper unavailable for {away_s:.0f} s (expected back within "
+                    f"{ELECTION_WAIT_S:.0f} s of an election): {err}; run the command again"
+                ) from err
+            change.say(
+                f"  ZooKeeper unavailable during {step} for {away_s:.0f} s ({err}); trying again"
+            )
             await asyncio.sleep(ELECTION_PAUSE_S)
-    raise AssertionError("unreachable")
 
 
 async def finish(store: MetaStore, record: ChangeRecord, step: str) -> None:

@@ -135,7 +135,7 @@ async def _run(
                 report = await check_removal(change, args.name)
                 print("\n".join(report.lines()) or f"removing {args.name} is safe now")
                 return 0 if report.safe else 2
-            async with one_change_at_a_time(store, f"remove {args.name}"):
+            async with one_change_at_a_time(store, f"remove {args.name}") as change.lock:
                 return await remove_region(change, args.name, force=args.force, until=args.until)
         finally:
             await ledgers.close()
@@ -157,7 +157,7 @@ async def _run(
         plan.before, path, plan.before.region_names[0], nodes, args.wait_s
     )
     try:
-        async with one_change_at_a_time(store, f"add {plan.region}"):
+        async with one_change_at_a_time(store, f"add {plan.region}") as change.lock:
             return await add_region(change, plan, until=args.until)
     finally:
         await ledgers.close()

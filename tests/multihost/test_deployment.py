@@ -26,6 +26,7 @@ import yaml
 
 from core.topology_loader import load_topology
 from localcluster import nodes
+from localcluster.plan import ZK_LOG_TIMES
 from localcluster.tools import REPO_ROOT, Tools, find_tools
 from membership.changes import REMOVE_STEPS
 from tests.support.netns import NetnsUnavailableError, Network, check_netns_available
@@ -38,6 +39,7 @@ BOOKIE_PORT = 3181
 WRITE_PORT, READ_PORT = 8080, 8081
 BOOKIE_JVM = ("-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC")
 START_TIMEOUT_S = 150.0
+ZK_LOG_LINES_ON_FAILURE = 60
 
 
 EXAMPLE = REPO_ROOT / "deploy" / "topology.example.yaml"
@@ -157,8 +159,9 @@ def start_cluster(d: Deployment, tools: Tools) -> None:
               "--write", str(cfg))  # fmt: skip
         d.net.start(
             host,
-            [tools.java, "-Xmx256m", "-XX:+UseSerialGC", login, "-cp", tools.zookeeper_classpath,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+            [tools.java, "-Xmx256m", "-XX:+UseSerialGC", *ZK_LOG_TIMES, login, "-cp",
+             tools.zookeeper_classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+             str(cfg)],
             logs / f"zk-{region}.log", d.env,
         )  # fmt: skip
     # 3. BookKeeper's metadata root and the topology, once, from any host.
@@ -404,8 +407,14 @@ STAMPER = (
 
 
 def region_cli(d: Deployment, *args: str) -> tuple[int, str]:
+    """`globelog region ARGS` on us-east's app host: its exit code and output, followed, when
+    it failed, by the end of every ZooKeeper node's log (region changes reconfigure them)."""
     done = d.net.run("app-us-east", [d.globelog, "region", *args], d.env, timeout_s=600)
     out = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+    if done.returncode != 0:
+        for log in sorted((d.home / "logs").glob("zk-*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-ZK_LOG_LINES_ON_FAILURE:]
+            out += f"\n--- {log.name}\n" + "\n".join(tail)
     return done.returncode, out
 
 
@@ -478,9 +487,9 @@ def join_new_region(d: Deployment, tools: Tools) -> None:
           "--write", str(data / "zoo.cfg"))  # fmt: skip
     d.net.start(
         f"zk-{NEW_REGION}",
-        [tools.java, "-Xmx256m", "-XX:+UseSerialGC", nodes.java_login_flag(topology), "-cp",
-         tools.zookeeper_classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-         str(data / "zoo.cfg")],
+        [tools.java, "-Xmx256m", "-XX:+UseSerialGC", *ZK_LOG_TIMES,
+         nodes.java_login_flag(topology), "-cp", tools.zookeeper_classpath,
+         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(data / "zoo.cfg")],
         logs / f"zk-{NEW_REGION}.log", d.env,
     )  # fmt: skip
     d.wait("zk-ap-south serving", lambda: status(d)["zk-ap-south"]["state"] == "up")

@@ -300,3 +300,50 @@ async def test_a_change_of_the_other_kind_under_way_is_refused_and_a_finished_on
     assert said == ["region r was added already"]
     fresh = await _record_for(change(added), "remove", "r")  # replaces the finished addition
     assert fresh is not None and fresh.kind == "remove" and fresh.version == 2
+
+
+async def test_a_step_is_tried_again_while_zookeeper_is_away_and_given_up_after_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from core.errors import MetadataUnavailableError
+    from membership import changes
+
+    monkeypatch.setattr(changes, "ELECTION_PAUSE_S", 0.01)
+    said: list[str] = []
+    change = changes.Change(None, None, Path("t"), None, said.append, 0.0, None)  # type: ignore[arg-type]
+    tries: list[int] = []
+
+    async def back_at_the_fourth() -> str:
+        tries.append(1)
+        if len(tries) < 4:
+            raise MetadataUnavailableError("connection to ZooKeeper lost")
+        return "done"
+
+    assert await changes._through_elections(change, "zookeeper-left", back_at_the_fourth) == "done"
+    assert len(tries) == 4 and len(said) == 3
+    assert "ZooKeeper unavailable during zookeeper-left" in said[0]
+
+    async def never() -> str:
+        raise MetadataUnavailableError("no ZooKeeper session")
+
+    monkeypatch.setattr(changes, "ELECTION_WAIT_S", 0.05)
+    with pytest.raises(MetadataUnavailableError, match=r"zookeeper-left: ZooKeeper unavailable"):
+        await changes._through_elections(change, "zookeeper-left", never)
+
+
+async def test_a_record_write_whose_answer_was_lost_is_found_done() -> None:
+    from core.errors import BadVersionError
+    from membership.changes import _save
+
+    class Landed(_Records):
+        """The write landed (version 2 holds it), its answer lost: the retry is refused."""
+
+        async def set(self, path: str, data: bytes, *, version: int) -> object:
+            raise BadVersionError(path)
+
+    record = ChangeRecord("remove", "r", {"checked": 1}, version=1)
+    await _save(Landed(record), record)  # type: ignore[arg-type]
+    assert record.version == 2
+    other = ChangeRecord("remove", "r", {"checked": 1, "placement-stopped": 2}, version=1)
+    with pytest.raises(BadVersionError):
+        await _save(Landed(record), other)  # type: ignore[arg-type]
