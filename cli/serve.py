@@ -190,6 +190,7 @@ async def serve_proxy(
         background = event_loop.start_background(
             telemetry.watch_loop_lag(telemetry.PROXY_METRICS.loop_lag.record),
             event_loop.keep_survivors_frozen(),
+            *([ledgers.watch_bookies()] if kind == "write" else []),
             *([] if session_file is None else [publish_session(store, session_file)]),
         )
         try:

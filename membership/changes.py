@@ -18,6 +18,7 @@ import json
 import logging
 import ssl
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,8 @@ class Change:
         deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
         said = 0.0
         while True:
+            if self.lock is not None:  # a session replaced between two polls: the lock again
+                await self.lock.keep()
             remaining = await left()
             if not remaining:
                 return True
@@ -411,33 +414,37 @@ LOCK = f"{ROOT}-lock"
 
 @dataclass(slots=True)
 class ChangeLock:
-    """The region changes' lock as one run holds it: an ephemeral znode of `session`. A run
-    whose session was lost (given up through a long election) takes it again in its new
-    session before it goes on, unless another run took it meanwhile."""
+    """The region changes' lock as one run holds it: an ephemeral znode of `session`, whose
+    data is the run's token (what it does, and a random tag: the run's own lost sessions are
+    known by it). A run whose session was lost (given up through a long election) takes the
+    lock again in its new session before it goes on, unless another run took it meanwhile."""
 
     store: MetaStore
     who: str
-    session: int | None = None
+    token: bytes = b""
+    session: int | None = None  # the session the lock is held in; None before it is taken
 
-    async def take(self, wait_s: float, lost: int | None = None) -> None:
-        """Creates the lock, waiting up to `wait_s` while another session holds it. A holder
-        that is `lost` (this run's previous session) is waited out like a killed run's."""
+    def __post_init__(self) -> None:
+        self.token = self.token or f"{self.who} [{uuid.uuid4().hex[:12]}]".encode()
+
+    async def take(self, wait_s: float, *, again: bool = False) -> None:
+        """Creates the lock, waiting up to `wait_s` while another session holds it: a killed
+        run's goes with its session, and so does one of this run's lost sessions. `again`:
+        this run held it before, so a lock of another run now is no wait but a stop."""
         deadline = time.monotonic() + wait_s
         while True:
+            with contextlib.suppress(errors.NodeExistsError):  # the get below says whose
+                await self.store.create(LOCK, self.token, ephemeral=True, make_parents=True)
             try:
-                await self.store.create(LOCK, self.who.encode(), ephemeral=True, make_parents=True)
-                self.session = self.store.session_id
-                return
-            except errors.NodeExistsError:
-                try:
-                    data, stat = await self.store.get(LOCK)
-                except errors.NoNodeError:
-                    continue
-            holder = data.decode(errors="replace")
-            if stat.ephemeral_owner == self.store.session_id:  # created, answer lost
+                data, stat = await self.store.get(LOCK)
+            except errors.NoNodeError:
+                continue
+            mine = data == self.token
+            if mine and stat.ephemeral_owner == self.store.session_id:
                 self.session = stat.ephemeral_owner
                 return
-            if lost is not None and stat.ephemeral_owner != lost:
+            holder = data.decode(errors="replace")
+            if again and not mine:
                 raise errors.ConfigError(
                     f"this run's ZooKeeper session was lost and another region change took "
                     f"the lock meanwhile ({holder}); this run stops: run it again once that "
@@ -445,18 +452,27 @@ class ChangeLock:
                 )
             if time.monotonic() >= deadline:
                 raise errors.ConfigError(
-                    f"another region change is running ({holder}); one runs at a time: wait "
-                    "for it to end"
+                    f"the lock of this run's lost ZooKeeper session outlived {wait_s:.0f} s; "
+                    "run the command again"
+                    if mine
+                    else f"another region change is running ({holder}); one runs at a time: "
+                    "wait for it to end"
                 )
             log.info("waiting for the region changes' lock, held by %s", holder)
             await asyncio.sleep(POLL_S)
 
     async def keep(self) -> None:
-        """The lock held by the session the store has now (taken again after a lost one)."""
-        if self.session is None or self.store.session_id == self.session:
+        """The lock held by the session the store has now: taken again after a lost one.
+        Raises MetadataUnavailableError while the store has no session."""
+        if self.session is None:
+            return  # never taken: not this lock's run
+        now = self.store.session_id
+        if now is None:
+            raise errors.MetadataUnavailableError("region change: no ZooKeeper session now")
+        if now == self.session:
             return
         log.warning("the region change's ZooKeeper session was replaced: taking the lock again")
-        await self.take(LOCK_WAIT_S, lost=self.session)  # until it is, self.session stays
+        await self.take(LOCK_WAIT_S, again=True)  # until it is, self.session stays the old one
 
     async def release(self) -> None:
         if self.session is None or self.store.session_id != self.session:
@@ -483,18 +499,20 @@ async def one_change_at_a_time(
 
 async def _through_elections(change: Change, step: str, run: Callable[[], Awaitable[T]]) -> T:
     """`run` again (every step looks before it acts) while ZooKeeper is away, for up to
-    ELECTION_WAIT_S: a reconfiguration that removes the leader's node makes the others elect
-    a new one, and a session given up meanwhile is replaced (the lock taken again)."""
-    deadline = time.monotonic() + ELECTION_WAIT_S
-    away_since = time.monotonic()
+    ELECTION_WAIT_S from the first failure: a reconfiguration that removes the leader's node
+    makes the others elect a new one, and a session given up or expired meanwhile is
+    replaced (the lock taken again)."""
+    away_since: float | None = None
     while True:
         try:
             if change.lock is not None:
                 await change.lock.keep()
             return await run()
-        except errors.MetadataUnavailableError as err:
-            away_s = time.monotonic() - away_since
-            if time.monotonic() + ELECTION_PAUSE_S > deadline:
+        except (errors.MetadataUnavailableError, errors.SessionExpiredError) as err:
+            now = time.monotonic()
+            away_since = now if away_since is None else away_since
+            away_s = now - away_since
+            if away_s + ELECTION_PAUSE_S > ELECTION_WAIT_S:
                 raise errors.MetadataUnavailableError(
                     f"{step}: ZooKeeper unavailable for {away_s:.0f} s (expected back within "
                     f"{ELECTION_WAIT_S:.0f} s of an election): {err}; run the command again"

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TypeVar
 
@@ -47,6 +48,7 @@ from ledger.connections.connection import BATCH_READ_WIRE, Clock, RequestFactory
 from ledger.errors import BookieProtocolError, status_error
 
 __all__ = ["BookieClient", "BookieClientConfig", "BookieResolver", "ClientOperation"]
+log = logging.getLogger(__name__)
 
 # BKPacketHeader.priority the Java client gives recovery adds and fencing reads
 # (DEFAULT_HIGH_PRIORITY_VALUE): bookies serve them from their high-priority pool.
@@ -54,6 +56,18 @@ HIGH_PRIORITY = 100
 # A long poll longer than this is a programming error; DistributedLog readers poll for 1 s.
 LONG_POLL_TIMEOUT_MS_MAX = 60_000
 ALL_BOOKIE_INFO = BookieInfoFlag.TOTAL_DISK_CAPACITY | BookieInfoFlag.FREE_DISK_SPACE
+# `watch`: each bookie asked this often. A question left unanswered is evidence of silence
+# while it is pending, and is given up after the time an add is (then its connection is
+# closed as stalled): long enough to cover a take a few seconds into a cut, short enough
+# that a question a cut dropped does not date a healed bookie's silence for long.
+WATCH_EVERY_S = 0.5
+WATCH_TIMEOUT_S = 5.0
+WATCH_AGAIN_S = 1.0  # a question pending this long gets a second beside it; never a third
+WATCH_QUESTIONS_MAX = 2
+# A request pending this long is evidence of silence (`silent_since_s(at_least_s=...)`): more
+# than a healthy round trip across the WAN (the realistic profile's longest is about 140 ms),
+# so a question just sent to a healthy bookie is never taken for one.
+SILENCE_EVIDENCE_S = 0.3
 
 
 class ClientOperation(enum.StrEnum):
@@ -70,6 +84,7 @@ class ClientOperation(enum.StrEnum):
     READ_LAC = "read_lac"
     FORCE_LEDGER = "force_ledger"
     GET_BOOKIE_INFO = "get_bookie_info"
+    PROBE = "probe"  # a bookie-info request asking for nothing: `watch`'s; teaches no latency
 
 
 # (bookie id, operation, seconds, healthy) after each request; must not raise.
@@ -105,6 +120,7 @@ class BookieClient:
         # how many of those are pending
         self._waiting_since: dict[str, float] = {}
         self._prompt_pending: dict[str, int] = {}
+        self._probes_pending: dict[str, int] = {}  # of those, `watch`'s questions
 
     @classmethod
     def for_region(
@@ -137,13 +153,17 @@ class BookieClient:
         """Requests to the bookie not yet answered: dialling, waiting for a slot, or in flight."""
         return self._pending.get(bookie_id, 0)
 
-    def silent_since_s(self, bookie_id: str) -> float | None:
+    def silent_since_s(self, bookie_id: str, at_least_s: float = 0.0) -> float | None:
         """When this client sent the bookie the first request it has not answered anything
-        since (once dialled; long polls aside), while such requests are pending; None if it
-        answered since, or none is pending. Evidence of a bookie behind a cut from
-        every handle of this client: a new ledger's first adds or a recovery count its
-        silence from then, not from their own first request."""
-        return self._waiting_since.get(bookie_id)
+        since (once dialled; long polls aside), while such requests are pending and that
+        one for `at_least_s` or more; None if it answered since, or none is pending (that
+        long). Evidence of a bookie behind a cut from every handle of this client: a new
+        ledger's first adds or a recovery count its silence from then, not from their own
+        first request (with `at_least_s=SILENCE_EVIDENCE_S`: not a request just sent)."""
+        since = self._waiting_since.get(bookie_id)
+        if since is None or self._clock() - since < at_least_s:
+            return None
+        return since
 
     def is_available(self, bookie_id: str) -> bool:
         """False while the bookie backs off after failures (its requests fail at once)."""
@@ -384,6 +404,68 @@ class BookieClient:
             bookie_id, ClientOperation.GET_BOOKIE_INFO, make, GetBookieInfoResponse, what
         )
 
+    async def watch(
+        self,
+        bookies: Callable[[], Iterable[str]],
+        every_s: float = WATCH_EVERY_S,
+        timeout_s: float = WATCH_TIMEOUT_S,
+    ) -> None:
+        """Until cancelled: every `every_s`, each of `bookies()` with no question of this
+        watch pending is asked one (a bookie-info request asking for nothing, which a bookie
+        answers at once, off its journal). A bookie behind a cut then has a request pending
+        that it does not answer, so `silent_since_s` dates its silence from at most `every_s`
+        after the cut even for a client that had sent it nothing: a recovery's or a new
+        ledger's quorum lag counts from then. A question pending for WATCH_AGAIN_S gets one
+        more beside it: a cut that dropped the first (an emulated one does) then ends, once
+        healed, with the second's answer, not with the first's timeout. The answers are no
+        latency (`ClientOperation.PROBE`); a failure is left to the pool's backoff."""
+        assert every_s > 0 and timeout_s > 0, (every_s, timeout_s)
+        asking: dict[str, list[float]] = {}  # bookie -> when each pending question was sent
+        tasks: set[asyncio.Task[None]] = set()
+
+        def make(txn_id: int) -> GetBookieInfoRequest:
+            return GetBookieInfoRequest(txn_id, 0)
+
+        async def ask(bookie_id: str, sent_s: float) -> None:
+            try:
+                await self._call(
+                    bookie_id,
+                    ClientOperation.PROBE,
+                    make,
+                    GetBookieInfoResponse,
+                    "probe",
+                    timeout_s,
+                )
+            except GlobelogError:
+                pass  # unreachable or failed: the next turn asks again (after any backoff)
+            except Exception:  # a bug here must not die unseen (I8)
+                log.exception("a probe of bookie %s failed", bookie_id)
+            finally:
+                pending = asking[bookie_id]
+                pending.remove(sent_s)
+                if not pending:
+                    del asking[bookie_id]
+
+        try:
+            while True:
+                now_s = self._clock()
+                for bookie_id in bookies():
+                    pending = asking.get(bookie_id, [])
+                    if len(pending) >= WATCH_QUESTIONS_MAX or (
+                        pending and now_s - pending[-1] < WATCH_AGAIN_S
+                    ):
+                        continue
+                    asking.setdefault(bookie_id, []).append(now_s)
+                    task = asyncio.create_task(ask(bookie_id, now_s))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.sleep(every_s)
+        finally:
+            waiting = list(tasks)
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+
     # ---------------------------------------------------------------------------- driver
 
     async def _call(
@@ -410,7 +492,7 @@ class BookieClient:
             self._sent(bookie_id, operation, self._clock())
             sent = True
             response = await connection.call(make, timeout_s)
-            self._answered(pool, bookie_id)
+            self._answered(pool, bookie_id, operation)
             if isinstance(response, expected) and response.status in accept:
                 healthy = True
                 return response
@@ -430,9 +512,18 @@ class BookieClient:
         if operation is not ClientOperation.LONG_POLL:
             self._prompt_pending[bookie_id] = self._prompt_pending.get(bookie_id, 0) + 1
             self._waiting_since.setdefault(bookie_id, now_s)
+        if operation is ClientOperation.PROBE:
+            self._probes_pending[bookie_id] = self._probes_pending.get(bookie_id, 0) + 1
 
-    def _answered(self, pool: BookiePool, bookie_id: str) -> None:
+    def _answered(
+        self, pool: BookiePool, bookie_id: str, operation: ClientOperation | None = None
+    ) -> None:
         pool.answered(bookie_id)
+        others = self._prompt_pending.get(bookie_id, 0) - self._probes_pending.get(bookie_id, 0)
+        if operation is ClientOperation.PROBE and others > 0:
+            # a bookie whose journal stalls still answers probes (off its journal): that
+            # answer leaves the silence other requests date
+            return
         self._waiting_since.pop(bookie_id, None)
 
     def _finish(
@@ -448,6 +539,12 @@ class BookieClient:
             self._pending[bookie_id] = count
         else:
             del self._pending[bookie_id]
+        if sent and operation is ClientOperation.PROBE:
+            probes = self._probes_pending[bookie_id] - 1
+            if probes:
+                self._probes_pending[bookie_id] = probes
+            else:
+                del self._probes_pending[bookie_id]
         if sent and operation is not ClientOperation.LONG_POLL:
             prompt = self._prompt_pending[bookie_id] - 1
             if prompt:

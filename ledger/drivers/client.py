@@ -59,6 +59,9 @@ READ_ONLY = f"{AVAILABLE}/readonly"
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# A batched read's time grows with its entries: it says nothing of one read's. A probe's
+# (BookieClient.watch) is the network's alone, which read ordering has no use for.
+TEACH_NO_LATENCY = frozenset({ClientOperation.BATCH_READ, ClientOperation.PROBE})
 
 
 class LedgerClient:
@@ -116,9 +119,8 @@ class LedgerClient:
         holder: list[LedgerClient] = []
 
         def observe(bookie: str, operation: str, seconds: float, healthy: bool) -> None:
-            # Only answers teach latency; failures reach placement through the machines. A
-            # batched read's time grows with its entries: it says nothing of one read's.
-            if holder and healthy and operation != ClientOperation.BATCH_READ:
+            # Only answers teach latency; failures reach placement through the machines.
+            if holder and healthy and operation not in TEACH_NO_LATENCY:
                 context = holder[0].context
                 context.placement.record_latency(bookie, seconds, context.clock())
 
@@ -135,6 +137,12 @@ class LedgerClient:
         client._membership.start()
         client._topology.start()
         return client
+
+    async def watch_bookies(self) -> None:
+        """Until cancelled, keeps a question pending at every bookie of the published topology
+        (`BookieClient.watch`): a write proxy's, whose takes recover ledgers on bookies it
+        may have sent nothing, so that a cut one's silence is known before its fences."""
+        await self.context.bookies.watch(lambda: [b.bookie_id for b in self.published.bookies])
 
     def followers(self) -> list[FollowerStatus]:
         """The states of the client's metadata watch followers, for its owner's health."""

@@ -19,6 +19,7 @@ from core import runtime
 from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import LedgerMetadata, LedgerState
+from ledger.connections.bookie_client import SILENCE_EVIDENCE_S
 from ledger.drivers.context import (
     UNCHANGED_FIRST_S,
     UNCHANGED_MAX_S,
@@ -167,7 +168,7 @@ class _Recovery:
         for bookie in set(self._ensemble):
             known = (
                 context.placement.silent_since_failure_s(bookie, now_s),
-                context.bookies.silent_since_s(bookie),
+                context.bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S),
             )
             if any(t is not None for t in known):
                 failed_since[bookie] = min(t for t in known if t is not None)

@@ -16,7 +16,7 @@ from core.errors import GlobelogError
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.frames import AddFrames
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.connections.bookie_client import add_frames
+from ledger.connections.bookie_client import SILENCE_EVIDENCE_S, add_frames
 from ledger.drivers.context import (
     UNCHANGED_FIRST_S,
     UNCHANGED_MAX_S,
@@ -159,7 +159,8 @@ class LedgerWriter:
             if failed_s is not None and failed_s >= placed_s:
                 self._state.failed_since(bookie, failed_s)
             # requests of other handles (a recovery's fences) it has not answered, now
-            if (silent_s := self._context.bookies.silent_since_s(bookie)) is not None:
+            silent_s = self._context.bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S)
+            if silent_s is not None:
                 self._state.failed_since(bookie, silent_s)
 
     def has_room(self) -> bool:
