@@ -493,7 +493,17 @@ async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s:
     except TimeoutError:
         if request.transport is not None:
             request.transport.abort()
+        _count_unsent(request, "send_timeout")
         return False
     except ConnectionError:
+        _count_unsent(request, "client_gone")
         return False
     return True
+
+
+def _count_unsent(request: web.Request, why: str) -> None:
+    """An answer its request's status (counted by the metrics middleware) does not say was
+    lost: `globelog_proxy_answers_unsent_total{route,why}`."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    PROXY_METRICS.unsent.add(1, {"route": route, "why": why})

@@ -208,6 +208,7 @@ class _Spreads(Collector):
 @dataclass(frozen=True, slots=True)
 class ProxyMetrics:
     requests: Tally
+    unsent: Tally
     request_latency: Spread
     commit_latency: Spread
     errors: Tally
@@ -238,6 +239,12 @@ class ProxyMetrics:
 
         return cls(
             requests=tally("globelog.proxy.requests", description="HTTP requests"),
+            unsent=tally(
+                "globelog.proxy.answers.unsent",
+                description="answers (or a tail's lines) not delivered, counted beside their "
+                "requests' status: the client took nothing for send_timeout_s (its connection "
+                "closed) or went away",
+            ),
             request_latency=histogram(
                 "globelog.proxy.request.latency",
                 "request received to answer sent",

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from region.admission.listener import SEND_SLICE_BYTES, send_page
+from region.observability.telemetry import PROXY_METRICS
 
 pytestmark = pytest.mark.unit
 MIB = 1024 * 1024
@@ -97,11 +98,14 @@ async def test_a_client_that_reads_nothing_is_closed_within_the_send_timeout() -
     body = b"x" * (64 * MIB)  # far more than the socket buffers and the transport take
     ended = asyncio.Event()
     loop = asyncio.get_running_loop()
+    unsent = {"route": "/page", "why": "send_timeout"}
+    before = PROXY_METRICS.unsent.total(unsent)
     async with TestServer(app_serving(body, 0.5, ended)) as server:
         client = await reading_nothing((server.host, server.port))
         began = loop.time()
         await asyncio.wait_for(ended.wait(), 10)  # once the deadline closed the connection
         assert loop.time() - began >= 0.5
+        assert PROXY_METRICS.unsent.total(unsent) == before + 1, "counted as not delivered"
         received = 0
         async with asyncio.timeout(10):
             try:
@@ -150,6 +154,8 @@ async def test_a_client_that_goes_away_mid_page_ends_the_send_without_an_error(
         inner.middlewares.append(catch)
         return inner
 
+    gone = {"route": "/page", "why": "client_gone"}
+    before = PROXY_METRICS.unsent.total(gone)
     async with served_as_deployed(app()) as address:
         client = await reading_nothing(address)
         await asyncio.sleep(0.3)  # the send waits on the full buffers
@@ -157,6 +163,7 @@ async def test_a_client_that_goes_away_mid_page_ends_the_send_without_an_error(
         client.close()  # a reset
         await asyncio.wait_for(ended.wait(), 10)
     assert errors == []
+    assert PROXY_METRICS.unsent.total(gone) == before + 1, "counted as not delivered"
 
 
 @contextlib.asynccontextmanager
