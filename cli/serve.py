@@ -196,8 +196,7 @@ async def serve_proxy(
         try:
             await stop.wait()
         finally:
-            for task in background:
-                task.cancel()
+            await event_loop.stop_background(background)
             await server.stop()
 
 

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 FREEZE_EVERY_S = 60.0  # how often a server moves what survived out of the collector's walks
 FREEZE_AFTER_FULL_S = 10.0  # and after a full collection, if none was frozen this recently
 THAW_EVERY_S = 900.0  # how often it puts everything back and collects it all once
+BACKGROUND_STOP_S = 5.0  # a server's background tasks end within this of their cancellation
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
@@ -97,6 +98,20 @@ def start_background(*work: Coroutine[Any, Any, None]) -> list[asyncio.Task[None
     for task in tasks:
         task.add_done_callback(_log_failure)
     return tasks
+
+
+async def stop_background(
+    tasks: list[asyncio.Task[None]], timeout_s: float = BACKGROUND_STOP_S
+) -> None:
+    """Cancels `start_background`'s tasks and waits up to `timeout_s` for them to end (their
+    own clean-up: a bookie watch's questions, for one), saying which did not."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, left = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in left:
+        log.warning("background task %s did not end within %g s of its stop", task, timeout_s)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -107,6 +107,33 @@ async def test_a_background_task_that_fails_says_so_at_once(
     assert caplog.text.count("failed") == 1, "a cancelled one is not a failure"
 
 
+async def test_stopping_background_work_waits_for_its_clean_up_within_a_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cleaned: list[str] = []
+
+    async def cleans_up() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.05)  # its own questions cancelled and awaited, say
+            cleaned.append("done")
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.shield(asyncio.sleep(1.0))  # a clean-up past the bound
+
+    with caplog.at_level(logging.WARNING, logger=event_loop.__name__):
+        tasks = event_loop.start_background(cleans_up(), slow_to_stop())
+        await asyncio.sleep(0)
+        await event_loop.stop_background(tasks, timeout_s=0.5)
+        assert cleaned == ["done"], "its clean-up ran before the stop returned"
+        assert not tasks[1].done() and "did not end within 0.5 s" in caplog.text
+    await asyncio.wait([tasks[1]])  # it ends by itself a little later
+
+
 class Clock:
     """Stands in for the time module in event_loop: its monotonic clock moves when told."""
 
