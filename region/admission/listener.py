@@ -37,7 +37,7 @@ from region.admission.accepts import ConnectionRate
 from region.admission.barring import KernelBar
 from region.admission.quotas import refusal_hold_s
 from region.http_errors import error_body
-from region.observability.telemetry import PROXY_METRICS
+from region.observability.telemetry import PROXY_METRICS, route_of
 
 log = logging.getLogger(__name__)
 
@@ -504,6 +504,4 @@ async def sent_within(request: web.Request, sending: Awaitable[None], timeout_s:
 def _count_unsent(request: web.Request, why: str) -> None:
     """An answer its request's status (counted by the metrics middleware) does not say was
     lost: `globelog_proxy_answers_unsent_total{route,why}`."""
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else "unmatched"
-    PROXY_METRICS.unsent.add(1, {"route": route, "why": why})
+    PROXY_METRICS.unsent.add(1, {"route": route_of(request), "why": why})

@@ -319,6 +319,13 @@ PROXY_METRICS = ProxyMetrics.create()
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def route_of(request: web.Request) -> str:
+    """The route pattern a request matched ("unmatched" for none): metrics' and traces' label,
+    never the path itself (which names streams)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
 def metrics_middleware(kind: str) -> Middleware:
     """Counts every request by route and status, errors by code, and times each request
     (the outermost middleware: globelog's errors are answers by then)."""
@@ -334,9 +341,7 @@ def metrics_middleware(kind: str) -> Middleware:
                 record_error(kind, error_code(response))
             return response
         finally:
-            resource = request.match_info.route.resource
-            route = resource.canonical if resource is not None else "unmatched"
-            labels = {"kind": kind, "route": route}
+            labels = {"kind": kind, "route": route_of(request)}
             PROXY_METRICS.request_latency.record(time.perf_counter() - started, labels)
             PROXY_METRICS.requests.add(1, {**labels, "method": request.method, "status": status})
 

@@ -55,7 +55,7 @@ from opentelemetry.util.types import Attributes
 
 from core import runtime
 from core.errors import BadRequestError
-from region.observability.telemetry import error_code
+from region.observability.telemetry import error_code, route_of
 
 TRACER = trace.get_tracer("globelog.proxy")
 RECENT_SPANS_MAX = 4096
@@ -218,8 +218,7 @@ def tracing_middleware(kind: str) -> Middleware:
     ) -> web.StreamResponse:
         """A server span under `parent`: the caller's context, or an empty one for a root this
         proxy chose to trace (`chosen`)."""
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else "unmatched"
+        route = route_of(request)
         attributes: dict[str, str | int] = {
             "http.request.method": request.method,
             "http.route": route,
