@@ -141,8 +141,16 @@ class LedgerClient:
     async def watch_bookies(self) -> None:
         """Until cancelled, keeps a question pending at every bookie of the published topology
         (`BookieClient.watch`): a write proxy's, whose takes recover ledgers on bookies it
-        may have sent nothing, so that a cut one's silence is known before its fences."""
-        await self.context.bookies.watch(lambda: [b.bookie_id for b in self.published.bookies])
+        may have sent nothing, so that a cut one's silence is known before its fences. Only
+        registered bookies are asked: a dial to one not up yet would fail and back it off in
+        the pool, and the first add placed on it once it registers would fail at once."""
+
+        def registered() -> list[str]:
+            return [
+                b.bookie_id for b in self.published.bookies if b.bookie_id not in self.down_since
+            ]
+
+        await self.context.bookies.watch(registered)
 
     def followers(self) -> list[FollowerStatus]:
         """The states of the client's metadata watch followers, for its owner's health."""
