@@ -44,6 +44,7 @@ from ledger.machines.add_events import (
     EnsembleChangeFailed,
     FailAdds,
     FailClose,
+    ForgetPayloads,
     SendAdd,
     SendSkipped,
     TaskCrashed,
@@ -236,22 +237,31 @@ class LedgerWriter:
                 self._send_now(action)
             case CompleteAdds():
                 self._complete(action)
+            case ForgetPayloads():
+                for entry_id in action.entry_ids:
+                    self._payloads.pop(entry_id, None)
+                self._wake_if_room()
             case ChangeEnsemble():
                 self._runner.spawn(self._change_ensemble(action))
             case FailAdds():
                 self._fail(action.entry_ids, action.error)
             case CloseLedger():
                 self._runner.spawn(self._close(action))
-            case FailClose():
+            case FailClose():  # the handle's end: copies owed to a change are not sent now
+                self._payloads.clear()
                 self._fail_close(add_error(self.ledger_id, action.error))
 
     def _send_now(self, action: SendAdd) -> None:
         """Sends on an open connection without a task when it can; otherwise spawns `_send`."""
-        payload = self._payloads.get(action.entry_id)
+        if action.last_use:  # a completed entry's copy for a new bookie: its last send
+            payload = self._payloads.pop(action.entry_id, None)
+            self._wake_if_room()
+        else:
+            payload = self._payloads.get(action.entry_id)
         if payload is None:
             self._skipped(action)
             return
-        frames = self._frames(action)
+        frames = self._frames(action, payload)
 
         def done(error: GlobelogError | None) -> None:
             if error is None:
@@ -263,16 +273,15 @@ class LedgerWriter:
             action.bookie, self.ledger_id, action.entry_id, frames, action.recovery, done
         )
         if not sent:
-            self._runner.spawn(self._send(action))
+            self._runner.spawn(self._send(action, payload))
 
-    def _frames(self, action: SendAdd) -> AddFrames:
+    def _frames(self, action: SendAdd, payload: bytes) -> AddFrames:
         """The send's AddRequest (entry packet, digest included), encoded once for the write
         quorum: the sends of one entry come together and carry the same LAC and length."""
         key = (action.entry_id, action.lac, action.length, action.recovery)
         last = self._last_frames
         if last is not None and last[0] == key:
             return last[1]
-        payload = self._payloads[action.entry_id]
         packet = self._codec.encode_entry(action.entry_id, action.lac, action.length, payload)
         frames = add_frames(
             self.ledger_id, action.entry_id, self._master_key, packet, action.recovery
@@ -286,10 +295,9 @@ class LedgerWriter:
         event = SendSkipped(action.entry_id, action.bookie)
         asyncio.get_running_loop().call_soon(self._runner.feed, event)
 
-    async def _send(self, action: SendAdd) -> None:
-        payload = self._payloads.get(action.entry_id)
-        if payload is None:
-            self._skipped(action)
+    async def _send(self, action: SendAdd, payload: bytes) -> None:
+        if action.entry_id not in self._payloads and not action.last_use:
+            self._skipped(action)  # completed (or failed) while this task waited to start
             return
         answer = await self._requests.add(action, payload)
         if isinstance(answer, AddAcked):
@@ -307,12 +315,16 @@ class LedgerWriter:
         now_s = self._context.clock()
         latency = self._context.metrics.add_latency
         for entry_id in range(action.first_entry_id, action.last_entry_id + 1):
-            self._payloads.pop(entry_id, None)
+            if not action.keep_payloads:  # kept: copies owed to an ensemble change's bookies
+                self._payloads.pop(entry_id, None)
             latency.record(now_s - self._submitted_s.pop(entry_id, now_s))
             future = self._futures.pop(entry_id)
             if not future.done():
                 future.set_result(entry_id)
         self._context.metrics.adds.add(action.last_entry_id - action.first_entry_id + 1)
+        self._wake_if_room()
+
+    def _wake_if_room(self) -> None:
         if self._state.room > 0:
             self._room.set()
 

@@ -118,6 +118,9 @@ class SendAdd:
     lac: int
     length: int
     recovery: bool  # AddFlag.RECOVERY_ADD: the bookie skips the fence check
+    # The entry's last send: a completed entry's copy for the bookie an ensemble change put
+    # in its write set. The driver drops the payload once this send has it.
+    last_use: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,17 @@ class CompleteAdds:
     first_entry_id: int
     last_entry_id: int
     length: int  # the ledger's length through last_entry_id
+    # Completed during an ensemble change: keep the payloads, whose copies for the new
+    # bookies are sent once the change lands (`SendAdd.last_use`, or `ForgetPayloads`).
+    keep_payloads: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetPayloads:
+    """Entries completed during an ensemble change that owe no copy after it: drop the
+    payloads `CompleteAdds.keep_payloads` kept."""
+
+    entry_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,4 +195,6 @@ class FailClose:
     error: AddError
 
 
-AddAction = SendAdd | CompleteAdds | ChangeEnsemble | FailAdds | CloseLedger | FailClose
+AddAction = (
+    SendAdd | CompleteAdds | ForgetPayloads | ChangeEnsemble | FailAdds | CloseLedger | FailClose
+)

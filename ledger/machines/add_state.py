@@ -16,9 +16,15 @@ Events in, actions out, no IO (BookKeeper's PendingAddOp and LedgerHandle, sans-
   last. A cut link or a stalled bookie answers nothing while its peers answer within a WAN
   round trip; a busy one (a saturated host, a queue of adds) keeps acknowledging earlier
   entries and is waited for; with no ack at all (a slow disk shared by all) nothing is.
-  Completions wait for a change, since the new ensemble's first entry is fixed at LAC+1 (an
-  entry completed in between would be looked for on the wrong bookies). On
-  `EnsembleChanged` every pending entry is sent to the replaced positions.
+  The new ensemble serves entries from the LAC+1 of the change's start. Completions go on
+  during the change with acks from the positions it keeps only: such an entry is on those
+  bookies under the old ensemble and the new one alike, so readers and a recovery find it
+  whichever metadata they read (a cut bookie's change can wait a ZooKeeper election; its
+  writes need not). Its payload stays (`CompleteAdds.keep_payloads`). On `EnsembleChanged`
+  every pending entry, and every entry completed meanwhile, is sent to the replaced
+  positions; a completed entry's send is its payload's last use (`SendAdd.last_use`), and
+  one that owes no copy is forgotten (`ForgetPayloads`). Those copies are best effort: the
+  entry was acknowledged with its ack quorum, as ever.
 - Fenced, unauthorized, a failed ensemble change or a crashed driver task (`TaskCrashed`)
   end the handle: `FailAdds` for every pending entry and `FailClose` (so a close, asked
   before or after, ends with the error); later `submit` calls are refused (None) and
@@ -50,6 +56,7 @@ from ledger.machines.add_events import (
     EnsembleChangeFailed,
     FailAdds,
     FailClose,
+    ForgetPayloads,
     SendAdd,
     SendSkipped,
     TaskCrashed,
@@ -142,6 +149,10 @@ class AddState:
         self._last_ack_s: dict[int, float] = {}
         self._silent_since = dict(silent_since or {})
         self._failed_later: set[int] = set()  # positions that failed during that change
+        self._change_first = INVALID_ENTRY_ID  # the entry the change's new ensemble starts at
+        # Entries completed during the change (acked by the positions it keeps), in order:
+        # their copies for the replaced positions are sent once it lands.
+        self._owed: dict[int, _Pending] = {}
         # positions whose bookie fell silent (timed out, lagged, too many stragglers) rather
         # than answered a failure: a cut link, whose region mates are likely behind it too
         self._silent: set[int] = set()
@@ -187,8 +198,9 @@ class AddState:
 
     @property
     def room(self) -> int:
-        """How many more adds `submit` takes now; 0 means wait for a completion."""
-        return self.config.pending_adds_max - len(self._pending)
+        """How many more adds `submit` takes now; 0 means wait for a completion (or for a
+        change to land: entries completed during it keep their payloads until then)."""
+        return self.config.pending_adds_max - len(self._pending) - len(self._owed)
 
     @property
     def error(self) -> AddError | None:
@@ -398,7 +410,7 @@ class AddState:
 
     def _on_ensemble_changed(self, event: EnsembleChanged) -> None:
         assert self._changing is not None, "EnsembleChanged without a ChangeEnsemble"
-        assert event.first_entry_id == self._lac + 1, (event.first_entry_id, self._lac)
+        assert event.first_entry_id == self._change_first, (event, self._change_first)
         assert len(set(event.ensemble)) == len(self._ensemble), f"bad ensemble {event.ensemble}"
         changed = {i for i, bookie in enumerate(event.ensemble) if bookie != self._ensemble[i]}
         asked = self._changing
@@ -410,6 +422,7 @@ class AddState:
             self._new_ensembles = (*kept, Ensemble(event.first_entry_id, self._ensemble))
         self._changing = None
         self._sends.forget_positions(changed)
+        self._send_owed(asked, changed)
         self._silent -= changed
         for index in asked:  # replaced, or kept: either way a lag from now on
             self._silent_since.pop(index, None)
@@ -428,14 +441,41 @@ class AddState:
                     self._send(pending, index)
         if still_failed:
             self._start_change(still_failed)
-        else:
+        if not self.is_terminal:
             self._complete_ready()
+
+    def _send_owed(self, asked: tuple[int, ...], changed: set[int]) -> None:
+        """The copies entries completed during the change owe its positions: to a new
+        bookie, or to a kept one that has neither acknowledged nor still holds the send."""
+        owed, self._owed = self._owed, {}
+        forgotten: list[int] = []
+        for entry_id, done in owed.items():
+            in_flight = self._sends.stragglers.get(entry_id, {})
+            targets = [
+                index
+                for index in done.write_set
+                if index in asked
+                and (index in changed or (index not in done.acked and index not in in_flight))
+            ]
+            if len(self._sends.stragglers) >= STRAGGLERS_MAX and entry_id not in in_flight:
+                targets = []  # as many copies in flight as a handle keeps: this one goes
+            if not targets:
+                forgotten.append(entry_id)
+            for n, index in enumerate(targets, start=1):
+                sends = self._sends.stragglers.setdefault(entry_id, {})
+                sends[index] = self._now_s
+                self._sends.sent(self._now_s, entry_id, index)
+                bookie = self._ensemble[index]
+                last = n == len(targets)
+                self._emit(SendAdd(entry_id, index, bookie, done.lac, done.length, False, last))
+        if forgotten:
+            self._emit(ForgetPayloads(tuple(forgotten)))
 
     def _on_change_failed(self, event: EnsembleChangeFailed) -> None:
         assert self._changing is not None, "EnsembleChangeFailed without a ChangeEnsemble"
         assert event.kind is not AddErrorKind.TOO_MANY_ENSEMBLE_CHANGES, event
         replaced = ", ".join(self._ensemble[i] for i in self._changing)
-        what = f"ensemble change from entry {self._lac + 1} (replacing {replaced})"
+        what = f"ensemble change from entry {self._change_first} (replacing {replaced})"
         self._fail(AddError(event.kind, f"{what} failed: {event.reason}"))
 
     # -------------------------------------------------------------------------- helpers
@@ -483,24 +523,35 @@ class AddState:
             self._changes += 1
         self._changing = tuple(sorted(indices))
         self._changing_lagging = lagging_only
+        self._change_first = self._lac + 1
         bookies = tuple(self._ensemble[i] for i in self._changing)
         silent = tuple(self._ensemble[i] for i in self._changing if i in self._silent)
         persist = not self._recovery
         self._emit(
-            ChangeEnsemble(self._lac + 1, self._changing, bookies, persist, lagging_only, silent)
+            ChangeEnsemble(
+                self._change_first, self._changing, bookies, persist, lagging_only, silent
+            )
         )
 
     def _complete_ready(self) -> None:
-        if self._changing is not None:
-            return  # the new ensemble starts at LAC + 1: the LAC must not move meanwhile
+        changing = self._changing
+        if changing is not None and self._recovery:
+            return  # a re-add needs its whole write quorum: the change's positions too
+        # During a change only the positions it keeps count: their copies are where the old
+        # ensemble and the new one both say (a replaced bookie's copy is not).
+        kept = frozenset(changing or ())
         first = self._lac + 1
-        while (head := self._pending.get(self._lac + 1)) and len(head.acked) >= self._acks_needed:
+        while (head := self._pending.get(self._lac + 1)) and (
+            len(head.acked - kept) >= self._acks_needed
+        ):
             del self._pending[head.entry_id]
             self._sends.retire(head.entry_id, head.sent_s)
+            if changing is not None:
+                self._owed[head.entry_id] = head
             self._lac = head.entry_id
             self._length = head.length
         if self._lac >= first:
-            self._emit(CompleteAdds(first, self._lac, self._length))
+            self._emit(CompleteAdds(first, self._lac, self._length, changing is not None))
         lagging = self._sends.overflow()
         if lagging:
             self._silent |= lagging
@@ -518,6 +569,7 @@ class AddState:
         self._sends.clear()
         self._changing = None
         self._failed_later = set()
+        self._owed.clear()  # acknowledged already; the driver drops every payload at the end
         self._error = error
         if entries:
             self._emit(FailAdds(entries, error))
@@ -558,10 +610,18 @@ class AddState:
             assert not pending.acked & set(pending.sent_s), f"acked and in flight: {pending}"
             assert pending.lac < pending.entry_id and pending.length >= previous_length, pending
             previous_length = pending.length
+        head = self._pending.get(self._lac + 1)
         if self._changing is None:
             assert not self._failed_later, self._failed_later
-            head = self._pending.get(self._lac + 1)
+            assert not self._owed, f"owed copies after the change: {list(self._owed)}"
             assert head is None or len(head.acked) < self._acks_needed, "held completion"
             assert not (self._phase is _Phase.CLOSING and not self._pending), "close not sent"
         else:
             assert not self._failed_later & set(self._changing), self._failed_later
+            assert self._change_first <= self._lac + 1, (self._change_first, self._lac)
+            owed = list(self._owed)
+            assert owed == list(range(self._change_first, self._change_first + len(owed))), owed
+            assert not owed or owed[-1] == self._lac, (owed, self._lac)
+            kept = set(self._changing)
+            if head is not None and not self._recovery:
+                assert len(head.acked - kept) < self._acks_needed, "held completion"

@@ -12,8 +12,10 @@ import pytest
 from core.topology import Replication
 from ledger.codecs.entry import EntryCodec, master_key
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
+from ledger.codes import StatusCode
 from ledger.drivers import context as context_module
 from ledger.drivers import recover as recover_module
+from ledger.drivers import write_handle as write_handle_module
 from ledger.drivers.context import with_ensemble
 from ledger.drivers.write_handle import LedgerWriter
 from localcluster import controller
@@ -89,6 +91,68 @@ async def test_bookie_killed_mid_stream_changes_the_ensemble(
     replacement = next(b for b in history[-1].bookies if b not in history[0].bookies)
     assert cluster.topology.bookie(replacement).region == cluster.topology.bookie(victim).region
     await assert_all_readable(cluster, writer.ledger_id, ENTRIES)
+
+
+async def test_adds_complete_while_an_ensemble_change_waits_for_the_metadata_store(
+    cluster: Cluster, tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bookie is killed and the ensemble change's metadata write is held (as a ZooKeeper
+    election holds it when a region is cut off): the adds the two other bookies acknowledge
+    complete meanwhile, and once the change lands the new bookie holds every entry of its
+    span, those completed during the change included."""
+    reached = asyncio.Event()  # the writer's change is at the metadata store
+    release = asyncio.Event()
+    real_update = write_handle_module.update_metadata
+
+    async def held_update(store: Any, current: Any, change: Any) -> Any:
+        reached.set()
+        await asyncio.wait_for(release.wait(), 60)
+        return await real_update(store, current, change)
+
+    monkeypatch.setattr(write_handle_module, "update_metadata", held_update)
+    async with ledger_client(cluster, "us-east") as client:
+        writer = await client.create(REPLICATION, PASSWORD)
+        victim = writer.metadata.current_ensemble[1]
+        name = bookie_name(cluster, victim)
+        entries = 0
+
+        async def add() -> None:
+            nonlocal entries
+            payload = f"entry-{entries}".encode()
+            assert await asyncio.wait_for(writer.add(payload), 30) == entries
+            entries += 1
+
+        for _ in range(10):
+            await add()
+        await controller.fault(cluster, tools, "kill", name)
+        try:
+            while not reached.is_set():  # the next add sent to the dead bookie fails at once
+                assert entries < 200, "no ensemble change began after the kill"
+                await add()
+                await asyncio.sleep(0.01)
+            during_from = entries
+            for _ in range(30):
+                await add()
+            assert len(writer.metadata.ensembles) == 1, "the held change landed early"
+            release.set()
+            for _ in range(10):
+                await add()
+            closed = await asyncio.wait_for(writer.close(), 30)
+        finally:
+            release.set()
+            await controller.fault(cluster, tools, "restart", name)
+        history = closed.metadata.ensembles
+        assert len(history) >= 2 and victim not in history[1].bookies, history
+        first = history[1].first_entry_id
+        assert first <= during_from, (first, during_from)
+        (replacement,) = set(history[1].bookies) - set(history[0].bookies)
+        # (a later change, on a loaded machine, may have replaced a slow bookie as well)
+        end = history[2].first_entry_id if len(history) > 2 else entries
+        assert end >= during_from + 30, (end, during_from)
+        for entry_id in range(first, end):
+            read = await client.context.bookies.read_entry(replacement, writer.ledger_id, entry_id)
+            assert read.status is StatusCode.EOK and read.body, (entry_id, read.status)
+    await assert_all_readable(cluster, writer.ledger_id, entries)
 
 
 async def test_bookie_paused_past_the_add_timeout_changes_the_ensemble(

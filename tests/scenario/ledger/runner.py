@@ -24,6 +24,7 @@ from ledger.machines.add_events import (
     EnsembleChangeFailed,
     FailAdds,
     FailClose,
+    ForgetPayloads,
     SendAdd,
 )
 from ledger.machines.add_state import AddConfig, AddState
@@ -54,14 +55,19 @@ Machine = AddState | RecoveryState | ReadLacState | EntryReadState
 def render(action: object) -> str:
     match action:
         case SendAdd():
-            flag = " recovery" if action.recovery else ""
+            flag = (" recovery" if action.recovery else "") + (
+                " last-use" if action.last_use else ""
+            )
             return (
                 f"send-add e={action.entry_id} to={action.bookie}@{action.bookie_index} "
                 f"lac={action.lac} length={action.length}{flag}"
             )
         case CompleteAdds():
             span = f"{action.first_entry_id}..{action.last_entry_id}"
-            return f"complete-adds e={span} length={action.length}"
+            keep = " keep-payloads" if action.keep_payloads else ""
+            return f"complete-adds e={span} length={action.length}{keep}"
+        case ForgetPayloads():
+            return f"forget-payloads e={','.join(map(str, action.entry_ids))}"
         case ChangeEnsemble():
             replace = ",".join(
                 f"{b}@{i}" for b, i in zip(action.bookies, action.indices, strict=True)

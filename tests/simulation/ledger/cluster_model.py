@@ -27,6 +27,7 @@ from ledger.machines.add_events import (
     EnsembleChangeFailed,
     FailAdds,
     FailClose,
+    ForgetPayloads,
     SendAdd,
 )
 from ledger.machines.read_lac_state import LacReadFailed, LacReplied, SendReadLac
@@ -215,6 +216,10 @@ class Client:
         self.view = view
         self.ensemble = view.ensembles[-1][1]  # for choosing replacements
         self.payloads: dict[int, int] = {}  # the writer's entries: id -> payload length
+        # The entries whose payload the writer's driver still holds: from submit until
+        # completion, or until the last copy owed after an ensemble change is sent.
+        self.held: set[int] = set()
+        self.completed_in_changes = 0  # entries completed while an ensemble change was on
         self.kept: dict[int, Stored] = {}  # bodies recovery read and will re-add
         self.lac: int | None = -1 if name == "writer" else None
         self.failed: set[int] = set()
@@ -223,6 +228,11 @@ class Client:
         self.recovery_error: str | None = None
         self._reading: Stored | None = None  # the body under the EntryRead being fed
         self.pump()
+
+    def submitted(self, entry_id: int, payload_len: int) -> None:
+        """The writer's driver took entry `entry_id`'s payload (after `machine.submit`)."""
+        self.payloads[entry_id] = payload_len
+        self.held.add(entry_id)
 
     def feed(self, event: object) -> None:
         fences = (
@@ -275,6 +285,10 @@ class Client:
                 self.cluster.network.post(change, label=f"{self.name}:change-ensemble")
             case CompleteAdds():
                 self._completed(action)
+            case ForgetPayloads():
+                assert set(action.entry_ids) <= self.held, (action, self.held)
+                assert max(action.entry_ids) <= (-1 if self.lac is None else self.lac), action
+                self.held -= set(action.entry_ids)
             case FailAdds():
                 assert not self.failed & set(action.entry_ids), action
                 floor = -1 if self.lac is None else self.lac
@@ -282,6 +296,7 @@ class Client:
                 self.failed |= set(action.entry_ids)
                 self.saw_fenced = self.saw_fenced or action.error.kind is AddErrorKind.FENCED
             case FailClose():
+                self.held.clear()  # the driver drops every payload at the handle's end
                 # Emitted with every failure of the handle; the failure itself was checked
                 # with its FailAdds (or the handle had nothing pending).
                 self.saw_fenced = self.saw_fenced or action.error.kind is AddErrorKind.FENCED
@@ -328,6 +343,12 @@ class Client:
         else:
             stored = Stored(action.lac, action.length, self.payloads[action.entry_id])
             assert action.length == sum(self.payloads[e] for e in range(action.entry_id + 1))
+            if action.entry_id not in self.held:  # the driver skips a dropped payload's send
+                assert not action.last_use, f"{action}: the payload was dropped already"
+                return
+            if action.last_use:
+                assert self.lac is not None and action.entry_id <= self.lac, action
+                self.held.discard(action.entry_id)
 
         def answer(bookie: Bookie) -> object:
             if bookie.crashed:
@@ -399,3 +420,8 @@ class Client:
             copies = self.cluster.stored_copies(self.view, entry_id, payload_len)
             assert copies >= needed, f"entry {entry_id} completed with {copies} copies"
         self.lac = action.last_entry_id
+        entries = set(range(action.first_entry_id, action.last_entry_id + 1))
+        if action.keep_payloads:
+            self.completed_in_changes += len(entries)
+        else:
+            self.held -= entries

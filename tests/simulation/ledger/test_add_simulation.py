@@ -38,6 +38,7 @@ class Outcome:
     fenced: bool
     ensemble_changes: int
     closed: bool
+    completed_in_changes: int
 
 
 def submit(writer: Client, rng: random.Random) -> None:
@@ -49,7 +50,7 @@ def submit(writer: Client, rng: random.Random) -> None:
     if entry_id is None:
         assert machine.error is not None and writer.lac == machine.lac
         return
-    writer.payloads[entry_id] = payload_len
+    writer.submitted(entry_id, payload_len)
     writer.pump()
 
 
@@ -127,12 +128,14 @@ def run(seed: int) -> Outcome:
             assert writer.closed is not None, "close never finished"
             assert writer.closed.last_entry_id == lac == machine.lap, (writer.closed, lac)
             assert writer.closed.length == sum(writer.payloads[e] for e in range(lac + 1))
+            assert not writer.held, f"payloads held after the close: {sorted(writer.held)}"
     return Outcome(
         completed=(writer.lac or -1) + 1,
         failed=len(writer.failed),
         fenced=writer.saw_fenced,
         ensemble_changes=len(cluster.metadata.ensembles) - 1,
         closed=writer.closed is not None,
+        completed_in_changes=writer.completed_in_changes,
     )
 
 
@@ -153,8 +156,9 @@ def test_the_simulation_reaches_the_interesting_cases() -> None:
             ("fenced", o.fenced),
             ("changed", o.ensemble_changes > 0),
             ("closed", o.closed),
+            ("completed during a change", o.completed_in_changes > 0),
         ]
         if hit
     )
-    for kind in ("completed", "failed", "fenced", "changed", "closed"):
+    for kind in ("completed", "failed", "fenced", "changed", "closed", "completed during a change"):
         assert tally[kind] >= len(outcomes) // 10, tally

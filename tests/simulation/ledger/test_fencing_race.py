@@ -31,7 +31,7 @@ def race() -> tuple[Client, Client]:
     writer = Client("writer", AddState(names, 3, 2), cluster, metadata)
     net = cluster.network
     assert writer.machine.submit(10) == 0
-    writer.payloads[0] = 10
+    writer.submitted(0, 10)
     writer.pump()
     net.deliver("writer:add e=0 -> b0")
     net.deliver("writer:add e=0 <- b0")  # one ack of the two needed
