@@ -249,6 +249,7 @@ class LedgerWriter:
                 self._runner.spawn(self._close(action))
             case FailClose():  # the handle's end: copies owed to a change are not sent now
                 self._payloads.clear()
+                self._room.set()  # waiters wake and see the error (room may be owed copies')
                 self._fail_close(add_error(self.ledger_id, action.error))
 
     def _send_now(self, action: SendAdd) -> None:
@@ -296,7 +297,7 @@ class LedgerWriter:
         asyncio.get_running_loop().call_soon(self._runner.feed, event)
 
     async def _send(self, action: SendAdd, payload: bytes) -> None:
-        if action.entry_id not in self._payloads and not action.last_use:
+        if action.entry_id not in self._payloads and not action.owed:
             self._skipped(action)  # completed (or failed) while this task waited to start
             return
         answer = await self._requests.add(action, payload)

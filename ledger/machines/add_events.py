@@ -118,8 +118,10 @@ class SendAdd:
     lac: int
     length: int
     recovery: bool  # AddFlag.RECOVERY_ADD: the bookie skips the fence check
-    # The entry's last send: a completed entry's copy for the bookie an ensemble change put
-    # in its write set. The driver drops the payload once this send has it.
+    # A completed entry's copy for a bookie an ensemble change put in its write set: sent
+    # even though the entry is done. The last of them is its payload's last use: the driver
+    # drops the payload once that send has it.
+    owed: bool = False
     last_use: bool = False
 
 

@@ -98,10 +98,12 @@ class SendDeadlines:
         self.stragglers = {e: sends for e, sends in self.stragglers.items() if sends}
 
     def overflow(self) -> set[int]:
-        """When there are too many stragglers, the oldest one's lagging positions."""
-        if len(self.stragglers) <= STRAGGLERS_MAX:
-            return set()
-        return set(self.stragglers.pop(min(self.stragglers)))
+        """When there are too many stragglers, the oldest ones' lagging positions (as many
+        as it takes to come back to the limit: a batch of completions can add several)."""
+        lagging: set[int] = set()
+        while len(self.stragglers) > STRAGGLERS_MAX:
+            lagging |= set(self.stragglers.pop(min(self.stragglers)))
+        return lagging
 
     def clear(self) -> None:
         self.stragglers.clear()

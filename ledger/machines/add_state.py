@@ -457,17 +457,20 @@ class AddState:
                 if index in asked
                 and (index in changed or (index not in done.acked and index not in in_flight))
             ]
-            if len(self._sends.stragglers) >= STRAGGLERS_MAX and entry_id not in in_flight:
+            stragglers = self._sends.stragglers
+            if len(stragglers) >= STRAGGLERS_MAX and entry_id not in stragglers:
                 targets = []  # as many copies in flight as a handle keeps: this one goes
             if not targets:
                 forgotten.append(entry_id)
             for n, index in enumerate(targets, start=1):
-                sends = self._sends.stragglers.setdefault(entry_id, {})
+                sends = stragglers.setdefault(entry_id, {})
                 sends[index] = self._now_s
                 self._sends.sent(self._now_s, entry_id, index)
                 bookie = self._ensemble[index]
                 last = n == len(targets)
-                self._emit(SendAdd(entry_id, index, bookie, done.lac, done.length, False, last))
+                self._emit(
+                    SendAdd(entry_id, index, bookie, done.lac, done.length, False, True, last)
+                )
         if forgotten:
             self._emit(ForgetPayloads(tuple(forgotten)))
 

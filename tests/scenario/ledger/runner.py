@@ -55,9 +55,8 @@ Machine = AddState | RecoveryState | ReadLacState | EntryReadState
 def render(action: object) -> str:
     match action:
         case SendAdd():
-            flag = (" recovery" if action.recovery else "") + (
-                " last-use" if action.last_use else ""
-            )
+            flags = {"recovery": action.recovery, "owed": action.owed, "last-use": action.last_use}
+            flag = "".join(f" {name}" for name, on in flags.items() if on)
             return (
                 f"send-add e={action.entry_id} to={action.bookie}@{action.bookie_index} "
                 f"lac={action.lac} length={action.length}{flag}"

@@ -15,11 +15,13 @@ from ledger.machines.add_events import (
     ChangeEnsemble,
     CompleteAdds,
     EnsembleChanged,
+    EnsembleChangeFailed,
     FailAdds,
     FailClose,
     SendSkipped,
     TaskCrashed,
 )
+from ledger.machines.add_sends import STRAGGLERS_MAX
 from ledger.machines.add_state import LAG_CHANGES_MAX, AddConfig, AddState
 from ledger.machines.signals import BookieFailure, Ticked
 
@@ -342,3 +344,54 @@ def test_a_bookie_that_answered_this_handle_is_not_suspected_for_a_failure_elsew
     lag_s = state.config.quorum_lag_s
     assert lag_s is not None
     assert state.next_wakeup_s() == pytest.approx(2.0 + lag_s)
+
+
+def test_stragglers_stay_bounded_when_completions_come_in_a_batch() -> None:
+    """A bookie that never answers leaves a straggler per completed entry until too many
+    start a change; entries then completing together during it (acked by the kept bookies)
+    must not take the stragglers past their bound."""
+    machine = AddState(
+        ["b0", "b1", "b2"], 3, 2, config=AddConfig(quorum_lag_s=None, add_timeout_s=1e9)
+    )
+
+    def ack(entry_id: int, bookie: str) -> None:
+        machine.handle(AddAcked(entry_id, bookie))
+        machine.validate()
+
+    for entry_id in range(STRAGGLERS_MAX):  # b2 never answers
+        assert machine.submit(1) == entry_id
+        ack(entry_id, "b0")
+        ack(entry_id, "b1")
+    first = STRAGGLERS_MAX
+    for _ in range(3):
+        machine.submit(1)
+    machine.take_actions()
+    ack(first, "b0")
+    ack(first, "b1")  # one straggler too many: b2 is replaced
+    changes = [a for a in machine.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert [c.bookies for c in changes] == [("b2",)], changes
+    ack(first + 2, "b0")
+    ack(first + 2, "b1")
+    ack(first + 1, "b0")
+    ack(first + 1, "b1")  # two entries complete at once during the change
+    assert machine.lac == first + 2
+    completed = [a for a in machine.take_actions() if isinstance(a, CompleteAdds)]
+    assert completed and all(c.keep_payloads for c in completed), completed
+
+
+def test_a_failed_change_frees_the_room_its_completions_held() -> None:
+    """Entries completed during a change hold their payloads (and the room) until it lands;
+    a change that fails ends the handle, and the room must show it (waiters wake)."""
+    machine = AddState(["b0", "b1", "b2"], 3, 2, config=AddConfig(pending_adds_max=1))
+    assert machine.submit(5) == 0
+    machine.handle(AddFailed(0, "b2", BookieFailure.BOOKIE_DOWN))
+    machine.handle(AddAcked(0, "b0"))
+    machine.handle(AddAcked(0, "b1"))
+    machine.validate()
+    assert machine.lac == 0 and machine.pending_count == 0 and machine.room == 0
+    machine.take_actions()
+    machine.handle(EnsembleChangeFailed(AddErrorKind.FENCED, "the ledger is in recovery"))
+    machine.validate()
+    actions = machine.take_actions()
+    assert [type(a) for a in actions] == [FailClose], actions
+    assert machine.error is not None and machine.room == 1
