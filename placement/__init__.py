@@ -29,7 +29,8 @@ The interface the ledger client calls (`PlacementPolicy`, implemented by `Placem
         Observations; they expire after HealthConfig.history_ttl_s (60 s by default).
 
 Operators and drivers also use `PlacementState.update_membership`, `drain_region`,
-`members_to_move` and `audit` (an `AdherenceReport` with `describe()`), or the pure
+`members_to_move`, `member_to_spread` (an open ensemble placed while a region was away, to
+move back over it) and `audit` (an `AdherenceReport` with `describe()`), or the pure
 functions directly: `new_ensemble`, `replace_bookie`, `audit_ensemble`, `read_order`,
 `speculative_delays`, `check_quorum`. Bookies are ids "host:port" located by
 `LocatedBookie(bookie_id, region, rack)`; `located_bookies(topology)` adapts core.topology.

@@ -33,6 +33,7 @@ class _Record:
     last_seen_s: float
     samples: deque[tuple[float, float]]  # (observed at, latency), oldest first
     failure_s: float | None = None
+    answered_s: float | None = None  # its last answer that taught no latency (a probe's)
     slow_s: float | None = None
     pending: int = 0
     # The sorted latencies within the TTL, kept until a sample arrives or the oldest of them
@@ -52,6 +53,11 @@ class BookieHealth:
     def record_failure(self, bookie_id: str, now_s: float) -> None:
         """A request to the bookie failed (error, timeout, missing entry it should have)."""
         self._record(bookie_id, now_s).failure_s = now_s
+
+    def record_answer(self, bookie_id: str, now_s: float) -> None:
+        """The bookie answered a request whose time says nothing of a read's (a probe, a
+        batched read): no latency sample, but no longer silent since a failure."""
+        self._record(bookie_id, now_s).answered_s = now_s
 
     def record_slow(self, bookie_id: str, now_s: float) -> None:
         """A later replica answered a read first after a speculative retry (BookKeeper's signal)."""
@@ -90,7 +96,23 @@ class BookieHealth:
         failed_s = self._fresh(record.failure_s, now_s)
         if failed_s is None or (record.samples and record.samples[-1][0] >= failed_s):
             return None
+        if record.answered_s is not None and record.answered_s >= failed_s:
+            return None
         return failed_s
+
+    def answered_since_failure(self, bookie_id: str, now_s: float) -> bool:
+        """Whether the bookie answered something within the TTL, after its last failure
+        (if any): evidence that it answers, where `silent_since_failure_s` is None for a
+        bookie never asked anything too."""
+        record = self._records.get(bookie_id)
+        if record is None:
+            return False
+        answers = [record.answered_s, record.samples[-1][0] if record.samples else None]
+        answered_s = self._fresh(max((a for a in answers if a is not None), default=None), now_s)
+        if answered_s is None:
+            return False
+        failed_s = self._fresh(record.failure_s, now_s)
+        return failed_s is None or answered_s >= failed_s
 
     def marked_slow(self, bookie_id: str, now_s: float) -> bool:
         record = self._records.get(bookie_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -103,6 +104,36 @@ class PlacementState:
         drained = self.cluster.drained_regions
         return tuple(b for b in ensemble if b in by_id and by_id[b].region in drained)
 
+    def member_to_spread(
+        self, ensemble: Sequence[str], reachable: Callable[[str], bool]
+    ) -> str | None:
+        """A member to move so that `ensemble` spans one more region, or None.
+
+        An ensemble placed while a region was away (two copies in each of two regions, say)
+        keeps that shape for its ledger's life, and with it one more cut link stops its ack
+        quorums. Once a region it does not span has a usable bookie that `reachable` says
+        answers, one member of the most crowded region (the client's own last: its copies
+        are the fast acks) is to move there (`replace_bookie` with that region avoided)."""
+        by_id = self.cluster.by_id
+        if any(b not in by_id for b in ensemble):
+            return None
+        copies = Counter(by_id[b].region for b in ensemble)
+        spare = {
+            b.region
+            for b in self.cluster.usable(excluded=ensemble)
+            if b.region not in copies and reachable(b.bookie_id)
+        }
+        if not spare:
+            return None
+        local = self.config.client.region
+        crowded = max(copies, key=lambda region: (copies[region], region != local, region))
+        if copies[crowded] < 2:
+            return None
+        # from the rack that holds most of the region's copies: the others keep their spread
+        members = [b for b in ensemble if by_id[b].region == crowded]
+        racks = Counter(by_id[b].rack for b in members)
+        return max(reversed(members), key=lambda b: racks[by_id[b].rack])
+
     def new_ensemble(
         self,
         replication: Replication,
@@ -164,6 +195,12 @@ class PlacementState:
 
     def record_slow(self, bookie_id: str, now_s: float) -> None:
         self.health.record_slow(bookie_id, now_s)
+
+    def record_answer(self, bookie_id: str, now_s: float) -> None:
+        self.health.record_answer(bookie_id, now_s)
+
+    def answered_since_failure(self, bookie_id: str, now_s: float) -> bool:
+        return self.health.answered_since_failure(bookie_id, now_s)
 
     def silent_since_failure_s(self, bookie_id: str, now_s: float) -> float | None:
         """When this client last saw `bookie_id` fail, if within the health history's TTL and

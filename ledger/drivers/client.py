@@ -120,8 +120,15 @@ class LedgerClient:
 
         def observe(bookie: str, operation: str, seconds: float, healthy: bool) -> None:
             # Only answers teach latency; failures reach placement through the machines.
-            if holder and healthy and operation not in TEACH_NO_LATENCY:
-                context = holder[0].context
+            if not holder or not healthy:
+                return
+            context = holder[0].context
+            if operation in TEACH_NO_LATENCY:
+                # Still an answer (no longer silent since a failure), unless requests it has
+                # not answered wait there: a stalled journal answers probes, not adds.
+                if context.bookies.silent_since_s(bookie) is None:
+                    context.placement.record_answer(bookie, context.clock())
+            else:
                 context.placement.record_latency(bookie, seconds, context.clock())
 
         def resolve(bookie_id: str) -> str:

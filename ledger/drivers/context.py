@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from ledger.errors import (
 )
 from ledger.machines.add_state import QUORUM_LAG_S
 from ledger.machines.signals import Health, RecordHealth
-from placement import PlacementState
+from placement import PlacementError, PlacementState
 
 log = logging.getLogger(__name__)
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
@@ -126,6 +126,37 @@ class LedgerContext:
                 avoid_regions=avoid,
             )
         return current
+
+    def spread(
+        self,
+        metadata: LedgerMetadata,
+        ensemble: Sequence[str],
+        bookie: str,
+        unreachable: Collection[str] = (),
+    ) -> tuple[str, ...]:
+        """`ensemble` with `bookie` moved to a region it does not span yet (see
+        `PlacementState.member_to_spread`), or unchanged when placement finds no such move
+        that keeps the rule. `unreachable` bookies are not chosen. No quarantine of recent
+        failures: the caller asks only where the bookies answer again."""
+        replication = self.replication_of(metadata)
+        located = self.placement.cluster.by_id
+        if bookie not in located:  # gone from a topology republished since it was asked
+            return tuple(ensemble)
+        try:
+            moved = self.placement.replace_bookie(
+                replication,
+                ensemble,
+                bookie,
+                excluded=frozenset({bookie, *unreachable}),
+                avoid_regions=frozenset({located[bookie].region}),
+            )
+        except PlacementError:
+            return tuple(ensemble)
+
+        def regions(bookies: Sequence[str]) -> int:
+            return len({located[b].region for b in bookies if b in located})
+
+        return moved if regions(moved) > regions(ensemble) else tuple(ensemble)
 
 
 def with_ensemble(metadata: LedgerMetadata, ensemble: Ensemble) -> LedgerMetadata:

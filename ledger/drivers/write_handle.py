@@ -55,7 +55,10 @@ from placement import NotEnoughBookiesError, PlacementError
 
 log = logging.getLogger(__name__)
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
-# An ensemble change that would keep the same bookies waits this long (doubling) to retry them.
+# How often an appending writer asks placement whether its ensemble, placed while a region
+# was away, can spread over it again (`_respread`).
+SPREAD_CHECK_S = 1.0
+SPREAD_RETRY_S = 30.0  # after a move placement could not make
 
 
 class LedgerWriter:
@@ -99,6 +102,7 @@ class LedgerWriter:
         self._unchanged_backoff_s = UNCHANGED_FIRST_S
         self._said_nowhere = False  # that silent bookies had nowhere to go, logged once
         self._placed_s = placed_s  # until the first append looks for failures since then
+        self._spread_check_s = context.clock() + SPREAD_CHECK_S
         self._piggybacked_lac = self._state.lac  # the LAC the newest entry carried
         self._explicit_lac = self._state.lac  # the newest LAC sent with WRITE_LAC
         interval_s = context.config.explicit_lac_interval_s
@@ -133,9 +137,13 @@ class LedgerWriter:
             self._placed_s = None
         # Stamp the machine's clock first: it times each add out from its send time. Feeding
         # (not just handling) runs whatever the tick decided, such as a failure, right away.
-        self._runner.feed(Ticked(self._context.clock()))
+        now_s = self._context.clock()
+        self._runner.feed(Ticked(now_s))
         if self._state.error is not None:
             raise self._refused(self._state.error)
+        if now_s >= self._spread_check_s:
+            self._spread_check_s = now_s + SPREAD_CHECK_S
+            self._respread()
         self._piggybacked_lac = self._state.lac
         entry_id = self._state.submit(len(payload))
         if entry_id is None:
@@ -163,6 +171,27 @@ class LedgerWriter:
             silent_s = self._context.bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S)
             if silent_s is not None:
                 self._state.failed_since(bookie, silent_s)
+
+    def _respread(self) -> None:
+        """Asks for a change that moves one bookie to a region the ensemble does not span,
+        when placement finds one whose bookies answer again (an ensemble placed while that
+        region was cut off). Changes only the machine; `append` pumps it."""
+        placement = self._context.placement
+        bookie = placement.member_to_spread(self._state.ensemble, self._answers)
+        if bookie is not None:
+            self._state.respread(self._state.ensemble.index(bookie))
+
+    def _answers(self, bookie: str) -> bool:
+        """Whether `bookie` answers this client: it answered something lately, after its
+        last failure (a write proxy's bookie watch asks every bookie), nothing is pending
+        there unanswered for long, and it is not backing off after failures."""
+        now_s = self._context.clock()
+        bookies = self._context.bookies
+        return (
+            self._context.placement.answered_since_failure(bookie, now_s)
+            and bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S) is None
+            and bookies.is_available(bookie)
+        )
 
     def has_room(self) -> bool:
         return self._state.room > 0 or self._state.error is not None
@@ -360,9 +389,15 @@ class LedgerWriter:
         try:
             check(self._versioned.metadata)
             try:
-                ensemble = self._context.replace(
-                    self._versioned.metadata, self._state.ensemble, action.bookies, action.silent
-                )
+                if action.respread:
+                    ensemble = self._spread_to(action.bookies[0])
+                else:
+                    ensemble = self._context.replace(
+                        self._versioned.metadata,
+                        self._state.ensemble,
+                        action.bookies,
+                        action.silent,
+                    )
             except NotEnoughBookiesError as err:
                 if not action.only_silent:
                     raise
@@ -379,7 +414,9 @@ class LedgerWriter:
                 # Placement kept the same bookies (no better one usable now): an ensemble that
                 # changes nothing is not written. Wait a little, then retry the same bookies;
                 # slow ones (not failed: their adds are still in flight) are waited for as is.
-                if not action.lagging:
+                if action.respread:  # placement could not: ask again much later
+                    self._spread_check_s = self._context.clock() + SPREAD_RETRY_S
+                elif not action.lagging:
                     await asyncio.sleep(self._unchanged_backoff_s)
                     self._unchanged_backoff_s = min(2 * self._unchanged_backoff_s, UNCHANGED_MAX_S)
                 self._context.metrics.ensemble_changes.add(1, {"outcome": "unchanged"})
@@ -399,20 +436,33 @@ class LedgerWriter:
         except LedgerClosedError as err:
             self._ensemble_change_failed(AddErrorKind.CLOSED, err)
         except (GlobelogError, PlacementError) as err:
+            # A move's failed write fails the writer too: whether it landed is unknown, and
+            # acks counted from the old bookie would be where the metadata may not say.
             self._ensemble_change_failed(AddErrorKind.ENSEMBLE_CHANGE_FAILED, err)
         else:
             self._context.metrics.ensemble_changes.add(1, {"outcome": "changed"})
-            for bookie in action.bookies:
+            for bookie in action.bookies if not action.respread else ():  # a move: none failed
                 self._context.placement.record_failure(bookie, self._context.clock())
             log.info(
                 "ledger %d: from entry %d, %s replaced by %s (%s)",
                 self.ledger_id, action.first_entry_id, ", ".join(action.bookies),
                 ", ".join(b for b in ensemble if b not in self._state.ensemble),
-                "slow to acknowledge" if action.lagging else "failed",
+                _why(action),
             )  # fmt: skip
             # the re-sends to the new bookies are timed from now, not from the last add
             self._runner.feed(Ticked(self._context.clock()))
             self._runner.feed(EnsembleChanged(action.first_entry_id, ensemble))
+
+    def _spread_to(self, bookie: str) -> tuple[str, ...]:
+        """The ensemble with `bookie` moved to a region it does not span, among bookies
+        that answer; the same ensemble when there is none now."""
+        unreachable = [
+            b.bookie_id
+            for b in self._context.placement.cluster.bookies
+            if not self._answers(b.bookie_id)
+        ]
+        metadata = self._versioned.metadata
+        return self._context.spread(metadata, self._state.ensemble, bookie, unreachable)
 
     def _ensemble_change_failed(self, kind: AddErrorKind, err: GlobelogError) -> None:
         self._context.metrics.ensemble_changes.add(1, {"outcome": kind.value})
@@ -437,6 +487,12 @@ class LedgerWriter:
             return
         if not self._closed.done():
             self._closed.set_result(self._versioned)
+
+
+def _why(change: ChangeEnsemble) -> str:
+    if change.respread:
+        return "to span one more region"
+    return "slow to acknowledge" if change.lagging else "failed"
 
 
 def _closed_error() -> AddError:

@@ -165,6 +165,9 @@ class ChangeEnsemble:
     # those of `bookies` that fell silent (timed out or lagged) rather than answered a
     # failure: their region mates are picked last, as a cut link is likely behind them too
     silent: tuple[str, ...] = ()
+    # True: no bookie failed; the writer asked to move one to a region the ensemble does
+    # not span (`AddState.respread`). A placement that cannot answers with the same ensemble.
+    respread: bool = False
 
     @property
     def only_silent(self) -> bool:

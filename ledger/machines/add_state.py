@@ -71,6 +71,9 @@ QUORUM_LAG_S = 0.5  # a bookie silent this long while it holds up an ack quorum 
 # each change is a metadata write and a longer ensemble history, so they are bounded, and
 # running out of them never fails the handle.
 LAG_CHANGES_MAX = 16
+# Moves of healthy bookies (`respread`) a handle makes at most: a region that comes and goes
+# must not make every open ledger's metadata a long list of moves there and back.
+RESPREAD_CHANGES_MAX = 4
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
 
 
@@ -145,6 +148,7 @@ class AddState:
         self._phase = _Phase.OPEN
         self._changing: tuple[int, ...] | None = None  # positions of the change in progress
         self._changing_lagging = False  # that change replaces slow bookies only, none failed
+        self._changing_respread = False  # that change moves a healthy bookie (`respread`)
         # position -> the machine's clock at its last ack (the quorum lag's silence)
         self._last_ack_s: dict[int, float] = {}
         self._silent_since = dict(silent_since or {})
@@ -158,6 +162,7 @@ class AddState:
         self._silent: set[int] = set()
         self._changes = 0  # for failed bookies
         self._lag_changes = 0  # for silent ones
+        self._respreads = 0  # moves of healthy bookies that changed the ensemble
         self._new_ensembles: tuple[Ensemble, ...] = ()  # recovery's, in entry order
         self._error: AddError | None = None
         self._outbox: Outbox[AddAction] = Outbox()
@@ -308,6 +313,22 @@ class AddState:
                 self._send(pending, index)
         return entry_id
 
+    def respread(self, index: int) -> bool:
+        """Starts a change moving the bookie at `index` elsewhere though nothing failed (the
+        driver's placement wants the ensemble over one more region); whether it started.
+        Only where the other positions of every write set make the ack quorum, so the
+        writes go on while it lands; never while a bookie of the ensemble is silent (that
+        one's own change comes first); at most RESPREAD_CHANGES_MAX that change something."""
+        assert 0 <= index < len(self._ensemble), index
+        if self._phase is not _Phase.OPEN or self._changing is not None or self._recovery:
+            return False
+        if self._write_quorum - 1 < self._acks_needed or self._silent or self._silent_since:
+            return False
+        if self._respreads >= RESPREAD_CHANGES_MAX:
+            return False
+        self._start_change({index}, respread=True)
+        return True
+
     def begin_close(self) -> None:
         """Close once every pending add completed. No-op if closing, closed or failed."""
         if self._phase is _Phase.OPEN:
@@ -416,6 +437,11 @@ class AddState:
         asked = self._changing
         if not changed and self._changing_lagging:
             self._lag_changes -= 1  # no better bookie for a silent one: a wait, not a change
+        # A move of a healthy bookie that placement could not make: no lag was waited out,
+        # so none starts again (the quorum lags and silences stand as they were).
+        unmoved = self._changing_respread and not changed
+        if self._changing_respread and changed:
+            self._respreads += 1
         self._ensemble = tuple(event.ensemble)
         if self._recovery and changed:  # not in the metadata yet: the close writes them
             kept = [e for e in self._new_ensembles if e.first_entry_id < event.first_entry_id]
@@ -424,14 +450,14 @@ class AddState:
         self._sends.forget_positions(changed)
         self._send_owed(asked, changed)
         self._silent -= changed
-        for index in asked:  # replaced, or kept: either way a lag from now on
+        for index in asked if not unmoved else ():  # replaced, or kept: a lag from now on
             self._silent_since.pop(index, None)
         for index in changed:  # a new bookie: silent only from now on
             self._last_ack_s[index] = self._now_s
         still_failed, self._failed_later = self._failed_later - changed, set()
         for pending in self._pending.values():
-            # the replacements get their own quorum_lag_s from now
-            pending.first_ack_s = self._now_s if pending.acked - changed else None
+            if not unmoved:  # the replacements get their own quorum_lag_s from now
+                pending.first_ack_s = self._now_s if pending.acked - changed else None
             for index in pending.write_set:
                 if index in changed:  # the old bookie's copy is not where readers will look
                     pending.acked.discard(index)
@@ -509,8 +535,12 @@ class AddState:
             return
         self._start_change(indices, lagging_only)
 
-    def _start_change(self, indices: set[int], lagging_only: bool = False) -> None:
-        if lagging_only:  # bounded by LAG_CHANGES_MAX (_holding_up_the_quorum), never fatal
+    def _start_change(
+        self, indices: set[int], lagging_only: bool = False, respread: bool = False
+    ) -> None:
+        if respread:  # bounded by RESPREAD_CHANGES_MAX (respread), never fatal
+            pass
+        elif lagging_only:  # bounded by LAG_CHANGES_MAX (_holding_up_the_quorum), never fatal
             self._lag_changes += 1
         elif self._changes >= self.config.ensemble_changes_max:
             failed = ", ".join(self._ensemble[i] for i in sorted(indices))
@@ -526,15 +556,16 @@ class AddState:
             self._changes += 1
         self._changing = tuple(sorted(indices))
         self._changing_lagging = lagging_only
+        self._changing_respread = respread
         self._change_first = self._lac + 1
         bookies = tuple(self._ensemble[i] for i in self._changing)
         silent = tuple(self._ensemble[i] for i in self._changing if i in self._silent)
         persist = not self._recovery
-        self._emit(
-            ChangeEnsemble(
-                self._change_first, self._changing, bookies, persist, lagging_only, silent
-            )
+        first = self._change_first
+        change = ChangeEnsemble(
+            first, self._changing, bookies, persist, lagging_only, silent, respread
         )
+        self._emit(change)
 
     def _complete_ready(self) -> None:
         changing = self._changing
@@ -596,6 +627,7 @@ class AddState:
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
         assert 0 <= self._lag_changes <= LAG_CHANGES_MAX, self._lag_changes
+        assert 0 <= self._respreads <= RESPREAD_CHANGES_MAX, self._respreads
         assert all(0 <= i < len(self._ensemble) for i in self._silent_since), self._silent_since
         self._sends.validate(self._lac)
         if self.is_terminal:

@@ -155,6 +155,53 @@ async def test_adds_complete_while_an_ensemble_change_waits_for_the_metadata_sto
     await assert_all_readable(cluster, writer.ledger_id, entries)
 
 
+async def test_an_ensemble_placed_while_a_region_was_away_spreads_back_over_it(
+    cluster: Cluster,
+) -> None:
+    """A four-copy ensemble placed while us-west's bookies were not registered holds two
+    copies in us-east and two in eu-west. Once us-west's are back (and answer the bookie
+    watch, as a write proxy runs it), the writer's next appends move one eu-west copy there
+    (the writes going on meanwhile), and every entry reads back."""
+    wider = Replication(4, 4, 3, 2)
+    async with ledger_client(cluster, "us-east") as client:
+        watch = asyncio.create_task(client.watch_bookies())
+        try:
+            placement = client.context.placement
+            registered, read_only = placement.cluster.writable, placement.cluster.read_only
+            us_west = {b.bookie_id for b in placement.cluster.bookies if b.region == "us-west"}
+            assert us_west <= registered, (us_west, registered)
+
+            def regions(ensemble: tuple[str, ...]) -> list[str]:
+                return sorted(placement.cluster.by_id[b].region for b in ensemble)
+
+            placement.update_membership(registered - us_west, read_only)  # as while it was away
+            writer = await client.create(wider, PASSWORD)
+            assert regions(writer.metadata.current_ensemble) == ["eu-west"] * 2 + ["us-east"] * 2
+            placement.update_membership(registered, read_only)
+            entries = 0
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(writer.metadata.ensembles) == 1:
+                assert asyncio.get_running_loop().time() < deadline, "the ensemble never spread"
+                await asyncio.wait_for(writer.add(f"entry-{entries}".encode()), 10)
+                entries += 1
+                await asyncio.sleep(0.05)
+            for _ in range(10):
+                await asyncio.wait_for(writer.add(f"entry-{entries}".encode()), 10)
+                entries += 1
+            closed = await asyncio.wait_for(writer.close(), 30)
+        finally:
+            watch.cancel()
+        history = closed.metadata.ensembles
+        assert len(history) == 2, history
+        assert regions(history[1].bookies) == ["eu-west", "us-east", "us-east", "us-west"]
+        assert placement.audit(history[1].bookies, wider).adherence is Adherence.MEETS_STRICT
+    async with ledger_client(cluster, "eu-west") as reader_client:
+        reader = await reader_client.open(writer.ledger_id, PASSWORD)
+        assert reader.lac == entries - 1
+        expected = [f"entry-{i}".encode() for i in range(entries)]
+        assert await reader.read_entries(0, entries - 1) == expected
+
+
 async def test_bookie_paused_past_the_add_timeout_changes_the_ensemble(
     cluster: Cluster, tools: Tools
 ) -> None:

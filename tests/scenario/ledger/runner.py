@@ -71,7 +71,9 @@ def render(action: object) -> str:
             replace = ",".join(
                 f"{b}@{i}" for b, i in zip(action.bookies, action.indices, strict=True)
             )
-            keep = "" if action.persist else " in-memory"
+            keep = ("" if action.persist else " in-memory") + (
+                " respread" if action.respread else ""
+            )
             return f"change-ensemble first={action.first_entry_id} replace={replace}{keep}"
         case FailAdds():
             entries = ",".join(map(str, action.entry_ids))
@@ -213,6 +215,9 @@ class Runner:
             assert add.error is not None
             return [f"refused {add.error.kind.value}: {add.error.message}"]
         return [f"entry {entry_id}"]
+
+    def cmd_respread(self, args: Args) -> list[str]:
+        return ["started" if self._add().respread(args.integer("index")) else "refused"]
 
     def cmd_close(self, args: Args) -> list[str]:
         self._add().begin_close()

@@ -1,4 +1,5 @@
-"""Seeded simulation of AddState: random acks, reordering, crashes, read-only bookies, fencing.
+"""Seeded simulation of AddState: random acks, reordering, crashes, read-only bookies, fencing,
+moves of healthy bookies (`respread`).
 
 Each seed picks quorums and a fault schedule, then drives one writer through the in-test
 cluster model. Every step checks (in cluster_model.Client and here): completions come
@@ -114,6 +115,9 @@ def run(seed: int) -> Outcome:
             writer.feed(Ticked(now_s))
         elif roll < 0.95:
             fault(cluster, rng)
+        elif roll < 0.97:  # the driver's placement asks to move a bookie (AddState.respread)
+            machine.respread(rng.randrange(size))
+            writer.pump()
         lac = writer.lac
         assert lac is not None and machine.lac == lac, (machine.lac, lac)
     cluster.heal()

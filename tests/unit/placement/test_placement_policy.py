@@ -183,3 +183,52 @@ def test_draining_an_unknown_region_is_a_clear_error() -> None:
     with pytest.raises(UnknownRegionError, match="no region 'mars'") as caught:
         state().drain_region("mars")
     assert caught.value.code == "unknown_region"
+
+
+def test_an_ensemble_placed_while_a_region_was_away_spreads_back_over_it() -> None:
+    """Placed with west down, a 4-copy ensemble is two in east and two in eu. Once west's
+    bookies are usable and answer, one eu copy (the crowded region that is not the
+    client's) is to move, and the replacement with that region avoided lands in west."""
+    s = state()
+    wider = Replication(4, 4, 3, 2)
+    everyone = {b.bookie_id for b in s.cluster.bookies}
+    s.update_membership(everyone - {W_A1, W_B1}, read_only=())
+    ensemble = s.new_ensemble(wider)
+    assert sorted(regions(s, ensemble)) == ["east", "east", "eu", "eu"]
+    assert s.member_to_spread(ensemble, lambda b: True) is None  # west still down
+    s.update_membership(everyone, read_only=())
+    assert s.member_to_spread(ensemble, lambda b: b not in (W_A1, W_B1)) is None  # silent
+    mover = s.member_to_spread(ensemble, lambda b: True)
+    assert mover is not None and s.cluster.by_id[mover].region == "eu"
+    moved = s.replace_bookie(wider, ensemble, mover, excluded={mover}, avoid_regions={"eu"})
+    assert sorted(regions(s, moved)) == ["east", "east", "eu", "west"]
+    assert s.audit(moved, wider).adherence is not Adherence.FAIL
+    assert s.member_to_spread(moved, lambda b: True) is None  # spread as far as it goes
+    s.drain_region("west")
+    assert s.member_to_spread(ensemble, lambda b: True) is None  # no new copy into a drain
+
+
+def test_the_clients_own_region_gives_a_copy_only_when_it_is_the_most_crowded() -> None:
+    s = state()
+    east_heavy = (E_A1, E_B1, E_A2, U_A1)
+    mover = s.member_to_spread(east_heavy, lambda b: True)
+    assert mover == E_A2, "rack a holds two of east's three copies: one of those moves"
+    assert s.member_to_spread((E_A1, "10.0.0.9:3181", U_A1), lambda b: True) is None  # unknown
+
+
+def test_an_answer_after_a_failure_ends_the_silence_without_teaching_latency() -> None:
+    s = state()
+    s.record_failure(W_A1, 10.0)
+    assert s.silent_since_failure_s(W_A1, 11.0) == 10.0
+    assert not s.answered_since_failure(W_A1, 11.0)
+    s.record_answer(W_A1, 12.0)  # a probe's answer
+    assert s.silent_since_failure_s(W_A1, 13.0) is None
+    assert s.answered_since_failure(W_A1, 13.0)
+    assert s.health.latencies_s(W_A1, 13.0) == ()
+    s.record_failure(W_A1, 14.0)  # failed again after that answer: silent again
+    assert s.silent_since_failure_s(W_A1, 15.0) == 14.0
+    assert not s.answered_since_failure(W_A1, 15.0)
+    assert not s.answered_since_failure(W_B1, 15.0)  # never asked: no evidence either way
+    s.record_latency(W_B1, 0.004, 16.0)
+    assert s.answered_since_failure(W_B1, 17.0)
+    assert not s.answered_since_failure(W_B1, 16.0 + 61.0)  # older than the TTL

@@ -22,7 +22,12 @@ from ledger.machines.add_events import (
     TaskCrashed,
 )
 from ledger.machines.add_sends import STRAGGLERS_MAX
-from ledger.machines.add_state import LAG_CHANGES_MAX, AddConfig, AddState
+from ledger.machines.add_state import (
+    LAG_CHANGES_MAX,
+    RESPREAD_CHANGES_MAX,
+    AddConfig,
+    AddState,
+)
 from ledger.machines.signals import BookieFailure, Ticked
 
 pytestmark = pytest.mark.unit
@@ -395,3 +400,28 @@ def test_a_failed_change_frees_the_room_its_completions_held() -> None:
     actions = machine.take_actions()
     assert [type(a) for a in actions] == [FailClose], actions
     assert machine.error is not None and machine.room == 1
+
+
+def test_moves_of_healthy_bookies_are_bounded_and_wait_for_silent_ones() -> None:
+    """`respread` moves a healthy bookie: never while one of the ensemble is silent (its
+    own change comes first), at most RESPREAD_CHANGES_MAX that change something, and one
+    placement could not make costs none of them."""
+    machine = AddState(["b0", "b1", "b2", "b3"], 4, 3)
+    machine.failed_since("b1", 0.0)  # another handle saw b1 fail
+    assert not machine.respread(3)
+    machine.heard_from("b1")
+    spare = iter(f"n{i}" for i in range(100))
+    for _ in range(RESPREAD_CHANGES_MAX):
+        assert machine.respread(3)
+        assert not machine.respread(2), "one change at a time"
+        (change,) = [a for a in machine.take_actions() if isinstance(a, ChangeEnsemble)]
+        assert change.respread and change.bookies == (machine.ensemble[3],)
+        unmoved = machine.ensemble  # placement found nowhere: costs nothing
+        machine.handle(EnsembleChanged(change.first_entry_id, unmoved))
+        assert machine.respread(3)
+        machine.take_actions()
+        moved = (*machine.ensemble[:3], next(spare))
+        machine.handle(EnsembleChanged(change.first_entry_id, moved))
+        machine.validate()
+    assert not machine.respread(3), "the budget of moves is spent"
+    assert machine.submit(1) == 0  # and the handle writes on
