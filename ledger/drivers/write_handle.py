@@ -176,10 +176,12 @@ class LedgerWriter:
         """Asks for a change that moves one bookie to a region the ensemble does not span,
         when placement finds one whose bookies answer again (an ensemble placed while that
         region was cut off). Changes only the machine; `append` pumps it."""
-        placement = self._context.placement
-        bookie = placement.member_to_spread(self._state.ensemble, self._answers)
+        ensemble = self._state.ensemble
+        if not all(self._answers(b) for b in ensemble):
+            return  # a member's own change (or its wait) comes first
+        bookie = self._context.placement.member_to_spread(ensemble, self._answers)
         if bookie is not None:
-            self._state.respread(self._state.ensemble.index(bookie))
+            self._state.respread(ensemble.index(bookie))
 
     def _answers(self, bookie: str) -> bool:
         """Whether `bookie` answers this client: it answered something lately, after its

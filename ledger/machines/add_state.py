@@ -317,12 +317,13 @@ class AddState:
         """Starts a change moving the bookie at `index` elsewhere though nothing failed (the
         driver's placement wants the ensemble over one more region); whether it started.
         Only where the other positions of every write set make the ack quorum, so the
-        writes go on while it lands; never while a bookie of the ensemble is silent (that
-        one's own change comes first); at most RESPREAD_CHANGES_MAX that change something."""
+        writes go on while it lands; never while a bookie of the ensemble is known silent
+        (`failed_since`; the driver asks only when every member answers); at most
+        RESPREAD_CHANGES_MAX that change something."""
         assert 0 <= index < len(self._ensemble), index
         if self._phase is not _Phase.OPEN or self._changing is not None or self._recovery:
             return False
-        if self._write_quorum - 1 < self._acks_needed or self._silent or self._silent_since:
+        if self._write_quorum - 1 < self._acks_needed or self._silent_since:
             return False
         if self._respreads >= RESPREAD_CHANGES_MAX:
             return False
