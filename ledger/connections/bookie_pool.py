@@ -31,6 +31,11 @@ BOOKIES_MAX = 4096  # distinct bookies one pool connects to; clusters have tens 
 # for the answer to travel, so only a stuck bookie (not an idle ledger) times it out.
 LONG_POLL_GRACE_S = REQUEST_TIMEOUT_S
 CLOSE_TIMEOUT_S = 5.0  # aborted transports report closure on the next loop iterations
+# A dial with no connection after this long gets a fresh one beside it (at most DIALS_MAX at
+# once, the oldest given up), within the dial's connect timeout overall: a cut link swallows
+# a handshake, which then waits out its whole timeout though the link may heal meanwhile.
+DIAL_AGAIN_S = 1.0
+DIALS_MAX = 2
 
 BookieResolver = Callable[[str], str]  # bookie id -> "host:port" to dial from this region
 
@@ -145,14 +150,54 @@ class BookiePool:
     async def _dial(self, bookie_id: str) -> BookieConnection:
         address = self._resolve(bookie_id)
         try:
-            connection = await BookieConnection.open(
-                bookie_id, address, self.config.connection, self._on_closed, self._wire
-            )
+            connection = await self._first_connection(bookie_id, address)
         except BookieUnavailableError as err:
             self._failed(bookie_id, err)
             raise
         self._connections[bookie_id] = connection
         return connection
+
+    async def _first_connection(self, bookie_id: str, address: str) -> BookieConnection:
+        """The first of the dials (DIAL_AGAIN_S apart, DIALS_MAX at once) to connect; the
+        others are given up (a connection that came too, closed). No dial starts later than
+        the connect timeout after the first, and each ends by its own timeout: the whole
+        ends within twice the connect timeout."""
+        config = self.config.connection
+
+        def attempt() -> asyncio.Task[BookieConnection]:
+            opening = BookieConnection.open(bookie_id, address, config, self._on_closed, self._wire)
+            return asyncio.create_task(opening, name=f"connect to bookie {bookie_id}")
+
+        again_until_s = self._clock() + config.connect_timeout_s - DIAL_AGAIN_S
+        attempts = [attempt()]
+        chosen: asyncio.Task[BookieConnection] | None = None
+        error: BaseException | None = None
+        try:
+            while chosen is None and attempts:
+                done, _ = await asyncio.wait(
+                    attempts, timeout=DIAL_AGAIN_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in [t for t in attempts if t in done]:
+                    attempts.remove(task)
+                    if task.exception() is None:
+                        chosen = chosen or task
+                        if task is not chosen:
+                            task.result().close()  # connected as well: not needed
+                    else:
+                        error = task.exception()
+                if chosen is None and not done and self._clock() < again_until_s:
+                    if len(attempts) >= DIALS_MAX:
+                        attempts.pop(0).cancel()
+                    attempts.append(attempt())
+        finally:
+            for task in attempts:  # given up (or this dial was cancelled)
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    task.result().close()
+                task.cancel()
+        if chosen is not None:
+            return chosen.result()
+        assert error is not None
+        raise error
 
     def _on_closed(self, connection: BookieConnection, error: GlobelogError | None) -> None:
         if self._connections.get(connection.bookie_id) is connection:

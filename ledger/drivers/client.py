@@ -25,7 +25,7 @@ from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, run_together
 from global_meta.store import Op
 from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
-from ledger.connections.bookie_client import BookieClient, ClientOperation
+from ledger.connections.bookie_client import SILENCE_EVIDENCE_S, BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
 from ledger.drivers.metadata_store import (
     VISITS_AT_ONCE,
@@ -49,6 +49,7 @@ from placement import (
     ClientLocation,
     ClusterView,
     LocatedBookie,
+    NotEnoughBookiesError,
     PlacementConfig,
     PlacementError,
     PlacementState,
@@ -267,6 +268,25 @@ class LedgerClient:
             return False
         return True
 
+    def _new_ensemble(self, replication: Replication, now_s: float) -> tuple[str, ...]:
+        """Placement's ensemble without the bookies this client sees silent now (requests
+        unanswered for SILENCE_EVIDENCE_S: a cut the bookie watch dates), while that can
+        be placed. A new owner makes its segment's ledger a few seconds into a cut, while
+        the cut region's bookies are still registered: on them its first adds each waited
+        a quorum lag and an ensemble change."""
+        placement = self.context.placement
+        silent = frozenset(
+            b.bookie_id
+            for b in placement.cluster.bookies
+            if self.context.bookies.silent_since_s(b.bookie_id, SILENCE_EVIDENCE_S) is not None
+        )
+        if silent:
+            try:
+                return placement.new_ensemble(replication, excluded=silent, now_s=now_s)
+            except NotEnoughBookiesError:
+                pass  # as many copies as the rule needs cannot do without them
+        return placement.new_ensemble(replication, now_s=now_s)
+
     async def create(
         self,
         replication: Replication,
@@ -277,7 +297,7 @@ class LedgerClient:
         with `password` (by default the client's, LedgerConfig.password)."""
         password = self._password(password)
         placed_s = self.context.clock()
-        ensemble = self.context.placement.new_ensemble(replication, now_s=placed_s)
+        ensemble = self._new_ensemble(replication, placed_s)
         custom = (
             *custom_metadata,
             (MIN_REGIONS_KEY, str(replication.min_regions_for_durability).encode()),

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with headers
 # How often an appending writer asks placement whether its ensemble, placed while a region
 # was away, can spread over it again (`_respread`).
-SPREAD_CHECK_S = 1.0
+SPREAD_CHECK_S = 0.5
 SPREAD_RETRY_S = 30.0  # after a move placement could not make
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from core.topology import Replication
 from ledger.connections.bookie_client import WATCH_EVERY_S
 from localcluster import wan
 from localcluster.controller import Cluster
@@ -76,3 +77,42 @@ async def test_a_watching_client_dates_a_cut_bookies_silence_without_other_traff
             watch.cancel()
             await asyncio.wait([watch])
         assert all(bookies.pending_requests(b) == 0 for b in cut + still)
+
+
+async def test_a_new_ledger_is_placed_off_the_bookies_a_cut_keeps_silent(
+    cluster: Cluster,
+) -> None:
+    """A new owner makes its segment's ledger a few seconds into a cut, while the cut
+    region's bookies are still registered: placement leaves out the bookies the watch finds
+    silent, and takes them again once they answer after the heal."""
+    topology = cluster.topology
+    cut = {b.bookie_id for b in topology.bookies if b.region == CUT}
+    wider = Replication(4, 4, 3, 2)
+    async with ledger_client(cluster, HERE) as client:
+        placement, clock = client.context.placement, client.context.clock
+        watch = asyncio.create_task(client.watch_bookies())
+        try:
+            await asyncio.sleep(CONNECTED_WAIT_S)
+            assert all(placement.answered_since_failure(b, clock()) for b in cut)
+            await wan.partition(topology, HERE, CUT)
+            try:
+                await asyncio.sleep(TURN_SLACK_S + WATCH_EVERY_S)
+                assert cut <= set(placement.cluster.writable), "still registered"
+                writer = await client.create(wider)
+                assert not cut & set(writer.metadata.current_ensemble), writer.metadata
+                await asyncio.wait_for(writer.add(b"placed off the cut"), 10)
+                await asyncio.wait_for(writer.close(), 10)
+            finally:
+                await wan.heal(topology, HERE, CUT)
+
+            async def answering_again() -> bool:
+                silent = client.context.bookies.silent_since_s
+                return all(silent(b) is None for b in cut)
+
+            await wait_until("the cut bookies answering again", answering_again, HEAL_WAIT_S)
+            writer = await client.create(wider)  # the whole cluster again
+            assert cut & set(writer.metadata.current_ensemble), writer.metadata
+            await asyncio.wait_for(writer.close(), 10)
+        finally:
+            watch.cancel()
+            await asyncio.wait([watch])
