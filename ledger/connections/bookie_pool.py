@@ -32,10 +32,10 @@ BOOKIES_MAX = 4096  # distinct bookies one pool connects to; clusters have tens 
 LONG_POLL_GRACE_S = REQUEST_TIMEOUT_S
 CLOSE_TIMEOUT_S = 5.0  # aborted transports report closure on the next loop iterations
 # A dial with no connection after this long gets a fresh one beside it (at most DIALS_MAX at
-# once, the oldest given up), within the dial's connect timeout overall: a cut link swallows
-# a handshake, which then waits out its whole timeout though the link may heal meanwhile.
+# once, each kept to its own timeout), within the dial's connect timeout overall: a cut link
+# swallows a handshake, which then waits out its whole timeout though the link healed.
 DIAL_AGAIN_S = 1.0
-DIALS_MAX = 2
+DIALS_MAX = 3
 
 BookieResolver = Callable[[str], str]  # bookie id -> "host:port" to dial from this region
 
@@ -158,17 +158,25 @@ class BookiePool:
         return connection
 
     async def _first_connection(self, bookie_id: str, address: str) -> BookieConnection:
-        """The first of the dials (DIAL_AGAIN_S apart, DIALS_MAX at once) to connect; the
-        others are given up (a connection that came too, closed). No dial starts later than
+        """The first of the dials (DIAL_AGAIN_S apart, at most DIALS_MAX at once) to connect;
+        the others are given up (a connection that came too, closed), and what a given-up
+        one reports on closing is not the bookie's failure. No new dial starts later than
         the connect timeout after the first, and each ends by its own timeout: the whole
         ends within twice the connect timeout."""
         config = self.config.connection
+        loop = asyncio.get_running_loop()
+        given_up: set[asyncio.Task[BookieConnection]] = set()
 
         def attempt() -> asyncio.Task[BookieConnection]:
-            opening = BookieConnection.open(bookie_id, address, config, self._on_closed, self._wire)
-            return asyncio.create_task(opening, name=f"connect to bookie {bookie_id}")
+            def on_closed(connection: BookieConnection, error: GlobelogError | None) -> None:
+                if task not in given_up:
+                    self._on_closed(connection, error)
 
-        again_until_s = self._clock() + config.connect_timeout_s - DIAL_AGAIN_S
+            opening = BookieConnection.open(bookie_id, address, config, on_closed, self._wire)
+            task = asyncio.create_task(opening, name=f"connect to bookie {bookie_id}")
+            return task
+
+        again_until_s = loop.time() + config.connect_timeout_s - DIAL_AGAIN_S
         attempts = [attempt()]
         chosen: asyncio.Task[BookieConnection] | None = None
         error: BaseException | None = None
@@ -182,15 +190,16 @@ class BookiePool:
                     if task.exception() is None:
                         chosen = chosen or task
                         if task is not chosen:
+                            given_up.add(task)
                             task.result().close()  # connected as well: not needed
                     else:
                         error = task.exception()
-                if chosen is None and not done and self._clock() < again_until_s:
-                    if len(attempts) >= DIALS_MAX:
-                        attempts.pop(0).cancel()
+                wanted = chosen is None and not done and len(attempts) < DIALS_MAX
+                if wanted and loop.time() < again_until_s:
                     attempts.append(attempt())
         finally:
             for task in attempts:  # given up (or this dial was cancelled)
+                given_up.add(task)
                 if task.done() and not task.cancelled() and task.exception() is None:
                     task.result().close()
                 task.cancel()
