@@ -100,16 +100,16 @@ class BookieHealth:
             return None
         return failed_s
 
-    def answered_since_failure(self, bookie_id: str, now_s: float) -> bool:
-        """Whether the bookie answered something within the TTL, after its last failure
-        (if any): evidence that it answers, where `silent_since_failure_s` is None for a
-        bookie never asked anything too."""
+    def answered_lately(self, bookie_id: str, now_s: float, within_s: float) -> bool:
+        """Whether the bookie answered something within the last `within_s`, after its last
+        failure (if any): evidence that it answers now, where `silent_since_failure_s` is
+        None for a bookie never asked anything, or one behind a cut between two dials."""
         record = self._records.get(bookie_id)
         if record is None:
             return False
         answers = [record.answered_s, record.samples[-1][0] if record.samples else None]
-        answered_s = self._fresh(max((a for a in answers if a is not None), default=None), now_s)
-        if answered_s is None:
+        answered_s = max((a for a in answers if a is not None), default=None)
+        if answered_s is None or answered_s < now_s - within_s:
             return False
         failed_s = self._fresh(record.failure_s, now_s)
         return failed_s is None or answered_s >= failed_s

@@ -199,8 +199,8 @@ class PlacementState:
     def record_answer(self, bookie_id: str, now_s: float) -> None:
         self.health.record_answer(bookie_id, now_s)
 
-    def answered_since_failure(self, bookie_id: str, now_s: float) -> bool:
-        return self.health.answered_since_failure(bookie_id, now_s)
+    def answered_lately(self, bookie_id: str, now_s: float, within_s: float) -> bool:
+        return self.health.answered_lately(bookie_id, now_s, within_s)
 
     def silent_since_failure_s(self, bookie_id: str, now_s: float) -> float | None:
         """When this client last saw `bookie_id` fail, if within the health history's TTL and

@@ -59,6 +59,8 @@ ENTRY_BYTES_MAX = 5 * 1024 * 1024 - 1024  # a bookie frame is at most 5 MiB with
 # was away, can spread over it again (`_respread`).
 SPREAD_CHECK_S = 0.5
 SPREAD_RETRY_S = 30.0  # after a move placement could not make
+# A bookie counts as answering when it answered within this (the watch asks every 0.5 s).
+ANSWERED_WITHIN_S = 1.5
 
 
 class LedgerWriter:
@@ -184,13 +186,15 @@ class LedgerWriter:
             self._state.respread(ensemble.index(bookie))
 
     def _answers(self, bookie: str) -> bool:
-        """Whether `bookie` answers this client: it answered something lately, after its
-        last failure (a write proxy's bookie watch asks every bookie), nothing is pending
-        there unanswered for long, and it is not backing off after failures."""
+        """Whether `bookie` answers this client now: it answered something within
+        ANSWERED_WITHIN_S, after its last failure (a write proxy's bookie watch asks every
+        bookie twice a second), nothing is pending there unanswered for long, and it is not
+        backing off after failures. (Between two dials a bookie behind a cut has nothing
+        pending and no backoff: only a recent answer tells it from one that answers.)"""
         now_s = self._context.clock()
         bookies = self._context.bookies
         return (
-            self._context.placement.answered_since_failure(bookie, now_s)
+            self._context.placement.answered_lately(bookie, now_s, ANSWERED_WITHIN_S)
             and bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S) is None
             and bookies.is_available(bookie)
         )

@@ -220,15 +220,15 @@ def test_an_answer_after_a_failure_ends_the_silence_without_teaching_latency() -
     s = state()
     s.record_failure(W_A1, 10.0)
     assert s.silent_since_failure_s(W_A1, 11.0) == 10.0
-    assert not s.answered_since_failure(W_A1, 11.0)
+    assert not s.answered_lately(W_A1, 11.0, within_s=5.0)
     s.record_answer(W_A1, 12.0)  # a probe's answer
     assert s.silent_since_failure_s(W_A1, 13.0) is None
-    assert s.answered_since_failure(W_A1, 13.0)
+    assert s.answered_lately(W_A1, 13.0, within_s=5.0)
+    assert not s.answered_lately(W_A1, 18.0, within_s=5.0), "an answer long ago is no evidence"
     assert s.health.latencies_s(W_A1, 13.0) == ()
     s.record_failure(W_A1, 14.0)  # failed again after that answer: silent again
     assert s.silent_since_failure_s(W_A1, 15.0) == 14.0
-    assert not s.answered_since_failure(W_A1, 15.0)
-    assert not s.answered_since_failure(W_B1, 15.0)  # never asked: no evidence either way
+    assert not s.answered_lately(W_A1, 15.0, within_s=5.0)
+    assert not s.answered_lately(W_B1, 15.0, within_s=5.0)  # never asked: no evidence
     s.record_latency(W_B1, 0.004, 16.0)
-    assert s.answered_since_failure(W_B1, 17.0)
-    assert not s.answered_since_failure(W_B1, 16.0 + 61.0)  # older than the TTL
+    assert s.answered_lately(W_B1, 17.0, within_s=5.0)
