@@ -71,9 +71,10 @@ QUORUM_LAG_S = 0.5  # a bookie silent this long while it holds up an ack quorum 
 # each change is a metadata write and a longer ensemble history, so they are bounded, and
 # running out of them never fails the handle.
 LAG_CHANGES_MAX = 16
-# Moves of healthy bookies (`respread`) a handle makes at most: a region that comes and goes
-# must not make every open ledger's metadata a long list of moves there and back.
-RESPREAD_CHANGES_MAX = 4
+# Moves of healthy bookies (`respread`) a handle makes beyond one per change for a failed
+# bookie: a move undoes what a region's loss did, so a region that comes and goes costs a
+# ledger at most two metadata writes a round (and ENSEMBLE_CHANGES_MAX bounds those rounds).
+RESPREAD_CHANGES_FREE = 2
 ENSEMBLE_CHANGES_MAX = 64  # per handle; BK's default is unlimited, a flapping cluster is not
 
 
@@ -319,13 +320,14 @@ class AddState:
         Only where the other positions of every write set make the ack quorum, so the
         writes go on while it lands; never while a bookie of the ensemble is known silent
         (`failed_since`; the driver asks only when every member answers); at most
-        RESPREAD_CHANGES_MAX that change something."""
+        one per change for a failed bookie, plus RESPREAD_CHANGES_FREE, that change
+        something."""
         assert 0 <= index < len(self._ensemble), index
         if self._phase is not _Phase.OPEN or self._changing is not None or self._recovery:
             return False
         if self._write_quorum - 1 < self._acks_needed or self._silent_since:
             return False
-        if self._respreads >= RESPREAD_CHANGES_MAX:
+        if self._respreads >= self._changes + RESPREAD_CHANGES_FREE:
             return False
         self._start_change({index}, respread=True)
         return True
@@ -539,7 +541,7 @@ class AddState:
     def _start_change(
         self, indices: set[int], lagging_only: bool = False, respread: bool = False
     ) -> None:
-        if respread:  # bounded by RESPREAD_CHANGES_MAX (respread), never fatal
+        if respread:  # bounded by the changes for failed bookies (respread), never fatal
             pass
         elif lagging_only:  # bounded by LAG_CHANGES_MAX (_holding_up_the_quorum), never fatal
             self._lag_changes += 1
@@ -628,7 +630,7 @@ class AddState:
         assert len(self._pending) <= self.config.pending_adds_max, len(self._pending)
         assert self._changes <= self.config.ensemble_changes_max, self._changes
         assert 0 <= self._lag_changes <= LAG_CHANGES_MAX, self._lag_changes
-        assert 0 <= self._respreads <= RESPREAD_CHANGES_MAX, self._respreads
+        assert 0 <= self._respreads <= self._changes + RESPREAD_CHANGES_FREE, self._respreads
         assert all(0 <= i < len(self._ensemble) for i in self._silent_since), self._silent_since
         self._sends.validate(self._lac)
         if self.is_terminal:

@@ -24,7 +24,7 @@ from ledger.machines.add_events import (
 from ledger.machines.add_sends import STRAGGLERS_MAX
 from ledger.machines.add_state import (
     LAG_CHANGES_MAX,
-    RESPREAD_CHANGES_MAX,
+    RESPREAD_CHANGES_FREE,
     AddConfig,
     AddState,
 )
@@ -404,14 +404,14 @@ def test_a_failed_change_frees_the_room_its_completions_held() -> None:
 
 def test_moves_of_healthy_bookies_are_bounded_and_wait_for_silent_ones() -> None:
     """`respread` moves a healthy bookie: never while one of the ensemble is silent (its
-    own change comes first), at most RESPREAD_CHANGES_MAX that change something, and one
-    placement could not make costs none of them."""
+    own change comes first); at most one per change for a failed bookie plus
+    RESPREAD_CHANGES_FREE that change something; one placement could not make costs none."""
     machine = AddState(["b0", "b1", "b2", "b3"], 4, 3)
     machine.failed_since("b1", 0.0)  # another handle saw b1 fail
     assert not machine.respread(3)
     machine.heard_from("b1")
     spare = iter(f"n{i}" for i in range(100))
-    for _ in range(RESPREAD_CHANGES_MAX):
+    for _ in range(RESPREAD_CHANGES_FREE):
         assert machine.respread(3)
         assert not machine.respread(2), "one change at a time"
         (change,) = [a for a in machine.take_actions() if isinstance(a, ChangeEnsemble)]
@@ -425,3 +425,12 @@ def test_moves_of_healthy_bookies_are_bounded_and_wait_for_silent_ones() -> None
         machine.validate()
     assert not machine.respread(3), "the budget of moves is spent"
     assert machine.submit(1) == 0  # and the handle writes on
+    machine.take_actions()
+    failed = machine.ensemble[2]
+    machine.handle(AddFailed(0, failed, BookieFailure.BOOKIE_DOWN))
+    (change,) = [a for a in machine.take_actions() if isinstance(a, ChangeEnsemble)]
+    assert change.bookies == (failed,) and not change.respread
+    ensemble = machine.ensemble
+    machine.handle(EnsembleChanged(change.first_entry_id, (*ensemble[:2], "n99", ensemble[3])))
+    machine.validate()
+    assert machine.respread(3), "a failed bookie's change earns one move back"
