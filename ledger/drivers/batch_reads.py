@@ -111,7 +111,7 @@ async def _from_any_bookie(
     """Payloads of entries low.. (at least one) from the first bookie that serves them; empty
     when none does."""
     started_s = context.clock()
-    order = context.placement.read_order(metadata.write_set(low), started_s)
+    order = context.read_order(metadata.write_set(low), started_s)
     for bookie in order:
         try:
             packets = await context.bookies.batch_read(

@@ -18,7 +18,11 @@ from core.security.secrets import ledger_password
 from core.topology import Replication, Topology
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.connections.bookie_client import BookieClient, BookieClientConfig
+from ledger.connections.bookie_client import (
+    SILENCE_EVIDENCE_S,
+    BookieClient,
+    BookieClientConfig,
+)
 from ledger.connections.connection import ConnectionConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.telemetry import LedgerMetrics
@@ -96,6 +100,19 @@ class LedgerContext:
         else:
             self.placement.record_failure(action.bookie, self.clock())
 
+    def read_order(self, write_set: Sequence[str], now_s: float) -> tuple[str, ...]:
+        """Placement's read order with the bookies this client sees silent (requests left
+        unanswered for SILENCE_EVIDENCE_S: most likely behind a cut) moved last. Each read
+        waits out its timeout at a bookie it asks that never answers: a new owner's
+        producer table, read from segments that name a cut region's bookies, waited 5 s a
+        batch on them."""
+        order = self.placement.read_order(write_set, now_s)
+
+        def silent(bookie: str) -> bool:
+            return self.bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S) is not None
+
+        return silent_last(order, silent)
+
     def replication_of(self, metadata: LedgerMetadata) -> Replication:
         stored = dict(metadata.custom_metadata).get(MIN_REGIONS_KEY)
         min_regions = _min_regions(stored) if stored else self.config.min_regions_for_durability
@@ -157,6 +174,12 @@ class LedgerContext:
             return len({located[b].region for b in bookies if b in located})
 
         return moved if regions(moved) > regions(ensemble) else tuple(ensemble)
+
+
+def silent_last(order: Sequence[str], silent: Callable[[str], bool]) -> tuple[str, ...]:
+    """`order` with the `silent` bookies moved to its end, each group in its own order."""
+    quiet = [b for b in order if silent(b)]
+    return (*(b for b in order if b not in quiet), *quiet)
 
 
 def with_ensemble(metadata: LedgerMetadata, ensemble: Ensemble) -> LedgerMetadata:

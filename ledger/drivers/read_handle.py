@@ -225,7 +225,7 @@ class LedgerReader:
     async def _read_entry_once(self, entry_id: int) -> bytes:
         write_set = self.metadata.write_set(entry_id)
         now_s = self._context.clock()
-        order = self._context.placement.read_order(write_set, now_s)
+        order = self._context.read_order(write_set, now_s)
         delays = self._context.placement.speculative_delays(order, now_s)
         state = EntryReadState(
             entry_id,
@@ -375,9 +375,7 @@ class LedgerReader:
             if await self.read_lac() < entry_id:
                 return "empty"  # nothing to wait on: asked again shortly, not at once
             return entry_id, await self.read_entry(entry_id)
-        order = self._context.placement.read_order(
-            self.metadata.write_set(entry_id), self._context.clock()
-        )
+        order = self._context.read_order(self.metadata.write_set(entry_id), self._context.clock())
         empty = False
         for bookie in order:
             try:

@@ -470,7 +470,7 @@ async def _read_batch(
         for i in write_set_indices(first, len(ensemble), quorum)
         if ensemble[i] not in failed_sources
     ]
-    order = context.placement.read_order(holders, context.clock()) if holders else ()
+    order = context.read_order(holders, context.clock()) if holders else ()
     errors: list[str] = []
     for source in order:
         count = _span(wanted, index)

@@ -84,7 +84,7 @@ async def test_a_new_ledger_is_placed_off_the_bookies_a_cut_keeps_silent(
 ) -> None:
     """A new owner makes its segment's ledger a few seconds into a cut, while the cut
     region's bookies are still registered: placement leaves out the bookies the watch finds
-    silent, and takes them again once they answer after the heal."""
+    silent, and reads ask them last; both take them again once they answer after the heal."""
     topology = cluster.topology
     cut = {b.bookie_id for b in topology.bookies if b.region == CUT}
     wider = Replication(4, 4, 3, 2)
@@ -98,6 +98,9 @@ async def test_a_new_ledger_is_placed_off_the_bookies_a_cut_keeps_silent(
             try:
                 await asyncio.sleep(TURN_SLACK_S + WATCH_EVERY_S)
                 assert cut <= set(placement.cluster.writable), "still registered"
+                everyone = tuple(b.bookie_id for b in topology.bookies)
+                order = client.context.read_order(everyone, clock())
+                assert set(order[-len(cut) :]) == cut, order
                 writer = await client.create(wider)
                 assert not cut & set(writer.metadata.current_ensemble), writer.metadata
                 await asyncio.wait_for(writer.add(b"placed off the cut"), 10)
@@ -110,6 +113,8 @@ async def test_a_new_ledger_is_placed_off_the_bookies_a_cut_keeps_silent(
                 return all(silent(b) is None for b in cut)
 
             await wait_until("the cut bookies answering again", answering_again, HEAL_WAIT_S)
+            order = client.context.read_order(everyone, clock())
+            assert order == placement.read_order(everyone, clock()), "placement's own again"
             writer = await client.create(wider)  # the whole cluster again
             assert cut & set(writer.metadata.current_ensemble), writer.metadata
             await asyncio.wait_for(writer.close(), 10)

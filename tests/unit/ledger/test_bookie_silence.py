@@ -15,6 +15,7 @@ from ledger.codecs.frames import RequestFrameDecoder, encode_response
 from ledger.codecs.messages import GetBookieInfoRequest, GetBookieInfoResponse, Request
 from ledger.codes import StatusCode
 from ledger.connections.bookie_client import SILENCE_EVIDENCE_S, WATCH_AGAIN_S, BookieClient
+from ledger.drivers.context import silent_last
 
 pytestmark = pytest.mark.unit
 BOOKIE = "bookie-1"
@@ -149,3 +150,10 @@ async def test_a_probes_answer_leaves_the_silence_other_requests_date() -> None:
             watch.cancel()
             poll_free.cancel()
             await asyncio.wait([watch, poll_free])
+
+
+def test_reads_ask_the_bookies_a_client_sees_silent_last() -> None:
+    order = ("b0", "b1", "b2", "b3")
+    assert silent_last(order, lambda b: b in ("b0", "b2")) == ("b1", "b3", "b0", "b2")
+    assert silent_last(order, lambda b: False) == order
+    assert silent_last(order, lambda b: True) == order
