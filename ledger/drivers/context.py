@@ -18,11 +18,7 @@ from core.security.secrets import ledger_password
 from core.topology import Replication, Topology
 from ledger.codecs.entry import DigestType
 from ledger.codecs.metadata import Ensemble, LedgerMetadata, LedgerState
-from ledger.connections.bookie_client import (
-    SILENCE_EVIDENCE_S,
-    BookieClient,
-    BookieClientConfig,
-)
+from ledger.connections.bookie_client import BookieClient, BookieClientConfig
 from ledger.connections.connection import ConnectionConfig
 from ledger.drivers.metadata_store import LedgerMetadataStore, VersionedMetadata
 from ledger.drivers.telemetry import LedgerMetrics
@@ -38,6 +34,8 @@ from ledger.machines.signals import Health, RecordHealth
 from placement import PlacementError, PlacementState
 
 log = logging.getLogger(__name__)
+# A bookie that answered nothing this long while requests waited there is read from last.
+READ_SILENCE_S = 1.0
 METADATA_ATTEMPTS_MAX = 8  # compare-and-set retries before a metadata update gives up
 MIN_REGIONS_KEY = "globelog.min_regions_for_durability"  # custom metadata: the ledger's rule
 # An ensemble change that placement answers with the same bookies (none better usable) asks
@@ -101,15 +99,16 @@ class LedgerContext:
             self.placement.record_failure(action.bookie, self.clock())
 
     def read_order(self, write_set: Sequence[str], now_s: float) -> tuple[str, ...]:
-        """Placement's read order with the bookies this client sees silent (requests left
-        unanswered for SILENCE_EVIDENCE_S: most likely behind a cut) moved last. Each read
-        waits out its timeout at a bookie it asks that never answers: a new owner's
-        producer table, read from segments that name a cut region's bookies, waited 5 s a
-        batch on them."""
+        """Placement's read order with the bookies this client sees silent (nothing answered
+        for READ_SILENCE_S while requests wait there: most likely behind a cut) moved last.
+        Each read waits out its timeout at a bookie it asks that never answers: a new
+        owner's producer table, read from segments that name a cut region's bookies,
+        waited 5 s a batch on them. (Longer than the writers' evidence: a busy bookie with
+        one slow request out, a large batched read say, must not send reads across the WAN.)"""
         order = self.placement.read_order(write_set, now_s)
 
         def silent(bookie: str) -> bool:
-            return self.bookies.silent_since_s(bookie, SILENCE_EVIDENCE_S) is not None
+            return self.bookies.silent_since_s(bookie, READ_SILENCE_S) is not None
 
         return silent_last(order, silent)
 
