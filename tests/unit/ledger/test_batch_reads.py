@@ -41,6 +41,7 @@ def _context(batch_read: Any) -> Any:
     return SimpleNamespace(
         bookies=SimpleNamespace(batch_read=batch_read),
         placement=placement,
+        read_order=placement.read_order,  # LedgerContext.read_order, with no bookie silent
         config=SimpleNamespace(read_timeout_s=1.0),
         clock=lambda: 0.0,
         metrics=LedgerMetrics.create(),
