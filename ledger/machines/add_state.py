@@ -477,16 +477,16 @@ class AddState:
         """The copies entries completed during the change owe its positions: to a new
         bookie, or to a kept one that has neither acknowledged nor still holds the send."""
         owed, self._owed = self._owed, {}
+        stragglers = self._sends.stragglers
         forgotten: list[int] = []
         for entry_id, done in owed.items():
-            in_flight = self._sends.stragglers.get(entry_id, {})
+            in_flight = stragglers.get(entry_id, {})
             targets = [
                 index
                 for index in done.write_set
                 if index in asked
                 and (index in changed or (index not in done.acked and index not in in_flight))
             ]
-            stragglers = self._sends.stragglers
             if len(stragglers) >= STRAGGLERS_MAX and entry_id not in stragglers:
                 targets = []  # as many copies in flight as a handle keeps: this one goes
             if not targets:
