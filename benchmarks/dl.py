@@ -58,6 +58,7 @@ from benchmarks.stream import (
     tailing,
     throughput,
 )
+from core.children import Child
 from core.errors import ClusterError, ConfigError
 from core.routes import TOPOLOGY_ZNODE, decode_published
 from core.streams import TransmitPolicy
@@ -237,7 +238,7 @@ class Jvm:
 
     def __init__(self, argv: tuple[str, ...], started: bool = True) -> None:
         self._argv = argv
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: Child | None = None
         self._seen: list[str] = []
         self._start_now = started
 
@@ -248,18 +249,13 @@ class Jvm:
 
     async def start(self) -> None:
         if self._proc is None:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self._argv,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-            )
+            self._proc = Child(self._argv, output=True)
 
     async def line(self, prefix: str) -> str:
         """The next line of output starting with `prefix` (within JVM_LINE_TIMEOUT_S)."""
-        assert self._proc is not None and self._proc.stdout is not None
+        assert self._proc is not None
         async with asyncio.timeout(JVM_LINE_TIMEOUT_S):
-            while raw := await self._proc.stdout.readline():
+            while raw := await self._proc.readline(JVM_LINE_TIMEOUT_S):
                 text = raw.decode(errors="replace").rstrip()
                 self._seen = [*self._seen[-19:], text]
                 if text.startswith(prefix):
@@ -268,9 +264,8 @@ class Jvm:
         raise ClusterError(f"DlBench.java ended without a line {prefix!r}; its last lines:\n{tail}")
 
     async def kill(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.kill()
-            await self._proc.wait()
+        if self._proc is not None:
+            await self._proc.end()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.kill()

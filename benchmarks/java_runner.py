@@ -10,13 +10,14 @@ exceed L * T adds/s; the report flags a run that got close to that cap.
 
 from __future__ import annotations
 
-import asyncio
 import resource
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.figures import AddFigures, JavaBenchOutput, parse_java_output, parse_latency_dump
 from benchmarks.figures import summarise as summarise_figures
+from core.children import Child, ChildTimeoutError
 from core.errors import ClusterError
 from localcluster.probes import log_tail
 from localcluster.tools import Tools
@@ -134,17 +135,14 @@ async def run_jvm(argv: tuple[str, ...], log: Path, timeout_s: float, what: str)
     """Runs a JVM to its exit, its output in `log`; its exit code. ClusterError when it has
     not exited within `timeout_s`. The JVM is killed on any error, cancellation included."""
     with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL
-        )
+        jvm = Child(argv, stdout=out, stderr=subprocess.STDOUT)
         try:
-            return await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
+            return await jvm.wait(timeout_s)
+        except ChildTimeoutError:
             raise ClusterError(f"{what}: no exit in {timeout_s} s:{log_tail(str(log))}") from None
         finally:
-            if proc.returncode is None:  # timed out, cancelled or interrupted: end our JVM
-                proc.kill()
-                await proc.wait()
+            if jvm.returncode is None:  # timed out, cancelled or interrupted: end our JVM
+                await jvm.end()
 
 
 def children_cpu_s() -> float:

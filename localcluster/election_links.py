@@ -17,12 +17,13 @@ the connect-back only follows a connection that came through a route, and those 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
+import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from core import children
 from core.routes import Route
 from core.topology import Topology
 
@@ -106,31 +107,24 @@ async def cut_bypasses(topology: Topology, routes: Iterable[Route]) -> int:
 
 
 async def _run(*argv: str) -> str | None:
+    """`argv`'s output, or None (logged) when it could not run, failed or took too long. Run
+    by `core.children`, off the loop's pipe transports (see there)."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
+        done = await children.run(argv, SS_TIMEOUT_S)
     except OSError as failed:
         log.warning("cannot cut ZooKeeper's direct election links (%s): %r", " ".join(argv), failed)
         return None
-    try:
-        async with asyncio.timeout(SS_TIMEOUT_S):
-            out, err = await process.communicate()
-    except BaseException as stopped:  # its time ran out, or the caller was cancelled
-        process.kill()
-        await process.wait()
-        if not isinstance(stopped, TimeoutError):
-            raise
+    except subprocess.TimeoutExpired:
         log.warning("cannot cut ZooKeeper's direct election links: %s took over %s s",
                     " ".join(argv), SS_TIMEOUT_S)  # fmt: skip
         return None
     # `ss -K` exits 0 when the kernel refused to destroy a socket (not root: "SOCK_DESTROY
     # answers: Operation not permitted"; no socket destruction in the kernel): its stderr
     # says so
-    if process.returncode != 0 or err.strip():
+    if done.returncode != 0 or done.stderr.strip():
         log.warning(
             "cannot cut ZooKeeper's direct election links: %s exited %s: %s",
-            " ".join(argv), process.returncode, err.decode(errors="replace").strip()[:200],
+            " ".join(argv), done.returncode, done.stderr.decode(errors="replace").strip()[:200],
         )  # fmt: skip
         return None
-    return out.decode(errors="replace")
+    return done.stdout.decode(errors="replace")

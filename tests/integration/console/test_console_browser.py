@@ -26,6 +26,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from console.access import CHANGE_HEADER
+from core.children import Child
 from core.security.tokens import Scope, issue, load_signing_key, new_signing_key
 from figures.plots import failover_timeline
 from localcluster import regions
@@ -95,10 +96,10 @@ async def console_process(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Run
     runs, audit = tmp_path / "runs", tmp_path / "audit.jsonl"
     make_run(runs)
     log = (tmp_path / "console.log").open("wb")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "serve", "console", "--region", "us-east",
+    process = Child(
+        (sys.executable, "-m", "cli.main", "serve", "console", "--region", "us-east",
         "--topology", str(cluster.topology_path), "--listen", f"127.0.0.1:{port}",
-        "--failover-runs", str(runs), "--audit-log", str(audit), "--hide-payloads", "secret",
+        "--failover-runs", str(runs), "--audit-log", str(audit), "--hide-payloads", "secret"),
         stdout=log, stderr=log,
     )  # fmt: skip
     url = f"https://127.0.0.1:{port}"
@@ -114,8 +115,10 @@ async def console_process(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Run
         yield RunningConsole(url, audit, runs)
     finally:
         process.terminate()
-        async with asyncio.timeout(15):
-            await process.wait()
+        try:
+            await process.wait(15)
+        finally:
+            process.kill()  # (when it did not end in time)
         log.close()
 
 

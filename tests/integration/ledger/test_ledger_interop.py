@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import subprocess
 from collections.abc import AsyncIterator
 
 import pytest
 
+from core.children import Child
 from core.topology import Replication
 from ledger.codecs.metadata import LedgerState
 from ledger.drivers.client import LedgerClient
@@ -107,25 +107,21 @@ async def test_globelog_recovery_fences_a_java_writer(
     cluster: Cluster, tools: Tools, client: LedgerClient
 ) -> None:
     argv = ledger_tool_argv(cluster, tools, "hold", PASSWORD, "3", "3", "2", "15")
-    java = await asyncio.create_subprocess_exec(
-        *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
+    java = Child(argv, output=True, stdin=True)
     try:
-        assert java.stdout is not None and java.stdin is not None
         ledger_id = None
         while ledger_id is None:
-            line = (await asyncio.wait_for(java.stdout.readline(), 120)).decode()
+            line = (await java.readline(120)).decode()
             assert line, "the Java writer exited early"
             if line.startswith("READY"):
                 ledger_id = int(line.split()[1])
         reader = await client.open(ledger_id, PASSWORD.encode(), recover_ledger=True)
         assert reader.is_closed and reader.lac == 14
         assert await reader.read_entries(0, 14) == [f"java-entry-{i}".encode() for i in range(15)]
-        java.stdin.write(b"go\n")
-        await java.stdin.drain()
-        rest = (await asyncio.wait_for(java.stdout.read(), 120)).decode()
+        await java.write(b"go\n")
+        rest = ""
+        while line := (await java.readline(120)).decode():
+            rest += line
         assert f"ADD_FAILED {JAVA_FENCED_CODE}" in rest, rest
     finally:
-        if java.returncode is None:
-            java.kill()
-        await java.wait()
+        await java.end()

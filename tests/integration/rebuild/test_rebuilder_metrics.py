@@ -3,15 +3,14 @@ it: its instruments at /metrics, its status at /v1/health, and a clean stop on S
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 
+from core.children import Child
 from localcluster.controller import Cluster
 from localcluster.probes import wait_until
 from tests.support.security import client_session
@@ -40,10 +39,10 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
     [port] = free_ports(1)
     name = f"metrics-rebuilder-{port}"
     log = (tmp_path / "rebuilder.log").open("wb")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "serve", "rebuilder", "--region", "eu-west",
+    process = Child(
+        (sys.executable, "-m", "cli.main", "serve", "rebuilder", "--region", "eu-west",
         "--name", name, "--topology", str(cluster.topology_path),
-        "--metrics-address", f"127.0.0.1:{port}",
+        "--metrics-address", f"127.0.0.1:{port}"),
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"https://127.0.0.1:{port}"  # the rebuilder serves TLS as the proxies do
@@ -77,8 +76,11 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
             assert any(f'rebuilder="{name}"' in line for line in mine), (instrument, lines)
             assert all(float(line.rsplit(" ", 1)[1]) >= 0 for line in mine)
     finally:
-        process.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(process.wait(), 30)
+        process.terminate()
+        try:
+            code = await process.wait(30)
+        finally:
+            process.kill()  # (when it did not end in time)
         log.close()
     assert code == 0, (tmp_path / "rebuilder.log").read_text()[-2000:]
     assert json.dumps(status)  # (the status is plain JSON)
