@@ -64,3 +64,5 @@ class StreamSettings:
 # tell which stream and segment a ledger holds.
 LEDGER_STREAM_KEY = "globelog.stream"
 LEDGER_SEGMENT_KEY = "globelog.segment"
+# and its namespace, so a rebuilder can tell whether the stream has an owner (rebuild/worker.py)
+LEDGER_NAMESPACE_KEY = "globelog.namespace"

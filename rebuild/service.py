@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,32 @@ RATE_WINDOW_S = 30.0  # the copy rate a rebuilder reports is over this much rece
 # The auditor sizes what is under-replicated (a metadata read per marked ledger) this often,
 # not at every status report.
 SIZE_EVERY_S = 15.0
+
+
+class RecoveryTimer:
+    """A loss's time to full durability, as the auditor's counts show it: from the first
+    bookie lost since the last recovery ended (or the first mark, when none is known) until
+    nothing is marked. All times are on the auditor's clock."""
+
+    def __init__(self) -> None:
+        self.last_s: float | None = None  # the last recovery that ended, in seconds
+        self._short_since: float | None = None
+        self._marks_seen = 0  # the auditor's ledgers_marked at the last count
+        self._ended_at = -math.inf
+
+    def count(self, marked: int, marks_total: int, lost: dict[str, float], now: float) -> None:
+        """One count: `marked` ledgers marked now, `marks_total` marked by the auditor so far,
+        `lost` = bookie -> missing since. Ledgers marked since the last count were short too,
+        even when every marker is gone already: a rebuild can take less than a count's
+        interval."""
+        newly_marked, self._marks_seen = marks_total != self._marks_seen, marks_total
+        if (marked or newly_marked) and self._short_since is None:
+            since = [s for s in lost.values() if s >= self._ended_at]
+            self._short_since = min(since, default=now)
+        if not marked and self._short_since is not None:
+            self.last_s = round(now - self._short_since, 1)
+            self._short_since = None
+            self._ended_at = now
 
 
 class Rebuilder:
@@ -56,10 +83,7 @@ class Rebuilder:
         self._client = client
         self.under_replicated: int | None = None  # marked ledgers, counted by the auditor
         self.under_replicated_bytes: int | None = None  # their copies' bytes, estimated
-        # A loss's time to full durability: from the first lost bookie's disappearance (or
-        # the first mark) until nothing is marked; the last one that ended, in seconds.
-        self.last_recovery_s: float | None = None
-        self._short_since: float | None = None
+        self.recovery = RecoveryTimer()  # a loss's time to full durability
         self._sized_at: float | None = None
         self.last_status: dict[str, Any] | None = None  # as last published
 
@@ -107,6 +131,7 @@ class Rebuilder:
             "bytes_per_s": round(rate),
             "pace_bytes_s": round(self.worker.pacer.rate),
             "ledgers_deferred": counts.ledgers_deferred,
+            "ledgers_closed": counts.ledgers_closed,
             "ledgers_failed": counts.ledgers_failed,
             "in_progress": sorted(counts.in_progress),
             "failures": counts.failures[-5:],
@@ -115,7 +140,7 @@ class Rebuilder:
             "under_replicated_bytes": (
                 self.under_replicated_bytes if self.auditor.leading else None
             ),
-            "last_recovery_s": self.last_recovery_s,
+            "last_recovery_s": self.recovery.last_s,
             "followers": [f.status().describe(now) for f in self._followers],
         }
 
@@ -124,13 +149,8 @@ class Rebuilder:
         marked = await self._under.marked()
         self.under_replicated = len(marked)
         now = runtime.monotonic()
-        if marked and self._short_since is None:
-            since = self.auditor.counts.lost.values()  # on the auditor's (loop) clock
-            ago = max((self.auditor.clock() - s for s in since), default=0.0)
-            self._short_since = now - ago
-        elif not marked and self._short_since is not None:
-            self.last_recovery_s = round(now - self._short_since, 1)
-            self._short_since = None
+        counts = self.auditor.counts
+        self.recovery.count(len(marked), counts.ledgers_marked, counts.lost, self.auditor.clock())
         if not marked:
             self.under_replicated_bytes = 0
         elif self._sized_at is None or now - self._sized_at >= SIZE_EVERY_S:

@@ -57,7 +57,7 @@ GAUGES: dict[str, tuple[str, Read]] = {
     ),
     "last_recovery_seconds": (
         "the last loss's time from the bookie's disappearance to nothing marked",
-        lambda r: float(r.last_recovery_s or 0.0),
+        lambda r: float(r.recovery.last_s or 0.0),
     ),
     "under_replicated_ledgers": (
         "ledgers marked under-replicated (the auditor's last count)",

@@ -6,6 +6,11 @@ from the copy nearest to it and writes it where placement says (ledger.drivers.r
 `ledgers_at_once` slots share one byte rate (rebuild.pacing), which yields to the foreground
 unless it is set fixed.
 
+A ledger's open last ensemble is its writer's: while its stream has an owner (the lock held)
+the fragment is deferred. A stream without one (its owner died, and nobody writes it again)
+would keep a lost copy forever, so its ledger is closed (a recovery, as the next owner's
+would be) and rebuilt whole.
+
 A ledger ends in one of three ways:
 - rebuilt (or deleted meanwhile): its marker is deleted at the version claimed, so a marker
   that grew during the copy (another bookie lost) stays and is claimed again;
@@ -18,15 +23,18 @@ A ledger ends in one of three ways:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core.errors import GlobelogError
+from core.errors import GlobelogError, NoNodeError
 from core.settings.rebuild_settings import RebuildSettings
+from core.streams import LEDGER_NAMESPACE_KEY, LEDGER_STREAM_KEY
 from global_meta import MetaSession
 from global_meta.followers import run_together
-from ledger import Claim, LedgerClient, UnderReplication
+from global_meta.streams import StreamMetaStore
+from ledger import Claim, LedgerClient, LedgerMetadata, UnderReplication
 from rebuild.pacing import Pacer, pacer_of
 
 log = logging.getLogger(__name__)
@@ -45,6 +53,7 @@ class WorkerCounts:
     entries_copied: int = 0
     bytes_copied: int = 0
     ledgers_deferred: int = 0
+    ledgers_closed: int = 0  # open ledgers of streams without an owner, closed to be rebuilt
     ledgers_failed: int = 0
     in_progress: set[int] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
@@ -60,6 +69,7 @@ class Worker:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._under = UnderReplication(store)
+        self._store = store
         self._client = client
         self._settings = settings
         self.name = name
@@ -109,6 +119,13 @@ class Worker:
         self.counts.in_progress.add(ledger_id)
         try:
             report = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
+            if not report.complete and (orphan := await self._orphaned(ledger_id)) is not None:
+                await self._client.open(ledger_id, orphan.password, recover_ledger=True)
+                self.counts.ledgers_closed += 1
+                log.warning("ledger %d: closed (its stream has no owner to move its open "
+                            "ensemble off %s)", ledger_id, ", ".join(sorted(claim.marker.replicas)))  # fmt: skip
+                again = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
+                report = report.then(again)
         except GlobelogError as err:
             self._fail(ledger_id, f"ledger {ledger_id}: {err.code}: {err}")
             await self._under.release(claim)
@@ -128,6 +145,22 @@ class Worker:
         if done:
             self.counts.ledgers_rebuilt += 1
         return done
+
+    async def _orphaned(self, ledger_id: int) -> LedgerMetadata | None:
+        """The ledger's metadata when it is a segment's whose stream has no owner (or is
+        gone): then nobody writes it, and nobody will move its open ensemble off a lost
+        bookie. Ledgers that do not name their namespace (made before it was recorded) count
+        as owned."""
+        metadata = (await self._client.metadata(ledger_id)).metadata
+        custom = dict(metadata.custom_metadata)
+        namespace, stream = custom.get(LEDGER_NAMESPACE_KEY), custom.get(LEDGER_STREAM_KEY)
+        if namespace is None or stream is None:
+            return None
+        streams = StreamMetaStore(self._store, namespace.decode(errors="replace"))
+        path = streams.path(stream.decode(errors="replace"))
+        with contextlib.suppress(NoNodeError):  # (a stream deleted: no owner either)
+            await self._store.sync(path)  # an owner whose lock our server has not seen yet
+        return metadata if await streams.holder(stream.decode(errors="replace")) is None else None
 
     def _fail(self, ledger_id: int, why: str) -> None:
         failures = self._failed[ledger_id] = self._failed.get(ledger_id, 0) + 1

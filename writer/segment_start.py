@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from core import runtime
 from core.errors import GlobelogError
 from core.segments import SegmentMetadata, SegmentState
-from core.streams import LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
+from core.streams import LEDGER_NAMESPACE_KEY, LEDGER_SEGMENT_KEY, LEDGER_STREAM_KEY
 from core.topology import Replication
 from global_meta.store import Op
 from global_meta.streams import OwnerLock, StreamCounters, StreamMetaStore, VersionedSegment
@@ -55,7 +55,9 @@ async def start_segment(
     if counters is None:
         counters = await streams.counters(stream)
     sequence = counters.max_sequence + 1
-    making = asyncio.ensure_future(_new_ledger(ledgers, stream, sequence, replication))
+    making = asyncio.ensure_future(
+        _new_ledger(ledgers, streams.namespace, stream, sequence, replication)
+    )
     try:
         completing = None if end_last is None else await end_last()
         ledger = await asyncio.shield(making)  # a cancelled start still discards it whole
@@ -78,9 +80,13 @@ async def start_segment(
 
 
 async def _new_ledger(
-    ledgers: LedgerClient, stream: str, sequence: int, replication: Replication
+    ledgers: LedgerClient, namespace: str, stream: str, sequence: int, replication: Replication
 ) -> LedgerWriter:
-    custom = ((LEDGER_STREAM_KEY, stream.encode()), (LEDGER_SEGMENT_KEY, str(sequence).encode()))
+    custom = (
+        (LEDGER_NAMESPACE_KEY, namespace.encode()),
+        (LEDGER_STREAM_KEY, stream.encode()),
+        (LEDGER_SEGMENT_KEY, str(sequence).encode()),
+    )
     # a replication republished with the regions (membership/) wins over the writer's own
     return await ledgers.create(ledgers.replication_for_new(replication), custom_metadata=custom)
 

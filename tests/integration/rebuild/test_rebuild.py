@@ -23,9 +23,11 @@ import pytest
 
 from core.errors import GlobelogError
 from core.settings.rebuild_settings import RebuildSettings
+from core.streams import LEDGER_NAMESPACE_KEY, LEDGER_STREAM_KEY
 from core.topology import Replication
 from global_meta import MetaStore
 from global_meta.followers import Follower
+from global_meta.streams import StreamMetaStore
 from ledger import Layout, LedgerClient, LedgerConfig, UnderReplication, decode_vote, encode_vote
 from ledger.codecs.entry import EntryCodec
 from ledger.codecs.metadata import LedgerState
@@ -577,3 +579,48 @@ async def test_a_new_auditor_skips_its_first_full_check_when_one_ended_within_th
             assert await under.last_full_check_ms() == recorded
         finally:
             await store.delete(layout.root.rsplit("/", 1)[0], version=-1, recursive=True)
+
+
+async def test_an_open_ledger_is_closed_and_rebuilt_only_once_its_stream_has_no_owner(
+    cluster: Cluster, client: LedgerClient, paused: UnderReplication, leaving_service: Leave
+) -> None:
+    """The open last ensemble of a segment ledger is its owner's to move off a lost bookie:
+    while the stream's lock is held the worker leaves it (deferred, still open). An owner that
+    died leaves no one to move it, and a stream nobody writes again would keep the lost copy
+    forever: with the lock gone the worker closes the ledger (a recovery, as the next owner's
+    would be) and rebuilds it whole."""
+    namespace, stream = f"rebuild-{uuid.uuid4().hex[:8]}", "orphan"
+    store = paused_store(paused)
+    streams = StreamMetaStore(store, namespace)
+    await streams.create_stream(stream)
+    lock = await streams.acquire(stream, "test-owner@us-east", "us-east", timeout_s=10)
+    custom = ((LEDGER_NAMESPACE_KEY, namespace.encode()), (LEDGER_STREAM_KEY, stream.encode()))
+    writer = await client.create(REPLICATION, custom_metadata=custom)
+    payloads = [f"open-{i}".encode() * 5 for i in range(40)]
+    for payload in payloads:
+        await writer.add(payload)
+    leaving = (await client.metadata(writer.ledger_id)).metadata.ensembles[0].bookies[3]
+    await leaving_service(leaving)
+    await paused.mark(writer.ledger_id, (leaving,))
+
+    async with worker_of(cluster, "test-worker") as worker:
+        claim = await worker.claim(writer.ledger_id)
+        assert claim is not None
+        assert await worker.rebuild(claim) is False, "an owned stream's open ensemble waits"
+        assert (await client.metadata(writer.ledger_id)).metadata.state is LedgerState.OPEN
+        assert worker.counts.ledgers_deferred == 1 and worker.counts.ledgers_closed == 0
+
+        await streams.release(lock)  # the owner is gone, and nobody writes the stream
+        claim = await worker.claim(writer.ledger_id)
+        assert claim is not None
+        assert await worker.rebuild(claim) is True
+        assert worker.counts.ledgers_closed == 1
+
+    after = (await client.metadata(writer.ledger_id)).metadata
+    assert after.state is LedgerState.CLOSED and after.last_entry_id == len(payloads) - 1
+    assert all(leaving not in e.bookies for e in after.ensembles)
+    assert await paused.read(writer.ledger_id) is None
+    reader = await client.open(writer.ledger_id)
+    assert [await reader.read_entry(i) for i in range(len(payloads))] == payloads
+    with pytest.raises(GlobelogError):  # fenced: the writer that lost its owner adds nothing
+        await writer.add(b"after the close")

@@ -32,7 +32,7 @@ async def test_a_child_is_read_line_by_line_written_to_and_waited_for() -> None:
         await cat.write(b"one\ntwo\n")
         assert await cat.readline(10) == b"one\n"
         assert await cat.readline(10) == b"two\n"
-        with pytest.raises(ChildTimeoutError, match="cat printed no line in 0.1 s"):
+        with pytest.raises(ChildTimeoutError, match=r"cat printed no line in 0\.1 s"):
             await cat.readline(0.1)
         assert cat.returncode is None
     finally:
@@ -43,7 +43,7 @@ async def test_a_child_is_read_line_by_line_written_to_and_waited_for() -> None:
 
 async def test_a_wait_is_bounded_and_a_childs_code_comes_back() -> None:
     sleeper = Child(("sleep", "30"))
-    with pytest.raises(ChildTimeoutError, match="sleep did not exit in 0.1 s"):
+    with pytest.raises(ChildTimeoutError, match=r"sleep did not exit in 0\.1 s"):
         await sleeper.wait(0.1)
     sleeper.terminate()
     assert await sleeper.wait(10) == -15

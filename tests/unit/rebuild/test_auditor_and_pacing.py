@@ -21,6 +21,7 @@ from rebuild.pacing import (
     YieldingPacer,
     pacer_of,
 )
+from rebuild.service import RecoveryTimer
 
 LOCATED = {
     b: LocatedBookie(b, region, rack)
@@ -159,3 +160,24 @@ def test_rebuild_settings_are_checked() -> None:
     assert parse_rebuild({"yield_delay_s": 0, "rate_min_bytes_s": 1}, Collect()) == RebuildSettings(
         yield_delay_s=0.0, rate_min_bytes_s=1
     )
+
+
+def test_a_recovery_faster_than_a_count_is_timed_from_the_loss() -> None:
+    """A rebuild that ends between two status counts (markers made and deleted within it)
+    still ends a loss's recovery, timed from the bookie's disappearance; a second loss is
+    timed from its own, not from the first bookie still missing."""
+    timer = RecoveryTimer()
+    timer.count(0, 0, {}, now=10.0)
+    assert timer.last_s is None, "nothing was ever short"
+    timer.count(0, 3, {"b1": 12.0}, now=20.0)  # 3 marked and rebuilt since the last count
+    assert timer.last_s == 8.0
+    timer.count(2, 5, {"b1": 12.0, "b2": 30.0}, now=35.0)
+    assert timer.last_s == 8.0, "still short"
+    timer.count(1, 5, {"b1": 12.0, "b2": 30.0}, now=40.0)
+    timer.count(0, 5, {"b1": 12.0, "b2": 30.0}, now=44.5)
+    assert timer.last_s == 14.5
+    timer.count(0, 5, {"b1": 12.0, "b2": 30.0}, now=50.0)
+    assert timer.last_s == 14.5, "no new mark: no new recovery"
+    timer.count(1, 6, {}, now=60.0)  # marked by a full check, no bookie lost
+    timer.count(0, 6, {}, now=62.0)
+    assert timer.last_s == 2.0
