@@ -43,6 +43,7 @@ from global_meta.store import Op
 ROOT = "/globelog/namespaces"
 STREAM_FORMAT_VERSION = 1
 LOCK_PREFIX = "owner-"
+HOLDER_READS_MAX = 5  # reads of a stream's lock queue, each losing its lowest node meanwhile
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,16 +420,24 @@ class StreamMetaStore:
 
     async def holder(self, stream: str) -> LockHolder | None:
         """The lock node that owns the stream now, as this store's server has it (unsynced),
-        or None when nobody holds the lock."""
+        or None when nobody holds the lock (or the stream is gone). An owner that goes while
+        it is read leaves the stream to the next in line, which is read in turn."""
         lock_dir = f"{self.path(stream)}/lock"
-        try:
-            lowest = _lowest(await self.store.children(lock_dir))
+        for _ in range(HOLDER_READS_MAX):
+            try:
+                lowest = _lowest(await self.store.children(lock_dir))
+            except NoNodeError:
+                return None  # the stream is gone
             if lowest is None:
                 return None
-            data, stat = await self.store.get(f"{lock_dir}/{lowest}")
-        except NoNodeError:
-            return None
-        return LockHolder(f"{lock_dir}/{lowest}", _lock_owner(data), stat.ephemeral_owner)
+            try:
+                data, stat = await self.store.get(f"{lock_dir}/{lowest}")
+            except NoNodeError:
+                continue  # that owner went between the two reads: the next in line owns it
+            return LockHolder(f"{lock_dir}/{lowest}", _lock_owner(data), stat.ephemeral_owner)
+        raise OwnershipError(
+            f"stream {stream!r}: its owner changed {HOLDER_READS_MAX} times while it was read"
+        )
 
     async def break_lock(self, holder: LockHolder) -> bool:
         """Deletes that one lock node, whichever session holds it; False when it was gone

@@ -4,7 +4,7 @@ each scrape (`globelog serve rebuilder --metrics-port P` serves them at /metrics
 Counters since the process started: `globelog_rebuild_bytes_copied_total`,
 `globelog_rebuild_entries_copied_total`, `globelog_rebuild_fragments_rebuilt_total`,
 `globelog_rebuild_ledgers_rebuilt_total`, `globelog_rebuild_ledgers_failed_total`,
-`globelog_rebuild_ledgers_deferred_total`. Gauges: `globelog_rebuild_ledgers_in_progress`,
+`globelog_rebuild_ledgers_deferred_total`, `globelog_rebuild_ledgers_closed_total`. Gauges: `globelog_rebuild_ledgers_in_progress`,
 `globelog_rebuild_copy_rate_bytes_per_second` (over the last RATE_WINDOW_S),
 `globelog_rebuild_pace_bytes_per_second` (the rate the worker may copy at now),
 `globelog_rebuild_auditor_leading` (1 on the elected auditor), and on the auditor only
@@ -37,6 +37,10 @@ COUNTERS: dict[str, tuple[str, Read]] = {
     "ledgers.deferred": (
         "ledgers left for their writer's open ensemble",
         lambda r: r.worker.counts.ledgers_deferred,
+    ),
+    "ledgers.closed": (
+        "open ledgers closed to be rebuilt, their stream having no owner",
+        lambda r: r.worker.counts.ledgers_closed,
     ),
 }
 GAUGES: dict[str, tuple[str, Read]] = {

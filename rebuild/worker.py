@@ -9,7 +9,7 @@ unless it is set fixed.
 A ledger's open last ensemble is its writer's: while its stream has an owner (the lock held)
 the fragment is deferred. A stream without one (its owner died, and nobody writes it again)
 would keep a lost copy forever, so its ledger is closed (a recovery, as the next owner's
-would be) and rebuilt whole.
+would be) and its last fragment copied too.
 
 A ledger ends in one of three ways:
 - rebuilt (or deleted meanwhile): its marker is deleted at the version claimed, so a marker
@@ -28,13 +28,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core.errors import GlobelogError, NoNodeError
+from core.errors import GlobelogError, InvalidStreamNameError, NoNodeError
 from core.settings.rebuild_settings import RebuildSettings
 from core.streams import LEDGER_NAMESPACE_KEY, LEDGER_STREAM_KEY
 from global_meta import MetaSession
 from global_meta.followers import run_together
 from global_meta.streams import StreamMetaStore
-from ledger import Claim, LedgerClient, LedgerMetadata, UnderReplication
+from ledger import (
+    Claim,
+    LedgerClient,
+    LedgerRebuild,
+    LedgerState,
+    NoSuchLedgerMetadataError,
+    UnderReplication,
+)
 from rebuild.pacing import Pacer, pacer_of
 
 log = logging.getLogger(__name__)
@@ -119,22 +126,16 @@ class Worker:
         self.counts.in_progress.add(ledger_id)
         try:
             report = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
-            if not report.complete and (orphan := await self._orphaned(ledger_id)) is not None:
-                await self._client.open(ledger_id, orphan.password, recover_ledger=True)
-                self.counts.ledgers_closed += 1
-                log.warning("ledger %d: closed (its stream has no owner to move its open "
-                            "ensemble off %s)", ledger_id, ", ".join(sorted(claim.marker.replicas)))  # fmt: skip
-                again = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
-                report = report.then(again)
+            self._count(report)
+            if not report.complete and await self._closed_if_ownerless(ledger_id, claim):
+                report = await self._client.rebuild(ledger_id, claim.marker.replicas, self.pacer)
+                self._count(report)
         except GlobelogError as err:
             self._fail(ledger_id, f"ledger {ledger_id}: {err.code}: {err}")
             await self._under.release(claim)
             return False
         finally:
             self.counts.in_progress.discard(ledger_id)
-        self.counts.fragments_rebuilt += len(report.rebuilt)
-        self.counts.entries_copied += report.entries
-        self.counts.bytes_copied += report.bytes
         if not report.complete:
             self.counts.ledgers_deferred += 1
             self._resting[ledger_id] = self._clock() + self._settings.retry_after_s
@@ -146,21 +147,47 @@ class Worker:
             self.counts.ledgers_rebuilt += 1
         return done
 
-    async def _orphaned(self, ledger_id: int) -> LedgerMetadata | None:
-        """The ledger's metadata when it is a segment's whose stream has no owner (or is
-        gone): then nobody writes it, and nobody will move its open ensemble off a lost
-        bookie. Ledgers that do not name their namespace (made before it was recorded) count
-        as owned."""
-        metadata = (await self._client.metadata(ledger_id)).metadata
+    def _count(self, report: LedgerRebuild) -> None:
+        self.counts.fragments_rebuilt += len(report.rebuilt)
+        self.counts.entries_copied += report.entries
+        self.counts.bytes_copied += report.bytes
+
+    async def _closed_if_ownerless(self, ledger_id: int, claim: Claim) -> bool:
+        """After a pass that left the ledger's open last ensemble to its writer: whether a
+        second pass may copy it, the ledger being closed now. It is closed here (a recovery,
+        which fences it, as the next owner's would) when it is a segment's whose stream has no
+        owner, or is gone: nobody writes it then, and nobody would move its open ensemble off
+        a lost bookie. Ledgers that do not name their namespace (made before it was recorded)
+        or name an invalid one count as owned. A ledger deleted meanwhile ends its pass."""
+        try:
+            metadata = (await self._client.metadata(ledger_id)).metadata
+        except NoSuchLedgerMetadataError:
+            return True  # the next pass finds it gone
+        if metadata.state is not LedgerState.OPEN:
+            return True  # closed meanwhile (its owner released it, or another rebuilder)
         custom = dict(metadata.custom_metadata)
         namespace, stream = custom.get(LEDGER_NAMESPACE_KEY), custom.get(LEDGER_STREAM_KEY)
         if namespace is None or stream is None:
-            return None
-        streams = StreamMetaStore(self._store, namespace.decode(errors="replace"))
-        path = streams.path(stream.decode(errors="replace"))
+            return False
+        try:
+            streams = StreamMetaStore(self._store, namespace.decode(errors="replace"))
+            name = stream.decode(errors="replace")
+            path = streams.path(name)
+        except InvalidStreamNameError:
+            return False
         with contextlib.suppress(NoNodeError):  # (a stream deleted: no owner either)
             await self._store.sync(path)  # an owner whose lock our server has not seen yet
-        return metadata if await streams.holder(stream.decode(errors="replace")) is None else None
+        if await streams.holder(name) is not None:
+            return False
+        try:
+            await self._client.open(ledger_id, metadata.password, recover_ledger=True)
+        except NoSuchLedgerMetadataError:
+            return True
+        self.counts.ledgers_closed += 1
+        log.warning("ledger %d: closed, its stream %s/%s having no owner to move its open "
+                    "ensemble off %s", ledger_id, streams.namespace, name,
+                    ", ".join(sorted(claim.marker.replicas)))  # fmt: skip
+        return True
 
     def _fail(self, ledger_id: int, why: str) -> None:
         failures = self._failed[ledger_id] = self._failed.get(ledger_id, 0) + 1

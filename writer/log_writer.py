@@ -196,8 +196,9 @@ class LogWriter:
                         streams, ledgers, stream, config, lock, steps, early
                     )
                 except BadVersionError:
-                    if early is None:
-                        raise
+                    # the metadata moved under the take: an early read gone stale, or the
+                    # last ledger closed meanwhile (by a rebuilder, while the stream had no
+                    # owner): once more, from the metadata as it is now
                     steps = {"lock": steps["lock"], "stale": clock() - began - steps["lock"]}
                     writer = await cls._take_over(streams, ledgers, stream, config, lock, steps)
                 writer.open_steps = steps

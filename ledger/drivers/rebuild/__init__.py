@@ -156,12 +156,6 @@ class LedgerRebuild:
     def entries(self) -> int:
         return sum(r.entries for r in self.rebuilt)
 
-    def then(self, later: LedgerRebuild) -> LedgerRebuild:
-        """This pass and a later one over the same ledger, as one: what both copied, what the
-        later left deferred."""
-        rebuilt = (*self.rebuilt, *later.rebuilt)
-        return LedgerRebuild(self.ledger_id, rebuilt, later.deferred, later.gone)
-
 
 class Pace(Protocol):
     """How fast a rebuild copies (rebuild.pacing): awaited with each batch's bytes before it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import subprocess
 from collections.abc import AsyncIterator
 
 import pytest
@@ -107,7 +108,7 @@ async def test_globelog_recovery_fences_a_java_writer(
     cluster: Cluster, tools: Tools, client: LedgerClient
 ) -> None:
     argv = ledger_tool_argv(cluster, tools, "hold", PASSWORD, "3", "3", "2", "15")
-    java = Child(argv, output=True, stdin=True)
+    java = Child(argv, output=True, stdin=True, stderr=subprocess.DEVNULL)
     try:
         ledger_id = None
         while ledger_id is None:
@@ -120,8 +121,9 @@ async def test_globelog_recovery_fences_a_java_writer(
         assert await reader.read_entries(0, 14) == [f"java-entry-{i}".encode() for i in range(15)]
         await java.write(b"go\n")
         rest = ""
-        while line := (await java.readline(120)).decode():
-            rest += line
+        async with asyncio.timeout(120):
+            while line := (await java.readline(120)).decode():
+                rest += line
         assert f"ADD_FAILED {JAVA_FENCED_CODE}" in rest, rest
     finally:
         await java.end()

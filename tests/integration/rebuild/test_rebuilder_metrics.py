@@ -23,6 +23,7 @@ INSTRUMENTS = (
     "globelog_rebuild_ledgers_rebuilt_total",
     "globelog_rebuild_ledgers_failed_total",
     "globelog_rebuild_ledgers_deferred_total",
+    "globelog_rebuild_ledgers_closed_total",
     "globelog_rebuild_ledgers_in_progress",
     "globelog_rebuild_copy_rate_bytes_per_second",
     "globelog_rebuild_auditor_leading",

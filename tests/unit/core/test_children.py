@@ -93,3 +93,27 @@ def test_no_code_hands_a_childs_pipes_to_the_event_loop() -> None:
         if LOOP_SUBPROCESS.search(path.read_text(errors="replace")):
             offenders.append(str(relative))
     assert offenders == []
+
+
+async def test_a_child_printing_faster_than_it_is_read_waits_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lines read ahead are bounded (I10): past LINES_MAX the child waits on its pipe."""
+    monkeypatch.setattr(children, "LINES_MAX", 5)
+    count, program = 2000, "for i in range(2000): print(f'{i:08d}' + 'x' * 1000, flush=True)"
+    reader = Child((sys.executable, "-c", program), output=True)  # 2 MB: past any pipe's room
+    await asyncio.sleep(1.0)
+    assert reader.returncode is None, "it waits for its reader, its pipe full"
+    got = [await reader.readline(10) for _ in range(count)]
+    assert got == [f"{i:08d}".encode() + b"x" * 1000 + b"\n" for i in range(count)]
+    assert await reader.readline(10) == b""
+    assert await reader.wait(10) == 0
+
+
+async def test_a_write_to_a_child_that_reads_nothing_ends_in_its_time() -> None:
+    sleeper = Child(("sleep", "30"), stdin=True)
+    try:
+        with pytest.raises(ChildTimeoutError, match=r"sleep took no input in 0\.5 s"):
+            await sleeper.write(b"x" * (4 * 1024 * 1024), timeout_s=0.5)
+    finally:
+        assert await sleeper.end() == -9
