@@ -18,7 +18,7 @@ from aiohttp import web
 
 from core.errors import ConfigError
 from core.security.credentials import default_token
-from core.settings.rebuild_settings import RebuildSettings
+from core.settings.rebuild_settings import RebuildSettings, flag_type
 from core.topology import Endpoint, Proxy, Topology
 from global_meta import MetaStore
 from global_meta.faults import publish_session
@@ -41,7 +41,7 @@ from region.write_proxy import WriteProxy
 # the rebuilder's settings its command line may set over topology.yaml's `rebuild:` section
 REBUILD_OVERRIDES = (
     "lost_bookie_delay_s", "check_interval_s", "ledgers_at_once", "rate_bytes_s",
-    "rate_min_bytes_s", "yield_delay_s",
+    "rate_min_bytes_s", "yield_delay_s", "shared_pace",
 )  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -96,8 +96,7 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     rebuilder.add_argument("--log-format", choices=["json", "text"], default="json")
     # each over topology.yaml's `rebuild:` section (docs/operations.md)
     for key in REBUILD_OVERRIDES:
-        kind = type(getattr(RebuildSettings(), key))
-        rebuilder.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None)
+        rebuilder.add_argument(f"--{key.replace('_', '-')}", type=flag_type(key), default=None)
     rebuilder.add_argument(
         "--metrics-address",
         default=None,

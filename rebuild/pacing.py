@@ -16,6 +16,12 @@ Two ways to set it:
   `rate_min_bytes_s` (lost copies are re-made whatever the load: durability is at stake) and
   `rate_bytes_s`. The same delay-based yielding as LEDBAT's background transfers, on bytes
   per second instead of a window.
+
+Either is the budget of the cluster's rebuilders together when `shared_pace` is on (the
+default): each rebuilder takes an equal share of it (`share`) among those copying at the time,
+as their published statuses show (rebuild.service). Rebuilders that each yield on their own
+add up: three at the floor copy three floors' worth, and each one's growth adds to the others'
+queueing before any of them sees it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,25 @@ class Pacer:
         self._sleep = sleep
         self._tokens = float(self.burst)
         self._at = self._clock()
+        self._shares = 1
+
+    @property
+    def shares(self) -> int:
+        return self._shares
+
+    def share(self, shares: int) -> None:
+        """`shares` rebuilders copy at once, this one among them: it takes 1/shares of the
+        rate it was given, so together they copy at that rate (its current rate moves by the
+        same factor)."""
+        shares = max(1, shares)
+        if shares != self._shares:
+            self._rescale(self._shares / shares)
+            self._shares = shares
+
+    def _rescale(self, factor: float) -> None:
+        self.rate *= factor
+        self.burst = max(1, int(self.burst * factor))
+        self._tokens = min(self._tokens, float(self.burst))
 
     async def __call__(self, size: int) -> None:
         now = self._clock()
@@ -98,6 +123,11 @@ class YieldingPacer(Pacer):
         self._recent: dict[str, deque[float]] = {}  # bookie -> its last RECENT_SAMPLES
         self._cut_at = float("-inf")
         self._grown_at = self._clock()
+
+    def _rescale(self, factor: float) -> None:
+        self.floor *= factor
+        self.ceiling *= factor
+        self._set_rate(self.rate * factor)
 
     @property
     def batch_bytes(self) -> int:

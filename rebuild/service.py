@@ -30,6 +30,10 @@ RATE_WINDOW_S = 30.0  # the copy rate a rebuilder reports is over this much rece
 # The auditor sizes what is under-replicated (a metadata read per marked ledger) this often,
 # not at every status report.
 SIZE_EVERY_S = 15.0
+# A rebuilder's status counts for the shared pace while it is this recent: this many of its
+# report intervals, and some slack for the clocks of other hosts.
+STALE_REPORTS = 3
+STALE_SLACK_S = 2.0
 
 
 class RecoveryTimer:
@@ -130,6 +134,7 @@ class Rebuilder:
             "bytes_copied": counts.bytes_copied,
             "bytes_per_s": round(rate),
             "pace_bytes_s": round(self.worker.pacer.rate),
+            "pace_shares": self.worker.pacer.shares,
             "ledgers_deferred": counts.ledgers_deferred,
             "ledgers_closed": counts.ledgers_closed,
             "ledgers_failed": counts.ledgers_failed,
@@ -174,10 +179,13 @@ class Rebuilder:
                 "followers": followers}  # fmt: skip
 
     async def _report(self, following: Callable[[], None]) -> None:
-        """Keeps the status node current; created anew after a session's end."""
+        """Keeps the status node current; created anew after a session's end. With a shared
+        pace, also sets this rebuilder's share of it from the others' statuses."""
         while True:
             if self.auditor.leading:
                 await self._count_under_replicated()
+            if self._settings.shared_pace:
+                self.worker.pacer.share(await self._copying_besides() + 1)
             self.last_status = self.status()
             data = json.dumps(self.last_status, sort_keys=True).encode()
             try:
@@ -186,6 +194,19 @@ class Rebuilder:
                 await self._store.create(self.status_node, data, ephemeral=True, make_parents=True)
             following()
             await asyncio.sleep(self._settings.report_interval_s)
+
+    async def _copying_besides(self) -> int:
+        """How many other rebuilders were copying at their last status, of those whose last
+        status is recent (one paused or cut off keeps its node until its session ends)."""
+        fresh_ms = 1000 * (STALE_REPORTS * self._settings.report_interval_s + STALE_SLACK_S)
+        now_ms = runtime.wall_ms()
+        return sum(
+            1
+            for status in await read_rebuilders(self._store)
+            if status.get("name") != self.name
+            and status.get("in_progress")
+            and now_ms - status["published_ms"] <= fresh_ms
+        )
 
 
 async def read_rebuilders(store: MetaSession) -> list[dict[str, Any]]:

@@ -79,10 +79,13 @@ def format_status(status: dict[str, Any]) -> str:
         + ("; rebuilding is DISABLED" if status["disabled"] else ""),
     ]
     for r in status["rebuilders"]:
+        shares = r.get("pace_shares", 1)
+        shared = f", its 1/{shares} of the shared pace" if shares > 1 else ""
         lines.append(
             f"  rebuilder {r['name']} ({r['region']}): {r['ledgers_rebuilt']} ledgers, "
             f"{r['bytes_copied']} bytes rebuilt, {r['bytes_per_s'] / 1e6:.1f} MB/s "
-            f"(may copy at {r.get('pace_bytes_s', 0) / 1e6:.1f}), in progress {r['in_progress']}, failed {r['ledgers_failed']}"
+            f"(may copy at {r.get('pace_bytes_s', 0) / 1e6:.1f}{shared}), "
+            f"in progress {r['in_progress']}, failed {r['ledgers_failed']}"
         )
     for e in status["ledgers"]:
         claim = f", claimed by {e['claimed_by']}" if e["claimed_by"] else ""

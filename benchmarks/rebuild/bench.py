@@ -78,15 +78,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RebuildSettings()
     parser.add_argument(
         "--rate-mb-s", type=float, default=defaults.rate_bytes_s / MB,
-        help="per rebuilder: the most it copies at",
+        help="the most it copies at (per rebuilder, or all together with --shared-pace on)",
     )  # fmt: skip
     parser.add_argument(
         "--rate-min-mb-s", type=float, default=defaults.rate_min_bytes_s / MB,
-        help="per rebuilder: the least it yields down to",
+        help="the least it yields down to (the same)",
     )  # fmt: skip
     parser.add_argument(
         "--yield-delay-ms", type=float, default=defaults.yield_delay_s * 1000,
         help="queueing at a bookie the rebuild yields at; 0: a fixed --rate-mb-s",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shared-pace", choices=["on", "off"], default="on" if defaults.shared_pace else "off",
+        help="on: the rates are the rebuilders' together (each copying takes its share)",
     )  # fmt: skip
     parser.add_argument("--plot", type=Path, default=Path("bench-rebuild.png"))
     parser.add_argument("--skip-bookkeeper", action="store_true")
@@ -232,7 +236,7 @@ async def _rebuilders(
         "--ledgers-at-once", str(args.ledgers_at_once),
         "--rate-bytes-s", str(int(args.rate_mb_s * MB)),
         "--rate-min-bytes-s", str(int(args.rate_min_mb_s * MB)),
-        "--yield-delay-s", str(args.yield_delay_ms / 1000),
+        "--yield-delay-s", str(args.yield_delay_ms / 1000), "--shared-pace", args.shared_pace,
     ]  # fmt: skip
     records = []
     names = {f"bench-rebuilder-{region}" for region in regions}

@@ -8,11 +8,14 @@ topology.yaml's optional `rebuild:` section over them:
       rate_bytes_s: 67108864
       rate_min_bytes_s: 4194304
       yield_delay_s: 0.005
+      shared_pace: true
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +44,10 @@ class RebuildSettings:
     rate_bytes_s: int = 64 * 1024 * 1024
     rate_min_bytes_s: int = 4 * 1024 * 1024
     yield_delay_s: float = 0.005
+    # With `shared_pace`, the rates above are the cluster's rebuilders' together: each takes an
+    # equal share among those copying at the time (rebuild.pacing), so a loss rebuilt by every
+    # region's rebuilder costs the foreground what one would. Off: each rebuilder's own.
+    shared_pace: bool = True
     # How long an idle worker waits before it looks for marked ledgers again.
     poll_interval_s: float = 2.0
     # A ledger that failed (no replacement, a copy unreadable) or whose open last ensemble is
@@ -73,6 +80,19 @@ class RebuildSettings:
             raise ConfigError("rebuild settings: " + "; ".join(problems))
 
 
+def flag_type(key: str) -> Callable[[str], Any]:
+    """How the command-line flag of setting `key` reads its text (`globelog serve rebuilder`):
+    `on`/`off` for a switch, else as the setting's type."""
+    kind = type(getattr(RebuildSettings(), key))
+    return _on_off if kind is bool else kind
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
 class Problems(Protocol):
     def add(self, path: str, message: str) -> None: ...
 
@@ -92,6 +112,13 @@ def parse_rebuild(node: Any, p: Problems) -> RebuildSettings | None:
         if key not in names:
             p.add(f"rebuild.{key}", f"unknown key; expected one of {names}")
             ok = False
+            continue
+        if isinstance(getattr(defaults, key), bool):
+            if isinstance(value, bool):
+                values[key] = value
+            else:
+                p.add(f"rebuild.{key}", f"expected true or false, got {value!r}")
+                ok = False
             continue
         whole = isinstance(getattr(defaults, key), int)
         if type(value) in ((int,) if whole else (int, float)) and value >= 0:

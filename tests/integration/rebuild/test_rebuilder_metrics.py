@@ -68,6 +68,7 @@ async def test_a_rebuilder_serves_its_gauges_and_its_status(
             async with http.get(f"{base}/v1/health") as response:
                 status = await response.json()
             assert status["name"] == name and status["region"] == "eu-west"
+            assert status["pace_shares"] == 1, "nobody else copying: the whole shared pace"
             async with http.get(f"{base}/metrics") as response:
                 assert response.status == 200
                 text = await response.text()

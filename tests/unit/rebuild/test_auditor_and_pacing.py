@@ -160,6 +160,36 @@ def test_rebuild_settings_are_checked() -> None:
     assert parse_rebuild({"yield_delay_s": 0, "rate_min_bytes_s": 1}, Collect()) == RebuildSettings(
         yield_delay_s=0.0, rate_min_bytes_s=1
     )
+    assert parse_rebuild({"shared_pace": False}, Collect()) == RebuildSettings(shared_pace=False)
+    assert parse_rebuild({"shared_pace": 1}, Collect()) is None
+    assert problems[-1] == ("rebuild.shared_pace", "expected true or false, got 1")
+
+
+def test_a_shared_pace_gives_each_rebuilder_its_share_and_takes_it_back() -> None:
+    """Three rebuilders copying: each at a third of the ceiling, the floor and its rate, so
+    together they copy as one would; alone again, the whole."""
+    now = [0.0]
+    pacer = YieldingPacer(90_000_000, 3_000_000, 0.005, clock=lambda: now[0])
+    pacer.rate = 30_000_000.0
+    pacer.share(3)
+    assert (pacer.shares, pacer.ceiling, pacer.floor) == (3, 30_000_000, 1_000_000)
+    assert pacer.rate == pytest.approx(10_000_000)
+    assert pacer.burst == 1_000_000  # a tenth of a second's worth, of the share
+    for _ in range(200):  # no queueing for long: it grows to its share's ceiling, not past
+        now[0] += 0.5
+        pacer.observe("b1", 0.001)
+    assert pacer.rate == pytest.approx(30_000_000)
+    for _ in range(100):  # queueing: down to its share's floor, not below
+        now[0] += 1.0
+        pacer.observe("b1", 0.050)
+    assert pacer.rate == pytest.approx(1_000_000)
+    pacer.share(1)
+    assert (pacer.ceiling, pacer.floor, pacer.rate) == (90_000_000, 3_000_000, 3_000_000)
+    pacer.share(0)  # (nobody copying: itself still counts)
+    assert pacer.shares == 1
+    fixed = Pacer(8_000_000, clock=lambda: 0.0)
+    fixed.share(4)
+    assert (fixed.rate, fixed.burst) == (2_000_000, 2_000_000)
 
 
 def test_a_recovery_faster_than_a_count_is_timed_from_the_loss() -> None:
