@@ -50,7 +50,7 @@ from reader.positions import By, Position
 from region import registry
 from region.admission.listener import Listener, send_page, sent_within
 from region.admission.quotas import Quotas, client_of, quota_middleware
-from region.admission.slots import Slots, UnsentBytes
+from region.admission.slots import ClientTurns, Slots, UnsentBytes
 from region.bodies.pages import (
     encode_slices,
     page_pieces,
@@ -130,6 +130,7 @@ class ReadProxy:
             "streamed tails open", limits.tails_max, limits.tails_per_client_max, holds
         )
         self._unsent = UnsentBytes(limits.send_bytes_max, limits.client_send_bytes_max, holds)
+        self._turns = ClientTurns()  # one batch of a client's tails at a time
         held = PROXY_METRICS.held_bytes
         held.follow(self, lambda proxy: proxy._budget.used, {"what": "cache"})
         held.follow(self, lambda proxy: proxy._unsent.used, {"what": "unsent"})
@@ -272,8 +273,6 @@ class ReadProxy:
         await self._cache(ns, stream, seq, client_of(request))  # errors before the 200
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        token = request.get(TOKEN)
-        gate = self.security.gate if self.security else None
         loop = asyncio.get_running_loop()
         sent_at = loop.time()  # the last line sent: an idle tail sends a blank one now and then
         send_s = self.limits.send_timeout_s
@@ -281,18 +280,10 @@ class ReadProxy:
             while not self._stopping:
                 if _gone(request):
                     break
-                if token is not None and gate is not None:
-                    try:  # a token revoked or expired ends its tail, saying why
-                        gate.still_valid(token)
-                    except UnauthenticatedError as err:
-                        refusal = {"code": err.code, "message": str(err), "retriable": False}
-                        await sent_within(
-                            request, response.write(json.dumps(refusal).encode() + b"\n"), send_s
-                        )
-                        break
+                if await self._token_ended(request, response):
+                    break
                 # A client past its read quota gets nothing more until it is within it again
-                # (its tails slow down to the quota; one sleep and a page each turn let a
-                # client with many tails take a page per tail and turn, whatever its debt).
+                # (its tails slow down to the quota).
                 client = client_of(request)
                 if (over_s := self.quotas.wait_s(client, ns)) > 0:
                     await asyncio.sleep(min(over_s, TAIL_POLL_S))
@@ -310,23 +301,69 @@ class ReadProxy:
                             break
                         sent_at = loop.time()
                     continue
-                sent_at = loop.time()
-                for index, batch in enumerate(encode_slices(records)):
-                    if index:
-                        await asyncio.sleep(0)  # the other clients' turn between batches
-                    lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
-                    while self._unsent.over(client):  # its pages or other tails wait for it
-                        if self._stopping or _gone(request):
-                            return response
-                        await asyncio.sleep(TAIL_POLL_S)  # some end within send_timeout_s
-                    self._take_bytes(request, ns, len(lines))
-                    with self._unsent.held(client, len(lines)):
-                        if not await sent_within(request, response.write(lines), send_s):
-                            return response  # closed: the client took nothing for send_timeout_s
+                for batch in encode_slices(records):
+                    if not await self._send_batch(request, response, ns, stream, batch):
+                        return response
                     seq = batch[-1].seq + 1
+                    sent_at = loop.time()
         except ConnectionResetError:  # the client went away
             pass
         return response
+
+    async def _send_batch(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        ns: str,
+        stream: str,
+        batch: list[LogRecord],
+    ) -> bool:
+        """A tail's batch of records, sent on its client's turn (ClientTurns) once the client
+        is within its read quota and its unsent bytes: checked before every batch, so a
+        hundred tails catching up at once slow down to the quota too, rather than each
+        sending its whole catch-up on a quota checked once. The turn covers the checks, the
+        encoding and the write's start, not the wait for the client to take it (a tail whose
+        reader is slow holds up only itself). False when the tail ends: the proxy stops, the
+        client went, its token ended, or it took nothing for send_timeout_s."""
+        client = client_of(request)
+        while True:
+            while (over_s := self.quotas.wait_s(client, ns)) > 0 or self._unsent.over(client):
+                if self._stopping or _gone(request):  # waited without the turn: per namespace
+                    return False
+                await asyncio.sleep(min(over_s, TAIL_POLL_S) if over_s > 0 else TAIL_POLL_S)
+            async with self._turns.turn(client):
+                if self._stopping or _gone(request) or await self._token_ended(request, response):
+                    return False  # (found so after waiting for the turn)
+                if self.quotas.wait_s(client, ns) > 0 or self._unsent.over(client):
+                    continue  # over again meanwhile: wait without the turn
+                lines = b"\n".join(self._encodings(ns, stream, batch)) + b"\n"
+                self._take_bytes(request, ns, len(lines))
+                with self._unsent.held(client, len(lines)):
+                    sending = asyncio.ensure_future(response.write(lines))
+                    try:
+                        await asyncio.sleep(0)  # its start: the bytes handed to the transport
+                    except BaseException:
+                        sending.cancel()
+                        raise
+            break
+        with self._unsent.held(client, len(lines)):
+            return await sent_within(request, sending, self.limits.send_timeout_s)
+
+    async def _token_ended(self, request: web.Request, response: web.StreamResponse) -> bool:
+        """Whether the tail's token was revoked or has expired; if so the tail is told why,
+        in a last line."""
+        token = request.get(TOKEN)
+        gate = self.security.gate if self.security else None
+        if token is None or gate is None:
+            return False
+        try:
+            gate.still_valid(token)
+        except UnauthenticatedError as err:
+            refusal = {"code": err.code, "message": str(err), "retriable": False}
+            line = json.dumps(refusal).encode() + b"\n"
+            await sent_within(request, response.write(line), self.limits.send_timeout_s)
+            return True
+        return False
 
     # -------------------------------------------------------------------------- helpers
 

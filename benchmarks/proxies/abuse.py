@@ -78,7 +78,8 @@ ATTACKER_OPS = ("read", "append", "create", "delete", "truncate")
 # churn of reset connections uvloop's client side sometimes finds a reused descriptor still
 # held by a closing transport (RuntimeError) and refuses that connect.
 ATTACK_FAULTS = (aiohttp.ClientError, TimeoutError, RuntimeError)
-ATTACK_STOP_S = 35  # an attack's requests end within this once its phase is over
+ATTACK_GRACE_S = 3.0  # an attack's requests left this long after its phase are cancelled
+ATTACK_STOP_S = 35  # and end within this of their cancel
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -159,14 +160,16 @@ async def slow_connections(target: Target, stop: asyncio.Event) -> None:
         except OSError as err:
             target.failed(err)
 
-    while not stop.is_set():
-        alive = [(r, w) for r, w in held if not r.at_eof()]
-        target.answers["closed by the proxy"] += len(held) - len(alive)
-        held[:] = alive
-        await asyncio.gather(*(open_one() for _ in range(3000 - len(held))))
-        await asyncio.sleep(0.5)
-    for _, writer in held:
-        writer.close()
+    try:
+        while not stop.is_set():
+            alive = [(r, w) for r, w in held if not r.at_eof()]
+            target.answers["closed by the proxy"] += len(held) - len(alive)
+            held[:] = alive
+            await asyncio.gather(*(open_one() for _ in range(3000 - len(held))))
+            await asyncio.sleep(0.5)
+    finally:  # (cancelled too: the next phase starts without them)
+        for _, writer in held:
+            writer.close()
 
 
 async def flood(target: Target, stop: asyncio.Event) -> None:
@@ -231,16 +234,22 @@ async def slow_readers(target: Target, stop: asyncio.Event) -> None:
             reader, writer = await asyncio.open_connection(
                 sock=sock, ssl=tls, server_hostname=host if tls else None
             )
-        except OSError as err:
+        except BaseException as err:  # (cancelled at the phase's end too)
             sock.close()
+            if not isinstance(err, OSError):
+                raise
             target.failed(err)
             return
         try:
             writer.write(request)
             async with asyncio.timeout(30):
                 status, code = await _status_of(reader)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as err:
+        except BaseException as err:
             writer.close()
+            if not isinstance(
+                err, (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError)
+            ):
+                raise
             target.failed(err)
             return
         target.answers[f"{status} {code}".strip()] += 1
@@ -249,15 +258,17 @@ async def slow_readers(target: Target, stop: asyncio.Event) -> None:
         else:
             writer.close()
 
-    while not stop.is_set():
-        now = loop.time()
-        for _, writer in (h for h in held if now - h[0] >= SLOW_READER_HOLD_S):
+    try:
+        while not stop.is_set():
+            now = loop.time()
+            for _, writer in (h for h in held if now - h[0] >= SLOW_READER_HOLD_S):
+                writer.close()
+            held[:] = [h for h in held if now - h[0] < SLOW_READER_HOLD_S]
+            await asyncio.gather(*(open_one() for _ in range(SLOW_READERS - len(held))))
+            await asyncio.sleep(0.5)
+    finally:  # (cancelled too: the next phase starts without them)
+        for _, writer in held:
             writer.close()
-        held[:] = [h for h in held if now - h[0] < SLOW_READER_HOLD_S]
-        await asyncio.gather(*(open_one() for _ in range(SLOW_READERS - len(held))))
-        await asyncio.sleep(0.5)
-    for _, writer in held:
-        writer.close()
 
 
 async def _status_of(reader: asyncio.StreamReader) -> tuple[int, str]:
@@ -567,19 +578,25 @@ async def watch_rss(pids: dict[str, int], phase: Callable[[], Phase], stop: asyn
 
 
 async def attack_for(name: str, target: Target, seconds: float) -> Counter[str]:
-    """Runs attack `name` for `seconds` (then waits at most ATTACK_STOP_S for it to stop);
-    its answers."""
+    """Runs attack `name` for `seconds`, then lets its requests end for ATTACK_GRACE_S and
+    cancels what is left (within ATTACK_STOP_S); its answers. Without the cancel a phase
+    lasted as long as its slowest request: connects the kernel bar kept waiting were retried
+    by the attacker's kernel for up to a minute, and the canary measured the phase for as
+    long (half of the tails phase was after its attack's end)."""
     target.answers = Counter()
     ended = asyncio.Event()
     running = asyncio.create_task(ATTACKS[name](target, ended))
     await asyncio.sleep(seconds)
     ended.set()
-    try:
-        async with asyncio.timeout(ATTACK_STOP_S):
-            await running
-    except TimeoutError:
+    done, _ = await asyncio.wait({running}, timeout=ATTACK_GRACE_S)
+    if not done:
+        target.answers["cancelled at the phase's end"] += 1
         running.cancel()
-        target.answers["attack stopped late"] += 1
+        done, _ = await asyncio.wait({running}, timeout=ATTACK_STOP_S)
+        if not done:
+            target.answers["attack stopped late"] += 1
+    if done and not running.cancelled():
+        running.result()  # (an attack that failed says so)
     return target.answers
 
 

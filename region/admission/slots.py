@@ -1,9 +1,11 @@
 """What a read proxy's clients hold of it at once, in all and per client: slots, how many
 requests of one kind (pages, streamed tails) are served at once; unsent bytes, how much of
-the answers built for them still waits to be taken."""
+the answers built for them still waits to be taken; turns, one batch of a client's tails at a
+time."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import NoReturn
@@ -109,6 +111,35 @@ class UnsentBytes:
                 self.by_client[client] = left
             else:
                 del self.by_client[client]
+
+
+class ClientTurns:
+    """One client's streamed tails send one batch at a time, in turn (first come, first
+    served). Each batch is a slice of the loop's time (encoding up to 500 records, their
+    write); a client with a hundred tails catching up would otherwise take a hundred slices
+    of every turn of the loop, and every other client's request would wait behind them. In
+    turn, a client takes one batch's worth whatever its number of tails, as the client with
+    one does. The table holds only clients with a tail in a batch or waiting for one."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, tuple[asyncio.Lock, int]] = {}  # client -> (its turn, users)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, client: str) -> AsyncIterator[None]:
+        lock, users = self._clients.get(client) or (asyncio.Lock(), 0)
+        self._clients[client] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._clients[client]
+            if users == 1:
+                del self._clients[client]
+            else:
+                self._clients[client] = (lock, users - 1)
 
 
 def _passes(held: int, size: int, most: int) -> bool:

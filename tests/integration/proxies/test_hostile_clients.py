@@ -426,8 +426,9 @@ async def test_a_client_past_its_read_quota_gets_nothing_more_on_its_open_tails(
     cluster: Cluster,
 ) -> None:
     """Tails opened while a client was within its read quota stay open once it is in debt,
-    but send nothing until the debt is paid (each sent a page a turn, whatever the debt,
-    before); another client's tail of the same stream is served at once."""
+    but send nothing until the debt is paid: the first batch of new records goes on one of
+    them, and puts it in debt (each tail sent a page, whatever the debt, before the quota was
+    checked per batch); another client's tail of the same stream is served at once."""
     namespace = fresh_namespace()
     quota = Quota(None, None, read_bytes_per_s=10 * KIB, read_requests_per_s=None)
     async with (
@@ -449,14 +450,6 @@ async def test_a_client_past_its_read_quota_gets_nothing_more_on_its_open_tails(
         assert [t.status for t in opened] == [200] * 3
         for tail in opened:
             assert b'"seq": 0' in await asyncio.wait_for(tail.content.readline(), 10)
-        # Each tail sends a page of these (tens of KiB: seconds of the quota), then owes.
-        await writer.write_bulk([b"a" * KIB for _ in range(100)])
-        for tail in opened:
-            assert b'"seq": 1' in await asyncio.wait_for(tail.content.readline(), 10)
-        await writer.write_bulk([b"b" * KIB for _ in range(100)])
-        async with other.get(url, params={"from_seq": "101"}) as theirs:
-            line = await asyncio.wait_for(theirs.content.readline(), 10)
-            assert b'"seq": 101' in line, line[:100]
 
         async def within(tail: aiohttp.ClientResponse, seconds: float) -> bytes:
             got = b""
@@ -466,9 +459,50 @@ async def test_a_client_past_its_read_quota_gets_nothing_more_on_its_open_tails(
                         got += piece
             return got
 
+        # One tail sends a batch of these (tens of KiB: seconds of the quota), and the client
+        # owes: its other tails send nothing (the quota is checked before every batch).
+        await writer.write_bulk([b"a" * KIB for _ in range(100)])
+        first = await asyncio.gather(*(within(t, 2.0) for t in opened))
+        assert sorted(b'"seq": 1,' in got for got in first) == [False, False, True], [
+            len(got) for got in first
+        ]
+        await writer.write_bulk([b"b" * KIB for _ in range(100)])
+        async with other.get(url, params={"from_seq": "101"}) as theirs:
+            line = await asyncio.wait_for(theirs.content.readline(), 10)
+            assert b'"seq": 101' in line, line[:100]
         for got in await asyncio.gather(*(within(t, 2.0) for t in opened)):
-            assert b'"seq": 101' not in got, "nothing past the page that put it in debt"
+            assert b'"seq": 101' not in got, "nothing past the batch that put it in debt"
         assert east.quotas.wait_s("subject greedy", namespace) > 0
+
+
+async def test_a_tail_catching_up_slows_down_to_its_quota_batch_by_batch(cluster: Cluster) -> None:
+    """A tail that asks for records already written gets them a batch (500 records at most)
+    at a time, its client's read quota checked before each: a client in debt after one batch
+    gets no more until it is paid (the whole page went out on a quota checked once, before)."""
+    namespace = fresh_namespace()
+    quota = Quota(None, None, read_bytes_per_s=50 * KIB, read_requests_per_s=None)
+    async with (
+        stream_env(cluster, "us-east", namespace) as env,
+        read_proxy(cluster, "us-east", ProxyLimits(quota=quota)) as east,
+        client_session(subject_token("catching-up")) as http,
+    ):
+        await env.streams.create_stream("s")
+        writer = await env.writer("s")
+        for _ in range(3):
+            await writer.write_bulk([b"c" * KIB for _ in range(500)])
+        await writer.close()
+        url = f"{east.me.url}/v1/namespaces/{namespace}/streams/s/tail"
+        async with http.get(url, params={"from_seq": "0"}) as tail:
+            assert tail.status == 200
+            seqs: list[int] = []
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(3):
+                    while line := await tail.content.readline():
+                        if line.strip():
+                            seqs.append(json.loads(line)["seq"])
+        assert seqs[:1] == [0] and seqs == list(range(len(seqs)))
+        assert len(seqs) <= 500, f"{len(seqs)} records: past one batch while in debt"
+        assert east.quotas.wait_s("subject catching-up", namespace) > 0
 
 
 async def test_one_clients_tails_and_long_polls_leave_the_others_theirs(cluster: Cluster) -> None:

@@ -28,6 +28,7 @@ from region.admission.quotas import (
     hold_refusal,
     refusal_hold_s,
 )
+from region.admission.slots import ClientTurns
 from region.client.proxy_client import retry_after_s
 from region.http_errors import error_middleware
 from region.idempotence.producers import ProducerBudget, ProducerTable
@@ -323,3 +324,57 @@ def test_the_producer_budget_takes_from_the_stream_that_remembers_the_most() -> 
     assert noisy.last_seq(4999) == 0 and noisy.last_seq(0) is None  # the oldest went
     noisy.close()
     assert budget.used == 100
+
+
+async def test_a_clients_tails_send_one_batch_at_a_time_and_others_do_not_wait_for_them() -> None:
+    """ClientTurns: a client's tails take its turn one batch at a time, first come first
+    served; another client's batch goes meanwhile; the table keeps only clients in a turn or
+    waiting for one."""
+    turns = ClientTurns()
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def batch(client: str, tail: str, hold: bool = False) -> None:
+        async with turns.turn(client):
+            order.append(f"{tail} in")
+            if hold:
+                await release.wait()
+            await asyncio.sleep(0)
+            order.append(f"{tail} out")
+
+    first = asyncio.create_task(batch("attacker", "a1", hold=True))
+    await asyncio.sleep(0)
+    others = [asyncio.create_task(batch("attacker", f"a{i}")) for i in (2, 3)]
+    canary = asyncio.create_task(batch("canary", "c1"))
+    await asyncio.wait_for(canary, 1)  # not behind the attacker's turn
+    assert order == ["a1 in", "c1 in", "c1 out"]
+    assert len(turns) == 1, "the canary's entry went with its turn"
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, *others), 1)
+    assert order[3:] == ["a1 out", "a2 in", "a2 out", "a3 in", "a3 out"]
+    assert len(turns) == 0
+
+
+async def test_a_turn_cancelled_while_waiting_leaves_the_others_theirs() -> None:
+    turns = ClientTurns()
+    holding = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with turns.turn("c"):
+            holding.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await holding.wait()
+    waiter = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert len(turns) == 1
+    release.set()
+    await holder
+    assert len(turns) == 0
+    async with asyncio.timeout(1), turns.turn("c"):  # free again
+        pass
