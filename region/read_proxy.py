@@ -52,6 +52,7 @@ from region.admission.listener import Listener, send_page, sent_within
 from region.admission.quotas import Quotas, client_of, quota_middleware
 from region.admission.slots import ClientTurns, Slots, UnsentBytes
 from region.bodies.pages import (
+    ENCODE_SLICE_RECORDS,
     encode_slices,
     page_pieces,
     record_json,
@@ -291,9 +292,12 @@ class ReadProxy:
                 if self._unsent.over(client):  # its pages or other tails wait for it
                     await asyncio.sleep(TAIL_POLL_S)
                     continue
+                # from the read-ahead, a batch at a time: a hundred tails catching up at once
+                # each looked at a whole page of records in one turn of the loop
                 records = await self._page(
-                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False
-                )
+                    ns, stream, seq, self.limits.page_records_max, TAIL_POLL_S, client, False,
+                    cached_max=ENCODE_SLICE_RECORDS,
+                )  # fmt: skip
                 if not records:
                     if loop.time() - sent_at >= self.limits.tail_keepalive_s:
                         # alive, nothing new (clients skip it)
@@ -443,16 +447,20 @@ class ReadProxy:
         wait_s: float,
         client: str,
         catch_up: bool = True,
+        cached_max: int | None = None,
     ) -> list[LogRecord]:
         """Records from `seq`, waiting up to `wait_s` for the first, and with `catch_up` up to
         CATCH_UP_S while the read-ahead still reads records that are there (a page: a short
         wait must not answer an empty page while records exist; a tail asks again anyway,
-        and checks on its client every TAIL_POLL_S)."""
+        and checks on its client every TAIL_POLL_S). `cached_max`: fewer records when they
+        come from the read-ahead (a tail's batch: its next is as cheap to ask for; a reader of
+        its own is worth a whole page)."""
         cache = await self._cache(ns, stream, seq, client)
         if cache.covers(seq):
             began_s = asyncio.get_running_loop().time()
+            most = max_records if cached_max is None else min(max_records, cached_max)
             with TRACER.start_as_current_span("globelog.read.cache") as span:
-                cached = await cache.read(seq, max_records, wait_s, catch_up=catch_up)
+                cached = await cache.read(seq, most, wait_s, catch_up=catch_up)
                 span.set_attributes(
                     {
                         "globelog.seq": seq,
