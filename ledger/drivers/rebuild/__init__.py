@@ -21,7 +21,9 @@ quorum is the ensemble). Rebuilding a fragment:
 The last ensemble of a ledger that is still open belongs to its writer: new entries move off
 a lost bookie by the writer's ensemble change, and the span written before it becomes an
 earlier ensemble, which is closed and can be copied. So such fragments are only reported as
-deferred, and nothing is fenced from under a live writer.
+deferred, and nothing is fenced from under a live writer. (A segment ledger whose stream has
+no owner any more is closed by the rebuild worker first, and then copied whole:
+rebuild/worker.py.)
 
 Every step has a bound: the bookie calls have their timeouts, the metadata writes their
 attempts, the copy loop a fixed number of entries.
