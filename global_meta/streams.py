@@ -22,8 +22,10 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, Sequence
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from core import runtime
 from core.errors import (
@@ -44,6 +46,11 @@ ROOT = "/globelog/namespaces"
 STREAM_FORMAT_VERSION = 1
 LOCK_PREFIX = "owner-"
 HOLDER_READS_MAX = 5  # reads of a stream's lock queue, each losing its lowest node meanwhile
+# A read through the reads session (`StreamMetaStore.read_unordered`) is waited for this long,
+# then made through the main one: that session may be away while the main one serves.
+UNORDERED_WAIT_S = 1.0
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,19 @@ class StreamMetaStore:
 
     def path(self, stream: str) -> str:
         return f"{self.root}/{check_name(stream)}"
+
+    async def read_unordered(self, read: Callable[[StreamMetaStore], Awaitable[T]]) -> T:
+        """`read` of a view that may be stale, through the reads session (`unordered`), not
+        queued behind this process's writes; through the main session when the reads one
+        fails or takes over UNORDERED_WAIT_S."""
+        if self.unordered is self:
+            return await read(self)
+        try:
+            async with asyncio.timeout(UNORDERED_WAIT_S):
+                return await read(self.unordered)
+        except (TimeoutError, MetadataUnavailableError) as err:
+            log.info("a read through the reads session failed, made through the main: %r", err)
+        return await read(self)
 
     def segment_path(self, stream: str, sequence: int) -> str:
         return f"{self.path(stream)}/segments/{sequence:018d}"
@@ -407,16 +427,20 @@ class StreamMetaStore:
     async def release(self, lock: OwnerLock) -> None:
         await self._release_path(lock.path)
 
-    async def release_orphans(self, stream: str, owner: str) -> int:
+    async def release_orphans(self, stream: str, owner: str, *, unordered: bool = False) -> int:
         """Deletes the stream's lock nodes of `owner` ("name@region") that this store's own
         ZooKeeper session holds, and returns how many: called by an owner that holds no lock
         of the stream, they are orphans (a lock created while the connection dropped, its
         answer lost, and created again). They would otherwise stand as the lowest node for
-        the whole life of the session: a stream nobody can take."""
+        the whole life of the session: a stream nobody can take. `unordered`: found through
+        the reads session (`read_unordered`), where in this session the reads would wait for
+        the writes under way (other takes'); an orphan too fresh for that session's server
+        to show yet is found by the next ordered call (a proxy's look for the owner makes
+        one when it finds its own lock)."""
         session = self.store.session_id
         if session is None:
             return 0
-        return await self._delete_locks(stream, owner, session)
+        return await self._delete_locks(stream, owner, session, unordered)
 
     async def holder(self, stream: str) -> LockHolder | None:
         """The lock node that owns the stream now, as this store's server has it (unsynced),
@@ -451,13 +475,20 @@ class StreamMetaStore:
             return False
         return True
 
-    async def _delete_locks(self, stream: str, owner: str, session: int) -> int:
+    async def _delete_locks(self, stream: str, owner: str, session: int, unordered: bool) -> int:
         """Deletes the stream's lock nodes of `owner` that `session` holds."""
         lock_dir = f"{self.path(stream)}/lock"
         deleted = 0
+
+        async def nodes(
+            streams: StreamMetaStore,
+        ) -> tuple[list[str], list[tuple[bytes, Any] | None]]:
+            paths = [f"{lock_dir}/{name}" for name in await streams.store.children(lock_dir)]
+            return paths, await streams.store.get_many(paths)
+
         with contextlib.suppress(NoNodeError):
-            paths = [f"{lock_dir}/{name}" for name in await self.store.children(lock_dir)]
-            for path, found in zip(paths, await self.store.get_many(paths), strict=True):
+            paths, got = await (self.read_unordered(nodes) if unordered else nodes(self))
+            for path, found in zip(paths, got, strict=True):
                 if found is None:
                     continue  # its session ended meanwhile
                 data, stat = found

@@ -375,8 +375,11 @@ class LogReader:
             # A completed segment's ledger was closed before (or with) the completion this
             # reader saw through the same ZooKeeper server: its metadata needs no sync with
             # the leader (a WAN round trip per segment; a producer table's rebuild over a
-            # dozen segments spent seconds on them).
-            reader = await self._ledgers.open(segment.ledger_id, synced=segment.is_in_progress)
+            # dozen segments spent seconds on them). Read through the session the stream's
+            # metadata is read through: the reads session, for a reader given one.
+            reader = await self._ledgers.open(
+                segment.ledger_id, synced=segment.is_in_progress, read_through=self._streams.store
+            )
         except NoSuchLedgerMetadataError:
             await self._archived_since(segment, start)
             await self._lost(segment, start, None, "its ledger is gone")
@@ -417,7 +420,9 @@ class LogReader:
                 return _Outcome.NEXT
             if not refreshed.is_in_progress:
                 segment = refreshed
-                reader = await self._ledgers.open(segment.ledger_id, synced=False)  # as above
+                reader = await self._ledgers.open(  # as above
+                    segment.ledger_id, synced=False, read_through=self._streams.store
+                )
                 continue
             if not self.config.follow:
                 if lac_asked:

@@ -206,11 +206,14 @@ class Ownership:
         taking it). Asked with the owner a client could not reach, this server's view is
         taken when it names that owner (no sync with the leader: a WAN round trip off the
         takeover; the queue for the lock finds out whether it is still held), and read
-        again synced when it names another."""
+        again synced when it names another. Those reads of a view that may be stale go
+        through the reads session: a gone owner's streams are all taken at once, and in the
+        main session each read would wait for the other takes' writes."""
         owner = None
         if unreachable is not None:
-            owner = await streams.owner(stream, synced=False)
-        if owner is None or owner != unreachable:
+            owner = await streams.read_unordered(lambda s: s.owner(stream, synced=False))
+        unordered = owner is not None and owner == unreachable
+        if not unordered:
             owner = await streams.owner(stream)
         if owner is None:
             return None
@@ -231,7 +234,10 @@ class Ownership:
                 f"({owner}); its ZooKeeper session will expire it",
                 owner=owner,
             )
-        info = await lookup(self._store, KIND, region, name)
+        if unordered:
+            info = await streams.read_unordered(lambda s: lookup(s.store, KIND, region, name))
+        else:
+            info = await lookup(self._store, KIND, region, name)
         if info is None:
             raise OwnerUnreachableError(
                 f"stream {stream!r} is owned by {owner}, which is not a live write proxy "
@@ -296,7 +302,7 @@ class Ownership:
                 span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
                 # nothing of this proxy's locks the stream while it is not taken: a lock node
                 # of its session there is an orphan, which would stand before the new one
-                await streams.release_orphans(key[1], me)
+                await streams.release_orphans(key[1], me, unordered=True)
                 writer = await LogWriter.open(streams, self._ledgers, key[1], config)
         except OwnershipError:
             elsewhere = await self._owner_elsewhere(streams, key[1])  # lost a race: the winner

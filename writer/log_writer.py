@@ -59,7 +59,7 @@ from writer.events import (
     Written,
 )
 from writer.recovery import recover_segment, recovered
-from writer.segment_start import Completing, now_ms, start_segment
+from writer.segment_start import Completing, LedgerInAdvance, now_ms, start_segment
 from writer.state import LogWriterState, Phase, SegmentStart
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,14 @@ async def _segments_and_counters(
 ) -> tuple[list[VersionedSegment], StreamCounters]:
     segments, counters = await asyncio.gather(streams.segments(stream), streams.counters(stream))
     return segments, counters
+
+
+def _discard_later(ledgers: LedgerClient, advance: LedgerInAdvance | None) -> None:
+    """A ledger made in advance and not taken (a take that failed, or whose start made its
+    own): deleted beside the caller, whose answer does not wait for it (a lost race is
+    redirected at once) and whose end does not cut it short (see `LedgerClient.tidy`)."""
+    if advance is not None and not advance.taken:
+        ledgers.tidy(advance.discard(), f"deleting ledger made in advance for {advance.stream!r}")
 
 
 async def _dropped(task: asyncio.Future[Any] | None) -> None:
@@ -175,9 +183,12 @@ class LogWriter:
             # With a session for reads (a write proxy's), every take reads so, beside its
             # lock: a lock found free (its owner's session just ended) is no wait to read in,
             # but the reads after it would queue all the same.
-            early = None
+            early = advance = None
             if config.lock_waits_for is not None or streams.unordered is not streams:
                 early = asyncio.ensure_future(_segments_and_counters(streams.unordered, stream))
+                # and the new segment's ledger made meanwhile too: from a region far from
+                # ZooKeeper's leader, its two writes were the longest wait after the recovery
+                advance = LedgerInAdvance(streams, ledgers, stream, config.replication, early)
             try:
                 lock = await streams.acquire(
                     stream,
@@ -188,25 +199,30 @@ class LogWriter:
                 )
             except BaseException:
                 await _dropped(early)
+                _discard_later(ledgers, advance)
                 raise
             steps = {"lock": clock() - began}
             try:
                 try:
                     writer = await cls._take_over(
-                        streams, ledgers, stream, config, lock, steps, early
+                        streams, ledgers, stream, config, lock, steps, early, advance
                     )
                 except BadVersionError:
                     # the metadata moved under the take: an early read gone stale, or the
                     # last ledger closed meanwhile (by a rebuilder, while the stream had no
                     # owner): once more, from the metadata as it is now
                     steps = {"lock": steps["lock"], "stale": clock() - began - steps["lock"]}
-                    writer = await cls._take_over(streams, ledgers, stream, config, lock, steps)
-                writer.open_steps = steps
-                return writer
+                    writer = await cls._take_over(
+                        streams, ledgers, stream, config, lock, steps, advance=advance
+                    )
             except BaseException:
                 await _dropped(early)
                 await asyncio.shield(streams.release(lock))
+                _discard_later(ledgers, advance)
                 raise
+            writer.open_steps = steps
+            _discard_later(ledgers, advance)  # nothing, when the start took it
+            return writer
 
     @classmethod
     async def _take_over(
@@ -218,10 +234,12 @@ class LogWriter:
         lock: OwnerLock,
         steps: dict[str, float],
         early: asyncio.Future[tuple[list[VersionedSegment], StreamCounters]] | None = None,
+        advance: LedgerInAdvance | None = None,
     ) -> LogWriter:
         """Recovers what the last owner left and starts a segment; `steps` gets how long the
         recovery and the start took (seconds). `early`: the stream's segments and counters
-        as read while queued for the lock (read now if it failed)."""
+        as read while queued for the lock (read now if it failed); `advance`: the new
+        segment's ledger, made meanwhile."""
         clock = asyncio.get_running_loop().time
         began = clock()
         read: tuple[list[VersionedSegment], StreamCounters] | None = None
@@ -245,7 +263,7 @@ class LogWriter:
         async def recover_last() -> Completing:
             last = segments[-1] if segments else None
             if last is not None and last.segment.is_in_progress:
-                completed, close = await recovered(ledgers, stream, last)
+                completed, close = await recovered(streams, ledgers, stream, last)
                 steps["recovery"] = clock() - began - steps["segments"]
                 if not completed.end_of_stream:
                     return last, completed, close
@@ -260,7 +278,7 @@ class LogWriter:
         # the new segment's ledger is made while the last segment is recovered
         segment, ledger, max_txid = await start_segment(
             streams, ledgers, stream, config.replication, config.region, lock, recover_last,
-            counters,
+            counters, advance,
         )  # fmt: skip
         steps["start"] = clock() - began - steps["segments"] - steps.get("recovery", 0.0)
         return cls(streams, ledgers, stream, config, lock, segment, ledger, max_txid)

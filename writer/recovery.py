@@ -58,12 +58,12 @@ async def recover_segment(
 ) -> VersionedSegment:
     """Fences the in-progress segment's ledger, recovers it, and completes its metadata (the
     ledger's close in the same multi-op)."""
-    completed, close = await recovered(ledgers, stream, versioned)
+    completed, close = await recovered(streams, ledgers, stream, versioned)
     return await streams.complete_segment(stream, versioned, completed, lock, close)
 
 
 async def recovered(
-    ledgers: LedgerClient, stream: str, versioned: VersionedSegment
+    streams: StreamMetaStore, ledgers: LedgerClient, stream: str, versioned: VersionedSegment
 ) -> tuple[SegmentMetadata, tuple[Op, ...]]:
     """Fences the in-progress segment's ledger and recovers it: the segment's completed
     metadata and the op that closes the ledger, neither written yet. The two go into one
@@ -76,9 +76,15 @@ async def recovered(
     # (an ensemble change or close the view missed: the last owner's, a rebuilder's) reads
     # the metadata again, synced, and starts over on an ensemble that moved; a stale view
     # cannot show a ledger closed that is not. It is seldom stale: the lock was won through
-    # this server, after the last owner's lock node was gone from it.
+    # this server, after the last owner's lock node was gone from it. Read through the reads
+    # session when there is one (in this process's main one, the read would wait for the
+    # writes of the other takes under way: a paused proxy's streams are all taken at once;
+    # from a region far from the leader, 0.2 s a write), and through the main one when that
+    # session fails, is slow, or does not show the ledger yet.
     began = runtime.monotonic()
-    reader, close = await ledgers.recover_for_commit(segment.ledger_id, synced=False)
+    reader, close = await ledgers.recover_for_commit(
+        segment.ledger_id, synced=False, read_through=streams.unordered.store
+    )
     recovered_s = runtime.monotonic() - began
     summary = await summarize(reader, segment.sequence)
     # the takeover's log gives the recovery's whole time; this splits it (the ledger's

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Collection, Coroutine
+from typing import Any, TypeVar
 
 from opentelemetry import metrics
 
 from core import errors, runtime
+from core.background import Background
 from core.errors import MetadataError, QuorumError
 from core.routes import TOPOLOGY_ZNODE, PublishedTopology, decode_published
 from core.settings.rebuild_settings import DECOMMISSION_ZNODE
@@ -28,6 +29,7 @@ from ledger.codecs.metadata import LEDGERS_ROOT, Ensemble, LedgerMetadata
 from ledger.connections.bookie_client import SILENCE_EVIDENCE_S, BookieClient, ClientOperation
 from ledger.drivers.context import MIN_REGIONS_KEY, LedgerConfig, LedgerContext
 from ledger.drivers.metadata_store import (
+    TIDY_WAIT_S,
     VISITS_AT_ONCE,
     LedgerMetadataStore,
     VersionedMetadata,
@@ -60,6 +62,9 @@ READ_ONLY = f"{AVAILABLE}/readonly"
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# A metadata read through another session of the caller's (`read_through`) is waited for this
+# long, then made through the client's own.
+READ_THROUGH_WAIT_S = 1.0
 # A batched read's time grows with its entries: it says nothing of one read's. A probe's
 # (BookieClient.watch) is the network's alone, which read ordering has no use for.
 TEACH_NO_LATENCY = frozenset({ClientOperation.BATCH_READ, ClientOperation.PROBE})
@@ -106,6 +111,7 @@ class LedgerClient:
         self._topology = Follower(
             "published topology", self._follow_topology, on_failed=self._count_restart
         )
+        self._tidying = Background()  # see `tidy`
 
     @classmethod
     async def connect(
@@ -241,7 +247,14 @@ class LedgerClient:
                 await self._refresh_membership()
                 following()
 
+    def tidy(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        """Runs `work`, a clean-up of ledgers made for nothing (`what` it is), beside the
+        caller and past whatever ends the caller (a writer's close, a cancelled take); `close`
+        waits for it up to TIDY_WAIT_S (past it, a ledger left is only space)."""
+        self._tidying.run(work, what)
+
     async def close(self) -> None:
+        await self._tidying.close(TIDY_WAIT_S)
         try:
             async with asyncio.TaskGroup() as stopping:
                 stopping.create_task(self._membership.stop())
@@ -322,21 +335,30 @@ class LedgerClient:
         *,
         recover_ledger: bool = False,
         synced: bool = True,
+        read_through: MetaSession | None = None,
     ) -> LedgerReader:
         """Opens for reading; with `recover_ledger`, fences and closes it first (a new owner).
         `password` (by default the client's) must be the ledger's: bookies refuse a fence
         with another, and so does this client before asking them. `synced=False` reads the
         metadata as this client's ZooKeeper server has it (no round trip to the leader): for
         a ledger the caller knows is closed from something it read through the same server
-        (a completed segment: the close came first, or in the same multi-op)."""
-        versioned = await self._metadata_for(ledger_id, password, synced=synced)
+        (a completed segment: the close came first, or in the same multi-op); through
+        `read_through`, when given, as `recover_for_commit`."""
+        versioned = await self._metadata_for(
+            ledger_id, password, synced=synced, read_through=read_through
+        )
         if recover_ledger:
             recovered = await recover(self.context, versioned)
             return LedgerReader(self.context, recovered.metadata, known=recovered.tail)
         return LedgerReader(self.context, versioned)
 
     async def recover_for_commit(
-        self, ledger_id: int, password: bytes | None = None, *, synced: bool = True
+        self,
+        ledger_id: int,
+        password: bytes | None = None,
+        *,
+        synced: bool = True,
+        read_through: MetaSession | None = None,
     ) -> tuple[LedgerReader, Op | None]:
         """Fences and recovers the ledger as `open(recover_ledger=True)` does, but leaves its
         close to the caller: the op that closes it, for the caller's own multi-op (None when
@@ -346,8 +368,13 @@ class LedgerClient:
         `synced=False` starts from the metadata as this client's ZooKeeper server has it
         (no round trip to the leader), for a caller that knows the server has seen the last
         writer's changes; a newer change fails the IN_RECOVERY compare-and-set, which reads
-        the metadata again (and starts over on an ensemble that moved)."""
-        versioned = await self._metadata_for(ledger_id, password, synced=synced)
+        the metadata again (and starts over on an ensemble that moved). `read_through`:
+        another session of this process's to read it through when unsynced: a session
+        answers in order, and this client's may have other ledgers' writes under way
+        (another new owner's), each a round trip to the leader across the WAN."""
+        versioned = await self._metadata_for(
+            ledger_id, password, synced=synced, read_through=read_through
+        )
         recovered = await recover(self.context, versioned, write_close=False)
         closing = recovered.closing
         if closing is None:
@@ -357,12 +384,29 @@ class LedgerClient:
         return LedgerReader(self.context, closed, known=recovered.tail), op
 
     async def _metadata_for(
-        self, ledger_id: int, password: bytes | None, *, synced: bool = True
+        self,
+        ledger_id: int,
+        password: bytes | None,
+        *,
+        synced: bool = True,
+        read_through: MetaSession | None = None,
     ) -> VersionedMetadata:
         """The ledger's metadata, once `password` (by default the client's) is found to be
         the ledger's."""
         password = self._password(password)
-        versioned = await self.context.metadata.read(ledger_id, synced=synced)
+        versioned = None
+        if not synced and read_through is not None and read_through is not self._store:
+            # That session may be away, or behind what the caller read through this one:
+            # waited for a while only, then read as without it.
+            try:
+                async with asyncio.timeout(READ_THROUGH_WAIT_S):
+                    versioned = await LedgerMetadataStore(read_through).read(ledger_id, False)
+            except (TimeoutError, MetadataError, NoSuchLedgerMetadataError) as err:
+                log.info(
+                    "ledger %d: its metadata read through the main session: %r", ledger_id, err
+                )
+        if versioned is None:
+            versioned = await self.context.metadata.read(ledger_id, synced=synced)
         if versioned.metadata.password != password:
             raise LedgerUnauthorizedError(f"ledger {ledger_id}: the password does not match")
         return versioned

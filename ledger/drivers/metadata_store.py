@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from core import errors
+from core.background import Background
 from global_meta import ANY_VERSION, MetaSession
 from global_meta.store import Op
 from ledger.codecs.metadata import (
@@ -63,7 +64,7 @@ class LedgerMetadataStore:
         self._root = root
         self._ids = LedgerIdGenLayout(root)
         # deletes of the id generator's nodes, not waited for (`_sequential_id`)
-        self._tidying: set[asyncio.Task[None]] = set()
+        self._tidying = Background()
 
     async def allocate_id(self) -> int:
         """A new ledger id from BookKeeper's generator scheme (short ids, then long ids)."""
@@ -81,9 +82,7 @@ class LedgerMetadataStore:
         # The id is the node's sequence number, known now: its delete is not waited for (a
         # ZooKeeper write across regions, in every new ledger's way). A node whose delete
         # fails is ephemeral, and goes with this session.
-        task = asyncio.get_running_loop().create_task(self._delete_id_node(created))
-        self._tidying.add(task)
-        task.add_done_callback(self._tidied)
+        self._tidying.run(self._delete_id_node(created), "deleting an id node")
         if high_bits is None:
             return short_ledger_id(created, prefix)
         return long_ledger_id(high_bits, created, prefix)
@@ -94,20 +93,10 @@ class LedgerMetadataStore:
         except errors.GlobelogError as err:
             log.info("id node %s left to its session's end: %s", path, err)
 
-    def _tidied(self, task: asyncio.Task[None]) -> None:
-        self._tidying.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("deleting an id node failed", exc_info=task.exception())
-
     async def close(self, timeout_s: float = TIDY_WAIT_S) -> None:
         """Waits (up to `timeout_s`) for the id nodes' deletes, then cancels what is left:
         the nodes are ephemeral, and go with the session the caller is closing."""
-        if self._tidying:
-            _, late = await asyncio.wait(set(self._tidying), timeout=timeout_s)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
+        await self._tidying.close(timeout_s)
 
     async def _long_id(self) -> int:
         for _ in range(ID_ATTEMPTS_MAX):

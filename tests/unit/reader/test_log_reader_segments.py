@@ -43,6 +43,7 @@ class Stream:
     def __init__(self) -> None:
         self.listed: list[SegmentMetadata] = []
         self.started: SegmentMetadata | None = None
+        self.store = object()  # its session, which a ledger's metadata is read through
 
     def start(self, segment: SegmentMetadata) -> None:
         self.listed.append(segment)
@@ -78,7 +79,7 @@ class Ledgers:
         self.synced: list[bool] = []  # per open: was the metadata synced with the leader
         self.opening = asyncio.Event()
 
-    async def open(self, ledger_id: int, *, synced: bool = True) -> Any:
+    async def open(self, ledger_id: int, *, synced: bool = True, read_through: Any = None) -> Any:
         self.opened.append(ledger_id)
         self.synced.append(synced)
         self.opening.set()
