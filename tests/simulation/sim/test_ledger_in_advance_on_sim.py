@@ -37,6 +37,16 @@ def counting_creates(ledgers: LedgerClient, made: list[float]) -> None:
     ledgers.create = timed  # type: ignore[method-assign,assignment]
 
 
+async def counted(
+    cluster: SimCluster, host: Host
+) -> tuple[StreamMetaStore, LedgerClient, list[float]]:
+    """A taker's stores (with a reads session) and the times of the ledgers it makes."""
+    streams, ledgers = await connect(cluster, host, reads=True)
+    made: list[float] = []
+    counting_creates(ledgers, made)
+    return streams, ledgers, made
+
+
 async def unnamed_ledgers(streams: StreamMetaStore, ledgers: LedgerClient) -> set[int]:
     named = {s.segment.ledger_id for s in await streams.segments(STREAM)}
     return set(await ledgers.ledger_ids()) - named
@@ -66,9 +76,7 @@ def test_a_queued_take_starts_its_segment_on_the_ledger_it_made_while_it_waited(
         await writer.close()
 
     async def taker(host: Host) -> None:
-        streams, ledgers = await connect(cluster, host, reads=True)
-        made: list[float] = []
-        counting_creates(ledgers, made)
+        streams, ledgers, made = await counted(cluster, host)
         await owner_open.wait()
         began = asyncio.get_running_loop().time()
         config = taker_config(host, cluster, 20.0, "wp-a@us-east")
@@ -114,9 +122,7 @@ def test_a_ledger_made_for_a_sequence_that_moved_on_is_deleted(then: str) -> Non
         await writer.close()
 
     async def taker(host: Host) -> None:
-        streams, ledgers = await connect(cluster, host, reads=True)
-        made: list[float] = []
-        counting_creates(ledgers, made)
+        streams, ledgers, made = await counted(cluster, host)
         await owner_open.wait()
         config = taker_config(host, cluster, 20.0, "wp-a@us-east")
         taking = asyncio.ensure_future(LogWriter.open(streams, ledgers, STREAM, config))
@@ -153,9 +159,7 @@ def test_a_take_that_loses_the_lock_leaves_no_ledger() -> None:
         await writer.close()
 
     async def taker(host: Host) -> None:
-        streams, ledgers = await connect(cluster, host, reads=True)
-        made: list[float] = []
-        counting_creates(ledgers, made)
+        streams, ledgers, made = await counted(cluster, host)
         await owner_open.wait()
         config = taker_config(host, cluster, 0.0, "wp-a@us-east")
         before = set(await ledgers.ledger_ids())
