@@ -391,7 +391,43 @@ class StreamMetaStore:
 
     async def _wait_lowest(self, lock_dir: str, name: str, waits_for: str | None) -> bool:
         """True once `name` is the lowest lock node; False if it vanished (session ended),
-        or if the lowest is the node of another owner than `waits_for` (when given)."""
+        or if the lowest is the node of another owner than `waits_for` (when given).
+
+        Watched through the reads session too, which says it first when this session is busy
+        with other takes' writes (each read of this session waits for them): a view that
+        holds `name` as its lowest node is never wrong, however stale (the nodes below it
+        were made before it, and a node's end is for ever). Only this session's view says
+        the rest (vanished, another owner first)."""
+        main = asyncio.ensure_future(self._watch_lowest(lock_dir, name, waits_for))
+        if self.unordered is self:
+            return await main
+        early = asyncio.ensure_future(self.unordered._lowest_seen(lock_dir, name))
+        try:
+            await asyncio.wait({main, early}, return_when=asyncio.FIRST_COMPLETED)
+            seen = early.done() and not early.cancelled() and early.exception() is None
+            if seen and early.result():  # (else the reads session had no view: this one's says)
+                return True
+            return await main
+        finally:
+            for task in (main, early):
+                task.cancel()
+            await asyncio.wait({main, early})
+            for task in (main, early):
+                if not task.cancelled():
+                    task.exception()  # retrieved: the answer is the one returned or raised
+
+    async def _lowest_seen(self, lock_dir: str, name: str) -> bool:
+        """True once this session's view of the queue shows `name` as its lowest node; False
+        when the view cannot be had (a reads session away, the directory gone)."""
+        try:
+            async for names in self.store.watch_children(lock_dir):
+                if names and _lowest(names) == name:
+                    return True
+        except (MetadataUnavailableError, NoNodeError) as err:
+            log.info("the reads session's watch of %s ended: %r", lock_dir, err)
+        return False
+
+    async def _watch_lowest(self, lock_dir: str, name: str, waits_for: str | None) -> bool:
         checked = None  # the lowest node whose owner was read last
         async for names in self.store.watch_children(lock_dir):
             if name not in names:

@@ -30,14 +30,15 @@ from writer.events import Written
 log = logging.getLogger(__name__)
 REBUILD_TIMEOUT_S = 60.0
 SLOW_REBUILD_S = 1.0  # a rebuild still going after this long says where it is
-# Entries read at once by the rebuild's scan: the first idempotent write after a takeover
-# waits for it. 1 000 one-record entries took 0.11-0.22 s from a local bookie in batches of
-# 32 (the reader's default), 0.06-0.08 s in batches of 128; up to 8 MiB of 64 KiB entries.
-REBUILD_READAHEAD_ENTRIES = 128
+# Entries read at once by each reader of the rebuild's scan: the first idempotent write after
+# a takeover waits for it. 1 000 one-record entries took 0.11-0.22 s from a local bookie in
+# batches of 32 (the reader's default), 0.06-0.08 s in batches of 128.
+REBUILD_READAHEAD_ENTRIES = 64
 # Readers of a rebuild's scan at once, each a run of whole segments: one reader read a
 # segment after the other, each a WAN round trip or more (2026-12-01: 27-1 115 records over
-# up to a dozen segments, 0.03-1.08 s from us-west on the realistic WAN).
-REBUILD_READERS = 4
+# up to a dozen segments, 0.03-1.08 s from us-west on the realistic WAN; with four readers,
+# 0.05-0.44 s). At most 512 entries in flight (32 MiB of 64 KiB entries).
+REBUILD_READERS = 8
 
 Key = tuple[int, int]  # (producer id, producer seq)
 

@@ -63,7 +63,7 @@ def test_a_rebuild_by_several_readers_builds_the_table_one_reader_builds(seed: i
         )
         writer = await LogWriter.open(streams, ledgers, STREAM, config)
         producer_seqs: dict[int, int] = {}
-        for _ in range(choices.randint(5, 12)):  # segments of uneven sizes
+        for _ in range(choices.randint(10, 16)):  # segments of uneven sizes
             for _ in range(choices.choice([0, 1, 3, 20, 60])):
                 producer = choices.randint(1, 6)
                 if choices.random() < 0.2:
