@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import secrets
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from core.errors import (
     NoNodeError,
     OwnershipError,
     SegmentMetadataError,
+    SessionExpiredError,
     StreamExistsError,
     StreamNotFoundError,
 )
@@ -126,7 +128,7 @@ class StreamMetaStore:
         try:
             async with asyncio.timeout(UNORDERED_WAIT_S):
                 return await read(self.unordered)
-        except (TimeoutError, MetadataUnavailableError) as err:
+        except (TimeoutError, MetadataUnavailableError, SessionExpiredError) as err:
             log.info("a read through the reads session failed, made through the main: %r", err)
         return await read(self)
 
@@ -354,7 +356,11 @@ class StreamMetaStore:
         lock node's create (a stream is made with its lock directory, in one multi-op), so it
         is not looked up first: one read less before the queue."""
         lock_dir = f"{self.path(stream)}/lock"
-        body = json.dumps({"owner": owner, "region": region}).encode()
+        # the token tells this take's node from a node of the same name in an earlier
+        # incarnation of the stream's lock directory (deleted and made again), which a stale
+        # view may still show
+        token = secrets.token_hex(8)
+        body = json.dumps({"owner": owner, "region": region, "token": token}).encode()
         try:
             mine = await self.store.create(
                 f"{lock_dir}/{LOCK_PREFIX}", body, ephemeral=True, sequential=True
@@ -366,7 +372,7 @@ class StreamMetaStore:
         try:
             if timeout_s > 0:
                 async with asyncio.timeout(timeout_s):
-                    won = await self._wait_lowest(lock_dir, name, waits_for)
+                    won = await self._wait_lowest(lock_dir, name, token, waits_for)
             else:
                 won = _lowest(await self.store.children(lock_dir)) == name
         except TimeoutError:
@@ -389,24 +395,27 @@ class StreamMetaStore:
             )
         return OwnerLock(mine, owner)
 
-    async def _wait_lowest(self, lock_dir: str, name: str, waits_for: str | None) -> bool:
+    async def _wait_lowest(
+        self, lock_dir: str, name: str, token: str, waits_for: str | None
+    ) -> bool:
         """True once `name` is the lowest lock node; False if it vanished (session ended),
         or if the lowest is the node of another owner than `waits_for` (when given).
 
         Watched through the reads session too, which says it first when this session is busy
         with other takes' writes (each read of this session waits for them): a view that
-        holds `name` as its lowest node is never wrong, however stale (the nodes below it
-        were made before it, and a node's end is for ever). Only this session's view says
-        the rest (vanished, another owner first)."""
+        holds this take's node (its name and `token`) as its lowest is never wrong, however
+        stale (the nodes below it were made before it, and a node's end is for ever). Only
+        this session's view says the rest (vanished, another owner first), and it wins when
+        both have answered."""
         main = asyncio.ensure_future(self._watch_lowest(lock_dir, name, waits_for))
         if self.unordered is self:
             return await main
-        early = asyncio.ensure_future(self.unordered._lowest_seen(lock_dir, name))
+        early = asyncio.ensure_future(self.unordered._lowest_seen(lock_dir, name, token))
         try:
             await asyncio.wait({main, early}, return_when=asyncio.FIRST_COMPLETED)
             seen = early.done() and not early.cancelled() and early.exception() is None
-            if seen and early.result():  # (else the reads session had no view: this one's says)
-                return True
+            if not main.done() and seen and early.result():
+                return True  # (else the reads session had no view: this one's says)
             return await main
         finally:
             for task in (main, early):
@@ -416,14 +425,17 @@ class StreamMetaStore:
                 if not task.cancelled():
                     task.exception()  # retrieved: the answer is the one returned or raised
 
-    async def _lowest_seen(self, lock_dir: str, name: str) -> bool:
-        """True once this session's view of the queue shows `name` as its lowest node; False
-        when the view cannot be had (a reads session away, the directory gone)."""
+    async def _lowest_seen(self, lock_dir: str, name: str, token: str) -> bool:
+        """True once this session's view of the queue shows the node `name` holding `token`
+        as its lowest; False when the view cannot be had (a reads session away, the
+        directory gone)."""
         try:
             async for names in self.store.watch_children(lock_dir):
                 if names and _lowest(names) == name:
-                    return True
-        except (MetadataUnavailableError, NoNodeError) as err:
+                    data, _ = await self.store.get(f"{lock_dir}/{name}")
+                    if _lock_token(data) == token:
+                        return True
+        except (MetadataUnavailableError, SessionExpiredError, NoNodeError) as err:
             log.info("the reads session's watch of %s ended: %r", lock_dir, err)
         return False
 
@@ -522,20 +534,37 @@ class StreamMetaStore:
             paths = [f"{lock_dir}/{name}" for name in await streams.store.children(lock_dir)]
             return paths, await streams.store.get_many(paths)
 
+        def orphans(paths: list[str], got: list[tuple[bytes, Any] | None]) -> list[str]:
+            return [
+                path
+                for path, found in zip(paths, got, strict=True)
+                if found is not None  # (else its session ended meanwhile)
+                and found[1].ephemeral_owner == session
+                and _lock_owner(found[0]) == owner
+            ]
+
         with contextlib.suppress(NoNodeError):
             paths, got = await (self.read_unordered(nodes) if unordered else nodes(self))
-            for path, found in zip(paths, got, strict=True):
-                if found is None:
-                    continue  # its session ended meanwhile
-                data, stat = found
-                if stat.ephemeral_owner == session and _lock_owner(data) == owner:
-                    await self._release_path(path)
-                    deleted += 1
+            if unordered and orphans(paths, got):
+                # found in a view that may be stale (a node of the same name in an earlier
+                # incarnation of the directory): confirmed in this session's before deleting
+                paths, got = await nodes(self)
+            for path in orphans(paths, got):
+                await self._release_path(path)
+                deleted += 1
         return deleted
 
     async def _release_path(self, path: str) -> None:
         with contextlib.suppress(NoNodeError):  # the session ended and took it
             await self.store.delete(path, version=-1)
+
+
+def _lock_token(data: bytes) -> str | None:
+    try:
+        token = json.loads(data).get("token")
+    except (ValueError, AttributeError):
+        return None
+    return token if isinstance(token, str) else None
 
 
 def _lock_owner(data: bytes) -> str:

@@ -326,8 +326,9 @@ class Ownership:
 
         async def producers() -> ProducerTable:
             return await rebuild_table(
-                streams_of, self._ledgers, key[1], writer.next_seq, budget=self.producer_budget
-            )
+                streams_of, self._ledgers, key[1], writer.next_seq,
+                budget=self.producer_budget, owner_segment=writer.segment.sequence,
+            )  # fmt: skip
 
         owned = self._owned[key] = Owned(
             writer, session, Idempotence(producers), used_at=asyncio.get_running_loop().time()

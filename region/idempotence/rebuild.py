@@ -18,6 +18,7 @@ from core.errors import (
     MetadataUnavailableError,
     OverCapacityError,
     ProducerSeqInFlightError,
+    SessionExpiredError,
     TruncatedPositionError,
 )
 from global_meta.streams import StreamMetaStore, VersionedSegment
@@ -33,11 +34,11 @@ SLOW_REBUILD_S = 1.0  # a rebuild still going after this long says where it is
 # Entries read at once by each reader of the rebuild's scan: the first idempotent write after
 # a takeover waits for it. 1 000 one-record entries took 0.11-0.22 s from a local bookie in
 # batches of 32 (the reader's default), 0.06-0.08 s in batches of 128.
-REBUILD_READAHEAD_ENTRIES = 64
+REBUILD_READAHEAD_ENTRIES = 32
 # Readers of a rebuild's scan at once, each a run of whole segments: one reader read a
 # segment after the other, each a WAN round trip or more (2026-12-01: 27-1 115 records over
 # up to a dozen segments, 0.03-1.08 s from us-west on the realistic WAN; with four readers,
-# 0.05-0.44 s). At most 512 entries in flight (32 MiB of 64 KiB entries).
+# 0.05-0.44 s). At most 256 entries in flight (16 MiB of 64 KiB entries) a rebuild.
 REBUILD_READERS = 8
 
 Key = tuple[int, int]  # (producer id, producer seq)
@@ -50,9 +51,12 @@ async def rebuild_table(
     upto_seq: int,
     scan_records: int = SCAN_RECORDS,
     budget: ProducerBudget | None = None,
+    owner_segment: int | None = None,
 ) -> ProducerTable:
     """The producer table of the stream's records before sequence id `upto_seq`, from its
     last `scan_records` records (or all of them, when fewer remain after truncation).
+    `owner_segment`: the sequence of the segment the caller's writer started (the reads
+    session is used once its view holds it).
 
     The scan's segments are read by up to REBUILD_READERS readers at once, each a run of
     whole segments, through the reads session; the table takes their records in order."""
@@ -71,12 +75,26 @@ async def rebuild_table(
 
     watch = asyncio.get_running_loop().call_later(SLOW_REBUILD_S, slow)
     try:
-        segments = await streams.read_unordered(lambda s: s.segments(stream))
+        # Through the reads session only if its view holds the new owner's segment: then it
+        # holds every completion before it (made before that segment's start, or in the same
+        # multi-op), and a session's view never goes back. A view behind that would end the
+        # scan early, and a producer's retry of a write it does not show be written again.
+        async def view(
+            through: StreamMetaStore,
+        ) -> tuple[StreamMetaStore, list[VersionedSegment]]:
+            return through, await through.segments(stream)
+
+        reads, segments = await streams.read_unordered(view)
+        fresh = owner_segment is not None and any(
+            v.segment.sequence >= owner_segment for v in segments
+        )
+        if reads is not streams and not fresh:
+            reads, segments = await view(streams)
         runs = _runs(segments, scan.start_seq, upto_seq, REBUILD_READERS)
         try:
-            parts = await scan.read_runs(streams.unordered, ledgers, runs)
-        except MetadataUnavailableError as err:
-            if streams.unordered is streams:
+            parts = await scan.read_runs(reads, ledgers, runs)
+        except (MetadataUnavailableError, SessionExpiredError, TimeoutError) as err:
+            if reads is streams:
                 raise
             log.info(
                 "rebuilding the producer table of %s through the main session: %r", stream, err

@@ -49,8 +49,13 @@ async def one_reader_table(
     return table
 
 
+@pytest.mark.parametrize("owned", [False, True], ids=["closed", "owned"])
 @pytest.mark.parametrize("seed", range(1, 7))
-def test_a_rebuild_by_several_readers_builds_the_table_one_reader_builds(seed: int) -> None:
+def test_a_rebuild_by_several_readers_builds_the_table_one_reader_builds(
+    seed: int, owned: bool
+) -> None:
+    """`owned`: as a new owner rebuilds it, its writer open and its segment named (the scan
+    then reads through the reads session, whose view holds that segment)."""
     choices = random.Random(seed)
     cluster = SimCluster(5)
     seen: dict[str, object] = {}
@@ -73,10 +78,16 @@ def test_a_rebuild_by_several_readers_builds_the_table_one_reader_builds(seed: i
                 await writer.write(Record(b"p", producer=(producer, seq)))
             writer.roll_now()
             await writer.write(Record(b"after the roll"))
-        upto = writer.next_seq
-        await writer.close()
+        owner_segment = None
+        if owned:
+            upto, owner_segment = writer.segment.first_seq, writer.segment.sequence
+        else:
+            upto = writer.next_seq
+            await writer.close()
         scan = choices.randint(max(1, upto // 2), upto)
-        rebuilt = await rebuild.rebuild_table(streams, ledgers, STREAM, upto, scan_records=scan)
+        rebuilt = await rebuild.rebuild_table(
+            streams, ledgers, STREAM, upto, scan_records=scan, owner_segment=owner_segment
+        )
         reference = await one_reader_table(streams, ledgers, max(0, upto - scan), upto)
         seen["rebuilt"], seen["reference"] = table_state(rebuilt), table_state(reference)
         seen["segments"] = len(await streams.segments(STREAM))

@@ -24,11 +24,19 @@ class Session:
     """A session whose lock queue view is `views` (each yielded in turn, the last kept for
     ever), each after `delay_s`; or that fails its watch with `fails`."""
 
-    def __init__(self, views: list[list[str]], delay_s: float = 0.0, fails: bool = False):
+    def __init__(
+        self,
+        views: list[list[str]],
+        delay_s: float = 0.0,
+        fails: bool = False,
+        mine: bytes | None = None,
+    ):
         self.views, self.delay_s, self.fails = views, delay_s, fails
         self.session_id = 7
+        self.mine = mine  # the body of the node named MINE, as this session sees it
 
     async def create(self, path: str, data: bytes = b"", **_: object) -> str:
+        self.mine = data
         return f"{path.rsplit('/', 1)[0]}/{MINE}"
 
     async def watch_children(self, path: str) -> AsyncGenerator[list[str], None]:
@@ -46,6 +54,8 @@ class Session:
         return self.views[-1] if self.views else []
 
     async def get(self, path: str) -> tuple[bytes, Any]:
+        if path.endswith(MINE) and self.mine is not None:
+            return self.mine, SimpleNamespace(ephemeral_owner=7)
         body = json.dumps({"owner": "wp-gone", "region": "us-east"}).encode()
         return body, SimpleNamespace(ephemeral_owner=5)
 
@@ -54,7 +64,18 @@ class Session:
 
 
 def store(main: Session, reads: Session) -> StreamMetaStore:
-    return StreamMetaStore(cast(MetaSession, main), "ns", cast(MetaSession, reads))
+    """Stores over the two sessions; the reads one sees the main one's node as it is made,
+    unless it was given another body for it (a node of an earlier incarnation)."""
+    streams = StreamMetaStore(cast(MetaSession, main), "ns", cast(MetaSession, reads))
+    create = main.create
+
+    async def creating(path: str, data: bytes = b"", **kwargs: object) -> str:
+        if reads.mine is None:
+            reads.mine = data
+        return await create(path, data, **kwargs)
+
+    main.create = creating  # type: ignore[method-assign]
+    return streams
 
 
 async def acquire_within(streams: StreamMetaStore, wait_s: float) -> tuple[bool, float]:
@@ -87,6 +108,17 @@ async def test_the_main_view_decides_when_the_reads_one_does_not_show_it_lowest(
     reads: Session,
 ) -> None:
     main = Session([[GONE, MINE], [MINE]], delay_s=0.2)
+    won, took_s = await acquire_within(store(main, reads), 5.0)
+    assert won and 0.35 <= took_s < 2.0, took_s
+
+
+async def test_a_node_of_the_same_name_in_an_earlier_incarnation_is_not_taken_for_mine() -> None:
+    """The stream was deleted and made again: a stale view shows the old lock directory,
+    where a node named as mine (another take's) was the lowest. Its token is not mine: the
+    main view decides, here after 0.4 s."""
+    old = json.dumps({"owner": "wp-x", "region": "eu-west", "token": "0" * 16}).encode()
+    main = Session([[GONE, MINE], [MINE]], delay_s=0.2)
+    reads = Session([[MINE]], delay_s=0.01, mine=old)
     won, took_s = await acquire_within(store(main, reads), 5.0)
     assert won and 0.35 <= took_s < 2.0, took_s
 
