@@ -31,7 +31,7 @@ from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from region.drain import region_drained
 from region.idempotence.producers import ProducerBudget, ProducerTable
-from region.idempotence.rebuild import Idempotence, rebuild_table
+from region.idempotence.rebuild import REBUILD_READERS_PER_PROXY, Idempotence, rebuild_table
 from region.observability.telemetry import PROXY_METRICS
 from region.observability.tracing import TRACER
 from region.registry import ROOT as PROXIES_ROOT
@@ -106,6 +106,8 @@ class Ownership:
         self._reads = reads
         self.limits = limits or ProxyLimits()
         self.producer_budget = ProducerBudget(self.limits.producer_acks_max)
+        # readers of every producer table's rebuild at once (each up to 32 entries ahead)
+        self.rebuild_readers = asyncio.Semaphore(REBUILD_READERS_PER_PROXY)
         self._store = store
         self._ledgers = ledgers
         self._ring = ring
@@ -234,10 +236,8 @@ class Ownership:
                 f"({owner}); its ZooKeeper session will expire it",
                 owner=owner,
             )
-        if unordered:
-            info = await streams.read_unordered(lambda s: lookup(s.store, KIND, region, name))
-        else:
-            info = await lookup(self._store, KIND, region, name)
+        reads = streams.read_unordered if unordered else (lambda read: read(streams))
+        info = await reads(lambda s: lookup(s.store, KIND, region, name))
         if info is None:
             raise OwnerUnreachableError(
                 f"stream {stream!r} is owned by {owner}, which is not a live write proxy "
@@ -328,6 +328,7 @@ class Ownership:
             return await rebuild_table(
                 streams_of, self._ledgers, key[1], writer.next_seq,
                 budget=self.producer_budget, owner_segment=writer.segment.sequence,
+                readers=self.rebuild_readers,
             )  # fmt: skip
 
         owned = self._owned[key] = Owned(

@@ -40,6 +40,9 @@ REBUILD_READAHEAD_ENTRIES = 32
 # up to a dozen segments, 0.03-1.08 s from us-west on the realistic WAN; with four readers,
 # 0.05-0.44 s). At most 256 entries in flight (16 MiB of 64 KiB entries) a rebuild.
 REBUILD_READERS = 8
+# Readers of every rebuild of a proxy at once (a failover that brings it many streams): at
+# most 2 048 entries in flight (128 MiB of 64 KiB entries).
+REBUILD_READERS_PER_PROXY = 64
 
 Key = tuple[int, int]  # (producer id, producer seq)
 
@@ -52,11 +55,13 @@ async def rebuild_table(
     scan_records: int = SCAN_RECORDS,
     budget: ProducerBudget | None = None,
     owner_segment: int | None = None,
+    readers: asyncio.Semaphore | None = None,
 ) -> ProducerTable:
     """The producer table of the stream's records before sequence id `upto_seq`, from its
     last `scan_records` records (or all of them, when fewer remain after truncation).
     `owner_segment`: the sequence of the segment the caller's writer started (the reads
-    session is used once its view holds it).
+    session is used once its view holds it); `readers`: shared by the caller's rebuilds,
+    one held by each reader while it reads.
 
     The scan's segments are read by up to REBUILD_READERS readers at once, each a run of
     whole segments, through the reads session; the table takes their records in order."""
@@ -64,7 +69,7 @@ async def rebuild_table(
     if upto_seq == 0 or runtime.broken(runtime.FORGET_PRODUCERS):
         return table
     began = runtime.monotonic()
-    scan = _Scan(stream, max(0, upto_seq - scan_records), upto_seq)
+    scan = _Scan(stream, max(0, upto_seq - scan_records), upto_seq, readers)
 
     def slow() -> None:
         log.warning(
@@ -147,8 +152,11 @@ class _Scan:
     """The records of one rebuild: what each reader found, and where the scan is (for the
     slow rebuild's warning)."""
 
-    def __init__(self, stream: str, start_seq: int, upto_seq: int) -> None:
+    def __init__(
+        self, stream: str, start_seq: int, upto_seq: int, readers: asyncio.Semaphore | None
+    ) -> None:
         self.stream = stream
+        self.readers = readers
         self.start_seq = start_seq
         self.upto_seq = upto_seq
         self.scanned = 0
@@ -168,6 +176,14 @@ class _Scan:
         return [task.result() for task in tasks]
 
     async def read(
+        self, streams: StreamMetaStore, ledgers: LedgerClient, low: int, high: int
+    ) -> list[tuple[int, int, Written]]:
+        if self.readers is None:
+            return await self._read(streams, ledgers, low, high)
+        async with self.readers:
+            return await self._read(streams, ledgers, low, high)
+
+    async def _read(
         self, streams: StreamMetaStore, ledgers: LedgerClient, low: int, high: int
     ) -> list[tuple[int, int, Written]]:
         """The (producer, producer seq, written) of the records of seq low..high-1 that name

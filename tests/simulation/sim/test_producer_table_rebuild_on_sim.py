@@ -85,9 +85,12 @@ def test_a_rebuild_by_several_readers_builds_the_table_one_reader_builds(
             upto = writer.next_seq
             await writer.close()
         scan = choices.randint(max(1, upto // 2), upto)
+        # a proxy's readers at once, shared by its rebuilds: here one or two at a time
+        readers = asyncio.Semaphore(seed % 2 + 1) if seed > 3 else None
         rebuilt = await rebuild.rebuild_table(
-            streams, ledgers, STREAM, upto, scan_records=scan, owner_segment=owner_segment
-        )
+            streams, ledgers, STREAM, upto, scan_records=scan, owner_segment=owner_segment,
+            readers=readers,
+        )  # fmt: skip
         reference = await one_reader_table(streams, ledgers, max(0, upto - scan), upto)
         seen["rebuilt"], seen["reference"] = table_state(rebuilt), table_state(reference)
         seen["segments"] = len(await streams.segments(STREAM))
