@@ -15,6 +15,7 @@ import pytest
 from core.streams import StreamSettings
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient, LedgerConfig
+from ledger.drivers.client import READ_THROUGH_WAIT_S
 from reader.log_reader import LogReader
 from verify.sim.io.cluster import PASSWORD, SimCluster
 from verify.sim.io.loop import Host, run
@@ -226,3 +227,49 @@ def test_a_torn_early_view_fails_the_segment_start_and_the_take_reads_again() ->
     assert seen["first_seq"] == 5, seen
     steps = seen["steps"]
     assert isinstance(steps, dict) and "stale" in steps, steps
+
+
+def test_a_take_whose_reads_session_never_answers_recovers_through_its_own_session() -> None:
+    """The last owner goes with its segment in progress: the take's recovery reads the
+    ledger's metadata through the reads session (which never answers) for READ_THROUGH_WAIT_S,
+    then through its own, and the take ends with every record there."""
+    cluster = SimCluster(5)
+    seen: dict[str, object] = {}
+    owner_open = asyncio.Event()
+
+    async def owner(host: Host) -> None:
+        writer = await owner_of_five(cluster, host)
+        owner_open.set()
+        await asyncio.sleep(0.5)
+        await writer.abandon(release_lock=True)  # gone: its segment left in progress
+
+    async def taker(host: Host) -> None:
+        store = await SimMetaStore.connect(cluster.ensemble)
+        config = LedgerConfig(region=host.region, password=PASSWORD, min_regions_for_durability=2)
+        streams = StreamMetaStore(store, "ns", SilentSession())  # type: ignore[arg-type]
+        ledgers = await LedgerClient.connect(store, config)
+        await owner_open.wait()
+        settings = dataclasses.replace(StreamSettings(), lock_timeout_s=20.0)
+        writer_config = WriterConfig(
+            region=host.region,
+            replication=cluster.topology.replication,
+            settings=settings,
+            owner=host.name,
+            lock_waits_for="wp-a@us-east",
+        )
+        writer = await LogWriter.open(streams, ledgers, STREAM, writer_config)
+        seen["steps"] = dict(writer.open_steps)
+        await writer.write(b"b0")
+        await writer.close()
+        reader = await LogReader.open(StreamMetaStore(store, "ns"), ledgers, STREAM)
+        async with reader:
+            seen["read"] = [
+                (await reader.read_next(timeout_s=3)).payload.decode()  # type: ignore[union-attr]
+                for _ in range(6)
+            ]
+
+    run_owner_and_taker(cluster, owner, taker)
+    steps = seen["steps"]
+    assert isinstance(steps, dict) and "recovery" in steps, steps
+    assert READ_THROUGH_WAIT_S <= steps["recovery"] < READ_THROUGH_WAIT_S + 2.0, steps
+    assert seen["read"] == [f"a{i}" for i in range(5)] + ["b0"]
