@@ -7,11 +7,9 @@ names."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
-from core.streams import StreamSettings
 from global_meta.streams import StreamMetaStore
 from ledger import LedgerClient
 from reader.log_reader import LogReader
@@ -20,10 +18,11 @@ from tests.simulation.sim.test_take_while_queued_on_sim import (
     connect,
     owner_of_five,
     run_owner_and_taker,
+    taker_config,
 )
 from verify.sim.io.cluster import SimCluster
 from verify.sim.io.loop import Host
-from writer.log_writer import LogWriter, WriterConfig
+from writer.log_writer import LogWriter
 
 
 def counting_creates(ledgers: LedgerClient, made: list[float]) -> None:
@@ -50,16 +49,6 @@ async def counted(
 async def unnamed_ledgers(streams: StreamMetaStore, ledgers: LedgerClient) -> set[int]:
     named = {s.segment.ledger_id for s in await streams.segments(STREAM)}
     return set(await ledgers.ledger_ids()) - named
-
-
-def taker_config(host: Host, cluster: SimCluster, wait_s: float, waits_for: str) -> WriterConfig:
-    return WriterConfig(
-        region=host.region,
-        replication=cluster.topology.replication,
-        settings=dataclasses.replace(StreamSettings(), lock_timeout_s=wait_s),
-        owner=host.name,
-        lock_waits_for=waits_for,
-    )
 
 
 def test_a_queued_take_starts_its_segment_on_the_ledger_it_made_while_it_waited() -> None:

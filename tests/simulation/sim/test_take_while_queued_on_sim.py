@@ -48,6 +48,16 @@ async def owner_of_five(cluster: SimCluster, host: Host) -> LogWriter:
     return writer
 
 
+def taker_config(host: Host, cluster: SimCluster, wait_s: float, waits_for: str) -> WriterConfig:
+    return WriterConfig(
+        region=host.region,
+        replication=cluster.topology.replication,
+        settings=dataclasses.replace(StreamSettings(), lock_timeout_s=wait_s),
+        owner=host.name,
+        lock_waits_for=waits_for,
+    )
+
+
 def run_owner_and_taker(
     cluster: SimCluster,
     owner: Callable[[Host], Awaitable[None]],
@@ -249,14 +259,7 @@ def test_a_take_whose_reads_session_never_answers_recovers_through_its_own_sessi
         streams = StreamMetaStore(store, "ns", SilentSession())  # type: ignore[arg-type]
         ledgers = await LedgerClient.connect(store, config)
         await owner_open.wait()
-        settings = dataclasses.replace(StreamSettings(), lock_timeout_s=20.0)
-        writer_config = WriterConfig(
-            region=host.region,
-            replication=cluster.topology.replication,
-            settings=settings,
-            owner=host.name,
-            lock_waits_for="wp-a@us-east",
-        )
+        writer_config = taker_config(host, cluster, 20.0, "wp-a@us-east")
         writer = await LogWriter.open(streams, ledgers, STREAM, writer_config)
         seen["steps"] = dict(writer.open_steps)
         await writer.write(b"b0")
