@@ -66,9 +66,9 @@ from region.observability.telemetry import (
     metrics_middleware,
 )
 from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.reads.stream_cache import CacheBudget, StreamCache
 from region.security.gate import TOKEN, Rule, Rules, require_rules
 from region.security.service import ProxySecurity
-from region.stream_cache import CacheBudget, StreamCache
 
 log = logging.getLogger(__name__)
 KIND = "read"
@@ -391,7 +391,7 @@ class ReadProxy:
         """Closes the read-aheads no request read for `cache_idle_s`, and those of deleted
         streams: each holds a follow reader, its watches and up to its bytes. Pauses those no
         request read for `cache_follow_idle_s`, and past `cache_following_max` following, the
-        least recently read (region/stream_cache.py)."""
+        least recently read (region/reads/stream_cache.py)."""
         following()
         loop = asyncio.get_running_loop()
         while True:

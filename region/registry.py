@@ -17,7 +17,13 @@ from urllib.parse import urlsplit
 from uhashring import HashRing
 
 from core import runtime
-from core.errors import GlobelogError, NodeExistsError, NoNodeError
+from core.errors import (
+    GlobelogError,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from global_meta import MetaSession
 from global_meta.followers import Follower, FollowerStatus, RestartBackoff
 from global_meta.store import SessionState
@@ -185,9 +191,20 @@ class Membership:
         self.expirations = 0
 
     async def start(self) -> None:
+        """Registers, trying again while ZooKeeper is away or the session ends under the
+        create (a start beside a loaded ensemble): up to REREGISTER_ATTEMPTS_MAX tries. A name
+        another live proxy holds fails at once."""
         self._follower.start()
         await asyncio.sleep(0)  # the follower subscribes to session events before we register
-        await register(self._store, self._kind, self.info, self._predecessor_wait_s)
+        for attempt in range(1, REREGISTER_ATTEMPTS_MAX + 1):
+            try:
+                await register(self._store, self._kind, self.info, self._predecessor_wait_s)
+                return
+            except (MetadataUnavailableError, SessionExpiredError) as err:
+                if attempt == REREGISTER_ATTEMPTS_MAX:
+                    raise
+                log.warning("registering %s: %s; retrying", self.info.name, err)
+                await self._sleep(REREGISTER_RETRY_S)
 
     def status(self) -> FollowerStatus:
         return self._follower.status()

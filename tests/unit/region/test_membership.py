@@ -23,7 +23,13 @@ from core.errors import (
 )
 from global_meta.followers import FollowerState, FollowerStatus, RestartBackoff
 from global_meta.store import NodeStat, SessionEvent, SessionEvents, SessionState
-from region.registry import PREDECESSOR_POLL_S, Membership, ProxyInfo, proxy_path
+from region.registry import (
+    PREDECESSOR_POLL_S,
+    REREGISTER_ATTEMPTS_MAX,
+    Membership,
+    ProxyInfo,
+    proxy_path,
+)
 
 ME = ProxyInfo("w1", "us-east", "http://127.0.0.1:9001")
 NODE = proxy_path(ME.region, "write", ME.name)
@@ -42,6 +48,8 @@ class ScriptedStore:
         self.creating = asyncio.Event()  # a create was done and its reply waits
         self.registered: asyncio.Queue[int] = asyncio.Queue()  # the session of each create
         self.failing: Exception | None = None  # exists and create fail with it
+        self.create_failures: list[Exception] = []  # the next creates fail with these, in turn
+        self.creates = 0  # creates tried
 
     @property
     def session_id(self) -> int | None:
@@ -74,8 +82,11 @@ class ScriptedStore:
         return None if owner is None else NodeStat(0, 0, 0, 0, owner, 0, 0)
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False) -> str:
+        self.creates += 1
         if self.failing is not None:
             raise self.failing
+        if self.create_failures:
+            raise self.create_failures.pop(0)
         session = self.session
         if session is None:
             raise SessionExpiredError(f"create {path!r}: session expired")
@@ -196,6 +207,39 @@ async def test_a_name_still_registered_after_the_wait_is_taken_and_said_so() -> 
             await member.start()
     await member.stop()
     assert store.owners[NODE] == 7
+    # One registration's creates (a first, and one per poll of the wait), not start's
+    # REREGISTER_ATTEMPTS_MAX tries of them.
+    assert store.creates < REREGISTER_ATTEMPTS_MAX, "a name another proxy holds is not retried"
+
+
+async def test_a_start_whose_zookeeper_is_away_or_whose_session_ends_registers_on_a_later_try() -> (
+    None
+):
+    """A proxy started beside a loaded ensemble: its first create finds the connection lost,
+    the next one's session expired. Start tries again and registers; it does not exit."""
+    store, expired = ScriptedStore(), []
+    store.create_failures = [
+        MetadataUnavailableError(f"create {NODE!r}: connection to ZooKeeper lost"),
+        SessionExpiredError(f"create {NODE!r}: session expired"),
+    ]
+    member = membership(store, expired)
+    async with asyncio.timeout(GUARD_S):
+        await member.start()
+    assert store.owners[NODE] == 1 and store.creates == 3
+    await member.stop()
+
+
+async def test_a_start_that_never_reaches_zookeeper_fails_after_its_tries() -> None:
+    store, expired = ScriptedStore(), []
+    store.create_failures = [
+        MetadataUnavailableError(f"create {NODE!r}: connection to ZooKeeper lost")
+    ] * (REREGISTER_ATTEMPTS_MAX + 1)
+    member = membership(store, expired)
+    with pytest.raises(MetadataUnavailableError, match="connection to ZooKeeper lost"):
+        async with asyncio.timeout(GUARD_S):
+            await member.start()
+    assert store.creates == REREGISTER_ATTEMPTS_MAX and NODE not in store.owners
+    await member.stop()
 
 
 async def test_a_registration_found_to_be_this_sessions_own_is_kept() -> None:

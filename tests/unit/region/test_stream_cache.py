@@ -16,7 +16,7 @@ from core.errors import MetadataUnavailableError, StreamNotFoundError, Truncated
 from core.records import LogRecord
 from global_meta.followers import FollowerState, RestartBackoff
 from reader.positions import By, Position
-from region.stream_cache import CacheBudget, RecordSource, StreamCache, Waiters
+from region.reads.stream_cache import CacheBudget, RecordSource, StreamCache, Waiters
 
 Item = LogRecord | Exception | None
 QUICK = RestartBackoff(first_s=0.001, cap_s=0.001)  # restarts at once: the test waits on opens
