@@ -33,7 +33,7 @@ from region.drain import region_drained
 from region.idempotence.producers import ProducerBudget, ProducerTable
 from region.idempotence.rebuild import REBUILD_READERS_PER_PROXY, Idempotence, rebuild_table
 from region.observability.telemetry import PROXY_METRICS
-from region.observability.tracing import TRACER
+from region.observability.tracing import child_span
 from region.registry import ROOT as PROXIES_ROOT
 from region.registry import (
     ProxyInfo,
@@ -298,8 +298,9 @@ class Ownership:
                 self._break_if_gone(streams, key, going)
             )
         try:
-            with TRACER.start_as_current_span("globelog.take_ownership") as span:
-                span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
+            with child_span("globelog.take_ownership") as span:
+                if span.is_recording():
+                    span.set_attributes({"globelog.stream": key[1], "globelog.lock_wait_s": wait_s})
                 # nothing of this proxy's locks the stream while it is not taken: a lock node
                 # of its session there is an orphan, which would stand before the new one
                 await streams.release_orphans(key[1], me, unordered=True)

@@ -65,7 +65,7 @@ from region.observability.telemetry import (
     metrics_handler,
     metrics_middleware,
 )
-from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.observability.tracing import child_span, traces_handler, tracing_middleware
 from region.reads.stream_cache import CacheBudget, StreamCache
 from region.security.gate import TOKEN, Rule, Rules, require_rules
 from region.security.service import ProxySecurity
@@ -459,15 +459,16 @@ class ReadProxy:
         if cache.covers(seq):
             began_s = asyncio.get_running_loop().time()
             most = max_records if cached_max is None else min(max_records, cached_max)
-            with TRACER.start_as_current_span("globelog.read.cache") as span:
+            with child_span("globelog.read.cache") as span:
                 cached = await cache.read(seq, most, wait_s, catch_up=catch_up)
-                span.set_attributes(
-                    {
-                        "globelog.seq": seq,
-                        "globelog.records": len(cached or []),
-                        "globelog.left_cache": cached is None,
-                    }
-                )
+                if span.is_recording():
+                    span.set_attributes(
+                        {
+                            "globelog.seq": seq,
+                            "globelog.records": len(cached or []),
+                            "globelog.left_cache": cached is None,
+                        }
+                    )
             if cached is not None:
                 PROXY_METRICS.cache_reads.add(1, {"result": "hit"})
                 return self._delivered(within_page_bytes(cached, self.limits.page_bytes_max))

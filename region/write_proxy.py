@@ -61,7 +61,7 @@ from region.observability.telemetry import (
     metrics_handler,
     metrics_middleware,
 )
-from region.observability.tracing import TRACER, traces_handler, tracing_middleware
+from region.observability.tracing import child_span, traces_handler, tracing_middleware
 from region.ownership import KIND, Owned, Ownership, OwnershipConfig, Redirect
 from region.security.gate import TOKEN, Rule, Rules, require_rules
 from region.security.service import TOKEN_ROUTES, ProxySecurity
@@ -542,7 +542,7 @@ class WriteProxy:
         started = time.perf_counter()
         accepting: asyncio.Future[Any] | None = None
         try:
-            with TRACER.start_as_current_span("globelog.commit") as span:
+            with child_span("globelog.commit") as span:
                 accepting = asyncio.ensure_future(start())
                 self._flush_soon(owned)
                 result = await accepting

@@ -404,19 +404,24 @@ def time_collections(record: Callable[[float, int], None]) -> Callable[[str, dic
     """Times each of the cyclic garbage collector's collections (the event loop stops for
     each): `record(seconds, generation)`, and a warning for one of GC_PAUSE_WARN_S or more.
     The callback is installed in `gc.callbacks` and returned (to be removed with it)."""
-    began: list[float] = [0.0]
+    began: list[float] = [0.0, 0.0]  # wall clock, the collecting thread's CPU clock
 
     def callback(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            began[0] = time.perf_counter()
+            began[:] = time.perf_counter(), time.thread_time()
             return
         seconds = time.perf_counter() - began[0]
         generation = info["generation"]
         record(seconds, generation)
         if seconds >= GC_PAUSE_WARN_S:
+            # Its CPU against its wall time tells a long walk from a wait for a core; what
+            # it left in the generations it walked, how long a walk the next one has.
+            cpu_s = time.thread_time() - began[1]
+            left = sum(len(gc.get_objects(g)) for g in range(generation + 1))
             log.warning(
-                "a generation-%d garbage collection stopped the loop for %.0f ms "
-                "(%d objects collected)", generation, seconds * 1000, info["collected"],
+                "a generation-%d garbage collection stopped the loop for %.0f ms (%.0f ms of "
+                "CPU; %d objects collected, %d left in the generations it walked)",
+                generation, seconds * 1000, cpu_s * 1000, info["collected"], left,
             )  # fmt: skip
 
     gc.callbacks.append(callback)

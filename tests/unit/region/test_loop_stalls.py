@@ -153,9 +153,11 @@ async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
     others = gc.callbacks[:]
     gc.callbacks.clear()
     gc.disable()
+    thresholds = gc.get_threshold()
     freezing = asyncio.ensure_future(event_loop.keep_survivors_frozen(3600, thaw_every_s=7200))
     try:
         await asyncio.sleep(0)  # its callback is in
+        assert gc.get_threshold()[2] == event_loop.FULL_AFTER_YOUNG
         gc.unfreeze()
         kept = [Node() for _ in range(1000)]
         Clock.now += event_loop.FREEZE_AFTER_FULL_S - 1
@@ -168,6 +170,7 @@ async def test_what_a_full_collection_leaves_alive_is_frozen_once_in_a_while(
         assert gc.get_freeze_count() >= len(kept), "the survivors of the full one are frozen"
         freezing.cancel()
         await asyncio.gather(freezing, return_exceptions=True)
+        assert gc.get_threshold() == thresholds, "the collector's own schedule back once stopped"
         gc.unfreeze()
         Clock.now += 3600
         gc.collect(2)

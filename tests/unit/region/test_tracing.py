@@ -15,10 +15,16 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry import trace
 
 from region.observability import tracing
-from region.observability.tracing import SAMPLING, TRACER, install_tracing, tracing_middleware
+from region.observability.tracing import (
+    SAMPLING,
+    child_span,
+    install_tracing,
+    tracing_middleware,
+)
 
 PATH = "/v1/namespaces/{ns}/streams/{stream}/records"
 RECORDING: list[tuple[bool, bool]] = []  # per request: (its span, its child span) recording
+MADE: list[bool] = []  # per request: whether its child span is a span of its own
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,10 +37,13 @@ def installed() -> Iterator[None]:
 async def client(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TestClient]:
     monkeypatch.setattr(SAMPLING, "ratio", 0.0)
     RECORDING.clear()
+    MADE.clear()
 
     async def handler(request: web.Request) -> web.Response:
-        with TRACER.start_as_current_span("globelog.commit") as child:
-            RECORDING.append((trace.get_current_span().is_recording(), child.is_recording()))
+        parent = trace.get_current_span()
+        with child_span("globelog.commit") as child:
+            RECORDING.append((parent.is_recording(), child.is_recording()))
+            MADE.append(child is not parent)
         return web.json_response({"ok": True})
 
     app = web.Application(middlewares=[tracing_middleware("write")])
@@ -60,6 +69,7 @@ async def test_a_request_not_chosen_makes_no_span_and_nothing_under_it_records(
         assert answer.status == 200
     assert len(newest("POST " + PATH)) == before
     assert RECORDING == [(False, False)] * 20
+    assert MADE == [False] * 20, "no span is made under an unsampled parent"
 
 
 async def test_at_ratio_one_every_request_is_traced_with_its_child_spans(
@@ -68,7 +78,7 @@ async def test_at_ratio_one_every_request_is_traced_with_its_child_spans(
     monkeypatch.setattr(SAMPLING, "ratio", 1.0)
     answer = await client.post("/v1/namespaces/a/streams/s/records", data=b"x")
     assert answer.status == 200
-    assert RECORDING == [(True, True)]
+    assert RECORDING == [(True, True)] and MADE == [True]
     [server] = newest("POST " + PATH)[-1:]
     assert server["kind"] == "SERVER" and server["parent_span_id"] is None
     attributes = server["attributes"]
@@ -103,3 +113,13 @@ async def test_a_callers_sampled_trace_is_continued_whatever_the_ratio(
     unsampled = {"traceparent": f"00-{os.urandom(16).hex()}-{caller}-00"}
     await client.post("/v1/namespaces/a/streams/s/records", data=b"x", headers=unsampled)
     assert RECORDING[-1] == (False, False), "the caller's choice holds"
+
+
+def test_a_child_span_without_a_parent_is_a_root_the_sampler_decides() -> None:
+    """Outside any request (a take begun by the proxy itself) the tracer makes the span, and
+    the sampler decides it as any root (here at the installed ratio, 0: not recorded), rather
+    than the shortcut for unsampled parents handing back the current span."""
+    assert not trace.get_current_span().get_span_context().is_valid
+    with child_span("globelog.take_ownership") as span:
+        assert span.get_span_context().is_valid, "a span of its own, made by the tracer"
+        assert not span.is_recording()
