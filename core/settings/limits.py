@@ -22,11 +22,22 @@ class Quota:
     append_requests_per_s: float | None = 5_000
     read_bytes_per_s: float | None = 256 * MIB
     read_requests_per_s: float | None = 5_000
+    # seconds' worth of each rate a budget holds: what a client that was quiet may spend at
+    # once before it is held to the rate
+    burst_s: float = 1.0
 
     def rate(self, kind: str, unit: str) -> float | None:
         """The rate of `kind` (append | read) in `unit` (bytes | requests)."""
         value: float | None = getattr(self, f"{kind}_{unit}_per_s")
         return value
+
+    def most(self, kind: str, unit: str) -> float | None:
+        """What a budget of `kind` in `unit` holds when full (None: no limit); a budget of
+        requests holds at least one, or none would ever be let in."""
+        rate = self.rate(kind, unit)
+        if rate is None:
+            return None
+        return max(1.0, rate * self.burst_s) if unit == "requests" else rate * self.burst_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from core.settings.limits import ProxyLimits, Quota, limit_names, quota_names
 from core.settings.stream_settings_loader import Problems
 
 QUOTA_RATE_MAX = 1e12
+BURST_S_MIN, BURST_S_MAX = 0.01, 60.0  # a quota's burst_s
 
 
 def _is_number(value: Any) -> bool:
@@ -40,12 +41,22 @@ def _quota(node: Any, base: Quota, path: str, p: Problems) -> Quota | None:
     for key, value in node.items():
         if key not in quota_names():
             continue
+        if key == "burst_s":
+            if _is_number(value) and BURST_S_MIN <= value <= BURST_S_MAX:
+                values[key] = float(value)
+            else:
+                ok = False
+                p.add(
+                    f"{path}.{key}",
+                    f"expected seconds from {BURST_S_MIN:g} to {BURST_S_MAX:g}; got {value!r}",
+                )
+            continue
         if value is None or (_is_number(value) and 0 < value <= QUOTA_RATE_MAX):
             values[key] = None if value is None else float(value)
         else:
             ok = False
             p.add(f"{path}.{key}", f"expected a rate per second > 0, or null; got {value!r}")
-    return dataclasses.replace(base, **values) if ok else None
+    return dataclasses.replace(base, **values) if ok else None  # type: ignore[arg-type]
 
 
 def parse_limits(node: Any, p: Problems) -> ProxyLimits | None:

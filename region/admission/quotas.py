@@ -108,20 +108,21 @@ class _Buckets:
 
     def __init__(self, quota: Quota, kind: str, now: float) -> None:
         self.quota = quota
-        self.requests = quota.rate(kind, "requests") or 0.0
-        self.bytes = quota.rate(kind, "bytes") or 0.0
+        self.requests = quota.most(kind, "requests") or 0.0
+        self.bytes = quota.most(kind, "bytes") or 0.0
         self.at = now
 
     def refill(self, kind: str, now: float) -> None:
         elapsed = now - self.at
         self.at = now
-        if (rate := self.quota.rate(kind, "requests")) is not None:
-            self.requests = min(rate, self.requests + rate * elapsed)
-        if (rate := self.quota.rate(kind, "bytes")) is not None:
-            self.bytes = min(rate, self.bytes + rate * elapsed)
+        quota = self.quota
+        if (rate := quota.rate(kind, "requests")) is not None:
+            self.requests = min(quota.most(kind, "requests") or 0.0, self.requests + rate * elapsed)
+        if (rate := quota.rate(kind, "bytes")) is not None:
+            self.bytes = min(quota.most(kind, "bytes") or 0.0, self.bytes + rate * elapsed)
 
     def full(self, kind: str) -> bool:
-        requests, size = self.quota.rate(kind, "requests"), self.quota.rate(kind, "bytes")
+        requests, size = self.quota.most(kind, "requests"), self.quota.most(kind, "bytes")
         return (requests is None or self.requests >= requests) and (
             size is None or self.bytes >= size
         )

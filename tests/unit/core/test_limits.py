@@ -59,6 +59,8 @@ def test_settings_and_quotas_override_the_defaults_per_namespace() -> None:
         ({"conections_max": 3}, "limits.conections_max: unknown key"),
         ({"quota": {"append_bytes_per_s": -1}}, "limits.quota.append_bytes_per_s: expected"),
         ({"quota": {"writes_per_s": 1}}, "limits.quota.writes_per_s: unknown key"),
+        ({"quota": {"burst_s": None}}, "limits.quota.burst_s: expected seconds from 0.01 to 60"),
+        ({"quota": {"burst_s": 0}}, "limits.quota.burst_s: expected seconds from 0.01 to 60"),
         ({"namespace_quotas": ["a"]}, "limits.namespace_quotas: expected a mapping"),
         ({"namespace_quotas": {"a": 3}}, "limits.namespace_quotas.a: expected a mapping"),
         ([1], "limits: expected a mapping, got list"),

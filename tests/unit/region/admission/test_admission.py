@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 import statistics
+from typing import Any
 
 import aiohttp
 import pytest
@@ -45,7 +46,7 @@ class Clock:
         return self.now
 
 
-def quotas(clock: Clock, buckets_max: int = 1000, **rates: float | None) -> Quotas:
+def quotas(clock: Clock, buckets_max: int = 1000, **rates: Any) -> Quotas:
     quota = Quota(**{"append_bytes_per_s": None, "append_requests_per_s": None, **rates})
     limits = ProxyLimits(quota=quota, namespace_quotas=(("open", Quota(None, None, None, None)),))
     return Quotas(limits, "append", clock, buckets_max)
@@ -65,6 +66,31 @@ def test_requests_past_the_rate_wait_until_the_bucket_lets_one_in() -> None:
     table.admit("10.0.0.1", "open")  # a namespace whose override has no limit
     clock.now += 0.101
     table.admit("10.0.0.1", "ns")
+
+
+def test_a_budget_holds_burst_s_worth_and_refills_at_the_rate() -> None:
+    """A quiet client may spend `burst_s` of its rate at once, then is held to the rate; a
+    budget of requests holds at least one whatever the burst."""
+    clock = Clock()
+    table = quotas(clock, append_requests_per_s=100, append_bytes_per_s=1000, burst_s=0.1)
+    for _ in range(10):
+        table.admit("c", "ns")
+    with pytest.raises(QuotaExceededError):
+        table.admit("c", "ns")
+    clock.now += 60  # quiet for a minute: still a tenth of a second's worth, not a minute's
+    for _ in range(10):
+        table.admit("c", "ns")
+    with pytest.raises(QuotaExceededError):
+        table.admit("c", "ns")
+    clock.now += 60
+    table.admit("d", "ns", 100)  # the bytes' budget: 100 spent, into debt past it
+    table.admit("d", "ns", 1)
+    assert table.wait_s("d", "ns") == pytest.approx(0.001)
+    slow = quotas(clock, append_requests_per_s=2, burst_s=0.01)  # 0.02 requests' worth
+    slow.admit("c", "ns")
+    with pytest.raises(QuotaExceededError) as refused:
+        slow.admit("c", "ns")
+    assert refused.value.retry_after_s == pytest.approx(0.5)
 
 
 def test_bytes_go_into_debt_once_and_the_next_request_waits_it_out() -> None:
