@@ -196,15 +196,10 @@ class Membership:
         another live proxy holds fails at once."""
         self._follower.start()
         await asyncio.sleep(0)  # the follower subscribes to session events before we register
-        for attempt in range(1, REREGISTER_ATTEMPTS_MAX + 1):
-            try:
-                await register(self._store, self._kind, self.info, self._predecessor_wait_s)
-                return
-            except (MetadataUnavailableError, SessionExpiredError) as err:
-                if attempt == REREGISTER_ATTEMPTS_MAX:
-                    raise
-                log.warning("registering %s: %s; retrying", self.info.name, err)
-                await self._sleep(REREGISTER_RETRY_S)
+        await self._tried(
+            lambda: register(self._store, self._kind, self.info, self._predecessor_wait_s),
+            (MetadataUnavailableError, SessionExpiredError),
+        )
 
     def status(self) -> FollowerStatus:
         return self._follower.status()
@@ -258,19 +253,30 @@ class Membership:
 
     async def _register_again(self, session: int) -> None:
         """Registers in the store's session (`session`, or a newer one); raises the last
-        error after REREGISTER_ATTEMPTS_MAX failed tries."""
+        error after REREGISTER_ATTEMPTS_MAX failed tries (the follower shows it, restarting):
+        the old node may not be gone yet, or ZooKeeper away again."""
         path = proxy_path(self.info.region, self._kind, self.info.name)
+
+        async def once() -> None:
+            stat = await self._store.exists(path)
+            if stat is None or stat.ephemeral_owner != session:  # not registered in it yet
+                await register(self._store, self._kind, self.info)
+
+        await self._tried(once, (GlobelogError,))
+
+    async def _tried(
+        self, once: Callable[[], Awaitable[None]], retried: tuple[type[Exception], ...]
+    ) -> None:
+        """`once` until it succeeds, REREGISTER_RETRY_S apart after an error of `retried`;
+        the last one raised after REREGISTER_ATTEMPTS_MAX tries."""
         for attempt in range(1, REREGISTER_ATTEMPTS_MAX + 1):
             try:
-                stat = await self._store.exists(path)
-                if stat is not None and stat.ephemeral_owner == session:
-                    return  # registered in this session already
-                await register(self._store, self._kind, self.info)
+                await once()
                 return
-            except GlobelogError as err:  # the old node not yet gone, or ZooKeeper away again
+            except retried as err:
                 if attempt == REREGISTER_ATTEMPTS_MAX:
-                    raise  # the follower shows it, restarting
-                log.warning("registering %s again: %s; retrying", self.info.name, err)
+                    raise
+                log.warning("registering %s: %s; retrying", self.info.name, err)
                 await self._sleep(REREGISTER_RETRY_S)
 
     async def stop(self) -> None:

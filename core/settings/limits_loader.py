@@ -37,7 +37,7 @@ def _quota(node: Any, base: Quota, path: str, p: Problems) -> Quota | None:
         p.add(path, f"expected a mapping of rates, got {node!r}")
         return None
     ok = _unknown(node, quota_names(), path, p)
-    values: dict[str, float | None] = {}
+    values: dict[str, Any] = {}  # rates (float or None) and burst_s (float)
     for key, value in node.items():
         if key not in quota_names():
             continue
@@ -56,7 +56,7 @@ def _quota(node: Any, base: Quota, path: str, p: Problems) -> Quota | None:
         else:
             ok = False
             p.add(f"{path}.{key}", f"expected a rate per second > 0, or null; got {value!r}")
-    return dataclasses.replace(base, **values) if ok else None  # type: ignore[arg-type]
+    return dataclasses.replace(base, **values) if ok else None
 
 
 def parse_limits(node: Any, p: Problems) -> ProxyLimits | None:
